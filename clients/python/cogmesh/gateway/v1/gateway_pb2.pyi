@@ -1,0 +1,278 @@
+from cogmesh.common.v1 import errors_pb2 as _errors_pb2
+from cogmesh.common.v1 import events_pb2 as _events_pb2
+from cogmesh.common.v1 import messages_pb2 as _messages_pb2
+from cogmesh.common.v1 import resources_pb2 as _resources_pb2
+from cogmesh.runtime.v1 import runtime_pb2 as _runtime_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("agent", "user_id", "topic_id")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    user_id: str
+    topic_id: str
+    def __init__(self, agent: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ...) -> None: ...
+
+class CreateSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Session]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[_resources_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("session_id", "content", "model", "cancel_on_disconnect", "runtime", "output_schema", "limits", "cost_budget", "client_tools")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_ON_DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    COST_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    content: str
+    model: str
+    cancel_on_disconnect: bool
+    runtime: str
+    output_schema: _struct_pb2.Struct
+    limits: _runtime_pb2.TurnLimits
+    cost_budget: _runtime_pb2.CostBudget
+    client_tools: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolSpec]
+    def __init__(self, session_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., cancel_on_disconnect: _Optional[bool] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[_runtime_pb2.TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[_runtime_pb2.CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("session_id", "after_seq", "stop_when_idle")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    STOP_WHEN_IDLE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_seq: int
+    stop_when_idle: bool
+    def __init__(self, session_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., stop_when_idle: _Optional[bool] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ("events", "heartbeat")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    heartbeat: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
+
+class CancelTurnRequest(_message.Message):
+    __slots__ = ("session_id", "turn_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    turn_id: str
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ...) -> None: ...
+
+class CancelTurnResponse(_message.Message):
+    __slots__ = ("cancelled", "turn_id")
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    cancelled: bool
+    turn_id: str
+    def __init__(self, cancelled: _Optional[bool] = ..., turn_id: _Optional[str] = ...) -> None: ...
+
+class ListAgentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAgentsResponse(_message.Message):
+    __slots__ = ("agents",)
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Agent]
+    def __init__(self, agents: _Optional[_Iterable[_Union[_resources_pb2.Agent, _Mapping]]] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ("provider",)
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    def __init__(self, provider: _Optional[str] = ...) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models", "default_model")
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Model]
+    default_model: str
+    def __init__(self, models: _Optional[_Iterable[_Union[_resources_pb2.Model, _Mapping]]] = ..., default_model: _Optional[str] = ...) -> None: ...
+
+class ResolveApprovalRequest(_message.Message):
+    __slots__ = ("session_id", "interrupt_id", "decision", "edited_arguments", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    interrupt_id: str
+    decision: _events_pb2.ApprovalDecision
+    edited_arguments: _struct_pb2.Struct
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., decision: _Optional[_Union[_events_pb2.ApprovalDecision, str]] = ..., edited_arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResolveApprovalResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
+
+class AnswerInterruptRequest(_message.Message):
+    __slots__ = ("session_id", "interrupt_id", "approval", "user_input", "tool_result")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    USER_INPUT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    interrupt_id: str
+    approval: _runtime_pb2.ApprovalAnswer
+    user_input: str
+    tool_result: _runtime_pb2.ClientToolResult
+    def __init__(self, session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., approval: _Optional[_Union[_runtime_pb2.ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[_runtime_pb2.ClientToolResult, _Mapping]] = ...) -> None: ...
+
+class AnswerInterruptResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
+
+class ConverseOpen(_message.Message):
+    __slots__ = ("session_id", "after_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class ConverseRequest(_message.Message):
+    __slots__ = ("frame_id", "open", "message", "approval", "answer", "cancel")
+    FRAME_ID_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    frame_id: str
+    open: ConverseOpen
+    message: SendMessageRequest
+    approval: ResolveApprovalRequest
+    answer: AnswerInterruptRequest
+    cancel: CancelTurnRequest
+    def __init__(self, frame_id: _Optional[str] = ..., open: _Optional[_Union[ConverseOpen, _Mapping]] = ..., message: _Optional[_Union[SendMessageRequest, _Mapping]] = ..., approval: _Optional[_Union[ResolveApprovalRequest, _Mapping]] = ..., answer: _Optional[_Union[AnswerInterruptRequest, _Mapping]] = ..., cancel: _Optional[_Union[CancelTurnRequest, _Mapping]] = ...) -> None: ...
+
+class EventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
+
+class ConverseAck(_message.Message):
+    __slots__ = ("frame_id", "turn_id", "after_seq")
+    FRAME_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    frame_id: str
+    turn_id: str
+    after_seq: int
+    def __init__(self, frame_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class FieldViolation(_message.Message):
+    __slots__ = ("field", "description")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    description: str
+    def __init__(self, field: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ConverseRejection(_message.Message):
+    __slots__ = ("frame_id", "code", "message", "reason", "violations", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    FRAME_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    frame_id: str
+    code: str
+    message: str
+    reason: _errors_pb2.ErrorReason
+    violations: _containers.RepeatedCompositeFieldContainer[FieldViolation]
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, frame_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorReason, str]] = ..., violations: _Optional[_Iterable[_Union[FieldViolation, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ConverseResponse(_message.Message):
+    __slots__ = ("events", "heartbeat", "ack", "rejected")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    events: EventBatch
+    heartbeat: bool
+    ack: ConverseAck
+    rejected: ConverseRejection
+    def __init__(self, events: _Optional[_Union[EventBatch, _Mapping]] = ..., heartbeat: _Optional[bool] = ..., ack: _Optional[_Union[ConverseAck, _Mapping]] = ..., rejected: _Optional[_Union[ConverseRejection, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,586 @@
+import datetime
+
+from cogmesh.common.v1 import events_pb2 as _events_pb2
+from cogmesh.common.v1 import messages_pb2 as _messages_pb2
+from cogmesh.common.v1 import resources_pb2 as _resources_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MultitaskStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MULTITASK_STRATEGY_UNSPECIFIED: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_REJECT: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_ENQUEUE: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_INTERRUPT: _ClassVar[MultitaskStrategy]
+
+class GoalStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GOAL_STATUS_UNSPECIFIED: _ClassVar[GoalStatus]
+    GOAL_STATUS_ACTIVE: _ClassVar[GoalStatus]
+    GOAL_STATUS_COMPLETED: _ClassVar[GoalStatus]
+    GOAL_STATUS_ABANDONED: _ClassVar[GoalStatus]
+MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy
+MULTITASK_STRATEGY_REJECT: MultitaskStrategy
+MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
+MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy
+GOAL_STATUS_UNSPECIFIED: GoalStatus
+GOAL_STATUS_ACTIVE: GoalStatus
+GOAL_STATUS_COMPLETED: GoalStatus
+GOAL_STATUS_ABANDONED: GoalStatus
+
+class SessionState(_message.Message):
+    __slots__ = ("runtime_config", "delegated_from", "delegation_turn_count", "expire_time", "pending_interrupt_ids")
+    RUNTIME_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_FROM_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PENDING_INTERRUPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    runtime_config: _struct_pb2.Struct
+    delegated_from: str
+    delegation_turn_count: int
+    expire_time: _timestamp_pb2.Timestamp
+    pending_interrupt_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_SKILL_IDS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_FROM_FIELD_NUMBER: _ClassVar[int]
+    REUSE_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    user_id: str
+    topic_id: str
+    agent: str
+    role_id: str
+    active_skill_ids: _containers.RepeatedScalarFieldContainer[str]
+    runtime_config: _struct_pb2.Struct
+    delegated_from: str
+    reuse_existing: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., reuse_existing: _Optional[bool] = ...) -> None: ...
+
+class CreateSessionResponse(_message.Message):
+    __slots__ = ("session", "state", "reused")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REUSED_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    state: SessionState
+    reused: bool
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., reused: _Optional[bool] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session", "state")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    state: SessionState
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
+
+class LookupSessionRequest(_message.Message):
+    __slots__ = ("tenant_id", "user_id", "topic_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    user_id: str
+    topic_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ...) -> None: ...
+
+class LookupSessionResponse(_message.Message):
+    __slots__ = ("session", "state")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    state: SessionState
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("tenant_id", "page_size", "page_token")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Session]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[_resources_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class UpdateSessionRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "role_id", "active_skill_ids", "prompt_hash", "runtime_config", "delegated_from", "delegation_turn_count", "update_mask", "lease_token")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_SKILL_IDS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_HASH_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_FROM_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    role_id: str
+    active_skill_ids: _containers.RepeatedScalarFieldContainer[str]
+    prompt_hash: str
+    runtime_config: _struct_pb2.Struct
+    delegated_from: str
+    delegation_turn_count: int
+    update_mask: _field_mask_pb2.FieldMask
+    lease_token: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class UpdateSessionResponse(_message.Message):
+    __slots__ = ("session", "state")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    state: SessionState
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class CloseAllSessionsRequest(_message.Message):
+    __slots__ = ("tenant_id", "user_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    user_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ...) -> None: ...
+
+class CloseAllSessionsResponse(_message.Message):
+    __slots__ = ("closed_count",)
+    CLOSED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    closed_count: int
+    def __init__(self, closed_count: _Optional[int] = ...) -> None: ...
+
+class AppendMessagesRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "messages", "lease_token", "request_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    lease_token: int
+    request_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., lease_token: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class AppendMessagesResponse(_message.Message):
+    __slots__ = ("message_count", "deduplicated")
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    message_count: int
+    deduplicated: bool
+    def __init__(self, message_count: _Optional[int] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+
+class ListMessagesRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "page_size", "page_token", "last_n")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_N_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    page_size: int
+    page_token: str
+    last_n: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., last_n: _Optional[int] = ...) -> None: ...
+
+class ListMessagesResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class AcquireTurnLeaseRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "turn_id", "ttl_seconds", "strategy")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    ttl_seconds: int
+    strategy: MultitaskStrategy
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ...) -> None: ...
+
+class AcquireTurnLeaseResponse(_message.Message):
+    __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds")
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    lease_token: int
+    interrupted_turn_id: str
+    expire_time: _timestamp_pb2.Timestamp
+    waited_seconds: float
+    def __init__(self, lease_token: _Optional[int] = ..., interrupted_turn_id: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited_seconds: _Optional[float] = ...) -> None: ...
+
+class ReleaseTurnLeaseRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "lease_token")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    lease_token: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class ReleaseTurnLeaseResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: _Optional[bool] = ...) -> None: ...
+
+class RenewTurnLeaseRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "lease_token", "ttl_seconds")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    lease_token: int
+    ttl_seconds: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class RenewTurnLeaseResponse(_message.Message):
+    __slots__ = ("expire_time", "interrupt_requested_by")
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    expire_time: _timestamp_pb2.Timestamp
+    interrupt_requested_by: str
+    def __init__(self, expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., interrupt_requested_by: _Optional[str] = ...) -> None: ...
+
+class GetTurnLeaseRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class TurnLease(_message.Message):
+    __slots__ = ("turn_id", "lease_token", "expire_time", "interrupt_requested_by")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    turn_id: str
+    lease_token: int
+    expire_time: _timestamp_pb2.Timestamp
+    interrupt_requested_by: str
+    def __init__(self, turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., interrupt_requested_by: _Optional[str] = ...) -> None: ...
+
+class GetTurnLeaseResponse(_message.Message):
+    __slots__ = ("lease", "queued_turn_ids")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_TURN_IDS_FIELD_NUMBER: _ClassVar[int]
+    lease: TurnLease
+    queued_turn_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lease: _Optional[_Union[TurnLease, _Mapping]] = ..., queued_turn_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Summary(_message.Message):
+    __slots__ = ("text", "covered_message_count", "update_time")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    COVERED_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    covered_message_count: int
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, text: _Optional[str] = ..., covered_message_count: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class UpdateSummaryRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "text", "covered_message_count", "lease_token")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    COVERED_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    text: str
+    covered_message_count: int
+    lease_token: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., covered_message_count: _Optional[int] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class UpdateSummaryResponse(_message.Message):
+    __slots__ = ("summary",)
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    summary: Summary
+    def __init__(self, summary: _Optional[_Union[Summary, _Mapping]] = ...) -> None: ...
+
+class Goal(_message.Message):
+    __slots__ = ("goal_id", "text", "status", "data", "create_time", "update_time")
+    GOAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    goal_id: str
+    text: str
+    status: GoalStatus
+    data: _struct_pb2.Struct
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, goal_id: _Optional[str] = ..., text: _Optional[str] = ..., status: _Optional[_Union[GoalStatus, str]] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SaveGoalRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "goal", "lease_token")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    goal: Goal
+    lease_token: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., goal: _Optional[_Union[Goal, _Mapping]] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class SaveGoalResponse(_message.Message):
+    __slots__ = ("goal",)
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    goal: Goal
+    def __init__(self, goal: _Optional[_Union[Goal, _Mapping]] = ...) -> None: ...
+
+class ListGoalsRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class ListGoalsResponse(_message.Message):
+    __slots__ = ("goals",)
+    GOALS_FIELD_NUMBER: _ClassVar[int]
+    goals: _containers.RepeatedCompositeFieldContainer[Goal]
+    def __init__(self, goals: _Optional[_Iterable[_Union[Goal, _Mapping]]] = ...) -> None: ...
+
+class PhaseState(_message.Message):
+    __slots__ = ("phase", "data", "update_time")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    data: _struct_pb2.Struct
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, phase: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SetPhaseRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "phase", "lease_token")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    phase: PhaseState
+    lease_token: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., phase: _Optional[_Union[PhaseState, _Mapping]] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class SetPhaseResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: PhaseState
+    def __init__(self, phase: _Optional[_Union[PhaseState, _Mapping]] = ...) -> None: ...
+
+class CheckpointDecision(_message.Message):
+    __slots__ = ("approval", "edited_arguments", "text", "tool_result", "decided_by", "decide_time")
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    approval: _events_pb2.ApprovalDecision
+    edited_arguments: _struct_pb2.Struct
+    text: str
+    tool_result: _messages_pb2.Message
+    decided_by: str
+    decide_time: _timestamp_pb2.Timestamp
+    def __init__(self, approval: _Optional[_Union[_events_pb2.ApprovalDecision, str]] = ..., edited_arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., text: _Optional[str] = ..., tool_result: _Optional[_Union[_messages_pb2.Message, _Mapping]] = ..., decided_by: _Optional[str] = ..., decide_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("interrupt_id", "turn_id", "approval", "user_input", "client_tool", "payload", "decision", "create_time", "lease_token")
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    USER_INPUT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TOOL_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    interrupt_id: str
+    turn_id: str
+    approval: _events_pb2.ApprovalRequired
+    user_input: _events_pb2.UserInputRequested
+    client_tool: _events_pb2.ClientToolCall
+    payload: bytes
+    decision: CheckpointDecision
+    create_time: _timestamp_pb2.Timestamp
+    lease_token: int
+    def __init__(self, interrupt_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., approval: _Optional[_Union[_events_pb2.ApprovalRequired, _Mapping]] = ..., user_input: _Optional[_Union[_events_pb2.UserInputRequested, _Mapping]] = ..., client_tool: _Optional[_Union[_events_pb2.ClientToolCall, _Mapping]] = ..., payload: _Optional[bytes] = ..., decision: _Optional[_Union[CheckpointDecision, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class WriteCheckpointRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "checkpoint", "lease_token")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    checkpoint: Checkpoint
+    lease_token: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class WriteCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: Checkpoint
+    def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+
+class GetCheckpointRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "interrupt_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    interrupt_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ...) -> None: ...
+
+class GetCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: Checkpoint
+    def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
+
+class DecideCheckpointRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "interrupt_id", "decision")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    interrupt_id: str
+    decision: CheckpointDecision
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., decision: _Optional[_Union[CheckpointDecision, _Mapping]] = ...) -> None: ...
+
+class DecideCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: Checkpoint
+    def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+
+class ConsumeCheckpointRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "interrupt_id", "lease_token", "allow_undecided")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_UNDECIDED_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    interrupt_id: str
+    lease_token: int
+    allow_undecided: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., allow_undecided: _Optional[bool] = ...) -> None: ...
+
+class ConsumeCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: Checkpoint
+    def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+
+class GetRehydrationPayloadRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "last_n")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_N_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    last_n: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., last_n: _Optional[int] = ...) -> None: ...
+
+class GetRehydrationPayloadResponse(_message.Message):
+    __slots__ = ("session", "state", "summary", "last_messages", "goal", "phase")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    LAST_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    state: SessionState
+    summary: Summary
+    last_messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    goal: Goal
+    phase: PhaseState
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., goal: _Optional[_Union[Goal, _Mapping]] = ..., phase: _Optional[_Union[PhaseState, _Mapping]] = ...) -> None: ...
