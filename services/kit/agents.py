@@ -1,0 +1,438 @@
+"""Agent definitions shared by every service.
+
+An agent is declared in one file per agent, directly inside the agents folder:
+
+* ``<name>.yaml`` / ``<name>.yml``: a mapping of ``AgentDefinition`` fields;
+* ``<name>.md``: YAML front matter between ``---`` lines, then a Markdown body that
+  becomes the system prompt. The agent's name is the file name unless the front
+  matter gives one. A ``README.md`` is documentation and is skipped.
+
+The definition names the agent, the model it runs on (a catalogue name resolved by
+the models service), the tools and skills it may use, where its prompt files live,
+its subagents, the runtime engine, limits and budgets. ``system_prompt`` is inline
+text or ``{file: <path>}`` (relative to the agent file, ``.md`` optional), read at
+load time. ``AgentRegistry`` loads a folder; a broken file is reported in
+``AgentRegistry.errors`` (file and field) instead of preventing the other agents
+from loading. ``load_agents`` returns a registry that reloads the folder when a file
+in it changes (hot reload), so every service sees edits without a restart.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from services.kit.logging import log
+
+AGENT_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
+AGENT_FILE_SUFFIXES = (".yaml", ".yml", ".md")
+RELOAD_CHECK_INTERVAL_S = 1.0
+DEFAULT_AGENTS_DIR = Path(__file__).resolve().parent.parent / "defaults" / "agents"
+
+AgentMode = Literal["primary", "subagent", "all"]
+
+
+class AgentConfig(BaseModel):
+    """Per-agent LLM overrides applied on top of the resolved catalogue model."""
+
+    # Unknown keys are errors so that a typo such as ``temprature`` is reported
+    # instead of being silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Serve the model through this provider instead of the catalogue's (e.g. "vllm").
+    provider: str | None = None
+    model: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, gt=0)
+    # Maximum model calls per turn (the loop's iteration limit).
+    recursion_limit: int | None = Field(default=None, gt=0)
+    # Models tried in order when the current one fails (provider error, rate
+    # limit, timeout, context length): the failover chain.
+    fallback_models: list[str] = Field(default_factory=list)
+
+
+class AgentLimits(BaseModel):
+    """Per-turn limits; unset fields keep the runtime's defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_iterations: int | None = Field(default=None, gt=0)
+    max_tool_calls: int | None = Field(default=None, ge=0)
+    max_mcp_calls: int | None = Field(default=None, ge=0)
+    tool_timeout_s: float | None = Field(default=None, gt=0)
+    max_parallel_tools: int | None = Field(default=None, gt=0)
+    max_wall_clock_s: float | None = Field(default=None, gt=0)
+    # On reaching a tool limit: "finalize" asks the model to answer without
+    # tools; "error" ends the turn with budget_exceeded.
+    on_tool_limit: Literal["finalize", "error"] = "finalize"
+
+
+class AgentBudget(BaseModel):
+    """Cost budget of the agent's turns (or whole sessions with ``per_session``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_total_tokens: int | None = Field(default=None, gt=0)
+    action: Literal["error", "warn"] = "error"
+    per_session: bool = False
+
+
+class AgentCompaction(BaseModel):
+    """How the runtime keeps a long conversation within its context budget.
+
+    Before each model call the runtime estimates the transcript's tokens and, near
+    ``max_tokens``, has the context service summarize its older part (seed 004's
+    summarization lifecycle). Zero limits take the context service's defaults,
+    derived from the model's context window.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    # Compact when transcript plus summary exceed this many tokens; 0: half the context window.
+    max_tokens: int = Field(default=0, ge=0)
+    # Target size of the live transcript after compaction; 0: half of max_tokens.
+    context_token_limit: int = Field(default=0, ge=0)
+    # Target size of each summary; 0: the context service's default.
+    summary_token_limit: int = Field(default=0, ge=0)
+    # Catalogue name of the summarizing model; empty: the agent's model.
+    model: str = ""
+
+
+class AgentDefinition(BaseModel):
+    """Declarative description of one agent.
+
+    ``mode`` says who may run the agent: ``primary`` agents own sessions,
+    ``subagent`` agents are only invoked by other agents, ``all`` allows both.
+    ``prompts_dir`` holds ``identity.md``, ``guardrails.md`` and
+    ``roles/<role>.md``; when loaded from a file a relative path is resolved
+    against the folder of that file. ``system_prompt`` is inline text used
+    instead of, or in addition to, those files. ``subagents`` names the agents
+    this one may delegate to (through the runtime's ``task`` tool); ``interrupt_on``
+    maps tool names (or glob patterns) to whether a call needs a human's approval,
+    which pauses the turn; ``runtime`` picks the runtime engine; ``compaction``
+    bounds the live transcript.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=AGENT_NAME_PATTERN)
+    description: str = ""
+    prompts_dir: Path | None = None
+    system_prompt: str | None = None
+    # Catalogue name for the models service; empty selects the catalogue default.
+    model: str = ""
+    tools: list[str] = Field(default_factory=list)
+    skills: list[str] = Field(default_factory=list)
+    default_role: str = ""
+    mode: AgentMode = "primary"
+    hidden: bool = False
+    a2a_exposed: bool = False
+    config: AgentConfig = Field(default_factory=AgentConfig)
+    subagents: list[str] = Field(default_factory=list)
+    interrupt_on: dict[str, bool] = Field(default_factory=dict)
+    runtime: str = ""
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    budget: AgentBudget = Field(default_factory=AgentBudget)
+    # JSON Schema of the structured answer every turn must give; None: free text.
+    output_schema: dict[str, Any] | None = None
+    compaction: AgentCompaction = Field(default_factory=AgentCompaction)
+
+    @property
+    def model_name(self) -> str:
+        """The catalogue name to resolve: ``config.model`` wins over ``model``."""
+        return self.config.model or self.model
+
+    @property
+    def is_primary(self) -> bool:
+        return self.mode in ("primary", "all")
+
+
+@dataclass(frozen=True)
+class AgentLoadError:
+    """A problem with one agent file; ``str()`` gives ``"<file>: <message>"``."""
+
+    path: Path
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path.name}: {self.message}"
+
+
+class UnknownAgentError(LookupError):
+    """Raised by ``AgentRegistry.get`` for a name that is not registered."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = tuple(known)
+        listing = ", ".join(self.known) or "(none)"
+        super().__init__(f"unknown agent {name!r}; known agents: {listing}")
+
+
+class AgentRegistry:
+    """Immutable catalogue of agent definitions, keyed by name."""
+
+    def __init__(
+        self,
+        definitions: Mapping[str, AgentDefinition],
+        errors: Iterable[AgentLoadError] = (),
+    ) -> None:
+        self._definitions = dict(definitions)
+        self._errors = tuple(errors)
+
+    @classmethod
+    def from_definitions(cls, definitions: Iterable[AgentDefinition]) -> AgentRegistry:
+        """Build a registry from in-memory definitions; duplicate names raise ValueError."""
+        by_name: dict[str, AgentDefinition] = {}
+        for definition in definitions:
+            if definition.name in by_name:
+                raise ValueError(f"duplicate agent name {definition.name!r}")
+            by_name[definition.name] = definition
+        return cls(by_name)
+
+    @classmethod
+    def load_dir(cls, path: Path | str) -> AgentRegistry:
+        """Load every ``*.yaml``/``*.yml``/``*.md`` file directly inside ``path``.
+
+        Files are read in name order, so when two files declare the same agent
+        name the one that sorts later is the one reported. A missing folder
+        raises ``FileNotFoundError``: that is a deployment error, not a bad file.
+        """
+        directory = Path(path)
+        files = _agent_files(directory)
+        definitions: dict[str, AgentDefinition] = {}
+        origins: dict[str, Path] = {}
+        errors: builtins.list[AgentLoadError] = []
+        for file in files:
+            loaded = _load_file(file)
+            if not isinstance(loaded, AgentDefinition):
+                errors.extend(loaded)
+            elif loaded.name in definitions:
+                first = origins[loaded.name].name
+                message = f"name: duplicate agent name {loaded.name!r}, already defined in {first}"
+                errors.append(AgentLoadError(file, message))
+            else:
+                definitions[loaded.name] = loaded
+                origins[loaded.name] = file
+        # A subagent reference must name a loaded agent that may act as a subagent.
+        for name, definition in definitions.items():
+            for index, sub in enumerate(definition.subagents):
+                target = definitions.get(sub)
+                if target is None:
+                    problem = f"unknown agent {sub!r}"
+                elif target.mode == "primary":
+                    problem = f"agent {sub!r} has mode 'primary'; a subagent needs mode 'subagent' or 'all'"
+                else:
+                    continue
+                errors.append(AgentLoadError(origins[name], f"subagents.{index}: {problem}"))
+        return cls(definitions, errors)
+
+    @classmethod
+    def default(cls) -> AgentRegistry:
+        """The agents shipped with cogmesh (``services/defaults/agents``)."""
+        return cls.load_dir(DEFAULT_AGENTS_DIR)
+
+    @property
+    def errors(self) -> tuple[AgentLoadError, ...]:
+        return self._errors
+
+    def get(self, name: str) -> AgentDefinition:
+        try:
+            return self._definitions[name]
+        except KeyError:
+            raise UnknownAgentError(name, self.names()) from None
+
+    def names(self) -> builtins.list[str]:
+        """All registered names, hidden agents included (they can still be run)."""
+        return sorted(self._definitions)
+
+    def list(self, include_hidden: bool = False) -> builtins.list[AgentDefinition]:
+        """Definitions sorted by name; hidden agents only when asked for."""
+        return [
+            self._definitions[name] for name in self.names() if include_hidden or not self._definitions[name].hidden
+        ]
+
+    def primaries(self) -> builtins.list[AgentDefinition]:
+        """Agents that can own a session (mode primary or all), hidden ones included."""
+        return [d for d in self.list(include_hidden=True) if d.is_primary]
+
+    def subagents(self) -> builtins.list[AgentDefinition]:
+        """Agents other agents may delegate to (mode subagent or all)."""
+        return [d for d in self.list(include_hidden=True) if d.mode != "primary"]
+
+
+class ReloadingAgentRegistry(AgentRegistry):
+    """An agents folder that reloads itself when a file in it changes (hot reload).
+
+    Every read checks, at most once per ``check_interval_s``, a fingerprint of the
+    folder (file names, sizes and modification times of the agent files and of the
+    prompt files they read). A changed fingerprint reloads the whole folder; the
+    new errors are logged, and agents that still load keep serving.
+    """
+
+    def __init__(self, directory: Path, check_interval_s: float = RELOAD_CHECK_INTERVAL_S) -> None:
+        self.directory = directory
+        self._interval = check_interval_s
+        self._lock = threading.Lock()
+        self._fingerprint = _fingerprint(directory)
+        loaded = AgentRegistry.load_dir(directory)
+        super().__init__(loaded._definitions, loaded._errors)
+        self._checked = time.monotonic()
+        self.reloads = 0
+
+    def _maybe_reload(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._checked < self._interval:
+            return
+        with self._lock:
+            self._checked = now
+            fingerprint = _fingerprint(self.directory)
+            if fingerprint == self._fingerprint:
+                return
+            self._fingerprint = fingerprint
+            loaded = AgentRegistry.load_dir(self.directory)
+            self._definitions, self._errors = loaded._definitions, loaded._errors
+            self.reloads += 1
+        log.info("agents reloaded", directory=str(self.directory), agents=self.names(), errors=len(self._errors))
+        for error in self._errors:
+            log.error("agent definition rejected", file=str(error.path), problem=error.message)
+
+    def reload_now(self) -> None:
+        """Check the folder at once (tests, or a file watcher that knows something changed)."""
+        self._maybe_reload(force=True)
+
+    @property
+    def errors(self) -> tuple[AgentLoadError, ...]:
+        self._maybe_reload()
+        return self._errors
+
+    def get(self, name: str) -> AgentDefinition:
+        self._maybe_reload()
+        return super().get(name)
+
+    def names(self) -> builtins.list[str]:
+        self._maybe_reload()
+        return super().names()
+
+
+def _agent_files(directory: Path) -> builtins.list[Path]:
+    return sorted(
+        entry
+        for entry in directory.iterdir()
+        # Dot-files are editor lock/backup files, and README.md documents the folder.
+        if entry.suffix in AGENT_FILE_SUFFIXES
+        and not entry.name.startswith(".")
+        and entry.name.lower() != "readme.md"
+        and entry.is_file()
+    )
+
+
+def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """What changes when an agent file or a prompt file next to it changes."""
+    stats: builtins.list[tuple[str, int, int]] = []
+    try:
+        entries = builtins.list(directory.rglob("*"))
+    except OSError:
+        return ()
+    for entry in entries:
+        try:
+            info = entry.stat()
+        except OSError:
+            continue  # deleted while scanning: the next check sees the new state
+        if entry.is_file():
+            stats.append((str(entry), info.st_size, info.st_mtime_ns))
+    return tuple(sorted(stats))
+
+
+def _read(path: Path) -> dict[str, Any] | AgentLoadError:
+    """The raw field mapping of a YAML file, or of a Markdown file's front matter plus body."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        body = None
+        if path.suffix == ".md":
+            lines = text.splitlines(keepends=True)
+            if not lines or lines[0].strip() != "---":
+                return AgentLoadError(path, "no front matter: an agent Markdown file starts with a '---' YAML block")
+            end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+            if end is None:
+                return AgentLoadError(path, "front matter is not closed by a '---' line")
+            text, body = "".join(lines[1:end]), "".join(lines[end + 1 :]).strip()
+        raw = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        # PyYAML messages span several lines; keep each error on one line.
+        return AgentLoadError(path, "cannot read YAML: " + " ".join(str(exc).split()))
+    if body is not None:
+        raw = {} if raw is None else raw
+        if isinstance(raw, dict):
+            raw.setdefault("name", path.stem)
+            if body:
+                if "system_prompt" in raw:
+                    return AgentLoadError(path, "system_prompt: given twice (front matter and Markdown body)")
+                raw["system_prompt"] = body
+    if not isinstance(raw, dict):
+        return AgentLoadError(path, f"expected a mapping at top level, got {type(raw).__name__}")
+    return raw
+
+
+def _resolve_prompt_file(path: Path, raw: dict[str, Any]) -> AgentLoadError | None:
+    """Replace ``system_prompt: {file: ...}`` by the file's text (relative to the agent file)."""
+    prompt = raw.get("system_prompt")
+    if not isinstance(prompt, dict):
+        return None
+    if set(prompt) != {"file"} or not isinstance(prompt["file"], str) or not prompt["file"].strip():
+        return AgentLoadError(path, "system_prompt: expected text or {file: <path>}")
+    candidate = path.parent / prompt["file"]
+    if not candidate.is_file() and candidate.suffix != ".md":
+        candidate = candidate.with_name(candidate.name + ".md")
+    try:
+        raw["system_prompt"] = candidate.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        return AgentLoadError(path, f"system_prompt.file: cannot read {candidate}: {getattr(exc, 'strerror', exc)}")
+    return None
+
+
+def _load_file(path: Path) -> AgentDefinition | builtins.list[AgentLoadError]:
+    raw = _read(path)
+    if isinstance(raw, AgentLoadError):
+        return [raw]
+    problem = _resolve_prompt_file(path, raw)
+    if problem is not None:
+        return [problem]
+    try:
+        definition = AgentDefinition.model_validate(raw)
+    except ValidationError as exc:
+        return [AgentLoadError(path, _describe(error)) for error in exc.errors()]
+    if definition.prompts_dir is None:
+        return definition
+    # An absolute prompts_dir survives the join unchanged.
+    prompts_dir = (path.parent / definition.prompts_dir).resolve()
+    if not prompts_dir.is_dir():
+        return [AgentLoadError(path, f"prompts_dir: not a directory: {prompts_dir}")]
+    return definition.model_copy(update={"prompts_dir": prompts_dir})
+
+
+def _describe(error: ErrorDetails) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    return f"{location}: {error['msg']}" if location else error["msg"]
+
+
+def load_agents(agents_dir: Path | None) -> AgentRegistry:
+    """The registry a service starts with: the configured folder or the shipped agents.
+
+    It reloads itself when the folder changes. Files that fail to load are logged
+    with file and field; the others still serve.
+    """
+    registry = ReloadingAgentRegistry(Path(agents_dir) if agents_dir else DEFAULT_AGENTS_DIR)
+    for error in registry.errors:
+        log.error("agent definition rejected", file=str(error.path), problem=error.message)
+    return registry

@@ -1,0 +1,106 @@
+"""Suite configuration: environment (COGMESH_*) first, command-line flags override."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Default port of each service (DESIGN.md). Internal services bind loopback by default.
+DEFAULT_PORTS: dict[str, int] = {
+    "gateway": 50051,
+    "runtime": 50052,
+    "policy": 50053,
+    "context": 50054,
+    "sessions": 50055,
+    "models": 50056,
+}
+
+
+class Settings(BaseSettings):
+    """One settings model for the whole suite; each service reads the fields it needs."""
+
+    model_config = SettingsConfigDict(env_prefix="COGMESH_", extra="ignore")
+
+    listen: str = Field("", description="host:port to bind; empty means 127.0.0.1:<service default port>")
+    gateway_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['gateway']}", description="gateway address")
+    runtime_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['runtime']}", description="runtime service address")
+    policy_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['policy']}", description="policy service address")
+    context_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['context']}", description="context service address")
+    sessions_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['sessions']}", description="sessions service address")
+    models_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['models']}", description="models service address")
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    log_format: Literal["json", "console"] = Field("json", description="log line format")
+    otlp_endpoint: str = Field("", description="OTLP/gRPC endpoint for traces; empty exports nothing")
+    tracing: bool = Field(True, description="record OpenTelemetry spans (trace ids in logs; exported to otlp_endpoint)")
+    trace_sample_ratio: float = Field(1.0, ge=0, le=1, description="share of new traces recorded (parent decides)")
+    metrics: bool = Field(True, description="record Prometheus metrics (RPC latency, streams, turns, tokens, cost)")
+    metrics_port: int = Field(0, ge=0, le=65535, description="port of the Prometheus /metrics endpoint; 0: not served")
+    metrics_host: str = Field("127.0.0.1", description="bind address of /metrics (0.0.0.0 in containers)")
+    log_sensitive: bool = Field(
+        False, description="debug only: log prompt and message text; secrets (keys, tokens) stay redacted"
+    )
+    drain_s: float = Field(
+        0.0, ge=0, description="on shutdown, seconds NOT_SERVING is reported before new RPCs are refused"
+    )
+
+    call_timeout_s: float = Field(5.0, gt=0, description="deadline of internal unary calls, seconds")
+    turn_timeout_s: float = Field(300.0, gt=0, description="deadline of a whole turn, seconds")
+    shutdown_grace_s: float = Field(5.0, ge=0, description="seconds in-flight RPCs get to finish on shutdown")
+    heartbeat_s: float = Field(15.0, gt=0, description="idle seconds before a Subscribe heartbeat")
+
+    agents_dir: Path | None = Field(None, description="folder of agent YAML files; default: the shipped agents")
+    models_file: Path | None = Field(None, description="model catalogue YAML; default: the shipped models.yaml")
+    models_store_file: Path | None = Field(
+        None, description="YAML file where AddModel persists models when redis_url is empty; default: not persisted"
+    )
+    models_strict: bool = Field(False, description="unknown model names are NOT_FOUND instead of the default model")
+    models_refresh_s: float = Field(
+        1.0, ge=0, description="seconds between checks of the catalogue file and store for changes; 0: every call"
+    )
+    token_counter: Literal["tiktoken", "script", "chars"] = Field(
+        "tiktoken", description="context token counter: tiktoken (cl100k_base), script (estimate) or chars (len/4)"
+    )
+    event_retention: int = Field(10_000, gt=0, description="events kept per session in the event log")
+    event_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="an event log with no appends for this long expires")
+    subscriber_max_lag: int = Field(5_000, gt=0, description="events a subscriber may fall behind before cut-off")
+    tenant_id: str = Field("default", description="tenant of unauthenticated (dev mode) callers")
+    policy_dir: Path | None = Field(
+        None, description="folder of policy.yaml, interceptors.yaml, role_router.yaml; default: the shipped policy"
+    )
+    policy_reload_s: float = Field(1.0, gt=0, description="seconds between checks of the policy files for changes")
+
+    runtime: str = Field("", description="runtime engine when neither the turn nor the agent names one")
+    providers_file: Path | None = Field(None, description="YAML of model provider endpoints and key sources")
+    tool_servers_file: Path | None = Field(None, description="YAML of MCP and ToolService tool servers")
+
+    redis_url: str = Field("", description="Redis URL of sessions, leases, checkpoints, event log; empty: memory")
+    redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes")
+    redis_timeout_s: float = Field(2.0, gt=0, description="socket timeout of each Redis call, seconds")
+    session_ttl_s: float = Field(86_400.0, ge=0, description="idle seconds before a session is evicted; 0: never")
+
+    api_keys_file: Path | None = Field(None, description="YAML of hashed API keys -> tenant; enables auth")
+    dev_mode: bool = Field(False, description="no auth: every caller is tenant_id; loopback only")
+    tenant_rate_per_s: float = Field(200.0, gt=0, description="requests per second per tenant at the gateway")
+    tenant_burst: int = Field(400, gt=0, description="burst of requests per tenant at the gateway")
+    tenant_max_streams: int = Field(500, gt=0, description="concurrent streams per tenant at the gateway")
+    tls_cert_file: Path | None = Field(None, description="PEM certificate: the gateway serves TLS")
+    tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
+    tls_client_ca_file: Path | None = Field(None, description="PEM CA bundle: require client certificates (mTLS)")
+
+    def listen_address(self, service: str) -> str:
+        return self.listen or f"127.0.0.1:{DEFAULT_PORTS[service]}"
+
+
+def load_settings(argv: Sequence[str] | None = None, *, prog: str = "cogmesh") -> Settings:
+    """Build Settings from the environment, then apply `--field-name value` flags."""
+    parser = argparse.ArgumentParser(prog=prog, description="Environment variables COGMESH_<FIELD> set defaults.")
+    for name, field in Settings.model_fields.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
+    flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    return Settings(**flags)

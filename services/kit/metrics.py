@@ -1,0 +1,262 @@
+"""Prometheus metrics of every cogmesh service, served on an HTTP /metrics port.
+
+RPC metrics come from the server interceptor (server.py) for every service: latency
+histograms by method and status, active streams, stream messages sent. The domain
+metrics are read off the wire where the wire already says everything:
+
+* events carried by server streams (runtime `RunTurn`: produced; gateway
+  `SendMessage`/`Subscribe`: delivered), by payload kind; `rate()` gives events/s;
+* turn latency by outcome, and tokens, cost and calls by model, from the events of
+  the runtime's `RunTurn`/`ResumeTurn` streams (each model call's `usage` event);
+* policy denials by rule and deciding layer, from `CheckToolCall(s)` decisions.
+
+Circuit breakers live inside the policy and runtime processes; a service registers a
+snapshot function with `register_breakers` and their states are read at scrape time.
+
+Names follow Prometheus conventions (`_seconds`, `_total`, `_usd`); labels only take
+bounded values (method names, status codes, model ids from the catalogue, rule names).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from google.protobuf.message import Message
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from cogmesh.common.v1 import events_pb2
+from cogmesh.policy.v1 import policy_pb2
+
+# From sub-millisecond unary calls to turns and streams of minutes.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TURN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+CIRCUIT_STATES = ("closed", "open", "half_open")
+
+RPC_SECONDS = Histogram(
+    "grpc_server_handling_seconds",
+    "Time from the start of an RPC to its status, by method and status code (streams: the stream's lifetime).",
+    ["grpc_service", "grpc_method", "grpc_type", "grpc_code"],
+    buckets=LATENCY_BUCKETS,
+)
+RPC_ACTIVE_STREAMS = Gauge(
+    "grpc_server_active_streams",
+    "Streaming RPCs in progress, by method.",
+    ["grpc_service", "grpc_method"],
+)
+RPC_MESSAGES_SENT = Counter(
+    "grpc_server_msg_sent",
+    "Messages sent on server streams, by method.",
+    ["grpc_service", "grpc_method"],
+)
+EVENTS = Counter(
+    "cogmesh_events",
+    "Runtime events carried by server streams, by method and payload kind (rate() is events per second).",
+    ["grpc_service", "grpc_method", "kind"],
+)
+TURN_SECONDS = Histogram(
+    "cogmesh_turn_duration_seconds",
+    "Runtime turn latency, from RunTurn/ResumeTurn start to its final or error event, by outcome.",
+    ["outcome"],
+    buckets=TURN_BUCKETS,
+)
+MODEL_CALLS = Counter("cogmesh_model_calls", "Model calls, by model and provider.", ["model", "provider"])
+MODEL_TOKENS = Counter(
+    "cogmesh_model_tokens",
+    "Tokens of model calls, by model, provider and direction (input or output).",
+    ["model", "provider", "direction"],
+)
+MODEL_COST = Counter(
+    "cogmesh_model_cost_usd", "Cost of model calls in USD from catalogue pricing, by model.", ["model", "provider"]
+)
+POLICY_DENIALS = Counter(
+    "cogmesh_policy_denials",
+    "Tool calls the policy service denied, by rule and by the layer that decided.",
+    ["rule", "source"],
+)
+
+_TURN_METHODS = frozenset(
+    {"/cogmesh.runtime.v1.RuntimeService/RunTurn", "/cogmesh.runtime.v1.RuntimeService/ResumeTurn"}
+)
+_DECISION_METHODS = frozenset(
+    {"/cogmesh.policy.v1.PolicyService/CheckToolCall", "/cogmesh.policy.v1.PolicyService/CheckToolCalls"}
+)
+_EVENT_TYPE = events_pb2.RuntimeEvent.DESCRIPTOR.full_name
+_ERROR_KINDS = {
+    value.number: value.name.removeprefix("ERROR_KIND_").lower() for value in events_pb2.ErrorKind.DESCRIPTOR.values
+}
+_has_events: dict[type, bool] = {}
+
+
+def _carries_events(message: Message) -> bool:
+    """Whether the message type has a `repeated RuntimeEvent events` field (cached per type)."""
+    kind = type(message)
+    known = _has_events.get(kind)
+    if known is None:
+        field = message.DESCRIPTOR.fields_by_name.get("events")
+        known = field is not None and field.message_type is not None and field.message_type.full_name == _EVENT_TYPE
+        _has_events[kind] = known
+    return known
+
+
+def split_method(method: str) -> tuple[str, str]:
+    """ "/pkg.Service/Method" -> ("pkg.Service", "Method")."""
+    _, _, rest = method.partition("/")
+    service, _, name = rest.partition("/")
+    return service, name
+
+
+class RpcRecorder:
+    """Records one RPC: created when it starts, told each message it sends, ended once with its code."""
+
+    __slots__ = ("_labels", "_method", "_started", "_stream", "_turn_done", "_turn_seen", "_type")
+
+    def __init__(self, method: str, rpc_type: str) -> None:
+        self._method = method
+        self._labels = split_method(method)
+        self._type = rpc_type
+        self._stream = rpc_type in ("server_stream", "bidi_stream")
+        self._started = time.perf_counter()
+        self._turn_seen = self._turn_done = False
+        if self._stream:
+            RPC_ACTIVE_STREAMS.labels(*self._labels).inc()
+
+    def sent(self, message: Any) -> None:
+        """A response message: counted on streams, and read for domain metrics."""
+        if self._stream:
+            RPC_MESSAGES_SENT.labels(*self._labels).inc()
+            if isinstance(message, Message) and _carries_events(message):
+                self._events(message.events)  # type: ignore[attr-defined]
+        elif self._method in _DECISION_METHODS:
+            _decisions(message)
+
+    def _events(self, events: Iterable[events_pb2.RuntimeEvent]) -> None:
+        service, method = self._labels
+        turn = self._method in _TURN_METHODS
+        for event in events:
+            kind = event.WhichOneof("payload") or "unknown"
+            EVENTS.labels(service, method, kind).inc()
+            if not turn:
+                continue
+            self._turn_seen = True
+            if kind == "usage":
+                usage = event.usage
+                MODEL_CALLS.labels(usage.model, usage.provider).inc()
+                MODEL_TOKENS.labels(usage.model, usage.provider, "input").inc(usage.input_tokens)
+                MODEL_TOKENS.labels(usage.model, usage.provider, "output").inc(usage.output_tokens)
+                MODEL_COST.labels(usage.model, usage.provider).inc(max(0.0, usage.cost_usd))
+            elif kind in ("final", "error") and not self._turn_done:
+                self._turn_done = True
+                outcome = "ok" if kind == "final" else _ERROR_KINDS.get(event.error.kind, "unspecified")
+                TURN_SECONDS.labels(outcome).observe(time.perf_counter() - self._started)
+
+    def end(self, code: str) -> None:
+        elapsed = time.perf_counter() - self._started
+        RPC_SECONDS.labels(*self._labels, self._type, code).observe(elapsed)
+        if self._stream:
+            RPC_ACTIVE_STREAMS.labels(*self._labels).dec()
+        if self._turn_seen and not self._turn_done:  # the stream broke before the turn said how it ended
+            self._turn_done = True
+            TURN_SECONDS.labels("aborted").observe(elapsed)
+
+
+def _decisions(message: Any) -> None:
+    decisions = message.decisions if isinstance(message, policy_pb2.CheckToolCallsResponse) else [message]
+    for decision in decisions:
+        if isinstance(decision, policy_pb2.CheckToolCallResponse) and decision.verdict == policy_pb2.VERDICT_DENY:
+            POLICY_DENIALS.labels(decision.rule or "unspecified", decision.source or "unspecified").inc()
+
+
+# --------------------------------------------------------------------------- circuit breakers
+
+BreakerSnapshot = Callable[[], Mapping[str, str]]
+
+
+@dataclass(frozen=True)
+class _BreakerSource:
+    service: str
+    scope: str
+    snapshot: BreakerSnapshot
+
+
+class BreakerCollector(Collector):
+    """`cogmesh_circuit_breaker_state`: 1 for each breaker's current state, 0 for the others."""
+
+    def __init__(self) -> None:
+        self._sources: dict[tuple[str, str], _BreakerSource] = {}
+        self._lock = threading.Lock()
+
+    def register(self, service: str, scope: str, snapshot: BreakerSnapshot) -> None:
+        with self._lock:
+            self._sources[(service, scope)] = _BreakerSource(service, scope, snapshot)
+
+    def unregister(self, service: str, scope: str) -> None:
+        with self._lock:
+            self._sources.pop((service, scope), None)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "cogmesh_circuit_breaker_state",
+            "Circuit breaker state (1 = current), by service, scope (tool_server, interceptor, ...) and name.",
+            labels=["service", "scope", "name", "state"],
+        )
+        with self._lock:
+            sources = list(self._sources.values())
+        for source in sources:
+            try:
+                states = dict(source.snapshot())
+            except Exception:  # noqa: BLE001 - a broken snapshot must not break the scrape
+                continue
+            for name, state in sorted(states.items()):
+                for candidate in CIRCUIT_STATES:
+                    family.add_metric(
+                        [source.service, source.scope, name, candidate], 1.0 if state == candidate else 0.0
+                    )
+        yield family
+
+
+BREAKERS = BreakerCollector()
+REGISTRY.register(BREAKERS)
+
+
+def register_breakers(service: str, scope: str, snapshot: BreakerSnapshot) -> None:
+    """Export breaker states: `snapshot()` maps each breaker's name to closed, open or half_open.
+
+    e.g. in services/runtime/main.py:
+    `register_breakers("runtime", "tool_server", lambda: {n: b.state.value for n, b in breakers.items()})`.
+    """
+    BREAKERS.register(service, scope, snapshot)
+
+
+# --------------------------------------------------------------------------- /metrics endpoint
+
+
+class MetricsServer:
+    """The HTTP endpoint serving this process's metrics in Prometheus text format."""
+
+    def __init__(self, httpd: WSGIServer, thread: threading.Thread) -> None:
+        self._httpd, self._thread = httpd, thread
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_port)
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve_metrics(host: str, port: int, registry: CollectorRegistry = REGISTRY) -> MetricsServer:
+    """Serve /metrics on host:port (port 0 picks a free one) from a daemon thread."""
+    try:
+        httpd, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise SystemExit(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from exc
+    return MetricsServer(httpd, thread)

@@ -1,0 +1,24 @@
+"""Small conversions between protobuf well-known types and plain Python."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+
+def struct_to_dict(value: struct_pb2.Struct) -> dict[str, Any]:
+    return json_format.MessageToDict(value)
+
+
+def dict_to_struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(value)
+    return out
+
+
+def now() -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.GetCurrentTime()
+    return stamp
