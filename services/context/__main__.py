@@ -1,0 +1,3 @@
+from services.context.main import main
+
+main()

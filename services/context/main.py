@@ -1,0 +1,47 @@
+"""Context service entry point: `python -m services.context`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio as redis
+
+from cogmesh.context.v1 import context_pb2, context_pb2_grpc
+from services.context.archive import MemoryToolArchive, RedisToolArchive, ToolArchive
+from services.context.builder import ContextBuilder
+from services.context.compaction import Compactor
+from services.context.prompt_files import PromptFiles
+from services.context.servicer import ContextServicer
+from services.context.tokens import make_counter
+from services.kit.agents import load_agents
+from services.kit.clients import Clients
+from services.kit.config import Settings
+from services.kit.server import App, mount, run
+
+
+async def build(settings: Settings, clients: Clients) -> App:
+    counter = make_counter(settings.token_counter)
+    archive: ToolArchive = MemoryToolArchive()
+    on_close: list[Callable[[], Awaitable[None]]] = []
+    redis_url = getattr(settings, "redis_url", "")
+    if redis_url:
+        timeout = getattr(settings, "redis_timeout_s", 2.0)
+        client = redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        archive = RedisToolArchive(client, getattr(settings, "redis_key_prefix", "cogmesh:"))
+
+        async def close() -> None:
+            await client.aclose()
+
+        on_close.append(close)
+    servicer = ContextServicer(
+        load_agents(settings.agents_dir),
+        ContextBuilder(PromptFiles(), counter),
+        Compactor(counter, archive),
+        archive,
+        clients,
+    )
+    return App("context", [mount(servicer, context_pb2, context_pb2_grpc, "ContextService")], on_close)
+
+
+def main() -> None:
+    run("context", build)

@@ -1,0 +1,104 @@
+"""What the context service reads from and writes to the sessions service.
+
+Rehydration reads the session's rehydration payload; compaction stores the
+rolling summary. A sessions service that predates those RPCs answers
+UNIMPLEMENTED: rehydration then falls back to the session and its last
+messages (and says which parts were unavailable), and the summary is reported
+as not stored, so neither stalls a turn.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from cogmesh.common.v1 import messages_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from services.context.rehydration import RehydrationPayload
+from services.kit.clients import Clients
+from services.kit.errors import from_dependency
+from services.kit.protos import struct_to_dict
+
+ROLE_NAMES = {
+    messages_pb2.ROLE_USER: "user",
+    messages_pb2.ROLE_ASSISTANT: "assistant",
+    messages_pb2.ROLE_SYSTEM: "system",
+    messages_pb2.ROLE_TOOL: "tool",
+}
+
+
+def recalled_text(message: messages_pb2.Message) -> tuple[str, str]:
+    """(role, text) of a message for the recent-messages pack; tool calls are named."""
+    role = ROLE_NAMES.get(message.role, "user")
+    text = message.content
+    calls = ", ".join(call.name for call in message.tool_calls)
+    if calls:
+        text = f"{text} [called {calls}]".strip()
+    if role == "tool" and message.name:
+        role = f"tool {message.name}"
+    return role, text
+
+
+def _labelled(text: str, data: dict[str, object]) -> str:
+    lines = [text.strip()] if text.strip() else []
+    lines += [f"{key}: {data[key]}" for key in sorted(data)]
+    return "\n".join(lines)
+
+
+def payload_from_proto(reply: sessions_pb2.GetRehydrationPayloadResponse) -> RehydrationPayload:
+    session = reply.session
+    return RehydrationPayload(
+        role_id=session.role_id,
+        active_skill_ids=tuple(session.active_skill_ids),
+        prompt_hash=session.prompt_hash,
+        summary=reply.summary.text,
+        last_messages=tuple(recalled_text(m) for m in reply.last_messages),
+        goal=_labelled(reply.goal.text, struct_to_dict(reply.goal.data)) if reply.HasField("goal") else "",
+        phase=_labelled(reply.phase.phase, struct_to_dict(reply.phase.data)) if reply.HasField("phase") else "",
+    )
+
+
+async def load_payload(clients: Clients, tenant: str, session_id: str, last_n: int) -> RehydrationPayload:
+    try:
+        reply = await clients.sessions.GetRehydrationPayload(
+            sessions_pb2.GetRehydrationPayloadRequest(tenant_id=tenant, session_id=session_id, last_n=last_n)
+        )
+        return payload_from_proto(reply)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise from_dependency(exc, "sessions") from exc
+    # An older sessions service: session state and messages only.
+    try:
+        got = await clients.sessions.GetSession(sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id))
+        listed = await clients.sessions.ListMessages(
+            sessions_pb2.ListMessagesRequest(tenant_id=tenant, session_id=session_id, last_n=last_n)
+        )
+    except grpc.aio.AioRpcError as exc:
+        raise from_dependency(exc, "sessions") from exc
+    return RehydrationPayload(
+        role_id=got.session.role_id,
+        active_skill_ids=tuple(got.session.active_skill_ids),
+        prompt_hash=got.session.prompt_hash,
+        last_messages=tuple(recalled_text(m) for m in listed.messages),
+        unavailable=("summary", "goal", "phase"),
+    )
+
+
+async def store_summary(
+    clients: Clients, tenant: str, session_id: str, text: str, covered_message_count: int, lease_token: int
+) -> bool:
+    """Write the rolling summary; False when the sessions service has no UpdateSummary."""
+    try:
+        await clients.sessions.UpdateSummary(
+            sessions_pb2.UpdateSummaryRequest(
+                tenant_id=tenant,
+                session_id=session_id,
+                text=text,
+                covered_message_count=covered_message_count,
+                lease_token=lease_token,
+            )
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return False
+        raise from_dependency(exc, "sessions") from exc
+    return True

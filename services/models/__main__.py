@@ -1,0 +1,3 @@
+from services.models.main import main
+
+main()

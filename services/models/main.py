@@ -1,0 +1,40 @@
+"""Models service entry point: `python -m services.models`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio as redis
+
+from cogmesh.models.v1 import models_pb2, models_pb2_grpc
+from services.kit.clients import Clients
+from services.kit.config import Settings
+from services.kit.server import App, mount, run
+from services.models.catalog import DEFAULT_CATALOG_PATH
+from services.models.registry import FileModelStore, ModelRegistry, ModelStore, RedisModelStore
+from services.models.servicer import ModelsServicer
+
+
+async def build(settings: Settings, clients: Clients) -> App:
+    on_close: list[Callable[[], Awaitable[None]]] = []
+    store: ModelStore | None = None
+    redis_url = getattr(settings, "redis_url", "")
+    if redis_url:
+        timeout = getattr(settings, "redis_timeout_s", 2.0)
+        client = redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        store = RedisModelStore(client, getattr(settings, "redis_key_prefix", "cogmesh:"))
+
+        async def close() -> None:
+            await client.aclose()
+
+        on_close.append(close)
+    elif settings.models_store_file is not None:
+        store = FileModelStore(settings.models_store_file)
+    registry = ModelRegistry(settings.models_file or DEFAULT_CATALOG_PATH, store, refresh_s=settings.models_refresh_s)
+    await registry.start()
+    servicer = ModelsServicer(registry, strict=settings.models_strict)
+    return App("models", [mount(servicer, models_pb2, models_pb2_grpc, "ModelsService")], on_close)
+
+
+def main() -> None:
+    run("models", build)

@@ -1,0 +1,329 @@
+"""The live model catalogue: the catalogue file, hot-reloaded, plus models added at run time.
+
+``ModelRegistry.catalog()`` is what every request resolves against. It checks,
+at most every ``refresh_s`` seconds:
+
+* the catalogue file's (mtime, size): when it changed, the file is loaded
+  again; a file that no longer loads is logged and the last good catalogue
+  keeps serving, so a bad edit never takes the service down;
+* the store's version: when another replica added or removed a model, the
+  added models are read again.
+
+Models added with ``add`` sit on top of the file's models (an added model
+replaces the file's model of the same id when ``replace`` is set) and are
+written to the ``ModelStore`` when one is configured: a YAML file
+(``FileModelStore``) or Redis (``RedisModelStore``, shared by replicas).
+An added model that collides with the file after a reload is skipped and
+logged; the others still serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import redis.asyncio as redis
+import yaml
+from pydantic import ValidationError
+
+from services.kit.logging import log
+from services.models.catalog import CatalogError, ModelCatalog, ModelSpec
+
+_ADDED = "<added models>"
+
+
+class StoreError(RuntimeError):
+    """The store of added models cannot be read or written."""
+
+
+class ModelStore(Protocol):
+    name: str
+
+    async def load(self) -> list[ModelSpec]: ...
+
+    async def save(self, spec: ModelSpec) -> None: ...
+
+    async def delete(self, model_id: str) -> bool: ...
+
+    async def version(self) -> str:
+        """A stamp that changes whenever the stored models change."""
+        ...
+
+
+def _spec_from_json(data: Any, where: str) -> ModelSpec:
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise StoreError(f"{where}: invalid model: {exc.errors()[0]['msg']}") from exc
+
+
+class FileModelStore:
+    """Added models as a YAML document ``{models: [...]}``, rewritten atomically on every change."""
+
+    name = "file"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = asyncio.Lock()
+
+    async def load(self) -> list[ModelSpec]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot read: {exc}") from exc
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise StoreError(f"{self.path}: invalid YAML: {exc}") from exc
+        models = data.get("models", []) if isinstance(data, dict) else None
+        if not isinstance(models, list):
+            raise StoreError(f"{self.path}: expected a mapping with a 'models' list")
+        return [_spec_from_json(item, f"{self.path}: models[{i}]") for i, item in enumerate(models)]
+
+    async def save(self, spec: ModelSpec) -> None:
+        async with self._lock:
+            models = {m.id: m for m in await self.load()}
+            models[spec.id] = spec
+            self._write(list(models.values()))
+
+    async def delete(self, model_id: str) -> bool:
+        async with self._lock:
+            models = {m.id: m for m in await self.load()}
+            if models.pop(model_id, None) is None:
+                return False
+            self._write(list(models.values()))
+            return True
+
+    async def version(self) -> str:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return ""
+        return f"{stat.st_mtime_ns}:{stat.st_size}"
+
+    def _write(self, models: list[ModelSpec]) -> None:
+        document = {"models": [m.model_dump(mode="json") for m in sorted(models, key=lambda m: m.id)]}
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(
+                "# Models added at run time through ModelsService.AddModel.\n"
+                + yaml.safe_dump(document, sort_keys=False, allow_unicode=True),
+                encoding="utf-8",
+            )
+            os.replace(tmp, self.path)  # readers see the old or the new file, never half of one
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot write: {exc}") from exc
+
+
+class RedisModelStore:
+    """Added models in the hash ``<prefix>models:added`` (id -> JSON); ``<prefix>models:version`` counts changes."""
+
+    name = "redis"
+
+    def __init__(self, client: redis.Redis, prefix: str = "cogmesh:") -> None:
+        self._redis = client
+        self._hash = f"{prefix}models:added"
+        self._version = f"{prefix}models:version"
+
+    async def load(self) -> list[ModelSpec]:
+        try:
+            raw = await self._redis.hgetall(self._hash)
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+        return [
+            _spec_from_json(json.loads(value), f"redis {self._hash}[{key!r}]") for key, value in sorted(raw.items())
+        ]
+
+    async def save(self, spec: ModelSpec) -> None:
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._hash, spec.id, json.dumps(spec.model_dump(mode="json")))
+                pipe.incr(self._version)
+                await pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+
+    async def delete(self, model_id: str) -> bool:
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hdel(self._hash, model_id)
+                pipe.incr(self._version)
+                removed, _ = await pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+        return bool(removed)
+
+    async def version(self) -> str:
+        try:
+            value = await self._redis.get(self._version)
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+        return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class AddResult:
+    model: ModelSpec
+    replaced: bool
+    persisted: bool
+
+
+class ModelExists(LookupError):
+    """AddModel without replace for an id that is already in the catalogue."""
+
+
+class ModelConflict(ValueError):
+    """An added model's id or alias collides with another model; ``field`` is relative to the request."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def _file_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+class ModelRegistry:
+    def __init__(
+        self,
+        path: Path,
+        store: ModelStore | None = None,
+        *,
+        refresh_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Load ``path`` now (a broken file at startup raises CatalogError)."""
+        self.path = path
+        self.store = store
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._stamp = _file_stamp(path)
+        self._base = ModelCatalog.from_yaml(path)
+        self._added: dict[str, ModelSpec] = {}
+        self._store_version: str | None = None
+        self._catalog = self._base
+        self._checked_at = float("-inf")
+        self._lock = asyncio.Lock()
+        self.last_error = ""
+
+    async def start(self) -> None:
+        """Read the store's models (startup)."""
+        await self._refresh(force=True)
+
+    async def catalog(self) -> ModelCatalog:
+        if self._clock() - self._checked_at >= self._refresh_s:
+            await self._refresh()
+        return self._catalog
+
+    async def _refresh(self, force: bool = False) -> None:
+        async with self._lock:
+            self._checked_at = self._clock()
+            stamp = _file_stamp(self.path)
+            changed = force
+            if stamp != self._stamp:
+                self._stamp = stamp
+                changed |= self._reload_file()
+            if self.store is not None:
+                changed |= await self._reload_store(force)
+            if changed:
+                self._catalog = self._merge()
+
+    def _reload_file(self) -> bool:
+        try:
+            self._base = ModelCatalog.from_yaml(self.path)
+        except CatalogError as exc:
+            self.last_error = str(exc)
+            log.error("model catalogue reload failed; keeping the last good catalogue", problem=str(exc))
+            return False
+        self.last_error = ""
+        log.info("model catalogue reloaded", path=str(self.path), models=len(self._base.models))
+        return True
+
+    async def _reload_store(self, force: bool) -> bool:
+        assert self.store is not None
+        try:
+            version = await self.store.version()
+            if version == self._store_version and not force:
+                return False
+            models = await self.store.load()
+        except StoreError as exc:
+            # The file's models and the last known added ones keep serving.
+            log.error("reading added models failed", store=self.store.name, problem=str(exc))
+            return False
+        self._store_version = version
+        self._added = {m.id: m for m in models}
+        return True
+
+    def _merge(self) -> ModelCatalog:
+        try:
+            return self._base.with_models(self._added.values(), source=_ADDED)
+        except CatalogError:
+            pass
+        # Add one by one so a single conflicting model does not hide the others.
+        catalog = self._base
+        for spec in self._added.values():
+            try:
+                catalog = catalog.with_models([spec], source=_ADDED)
+            except CatalogError as exc:
+                log.error("added model conflicts with the catalogue; skipped", model=spec.id, problem=exc.problem)
+        return catalog
+
+    def is_added(self, model_id: str) -> bool:
+        return model_id.strip().lower() in self._added
+
+    async def add(self, spec: ModelSpec, *, replace: bool = False) -> AddResult:
+        """Add ``spec``; raises ModelExists, ModelConflict or StoreError."""
+        current = await self.catalog()
+        existing = current.get_or_none(spec.id)
+        if existing is not None and not replace:
+            raise ModelExists(f"model {spec.id!r} is already in the catalogue; set replace to overwrite it")
+        async with self._lock:
+            merged = self._with(spec)
+            persisted = False
+            if self.store is not None:
+                await self.store.save(spec)
+                persisted = True
+                # Our own write changed the version; re-reading it would be a no-op.
+                self._store_version = None
+            self._added[spec.id] = spec
+            self._catalog = merged
+        return AddResult(spec, existing is not None, persisted)
+
+    def _with(self, spec: ModelSpec) -> ModelCatalog:
+        try:
+            return self._catalog.with_models([spec], source=_ADDED)
+        except CatalogError as exc:
+            # The new model is last in the merged list; an error on another model
+            # can only be that model's alias equal to the new id.
+            last = f"models[{len(self._catalog.models) - (1 if self._catalog.get_or_none(spec.id) else 0)}]"
+            field = exc.field or ""
+            field = "model" + field.removeprefix(last) if field.startswith(last) else "model.id"
+            raise ModelConflict(field, exc.problem) from exc
+
+    async def remove(self, model_id: str) -> bool:
+        key = model_id.strip().lower()
+        await self.catalog()
+        async with self._lock:
+            if key not in self._added:
+                return False
+            if self.store is not None:
+                await self.store.delete(key)
+                self._store_version = None
+            del self._added[key]
+            self._catalog = self._merge()
+        return True

@@ -1,0 +1,3 @@
+from services.policy.main import main
+
+main()

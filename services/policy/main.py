@@ -1,0 +1,74 @@
+"""Policy service entry point: `python -m services.policy`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
+from services.kit.agents import load_agents
+from services.kit.clients import Clients
+from services.kit.config import Settings
+from services.kit.metrics import register_breakers
+from services.kit.server import App, mount, run
+from services.policy.assembly import Shared
+from services.policy.compactor import ContextServiceCompactor
+from services.policy.config import DEFAULT_POLICY_DIR, ConfigRejected, ConfigStore
+from services.policy.engine import PolicyEngine
+from services.policy.hook_client import HookChannels, RemoteHook
+from services.policy.hooks import HookHandler
+from services.policy.ratelimit import MemoryWindowStore, RedisWindowStore, WindowStore
+from services.policy.ratelimit import redis_client as connect_redis
+from services.policy.servicer import PolicyServicer
+
+
+async def build(settings: Settings, clients: Clients) -> App:
+    directory = settings.policy_dir or DEFAULT_POLICY_DIR
+    try:
+        store = ConfigStore(directory)
+    except ConfigRejected as exc:
+        raise SystemExit(f"policy: configuration in {directory} rejected: {exc}") from exc
+
+    channels = HookChannels()
+
+    def remote_hook(address: str, timeout_s: float) -> HookHandler:
+        return RemoteHook(channels, address, timeout_s)
+
+    # Rate windows are shared by every replica through Redis when the suite has one.
+    redis_url: str = getattr(settings, "redis_url", "")
+    redis_client = None
+    windows: WindowStore = MemoryWindowStore()
+    if redis_url:
+        redis_client = connect_redis(redis_url, getattr(settings, "redis_timeout_s", 2.0))
+        prefix = getattr(settings, "redis_key_prefix", "cogmesh:") + "policy:ratelimit:"
+        windows = RedisWindowStore(redis_client, prefix)
+
+    shared = Shared(windows, remote_hook, ContextServiceCompactor(clients), {})
+    # Breaker states are read when /metrics is scraped, never on the request path.
+    register_breakers(
+        "policy",
+        "interceptor",
+        lambda: {
+            f"{label}:{name}": b.state.value for (label, *_), r in shared.breakers.items() for name, b in r.items()
+        },
+    )
+    engine = PolicyEngine(load_agents(settings.agents_dir), store, shared)
+    watcher = asyncio.create_task(store.watch(settings.policy_reload_s))
+
+    async def close() -> None:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await channels.close()
+        if redis_client is not None:
+            await redis_client.aclose()
+
+    return App(
+        "policy",
+        [mount(PolicyServicer(engine), policy_pb2, policy_pb2_grpc, "PolicyService")],
+        on_close=[close],
+    )
+
+
+def main() -> None:
+    run("policy", build)

@@ -1,0 +1,114 @@
+"""Sliding-window call limits, in memory or shared by every replica through Redis.
+
+`reserve(key, limit, window_s, max_wait_s)` either takes a slot now, reserves the
+earliest slot within `max_wait_s` (the caller waits for it), or refuses. Reserving
+a future slot, instead of sleeping and retrying, keeps the limit exact under
+concurrency: any `window_s` interval holds at most `limit` calls.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    granted: bool
+    # Seconds until the reserved slot (0 = now); for a refusal, until the earliest slot.
+    wait_s: float
+
+
+class WindowStore(Protocol):
+    async def reserve(self, key: str, limit: int, window_s: float, max_wait_s: float) -> Reservation: ...
+
+
+def _slot(calls: list[float], now: float, limit: int, window_s: float) -> float:
+    """Earliest time >= now at which one more call keeps every window within `limit`.
+
+    `calls` are sorted and all newer than now - window_s (reservations may lie in the
+    future). With fewer than `limit` calls any time works. Otherwise the new call
+    must come after the limit-th newest call has left the window, and not before
+    the newest one so that later windows cannot hold more than `limit` either.
+    """
+    if len(calls) < limit:
+        return now
+    return max(now, calls[-limit] + window_s, calls[-1])
+
+
+class MemoryWindowStore:
+    """One process's windows; enough for a single replica."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._calls: dict[str, list[float]] = {}
+
+    async def reserve(self, key: str, limit: int, window_s: float, max_wait_s: float) -> Reservation:
+        now = self._clock()
+        calls = self._calls.setdefault(key, [])
+        # Calls at or before now - window have left the window (it is half-open).
+        del calls[: bisect.bisect_right(calls, now - window_s)]
+        at = _slot(calls, now, limit, window_s)
+        wait = at - now
+        if wait > max_wait_s:
+            return Reservation(False, wait)
+        bisect.insort(calls, at)
+        return Reservation(True, wait)
+
+
+# KEYS[1] sorted set of call times (ms); ARGV: limit, window_ms, max_wait_ms, member.
+# Time comes from the Redis server so replicas with skewed clocks agree.
+_RESERVE_LUA = """
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local max_wait = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local n = redis.call('ZCARD', key)
+local at = now
+if n >= limit then
+  local nth = tonumber(redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')[2])
+  local last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  at = math.max(now, nth + window, last)
+end
+local wait = at - now
+if wait > max_wait then
+  return {0, wait}
+end
+redis.call('ZADD', key, at, ARGV[4])
+redis.call('PEXPIRE', key, wait + window + 1000)
+return {1, wait}
+"""
+
+
+def redis_client(url: str, timeout_s: float) -> Any:
+    """A client for rate windows: a down Redis must fail a check fast (one quick retry), not stall it."""
+    return aioredis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1)
+    )
+
+
+class RedisWindowStore:
+    """Windows in Redis sorted sets, updated atomically by one Lua script per call."""
+
+    def __init__(self, redis: Any, prefix: str):
+        self._redis = redis
+        self._prefix = prefix
+        self._script = redis.register_script(_RESERVE_LUA)
+
+    async def reserve(self, key: str, limit: int, window_s: float, max_wait_s: float) -> Reservation:
+        granted, wait_ms = await self._script(
+            keys=[self._prefix + key],
+            args=[limit, max(1, round(window_s * 1000)), round(min(max_wait_s, 1e9) * 1000), uuid.uuid4().hex],
+        )
+        return Reservation(bool(int(granted)), int(wait_ms) / 1000)

@@ -1,0 +1,3 @@
+from services.sessions.main import main
+
+main()

@@ -1,0 +1,45 @@
+"""Sessions service entry point: `python -m services.sessions`.
+
+The store follows the settings: COGMESH_REDIS_URL (or --redis-url) selects the Redis
+store that every replica shares; without it sessions live in this process's memory.
+"""
+
+from __future__ import annotations
+
+from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
+from services.kit.clients import Clients
+from services.kit.config import Settings
+from services.kit.logging import log
+from services.kit.server import App, mount, run
+from services.sessions.model import StoreUnavailable
+from services.sessions.redis_store import RedisSessionStore, redact
+from services.sessions.servicer import SessionsServicer
+from services.sessions.store import MemorySessionStore, SessionStore
+
+
+async def open_store(settings: Settings) -> SessionStore:
+    if not settings.redis_url:
+        return MemorySessionStore(session_ttl_s=settings.session_ttl_s)
+    store = RedisSessionStore.from_url(
+        settings.redis_url, settings.redis_key_prefix, settings.session_ttl_s, settings.redis_timeout_s
+    )
+    try:
+        await store.ping()  # fail at boot with a clear message rather than on the first call
+    except StoreUnavailable as exc:
+        await store.close()
+        raise SystemExit(f"sessions: cannot reach Redis at {redact(settings.redis_url)}: {exc.detail}") from exc
+    log.info("session store", kind="redis", url=redact(settings.redis_url), prefix=settings.redis_key_prefix)
+    return store
+
+
+async def build(settings: Settings, clients: Clients) -> App:
+    store = await open_store(settings)
+    return App(
+        "sessions",
+        [mount(SessionsServicer(store), sessions_pb2, sessions_pb2_grpc, "SessionsService")],
+        on_close=[store.close],
+    )
+
+
+def main() -> None:
+    run("sessions", build)

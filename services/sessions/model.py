@@ -1,0 +1,263 @@
+"""Domain types of the sessions service, shared by every store (no gRPC, no protobuf).
+
+Messages, checkpoint requests, decisions and payloads are opaque bytes: the servicer
+serializes them, every store keeps them verbatim, and so a Redis store and the
+memory store hold exactly the same data. Times are seconds since the epoch.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+JsonObject = dict[str, Any]
+
+
+class Strategy(enum.Enum):
+    """What a turn does when another one holds the session's lease."""
+
+    REJECT = "reject"
+    ENQUEUE = "enqueue"
+    INTERRUPT = "interrupt"
+
+
+class GoalStatus(enum.Enum):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    ABANDONED = "abandoned"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class SessionError(Exception):
+    """Base of the domain errors; the servicer maps each to a status."""
+
+
+class SessionNotFound(SessionError, LookupError):
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} not found")
+        self.session_id = session_id
+
+
+class LeaseHeld(SessionError):
+    """Another turn holds the session's lease."""
+
+    def __init__(self, session_id: str, turn_id: str, waited_s: float = 0.0):
+        waited = f" after waiting {waited_s:.1f}s" if waited_s else ""
+        super().__init__(f"session {session_id!r} is busy with turn {turn_id!r}{waited}")
+        self.session_id, self.turn_id, self.waited_s = session_id, turn_id, waited_s
+
+
+class StaleLease(SessionError):
+    """A write quoted a fencing token that no longer holds the lease."""
+
+    def __init__(self, session_id: str, token: int):
+        super().__init__(f"lease token {token} no longer holds session {session_id!r}")
+        self.session_id, self.token = session_id, token
+
+
+class CheckpointNotFound(SessionError, LookupError):
+    def __init__(self, session_id: str, interrupt_id: str):
+        super().__init__(f"session {session_id!r} has no checkpoint {interrupt_id!r}")
+        self.session_id, self.interrupt_id = session_id, interrupt_id
+
+
+class CheckpointExists(SessionError):
+    """A checkpoint with this interrupt id exists with different content."""
+
+    def __init__(self, session_id: str, interrupt_id: str):
+        super().__init__(f"session {session_id!r} already has a different checkpoint {interrupt_id!r}")
+        self.session_id, self.interrupt_id = session_id, interrupt_id
+
+
+class CheckpointConflict(SessionError):
+    """The checkpoint is in the wrong state: decided differently, or not decided yet."""
+
+    def __init__(self, session_id: str, interrupt_id: str, why: str):
+        super().__init__(f"checkpoint {interrupt_id!r} of session {session_id!r} {why}")
+        self.session_id, self.interrupt_id, self.why = session_id, interrupt_id, why
+
+
+class LimitExceeded(SessionError):
+    """A per-session limit (goals, pending checkpoints) was hit."""
+
+
+class InvalidValue(SessionError):
+    """A value is out of bounds for the session's current state, e.g. a summary covering unknown messages."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field_name = field_name
+
+
+class StoreUnavailable(SessionError):
+    """The backing store could not be reached; nothing was written, the call may be retried."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"session store unavailable: {detail}")
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class NewSession:
+    user_id: str
+    topic_id: str
+    agent: str
+    role_id: str = ""
+    active_skill_ids: tuple[str, ...] = ()
+    runtime_config: JsonObject = field(default_factory=dict)
+    delegated_from: str = ""
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    session_id: str
+    tenant_id: str
+    user_id: str
+    topic_id: str
+    agent: str
+    role_id: str = ""
+    active_skill_ids: tuple[str, ...] = ()
+    prompt_hash: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    message_count: int = 0
+    active_turn_id: str = ""
+    runtime_config: JsonObject = field(default_factory=dict)
+    delegated_from: str = ""
+    delegation_turn_count: int = 0
+    expires_at: float = 0.0  # 0: never
+    pending_interrupt_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionUpdate:
+    """Fields to change; None leaves a field as it is."""
+
+    role_id: str | None = None
+    active_skill_ids: tuple[str, ...] | None = None
+    prompt_hash: str | None = None
+    runtime_config: JsonObject | None = None
+    delegated_from: str | None = None
+    delegation_turn_count: int | None = None
+
+    def changes(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: int | None  # None on the last page
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    message_count: int
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True)
+class Acquired:
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class Queued:
+    """The lease is busy (or promised to a turn queued earlier): wait and try again."""
+
+    holder_turn_id: str  # empty when the lease is free but an earlier waiter goes first
+    holder_expires_at: float = 0.0  # when the holder's lease runs out unless renewed (0: no holder)
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    token: int
+    expires_at: float
+    interrupted_turn_id: str = ""
+    waited_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    turn_id: str
+    token: int
+    expires_at: float
+    interrupt_requested_by: str = ""
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    lease: LeaseInfo | None
+    queued_turn_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Summary:
+    text: str
+    covered_message_count: int
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Goal:
+    goal_id: str
+    text: str
+    status: GoalStatus
+    data: JsonObject
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Phase:
+    phase: str
+    data: JsonObject
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class NewCheckpoint:
+    interrupt_id: str
+    turn_id: str
+    kind: str  # which request: "approval", "user_input" or "client_tool"
+    request: bytes  # the serialized request (opaque)
+    payload: bytes  # the runtime's snapshot (opaque)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    interrupt_id: str
+    turn_id: str
+    kind: str
+    request: bytes
+    payload: bytes
+    lease_token: int
+    created_at: float
+    decision: bytes | None = None  # serialized decision (opaque), None while pending
+    decided_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rehydration:
+    """Seed order: session state, rolling summary, last N messages, active goal, phase."""
+
+    session: SessionRecord
+    summary: Summary | None
+    last_messages: list[bytes]
+    goal: Goal | None
+    phase: Phase | None
+
+
+def active_goal(goals: list[Goal]) -> Goal | None:
+    """The goal being pursued: the most recently changed ACTIVE one."""
+    active = [g for g in goals if g.status is GoalStatus.ACTIVE]
+    return max(active, key=lambda g: (g.updated_at, g.created_at)) if active else None

@@ -1,0 +1,571 @@
+"""The Redis session store: every replica of the sessions service shares one Redis.
+
+Each method is one Lua script (services/sessions/redis_lua.py), so it is atomic:
+an append lands whole or not at all, and two replicas appending to one session
+see one order. Session keys carry the session TTL (Redis expiry does the
+eviction); lease expiry uses Redis's clock, so replicas never disagree about it.
+A release publishes on a channel that wakes the turns queued on any replica.
+
+Connection failures and timeouts become StoreUnavailable (UNAVAILABLE, retryable).
+The client retries once at once on a dropped connection, which is safe because
+every script answers a repeat exactly as it answered the first run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis import exceptions as rex
+from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+
+from services.sessions import redis_lua as lua
+from services.sessions.model import (
+    Acquired,
+    AppendResult,
+    Checkpoint,
+    CheckpointConflict,
+    CheckpointExists,
+    CheckpointNotFound,
+    Goal,
+    GoalStatus,
+    InvalidValue,
+    JsonObject,
+    LeaseHeld,
+    LeaseInfo,
+    LeaseState,
+    LimitExceeded,
+    NewCheckpoint,
+    NewSession,
+    Page,
+    Phase,
+    Queued,
+    Rehydration,
+    SessionNotFound,
+    SessionRecord,
+    SessionUpdate,
+    StaleLease,
+    StoreUnavailable,
+    Strategy,
+    Summary,
+    active_goal,
+)
+from services.sessions.store import (
+    CONSUMED_TTL_S,
+    ENQUEUE_BASE,
+    INTERRUPT_BASE,
+    MAX_GOALS,
+    MAX_PENDING_CHECKPOINTS,
+    REMEMBERED_APPENDS,
+    WAITER_TTL_S,
+)
+
+CLOSE_BATCH = 200
+# Redis answers that mean "not now" rather than "wrong": the caller may retry.
+_TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "NOREPLICAS")
+
+
+def connect(url: str, timeout_s: float) -> aioredis.Redis:
+    """A client whose calls fail within timeout_s instead of hanging, and retry once (no backoff)."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 1),
+        health_check_interval=15,
+    )
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return scheme + sep + rest
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ms(value: Any) -> float:
+    return int(value or 0) / 1000.0
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class AutoPipeline:
+    """Scripts called in the same event-loop tick travel together in one pipeline (one round trip).
+
+    Each script stays atomic on its own; batching only saves the per-call round trip and
+    pool checkout, which is most of a Python client's cost. Not a transaction: one
+    script's error is that caller's alone.
+    """
+
+    def __init__(self, client: aioredis.Redis):
+        self._client = client
+        self._queue: list[tuple[str, str, list[Any], asyncio.Future[Any]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def evalsha(self, sha: str, key: str, args: list[Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            loop.call_soon(self._flush)
+        self._queue.append((sha, key, args, future))
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        task = asyncio.create_task(self._send(batch))
+        self._tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[tuple[str, str, list[Any], asyncio.Future[Any]]]) -> None:
+        try:
+            if len(batch) == 1:
+                sha, key, args, _ = batch[0]
+                results: list[Any] = [await self._client.evalsha(sha, 1, key, *args)]
+            else:
+                pipe = self._client.pipeline(transaction=False)
+                for sha, key, args, _ in batch:
+                    pipe.evalsha(sha, 1, key, *args)
+                results = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:  # every caller of the batch gets the failure, even a cancellation
+            for _, _, _, future in batch:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else rex.ConnectionError("store closed"))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, _, _, future), result in zip(batch, results, strict=True):
+            if future.done():  # the caller went away
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+class RedisSessionStore:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        prefix: str = "cogmesh:",
+        session_ttl_s: float = 0.0,
+        waiter_ttl_s: float = WAITER_TTL_S,
+    ):
+        self._redis = client
+        self._waiter_ttl_ms = int(waiter_ttl_s * 1000)
+        self._prefix = prefix
+        self._ttl_ms = int(session_ttl_s * 1000)
+        self._scripts: dict[str, AsyncScript] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._pipeline = AutoPipeline(client)
+
+    @classmethod
+    def from_url(
+        cls, url: str, prefix: str, session_ttl_s: float, timeout_s: float, waiter_ttl_s: float = WAITER_TTL_S
+    ) -> RedisSessionStore:
+        return cls(connect(url, timeout_s), prefix, session_ttl_s, waiter_ttl_s)
+
+    async def ping(self) -> None:
+        try:
+            await self._redis.ping()
+        except (rex.ConnectionError, rex.TimeoutError) as exc:
+            raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _session_key(self, session_id: str) -> str:
+        return f"{self._prefix}s:{{{session_id}}}"
+
+    def _identity_key(self, tenant_id: str, user_id: str, topic_id: str) -> str:
+        if not user_id and not topic_id:
+            return ""  # anonymous sessions have no identity
+        digest = hashlib.sha256(json.dumps([tenant_id, user_id, topic_id]).encode()).hexdigest()
+        return f"{self._prefix}k:{digest}"
+
+    async def _run(self, name: str, tenant_id: str, session_id: str, *args: Any) -> list[Any]:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._redis.register_script(lua.PREAMBLE + getattr(lua, name))
+        argv = [tenant_id, self._prefix, self._ttl_ms, session_id, *args]
+        key = self._session_key(session_id)
+        try:
+            try:
+                reply = await self._pipeline.evalsha(script.sha, key, argv)
+            except rex.NoScriptError:  # a restarted Redis forgot the scripts: load this one and go again
+                reply = await script(keys=[key], args=argv)
+        except (rex.ConnectionError, rex.TimeoutError) as exc:
+            raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
+        except rex.ResponseError as exc:
+            if str(exc).startswith(_TRANSIENT_REPLIES):
+                raise StoreUnavailable(str(exc)) from exc
+            raise
+        status = _s(reply[0])
+        if status == "not_found":
+            raise SessionNotFound(session_id)
+        if status == "stale":
+            raise StaleLease(session_id, int(args[0]))
+        return list(reply)
+
+    def _record(self, view: list[Any]) -> SessionRecord:
+        fields, message_count, active_turn, pending = view
+        h = {_s(k): v for k, v in zip(fields[::2], fields[1::2], strict=True)}
+        return SessionRecord(
+            session_id=_s(h["session_id"]),
+            tenant_id=_s(h["tenant_id"]),
+            user_id=_s(h.get("user_id", b"")),
+            topic_id=_s(h.get("topic_id", b"")),
+            agent=_s(h.get("agent", b"")),
+            role_id=_s(h.get("role_id", b"")),
+            active_skill_ids=tuple(json.loads(h.get("skills", b"[]"))),
+            prompt_hash=_s(h.get("prompt_hash", b"")),
+            created_at=_ms(h.get("created_at")),
+            updated_at=_ms(h.get("updated_at")),
+            message_count=int(message_count),
+            active_turn_id=_s(active_turn),
+            runtime_config=json.loads(h.get("config", b"{}")),
+            delegated_from=_s(h.get("deleg_from", b"")),
+            delegation_turn_count=int(h.get("deleg_count", 0)),
+            expires_at=_ms(h.get("expires_at")),
+            pending_interrupt_ids=tuple(_s(p) for p in pending),
+        )
+
+    @staticmethod
+    def _hash(view: list[Any]) -> dict[str, bytes]:
+        fields = view[0]
+        return {_s(k): v for k, v in zip(fields[::2], fields[1::2], strict=True)}
+
+    # ----------------------------------------------------------------- sessions
+
+    async def create(self, tenant_id: str, new: NewSession, reuse_existing: bool = False) -> tuple[SessionRecord, bool]:
+        session_id = uuid.uuid4().hex  # chosen here so a retried script recognises its own session
+        reply = await self._run(
+            "CREATE",
+            tenant_id,
+            session_id,
+            new.user_id,
+            new.topic_id,
+            new.agent,
+            new.role_id,
+            json.dumps(list(new.active_skill_ids)),
+            json.dumps(new.runtime_config),
+            new.delegated_from,
+            self._identity_key(tenant_id, new.user_id, new.topic_id),
+            "1" if reuse_existing else "0",
+        )
+        if _s(reply[0]) == "collision":  # a uuid4 collision: practically impossible, but never overwrite
+            return await self.create(tenant_id, new, reuse_existing)
+        return self._record(reply[2]), _s(reply[0]) == "reused"
+
+    async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
+        reply = await self._run("GET", tenant_id, session_id)
+        return self._record(reply[1])
+
+    async def lookup(self, tenant_id: str, user_id: str, topic_id: str) -> SessionRecord:
+        key = self._identity_key(tenant_id, user_id, topic_id)
+        if not key:
+            raise SessionNotFound(f"{user_id}/{topic_id}")
+        try:
+            reply = await self._run("LOOKUP", tenant_id, "", key)
+        except SessionNotFound:
+            raise SessionNotFound(f"{user_id}/{topic_id}") from None
+        return self._record(reply[1])
+
+    async def list_sessions(self, tenant_id: str, cursor: int | None, limit: int) -> Page[SessionRecord]:
+        reply = await self._run("LIST", tenant_id, "", "" if cursor is None else cursor, limit)
+        next_cursor = _s(reply[1])
+        return Page([self._record(v) for v in reply[2]], int(next_cursor) if next_cursor else None)
+
+    async def update(self, tenant_id: str, session_id: str, update: SessionUpdate, token: int) -> SessionRecord:
+        names = {
+            "role_id": "role_id",
+            "prompt_hash": "prompt_hash",
+            "delegated_from": "deleg_from",
+            "delegation_turn_count": "deleg_count",
+        }
+        pairs: list[Any] = []
+        for name, value in update.changes().items():
+            if name == "active_skill_ids":
+                pairs += ["skills", json.dumps(list(value))]
+            elif name == "runtime_config":
+                pairs += ["config", json.dumps(value)]
+            else:
+                pairs += [names[name], value]
+        reply = await self._run("UPDATE", tenant_id, session_id, token, *pairs)
+        return self._record(reply[1])
+
+    async def delete(self, tenant_id: str, session_id: str) -> bool:
+        try:
+            await self._run("DELETE", tenant_id, session_id)
+        except SessionNotFound:
+            return False
+        return True
+
+    async def close_all(self, tenant_id: str, user_id: str) -> int:
+        # In batches, so one huge tenant never blocks Redis for long.
+        closed, after = 0, "-inf"
+        while True:
+            reply = await self._run("CLOSE_ALL", tenant_id, "", user_id, after, CLOSE_BATCH)
+            closed += int(reply[1])
+            if not _s(reply[2]):
+                return closed
+            after = _s(reply[2])
+
+    # ----------------------------------------------------------------- messages
+
+    async def append_messages(
+        self, tenant_id: str, session_id: str, payloads: Sequence[bytes], token: int, request_id: str = ""
+    ) -> AppendResult:
+        # Without the caller's id, a fresh one still makes the client's own retry harmless.
+        reply = await self._run(
+            "APPEND", tenant_id, session_id, token, request_id or uuid.uuid4().hex, REMEMBERED_APPENDS, *payloads
+        )
+        return AppendResult(int(reply[1]), deduplicated=_s(reply[0]) == "duplicate")
+
+    async def list_messages(self, tenant_id: str, session_id: str, offset: int, limit: int) -> Page[bytes]:
+        reply = await self._run("LIST_MESSAGES", tenant_id, session_id, offset, limit)
+        total = int(reply[1])
+        return Page(list(reply[2]), offset + limit if offset + limit < total else None)
+
+    async def last_messages(self, tenant_id: str, session_id: str, n: int) -> list[bytes]:
+        reply = await self._run("LAST_MESSAGES", tenant_id, session_id, n)
+        return list(reply[1])
+
+    # ----------------------------------------------------------------- the turn lease
+
+    async def try_acquire(
+        self, tenant_id: str, session_id: str, turn_id: str, ttl_s: float, strategy: Strategy
+    ) -> Acquired | Queued:
+        base = INTERRUPT_BASE if strategy is Strategy.INTERRUPT else ENQUEUE_BASE
+        reply = await self._run(
+            "TRY_ACQUIRE",
+            tenant_id,
+            session_id,
+            turn_id,
+            int(ttl_s * 1000),
+            strategy.value,
+            self._waiter_ttl_ms,
+            int(base),
+        )
+        status = _s(reply[0])
+        if status == "acquired":
+            return Acquired(int(reply[1]), _ms(reply[2]))
+        if status == "held":
+            raise LeaseHeld(session_id, _s(reply[1]))
+        return Queued(_s(reply[1]), _ms(reply[2]))
+
+    async def leave_queue(self, tenant_id: str, session_id: str, turn_id: str) -> None:
+        with contextlib.suppress(SessionNotFound):
+            await self._run("LEAVE_QUEUE", tenant_id, session_id, turn_id)
+
+    async def wait_for_change(self, session_id: str, timeout_s: float) -> None:
+        self._ensure_listener()
+        event = self._changed.setdefault(session_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout_s)
+
+    def _ensure_listener(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.create_task(self._listen(), name="sessions-lease-listener")
+
+    async def _listen(self) -> None:
+        """Wake local waiters when any replica releases a lease; polling covers the gaps."""
+        channel = f"{self._prefix}lease-free"
+        while True:
+            pubsub: PubSub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(channel)
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        event = self._changed.pop(_s(message["data"]), None)
+                        if event is not None:
+                            event.set()
+            except (rex.ConnectionError, rex.TimeoutError, OSError):
+                await asyncio.sleep(0.5)  # Redis is away: waiters poll until it is back
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def renew_lease(self, tenant_id: str, session_id: str, token: int, ttl_s: float) -> LeaseInfo:
+        reply = await self._run("RENEW", tenant_id, session_id, token, int(ttl_s * 1000))
+        return LeaseInfo(_s(reply[1]), int(reply[2]), _ms(reply[3]), _s(reply[4]))
+
+    async def release_lease(self, tenant_id: str, session_id: str, token: int) -> bool:
+        reply = await self._run("RELEASE", tenant_id, session_id, token)
+        return bool(int(reply[1]))
+
+    async def lease_state(self, tenant_id: str, session_id: str) -> LeaseState:
+        reply = await self._run("LEASE_STATE", tenant_id, session_id)
+        queued = tuple(_s(t) for t in reply[1])
+        if len(reply) == 2:
+            return LeaseState(None, queued)
+        return LeaseState(LeaseInfo(_s(reply[2]), int(reply[3]), _ms(reply[4]), _s(reply[5])), queued)
+
+    # ----------------------------------------------------------------- summary, goals, phase
+
+    async def update_summary(self, tenant_id: str, session_id: str, text: str, covered: int, token: int) -> Summary:
+        reply = await self._run("UPDATE_SUMMARY", tenant_id, session_id, token, text, covered)
+        if _s(reply[0]) == "invalid":
+            raise InvalidValue(
+                "covered_message_count", f"covers {covered} messages but the session has {int(reply[1])}"
+            )
+        return Summary(text, covered, _ms(reply[1]))
+
+    async def save_goal(
+        self,
+        tenant_id: str,
+        session_id: str,
+        goal_id: str,
+        text: str,
+        status: GoalStatus,
+        data: JsonObject,
+        token: int,
+    ) -> Goal:
+        goal_id = goal_id or uuid.uuid4().hex
+        blob = json.dumps({"id": goal_id, "text": text, "status": status.value, "data": data})
+        reply = await self._run("SAVE_GOAL", tenant_id, session_id, token, goal_id, blob, MAX_GOALS)
+        if _s(reply[0]) == "limit":
+            raise LimitExceeded(f"session {session_id!r} already has {MAX_GOALS} goals")
+        return Goal(goal_id, text, status, dict(data), _ms(reply[1]), _ms(reply[2]))
+
+    @staticmethod
+    def _goal(stored: bytes) -> Goal:
+        created, updated, blob = stored.split(b"|", 2)
+        value = json.loads(blob)
+        return Goal(value["id"], value["text"], GoalStatus(value["status"]), value["data"], _ms(created), _ms(updated))
+
+    async def list_goals(self, tenant_id: str, session_id: str) -> list[Goal]:
+        reply = await self._run("LIST_GOALS", tenant_id, session_id)
+        return sorted((self._goal(g) for g in reply[1]), key=lambda g: (g.created_at, g.goal_id))
+
+    async def set_phase(self, tenant_id: str, session_id: str, phase: str, data: JsonObject, token: int) -> Phase:
+        blob = json.dumps({"phase": phase, "data": data})
+        reply = await self._run("SET_PHASE", tenant_id, session_id, token, blob)
+        return Phase(phase, dict(data), _ms(reply[1]))
+
+    # ----------------------------------------------------------------- checkpoints
+
+    @staticmethod
+    def _checkpoint(stored: bytes, decided: bytes) -> Checkpoint:
+        created, token, blob = stored.split(b"|", 2)
+        value = json.loads(blob)
+        decision: bytes | None = None
+        decided_at = 0.0
+        if decided:
+            at, encoded = decided.split(b"|", 1)
+            decision, decided_at = base64.b64decode(encoded), _ms(at)
+        return Checkpoint(
+            interrupt_id=value["id"],
+            turn_id=value["turn"],
+            kind=value["kind"],
+            request=base64.b64decode(value["request"]),
+            payload=base64.b64decode(value["payload"]),
+            lease_token=int(token),
+            created_at=_ms(created),
+            decision=decision,
+            decided_at=decided_at,
+        )
+
+    def _checkpoint_reply(self, session_id: str, interrupt_id: str, reply: list[Any]) -> Checkpoint:
+        status = _s(reply[0])
+        if status == "no_checkpoint":
+            raise CheckpointNotFound(session_id, interrupt_id)
+        if status == "exists":
+            raise CheckpointExists(session_id, interrupt_id)
+        if status == "conflict":
+            raise CheckpointConflict(session_id, interrupt_id, "was already decided differently")
+        if status == "undecided":
+            raise CheckpointConflict(session_id, interrupt_id, "has no decision yet")
+        if status == "limit":
+            raise LimitExceeded(f"session {session_id!r} already has {MAX_PENDING_CHECKPOINTS} pending checkpoints")
+        return self._checkpoint(reply[1], reply[2] if len(reply) > 2 else b"")
+
+    async def write_checkpoint(self, tenant_id: str, session_id: str, new: NewCheckpoint, token: int) -> Checkpoint:
+        blob = json.dumps(
+            {
+                "id": new.interrupt_id,
+                "turn": new.turn_id,
+                "kind": new.kind,
+                "request": _b64(new.request),
+                "payload": _b64(new.payload),
+            }
+        )
+        reply = await self._run(
+            "WRITE_CHECKPOINT", tenant_id, session_id, token or -1, new.interrupt_id, blob, MAX_PENDING_CHECKPOINTS
+        )
+        return self._checkpoint_reply(session_id, new.interrupt_id, reply)
+
+    async def get_checkpoint(self, tenant_id: str, session_id: str, interrupt_id: str) -> Checkpoint:
+        reply = await self._run("GET_CHECKPOINT", tenant_id, session_id, interrupt_id)
+        return self._checkpoint_reply(session_id, interrupt_id, reply)
+
+    async def list_checkpoints(self, tenant_id: str, session_id: str) -> list[Checkpoint]:
+        reply = await self._run("LIST_CHECKPOINTS", tenant_id, session_id)
+        return [self._checkpoint(stored, decided) for stored, decided in reply[1]]
+
+    async def decide_checkpoint(
+        self, tenant_id: str, session_id: str, interrupt_id: str, decision: bytes
+    ) -> Checkpoint:
+        reply = await self._run("DECIDE_CHECKPOINT", tenant_id, session_id, interrupt_id, _b64(decision))
+        return self._checkpoint_reply(session_id, interrupt_id, reply)
+
+    async def consume_checkpoint(
+        self, tenant_id: str, session_id: str, interrupt_id: str, token: int, allow_undecided: bool
+    ) -> Checkpoint:
+        reply = await self._run(
+            "CONSUME_CHECKPOINT",
+            tenant_id,
+            session_id,
+            token or -1,
+            interrupt_id,
+            "1" if allow_undecided else "0",
+            int(CONSUMED_TTL_S * 1000),
+        )
+        return self._checkpoint_reply(session_id, interrupt_id, reply)
+
+    # ----------------------------------------------------------------- rehydration
+
+    async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration:
+        reply = await self._run("REHYDRATE", tenant_id, session_id, last_n)
+        view, last, goals = reply[1], reply[2], reply[3]
+        h = self._hash(view)
+        summary = None
+        if "summary_at" in h:
+            summary = Summary(_s(h["summary_text"]), int(h["summary_covered"]), _ms(h["summary_at"]))
+        phase = None
+        if "phase_at" in h:
+            value = json.loads(h["phase"])
+            phase = Phase(value["phase"], value["data"], _ms(h["phase_at"]))
+        return Rehydration(
+            session=self._record(view),
+            summary=summary,
+            last_messages=list(last),
+            goal=active_goal([self._goal(g) for g in goals]),
+            phase=phase,
+        )
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        for event in self._changed.values():
+            event.set()
+        await self._redis.aclose()

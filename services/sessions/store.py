@@ -1,0 +1,571 @@
+"""Session state behind one contract; the in-memory store is the embedded default.
+
+`SessionStore` is the contract every store implements (tests/contract runs one suite
+against each). Each method is atomic: a Redis store runs each as one Lua script, the
+memory store never awaits inside one. Turn leases carry a fencing token that
+strictly increases per session, so a stale holder cannot write; waiting for a lease
+(ENQUEUE, INTERRUPT) is built on `try_acquire` by services/sessions/leases.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from services.sessions.model import (
+    Acquired,
+    AppendResult,
+    Checkpoint,
+    CheckpointConflict,
+    CheckpointExists,
+    CheckpointNotFound,
+    Goal,
+    GoalStatus,
+    InvalidValue,
+    JsonObject,
+    LeaseHeld,
+    LeaseInfo,
+    LeaseState,
+    LimitExceeded,
+    NewCheckpoint,
+    NewSession,
+    Page,
+    Phase,
+    Queued,
+    Rehydration,
+    SessionNotFound,
+    SessionRecord,
+    SessionUpdate,
+    StaleLease,
+    Strategy,
+    Summary,
+    active_goal,
+)
+
+# Re-exported: callers import the domain errors and records from here too.
+__all__ = [
+    "Acquired",
+    "LeaseHeld",
+    "MemorySessionStore",
+    "Page",
+    "Queued",
+    "SessionNotFound",
+    "SessionRecord",
+    "SessionStore",
+    "StaleLease",
+]
+
+MAX_GOALS = 100  # per session
+MAX_PENDING_CHECKPOINTS = 100  # per session
+WAITER_TTL_S = 5.0  # a queued turn that stops polling for this long (its replica died) loses its place
+REMEMBERED_APPENDS = 32  # a retried append is recognised among the session's last this many
+CONSUMED_TTL_S = 300.0  # how long a consumed checkpoint answers a retried ConsumeCheckpoint
+INTERRUPT_BASE = 0.0  # queue scores: INTERRUPT waiters sort before every ENQUEUE waiter
+ENQUEUE_BASE = float(1 << 40)
+
+
+class SessionStore(Protocol):
+    # sessions
+    async def create(self, tenant_id: str, new: NewSession, reuse_existing: bool = False) -> tuple[SessionRecord, bool]:
+        """Create a session (or, with reuse_existing, return the live one for the key); returns (record, reused)."""
+        ...
+
+    async def get(self, tenant_id: str, session_id: str) -> SessionRecord: ...
+    async def lookup(self, tenant_id: str, user_id: str, topic_id: str) -> SessionRecord: ...
+    async def list_sessions(self, tenant_id: str, cursor: int | None, limit: int) -> Page[SessionRecord]:
+        """Newest first; `cursor` is the previous page's next_cursor."""
+        ...
+
+    async def update(self, tenant_id: str, session_id: str, update: SessionUpdate, token: int) -> SessionRecord:
+        """Apply the update; a non-zero token must hold the lease."""
+        ...
+
+    async def delete(self, tenant_id: str, session_id: str) -> bool: ...
+    async def close_all(self, tenant_id: str, user_id: str) -> int: ...
+
+    # messages
+    async def append_messages(
+        self, tenant_id: str, session_id: str, payloads: Sequence[bytes], token: int, request_id: str = ""
+    ) -> AppendResult: ...
+    async def list_messages(self, tenant_id: str, session_id: str, offset: int, limit: int) -> Page[bytes]: ...
+    async def last_messages(self, tenant_id: str, session_id: str, n: int) -> list[bytes]: ...
+
+    # the turn lease
+    async def try_acquire(
+        self, tenant_id: str, session_id: str, turn_id: str, ttl_s: float, strategy: Strategy
+    ) -> Acquired | Queued:
+        """Take the lease if free and no earlier waiter is due; REJECT raises LeaseHeld, the others queue."""
+        ...
+
+    async def leave_queue(self, tenant_id: str, session_id: str, turn_id: str) -> None: ...
+    async def wait_for_change(self, session_id: str, timeout_s: float) -> None:
+        """Sleep until the session's lease may have changed hands, or for timeout_s."""
+        ...
+
+    async def renew_lease(self, tenant_id: str, session_id: str, token: int, ttl_s: float) -> LeaseInfo: ...
+    async def release_lease(self, tenant_id: str, session_id: str, token: int) -> bool: ...
+    async def lease_state(self, tenant_id: str, session_id: str) -> LeaseState: ...
+
+    # memory of the conversation
+    async def update_summary(self, tenant_id: str, session_id: str, text: str, covered: int, token: int) -> Summary: ...
+    async def save_goal(
+        self,
+        tenant_id: str,
+        session_id: str,
+        goal_id: str,
+        text: str,
+        status: GoalStatus,
+        data: JsonObject,
+        token: int,
+    ) -> Goal: ...
+    async def list_goals(self, tenant_id: str, session_id: str) -> list[Goal]: ...
+    async def set_phase(self, tenant_id: str, session_id: str, phase: str, data: JsonObject, token: int) -> Phase: ...
+
+    # checkpoints of paused turns
+    async def write_checkpoint(self, tenant_id: str, session_id: str, new: NewCheckpoint, token: int) -> Checkpoint: ...
+    async def get_checkpoint(self, tenant_id: str, session_id: str, interrupt_id: str) -> Checkpoint: ...
+    async def list_checkpoints(self, tenant_id: str, session_id: str) -> list[Checkpoint]: ...
+    async def decide_checkpoint(
+        self, tenant_id: str, session_id: str, interrupt_id: str, decision: bytes
+    ) -> Checkpoint: ...
+    async def consume_checkpoint(
+        self, tenant_id: str, session_id: str, interrupt_id: str, token: int, allow_undecided: bool
+    ) -> Checkpoint: ...
+
+    async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration: ...
+    async def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- memory
+
+
+@dataclass
+class _Lease:
+    turn_id: str
+    token: int
+    expires_at: float
+    interrupt_by: str = ""
+
+
+@dataclass
+class _Entry:
+    record: SessionRecord
+    seq: int
+    messages: list[bytes] = field(default_factory=list)
+    lease: _Lease | None = None
+    last_token: int = 0
+    queue: dict[str, tuple[float, float]] = field(default_factory=dict)  # turn_id -> (score, heartbeat expiry)
+    appends: dict[str, int] = field(default_factory=dict)  # recent request_id -> message count after it
+    summary: Summary | None = None
+    goals: dict[str, Goal] = field(default_factory=dict)
+    phase: Phase | None = None
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    consumed: dict[str, tuple[int, float, Checkpoint]] = field(default_factory=dict)  # id -> (token, until, ckpt)
+
+
+def _key(tenant_id: str, user_id: str, topic_id: str) -> tuple[str, str, str] | None:
+    """The application's identity of a conversation; anonymous sessions have none."""
+    return (tenant_id, user_id, topic_id) if user_id or topic_id else None
+
+
+class MemorySessionStore:
+    """Process-local store. No method awaits while it changes state, so each is atomic on the event loop."""
+
+    def __init__(
+        self, clock: Callable[[], float] = time.time, session_ttl_s: float = 0.0, waiter_ttl_s: float = WAITER_TTL_S
+    ):
+        self._clock = clock
+        self._ttl = session_ttl_s
+        self._waiter_ttl = waiter_ttl_s
+        self._entries: dict[str, _Entry] = {}
+        self._by_key: dict[tuple[str, str, str], str] = {}
+        self._seq = 0
+        self._queue_seq = 0
+        self._changed: dict[str, asyncio.Event] = {}
+        self._next_sweep = 0.0
+
+    # ----------------------------------------------------------------- helpers
+
+    def _expired(self, entry: _Entry, now: float) -> bool:
+        return 0 < entry.record.expires_at <= now
+
+    def _evict(self, session_id: str) -> None:
+        entry = self._entries.pop(session_id)
+        r = entry.record
+        key = _key(r.tenant_id, r.user_id, r.topic_id)
+        if key is not None and self._by_key.get(key) == session_id:
+            del self._by_key[key]
+        self._notify(session_id)
+
+    def _sweep(self, now: float) -> None:
+        """Drop idle sessions at most once a second; single lookups evict lazily anyway."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 1.0
+        for session_id in [s for s, e in self._entries.items() if self._expired(e, now)]:
+            self._evict(session_id)
+
+    def _entry(self, tenant_id: str, session_id: str) -> _Entry:
+        entry = self._entries.get(session_id)
+        # Another tenant's session is reported exactly like a missing one.
+        if entry is None or entry.record.tenant_id != tenant_id:
+            raise SessionNotFound(session_id)
+        if self._expired(entry, self._clock()):
+            self._evict(session_id)
+            raise SessionNotFound(session_id)
+        return entry
+
+    def _live_lease(self, entry: _Entry) -> _Lease | None:
+        if entry.lease is not None and entry.lease.expires_at <= self._clock():
+            entry.lease = None  # a crashed holder's lease simply runs out
+        return entry.lease
+
+    def _fence(self, entry: _Entry, token: int) -> None:
+        """A non-zero token must be the live lease's."""
+        if token:
+            lease = self._live_lease(entry)
+            if lease is None or lease.token != token:
+                raise StaleLease(entry.record.session_id, token)
+
+    def _touch(self, entry: _Entry) -> None:
+        """A write is activity: it pushes eviction back (never before a live lease ends)."""
+        now = self._clock()
+        expires = 0.0
+        if self._ttl > 0:
+            lease = self._live_lease(entry)
+            expires = max(now + self._ttl, lease.expires_at if lease else 0.0)
+        entry.record = replace(entry.record, updated_at=now, expires_at=expires)
+
+    def _view(self, entry: _Entry) -> SessionRecord:
+        lease = self._live_lease(entry)
+        pending = tuple(i for i, c in entry.checkpoints.items() if c.decision is None)
+        return replace(
+            entry.record,
+            message_count=len(entry.messages),
+            active_turn_id=lease.turn_id if lease else "",
+            pending_interrupt_ids=pending,
+        )
+
+    def _notify(self, session_id: str) -> None:
+        event = self._changed.pop(session_id, None)
+        if event is not None:
+            event.set()
+
+    # ----------------------------------------------------------------- sessions
+
+    async def create(self, tenant_id: str, new: NewSession, reuse_existing: bool = False) -> tuple[SessionRecord, bool]:
+        now = self._clock()
+        self._sweep(now)
+        key = _key(tenant_id, new.user_id, new.topic_id)
+        if reuse_existing and key is not None and key in self._by_key:
+            try:
+                return self._view(self._entry(tenant_id, self._by_key[key])), True
+            except SessionNotFound:
+                pass
+        self._seq += 1
+        record = SessionRecord(
+            session_id=uuid.uuid4().hex,
+            tenant_id=tenant_id,
+            user_id=new.user_id,
+            topic_id=new.topic_id,
+            agent=new.agent,
+            role_id=new.role_id,
+            active_skill_ids=tuple(new.active_skill_ids),
+            created_at=now,
+            updated_at=now,
+            runtime_config=dict(new.runtime_config),
+            delegated_from=new.delegated_from,
+        )
+        entry = _Entry(record, self._seq)
+        self._touch(entry)
+        self._entries[record.session_id] = entry
+        if key is not None:
+            self._by_key[key] = record.session_id  # the newest session answers for the key
+        return self._view(entry), False
+
+    async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
+        return self._view(self._entry(tenant_id, session_id))
+
+    async def lookup(self, tenant_id: str, user_id: str, topic_id: str) -> SessionRecord:
+        key = _key(tenant_id, user_id, topic_id)
+        session_id = self._by_key.get(key) if key is not None else None
+        if session_id is None:
+            raise SessionNotFound(f"{user_id}/{topic_id}")
+        return self._view(self._entry(tenant_id, session_id))
+
+    async def list_sessions(self, tenant_id: str, cursor: int | None, limit: int) -> Page[SessionRecord]:
+        now = self._clock()
+        self._sweep(now)
+        items: list[SessionRecord] = []
+        last_seq = 0
+        for entry in reversed(self._entries.values()):
+            if entry.record.tenant_id != tenant_id or (cursor is not None and entry.seq >= cursor):
+                continue
+            if self._expired(entry, now):
+                continue
+            if len(items) == limit:
+                return Page(items, last_seq)  # the next page starts below the last seq shown
+            items.append(self._view(entry))
+            last_seq = entry.seq
+        return Page(items, None)
+
+    async def update(self, tenant_id: str, session_id: str, update: SessionUpdate, token: int) -> SessionRecord:
+        entry = self._entry(tenant_id, session_id)
+        self._fence(entry, token)
+        changes = update.changes()
+        if "runtime_config" in changes:
+            changes["runtime_config"] = dict(changes["runtime_config"])
+        entry.record = replace(entry.record, **changes)
+        self._touch(entry)
+        return self._view(entry)
+
+    async def delete(self, tenant_id: str, session_id: str) -> bool:
+        try:
+            self._entry(tenant_id, session_id)
+        except SessionNotFound:
+            return False
+        self._evict(session_id)
+        return True
+
+    async def close_all(self, tenant_id: str, user_id: str) -> int:
+        doomed = [
+            s
+            for s, e in self._entries.items()
+            if e.record.tenant_id == tenant_id and (not user_id or e.record.user_id == user_id)
+        ]
+        now = self._clock()
+        live = sum(1 for s in doomed if not self._expired(self._entries[s], now))
+        for session_id in doomed:
+            self._evict(session_id)
+        return live
+
+    # ----------------------------------------------------------------- messages
+
+    async def append_messages(
+        self, tenant_id: str, session_id: str, payloads: Sequence[bytes], token: int, request_id: str = ""
+    ) -> AppendResult:
+        entry = self._entry(tenant_id, session_id)
+        lease = self._live_lease(entry)
+        if lease is None or lease.token != token:
+            raise StaleLease(session_id, token)
+        if request_id in entry.appends:
+            return AppendResult(entry.appends[request_id], deduplicated=True)
+        entry.messages.extend(payloads)
+        if request_id:
+            entry.appends[request_id] = len(entry.messages)
+            if len(entry.appends) > REMEMBERED_APPENDS:
+                del entry.appends[next(iter(entry.appends))]  # dicts keep insertion order: the oldest goes
+        self._touch(entry)
+        return AppendResult(len(entry.messages))
+
+    async def list_messages(self, tenant_id: str, session_id: str, offset: int, limit: int) -> Page[bytes]:
+        messages = self._entry(tenant_id, session_id).messages
+        return Page(messages[offset : offset + limit], offset + limit if offset + limit < len(messages) else None)
+
+    async def last_messages(self, tenant_id: str, session_id: str, n: int) -> list[bytes]:
+        messages = self._entry(tenant_id, session_id).messages
+        return messages[-n:] if n > 0 else []
+
+    # ----------------------------------------------------------------- the turn lease
+
+    def _queue_head(self, entry: _Entry) -> str:
+        now = self._clock()
+        for turn_id in [t for t, (_, alive) in entry.queue.items() if alive <= now]:
+            del entry.queue[turn_id]  # its replica stopped polling: it is gone
+        if not entry.queue:
+            return ""
+        return min(entry.queue.items(), key=lambda item: item[1][0])[0]
+
+    async def try_acquire(
+        self, tenant_id: str, session_id: str, turn_id: str, ttl_s: float, strategy: Strategy
+    ) -> Acquired | Queued:
+        entry = self._entry(tenant_id, session_id)
+        now = self._clock()
+        lease = self._live_lease(entry)
+        if lease is not None and lease.turn_id == turn_id:
+            return Acquired(lease.token, lease.expires_at)  # a retried acquire gets the same lease
+        head = self._queue_head(entry)
+        if lease is None and head in ("", turn_id):
+            entry.queue.pop(turn_id, None)
+            entry.last_token += 1
+            entry.lease = _Lease(turn_id, entry.last_token, now + ttl_s)
+            self._touch(entry)
+            return Acquired(entry.last_token, now + ttl_s)
+        if strategy is Strategy.REJECT:
+            raise LeaseHeld(session_id, lease.turn_id if lease else head)
+        if turn_id in entry.queue:
+            score = entry.queue[turn_id][0]
+        else:
+            self._queue_seq += 1
+            score = (INTERRUPT_BASE if strategy is Strategy.INTERRUPT else ENQUEUE_BASE) + self._queue_seq
+        entry.queue[turn_id] = (score, now + self._waiter_ttl)
+        if strategy is Strategy.INTERRUPT and lease is not None and not lease.interrupt_by:
+            lease.interrupt_by = turn_id
+        return Queued(lease.turn_id, lease.expires_at) if lease else Queued("")
+
+    async def leave_queue(self, tenant_id: str, session_id: str, turn_id: str) -> None:
+        try:
+            entry = self._entry(tenant_id, session_id)
+        except SessionNotFound:
+            return
+        entry.queue.pop(turn_id, None)
+        if entry.lease is not None and entry.lease.interrupt_by == turn_id:
+            entry.lease.interrupt_by = ""
+        self._notify(session_id)
+
+    async def wait_for_change(self, session_id: str, timeout_s: float) -> None:
+        event = self._changed.setdefault(session_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout_s)
+
+    async def renew_lease(self, tenant_id: str, session_id: str, token: int, ttl_s: float) -> LeaseInfo:
+        entry = self._entry(tenant_id, session_id)
+        self._fence(entry, token or -1)
+        assert entry.lease is not None
+        entry.lease.expires_at = self._clock() + ttl_s
+        self._touch(entry)
+        lease = entry.lease
+        return LeaseInfo(lease.turn_id, lease.token, lease.expires_at, lease.interrupt_by)
+
+    async def release_lease(self, tenant_id: str, session_id: str, token: int) -> bool:
+        entry = self._entry(tenant_id, session_id)
+        held = self._live_lease(entry)
+        if held is None or held.token != token:
+            return False
+        entry.lease = None
+        self._touch(entry)
+        self._notify(session_id)
+        return True
+
+    async def lease_state(self, tenant_id: str, session_id: str) -> LeaseState:
+        entry = self._entry(tenant_id, session_id)
+        lease = self._live_lease(entry)
+        self._queue_head(entry)  # prune the dead
+        queued = tuple(t for t, _ in sorted(entry.queue.items(), key=lambda item: item[1][0]))
+        info = LeaseInfo(lease.turn_id, lease.token, lease.expires_at, lease.interrupt_by) if lease else None
+        return LeaseState(info, queued)
+
+    # ----------------------------------------------------------------- summary, goals, phase
+
+    async def update_summary(self, tenant_id: str, session_id: str, text: str, covered: int, token: int) -> Summary:
+        entry = self._entry(tenant_id, session_id)
+        self._fence(entry, token)
+        if covered > len(entry.messages):
+            raise InvalidValue(
+                "covered_message_count", f"covers {covered} messages but the session has {len(entry.messages)}"
+            )
+        entry.summary = Summary(text, covered, self._clock())
+        self._touch(entry)
+        return entry.summary
+
+    async def save_goal(
+        self,
+        tenant_id: str,
+        session_id: str,
+        goal_id: str,
+        text: str,
+        status: GoalStatus,
+        data: JsonObject,
+        token: int,
+    ) -> Goal:
+        entry = self._entry(tenant_id, session_id)
+        self._fence(entry, token)
+        now = self._clock()
+        goal_id = goal_id or uuid.uuid4().hex
+        old = entry.goals.get(goal_id)
+        if old is None and len(entry.goals) >= MAX_GOALS:
+            raise LimitExceeded(f"session {session_id!r} already has {MAX_GOALS} goals")
+        goal = Goal(goal_id, text, status, dict(data), old.created_at if old else now, now)
+        entry.goals[goal_id] = goal
+        self._touch(entry)
+        return goal
+
+    async def list_goals(self, tenant_id: str, session_id: str) -> list[Goal]:
+        return sorted(self._entry(tenant_id, session_id).goals.values(), key=lambda g: (g.created_at, g.goal_id))
+
+    async def set_phase(self, tenant_id: str, session_id: str, phase: str, data: JsonObject, token: int) -> Phase:
+        entry = self._entry(tenant_id, session_id)
+        self._fence(entry, token)
+        entry.phase = Phase(phase, dict(data), self._clock())
+        self._touch(entry)
+        return entry.phase
+
+    # ----------------------------------------------------------------- checkpoints
+
+    async def write_checkpoint(self, tenant_id: str, session_id: str, new: NewCheckpoint, token: int) -> Checkpoint:
+        entry = self._entry(tenant_id, session_id)
+        self._fence(entry, token or -1)
+        old = entry.checkpoints.get(new.interrupt_id)
+        if old is not None:
+            if (old.turn_id, old.kind, old.request, old.payload) == (new.turn_id, new.kind, new.request, new.payload):
+                return old  # a retried write
+            raise CheckpointExists(session_id, new.interrupt_id)
+        if sum(1 for c in entry.checkpoints.values() if c.decision is None) >= MAX_PENDING_CHECKPOINTS:
+            raise LimitExceeded(f"session {session_id!r} already has {MAX_PENDING_CHECKPOINTS} pending checkpoints")
+        checkpoint = Checkpoint(new.interrupt_id, new.turn_id, new.kind, new.request, new.payload, token, self._clock())
+        entry.checkpoints[new.interrupt_id] = checkpoint
+        self._touch(entry)
+        return checkpoint
+
+    def _checkpoint(self, entry: _Entry, interrupt_id: str) -> Checkpoint:
+        checkpoint = entry.checkpoints.get(interrupt_id)
+        if checkpoint is None:
+            raise CheckpointNotFound(entry.record.session_id, interrupt_id)
+        return checkpoint
+
+    async def get_checkpoint(self, tenant_id: str, session_id: str, interrupt_id: str) -> Checkpoint:
+        return self._checkpoint(self._entry(tenant_id, session_id), interrupt_id)
+
+    async def list_checkpoints(self, tenant_id: str, session_id: str) -> list[Checkpoint]:
+        return list(self._entry(tenant_id, session_id).checkpoints.values())
+
+    async def decide_checkpoint(
+        self, tenant_id: str, session_id: str, interrupt_id: str, decision: bytes
+    ) -> Checkpoint:
+        entry = self._entry(tenant_id, session_id)
+        checkpoint = self._checkpoint(entry, interrupt_id)
+        if checkpoint.decision is not None:
+            if checkpoint.decision == decision:
+                return checkpoint  # the same answer twice
+            raise CheckpointConflict(session_id, interrupt_id, "was already decided differently")
+        checkpoint = replace(checkpoint, decision=decision, decided_at=self._clock())
+        entry.checkpoints[interrupt_id] = checkpoint
+        self._touch(entry)
+        return checkpoint
+
+    async def consume_checkpoint(
+        self, tenant_id: str, session_id: str, interrupt_id: str, token: int, allow_undecided: bool
+    ) -> Checkpoint:
+        entry = self._entry(tenant_id, session_id)
+        self._fence(entry, token or -1)
+        now = self._clock()
+        entry.consumed = {i: c for i, c in entry.consumed.items() if c[1] > now}
+        done = entry.consumed.get(interrupt_id)
+        if done is not None and done[0] == token:
+            return done[2]  # a retried consume by the same turn
+        checkpoint = self._checkpoint(entry, interrupt_id)
+        if checkpoint.decision is None and not allow_undecided:
+            raise CheckpointConflict(session_id, interrupt_id, "has no decision yet")
+        del entry.checkpoints[interrupt_id]
+        entry.consumed[interrupt_id] = (token, now + CONSUMED_TTL_S, checkpoint)
+        self._touch(entry)
+        return checkpoint
+
+    async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration:
+        entry = self._entry(tenant_id, session_id)
+        return Rehydration(
+            session=self._view(entry),
+            summary=entry.summary,
+            last_messages=entry.messages[-last_n:] if last_n > 0 else [],
+            goal=active_goal(list(entry.goals.values())),
+            phase=entry.phase,
+        )
+
+    async def close(self) -> None:
+        for session_id in list(self._changed):
+            self._notify(session_id)
