@@ -1,0 +1,3 @@
+from services.runtime.main import main
+
+main()

@@ -1,0 +1,48 @@
+"""Runtime service entry point: `python -m services.runtime`."""
+
+from __future__ import annotations
+
+from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
+from services.kit.agents import load_agents
+from services.kit.clients import Clients
+from services.kit.config import Settings
+from services.kit.server import App, mount, run
+from services.runtime.engines import default_registry
+from services.runtime.local_model import LocalModel
+from services.runtime.providers.config import ProviderConfigError, load_providers
+from services.runtime.providers.registry import ProviderRegistry
+from services.runtime.servicer import RuntimeServicer
+from services.runtime.tools.builtin import builtin_tools
+from services.runtime.tools.catalog import ToolCatalog, ToolServersError
+
+
+async def build(settings: Settings, clients: Clients) -> App:
+    try:
+        providers = ProviderRegistry(load_providers(settings.providers_file))
+        catalog = ToolCatalog.from_file(builtin_tools(), settings.tool_servers_file)
+    except (ProviderConfigError, ToolServersError) as exc:
+        raise SystemExit(f"runtime: {exc}") from exc
+    engines = default_registry()
+    if settings.runtime and not engines.is_registered(settings.runtime):
+        raise SystemExit(
+            f"runtime: COGMESH_RUNTIME={settings.runtime!r} is not a runtime engine; "
+            f"known: {', '.join(engines.list_available())}"
+        )
+    servicer = RuntimeServicer(
+        clients,
+        load_agents(settings.agents_dir),
+        catalog,
+        LocalModel(),
+        providers=providers,
+        engines=engines,
+        default_runtime=settings.runtime,
+    )
+    return App(
+        "runtime",
+        [mount(servicer, runtime_pb2, runtime_pb2_grpc, "RuntimeService")],
+        on_close=[catalog.close, providers.close],
+    )
+
+
+def main() -> None:
+    run("runtime", build)

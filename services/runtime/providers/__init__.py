@@ -1,0 +1,1 @@
+"""Model provider adapters: one per wire protocol, each through the provider's official SDK."""

@@ -1,0 +1,122 @@
+"""Where each model provider is and how to authenticate to it.
+
+The models service says which provider serves a model ("openai", "anthropic",
+"deepseek", ...); this file says how to reach that provider: the wire protocol
+(`kind`), the endpoint (`base_url`, so vLLM, Ollama, llama.cpp server and DeepSeek
+work through the OpenAI-compatible adapter) and where the API key comes from — an
+environment variable or a secret file (a mounted Kubernetes secret), never the
+config file itself and never a log line.
+
+Built-in entries cover the catalogue's providers and common local servers; a YAML
+file (COGMESH_PROVIDERS_FILE) adds providers or overrides fields of built-in ones:
+
+    providers:
+      openai:
+        base_url: http://127.0.0.1:8000/v1   # e.g. a vLLM server
+      mylab:
+        kind: openai
+        base_url: http://gpu-box:8080/v1
+        api_key_file: /run/secrets/mylab
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+ProviderKind = Literal["openai", "anthropic", "google"]
+
+
+class ProviderConfigError(ValueError):
+    """The providers file is unreadable or invalid; the message names file and field."""
+
+
+class ProviderConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: ProviderKind
+    base_url: str | None = None
+    # Environment variables tried in order; the first one set wins.
+    api_key_env: list[str] = Field(default_factory=list)
+    api_key_file: Path | None = None
+    # Local servers (Ollama, vLLM, llama.cpp) accept any key; the SDKs still want one.
+    api_key_required: bool = True
+    timeout_s: float = Field(120.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+    def api_key(self) -> SecretStr | None:
+        """The key from the secret file, else the first set environment variable."""
+        if self.api_key_file is not None:
+            try:
+                text = self.api_key_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ProviderConfigError(f"api_key_file {self.api_key_file}: {exc.strerror or exc}") from exc
+            if text:
+                return SecretStr(text)
+        for name in self.api_key_env:
+            value = os.environ.get(name, "").strip()
+            if value:
+                return SecretStr(value)
+        if not self.api_key_required:
+            return SecretStr("not-needed")
+        return None
+
+    def key_sources(self) -> str:
+        sources = [f"${name}" for name in self.api_key_env]
+        if self.api_key_file is not None:
+            sources.insert(0, f"file {self.api_key_file}")
+        return " or ".join(sources) or "api_key_file"
+
+
+BUILTIN_PROVIDERS: dict[str, ProviderConfig] = {
+    "openai": ProviderConfig(kind="openai", api_key_env=["OPENAI_API_KEY"]),
+    "deepseek": ProviderConfig(kind="openai", base_url="https://api.deepseek.com/v1", api_key_env=["DEEPSEEK_API_KEY"]),
+    "anthropic": ProviderConfig(kind="anthropic", api_key_env=["ANTHROPIC_API_KEY"]),
+    "google": ProviderConfig(kind="google", api_key_env=["GEMINI_API_KEY", "GOOGLE_API_KEY"]),
+    "vllm": ProviderConfig(
+        kind="openai", base_url="http://127.0.0.1:8000/v1", api_key_env=["VLLM_API_KEY"], api_key_required=False
+    ),
+    "ollama": ProviderConfig(kind="openai", base_url="http://127.0.0.1:11434/v1", api_key_required=False),
+    "llamacpp": ProviderConfig(kind="openai", base_url="http://127.0.0.1:8080/v1", api_key_required=False),
+}
+
+
+class _ProvidersFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    providers: dict[str, dict[str, object]] = Field(default_factory=dict)
+
+
+def load_providers(path: Path | None) -> dict[str, ProviderConfig]:
+    """Built-in providers, with the file's entries merged over them field by field."""
+    providers = dict(BUILTIN_PROVIDERS)
+    if path is None:
+        return providers
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        parsed = _ProvidersFile.model_validate(raw)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProviderConfigError(f"{path}: cannot read: {' '.join(str(exc).split())}") from exc
+    except ValidationError as exc:
+        raise ProviderConfigError(f"{path}: {_describe(exc)}") from exc
+    for name, fields in parsed.providers.items():
+        base = providers.get(name)
+        merged = (base.model_dump(exclude_unset=False) if base else {}) | fields
+        if isinstance(merged.get("api_key_file"), str):
+            # A relative secret path is relative to the providers file.
+            merged["api_key_file"] = path.parent / str(merged["api_key_file"])
+        try:
+            providers[name] = ProviderConfig.model_validate(merged)
+        except ValidationError as exc:
+            raise ProviderConfigError(f"{path}: providers.{name}.{_describe(exc)}") from exc
+    return providers
+
+
+def _describe(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    location = ".".join(str(part) for part in error["loc"])
+    return f"{location}: {error['msg']}" if location else error["msg"]

@@ -1,0 +1,220 @@
+"""The tools a turn may use: built-ins plus the tools of configured tool servers.
+
+Tool servers are declared in a YAML file (COGMESH_TOOL_SERVERS_FILE):
+
+    breaker: {failure_threshold: 3, cooldown_s: 30}   # defaults for every server
+    servers:
+      everything:                       # MCP over stdio: tools mcp__everything__<tool>
+        transport: stdio
+        command: npx
+        args: [-y, "@modelcontextprotocol/server-everything"]
+      search:                           # MCP over streamable HTTP
+        transport: http
+        url: http://127.0.0.1:8931/mcp
+      billing:                          # cogmesh.tools.v1.ToolService in any language
+        transport: grpc
+        address: 127.0.0.1:7001
+        prefix: billing_                # tools billing_<tool>; empty keeps their names
+
+An agent's `tools` lists names: built-ins ("calculator"), MCP tools
+("mcp__everything__echo"), remote tools, or glob patterns ("mcp__everything__*").
+An MCP server whose name is one of the session's active skills offers all its tools
+(the policy service allows them by the same rule). A server that cannot be reached
+does not fail the turn: its tools are left out and the turn is told why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import re
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import mcp
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from services.runtime.tools.base import MCP_PREFIX, Tool, ToolUnavailable
+from services.runtime.tools.breaker import BreakerRegistry
+from services.runtime.tools.mcp_client import McpServer
+from services.runtime.tools.remote import RemoteToolServer
+
+SERVER_NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9-]|_(?!_))*$"  # no "__": it separates mcp__<server>__<tool>
+LISTING_TTL_S = 60.0
+
+
+class ToolServersError(ValueError):
+    """The tool servers file is unreadable or invalid; the message names file and field."""
+
+
+class ToolServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    transport: Literal["stdio", "http", "grpc"]
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: Path | None = None
+    url: str = ""
+    address: str = ""
+    prefix: str = ""
+    timeout_s: float | None = Field(default=None, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    retries: int = Field(default=1, ge=0, le=5)
+    failure_threshold: int | None = Field(default=None, ge=1)
+    cooldown_s: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _needs_target(self) -> ToolServerConfig:
+        needed = {"stdio": "command", "http": "url", "grpc": "address"}[self.transport]
+        if not getattr(self, needed):
+            raise ValueError(f"transport {self.transport!r} needs {needed!r}")
+        return self
+
+
+class BreakerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    failure_threshold: int = Field(default=3, ge=1)
+    cooldown_s: float = Field(default=30.0, ge=0)
+
+
+class ToolServersFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    servers: dict[str, ToolServerConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names(self) -> ToolServersFile:
+        for name in self.servers:
+            if not re.match(SERVER_NAME_PATTERN, name):
+                raise ValueError(f"server name {name!r} must be lower-case letters, digits, '-' or single '_'")
+        return self
+
+
+def load_tool_servers(path: Path | None) -> ToolServersFile:
+    if path is None:
+        return ToolServersFile()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return ToolServersFile.model_validate(raw)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ToolServersError(f"{path}: cannot read: {' '.join(str(exc).split())}") from exc
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        location = ".".join(str(part) for part in error["loc"])
+        raise ToolServersError(
+            f"{path}: {location}: {error['msg']}" if location else f"{path}: {error['msg']}"
+        ) from exc
+
+
+ToolServer = McpServer | RemoteToolServer
+
+
+def build_server(name: str, config: ToolServerConfig, base_dir: Path | None = None) -> ToolServer:
+    if config.transport == "grpc":
+        return RemoteToolServer(
+            name, config.address, prefix=config.prefix, retries=config.retries, timeout_s=config.timeout_s
+        )
+    target: str | mcp.StdioServerParameters
+    if config.transport == "http":
+        target = config.url
+    else:
+        cwd = config.cwd if config.cwd is None or base_dir is None else base_dir / config.cwd
+        target = mcp.StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=cwd)
+    return McpServer(
+        name, target, connect_timeout_s=config.connect_timeout_s, retries=config.retries, timeout_s=config.timeout_s
+    )
+
+
+class ToolCatalog:
+    """Built-ins and tool servers, with one circuit breaker per server."""
+
+    def __init__(
+        self,
+        builtins: Mapping[str, Tool],
+        servers: Mapping[str, ToolServer] | None = None,
+        breakers: BreakerRegistry | None = None,
+        server_breakers: Mapping[str, BreakerConfig] | None = None,
+    ) -> None:
+        self.builtins = dict(builtins)
+        self.servers = dict(servers or {})
+        self.breakers = breakers or BreakerRegistry()
+        for name, settings in (server_breakers or {}).items():
+            self.breakers.configure(name, settings.failure_threshold, settings.cooldown_s)
+        self._listed: dict[str, tuple[float, list[Tool]]] = {}
+
+    @classmethod
+    def from_file(cls, builtins: Mapping[str, Tool], path: Path | None) -> ToolCatalog:
+        config = load_tool_servers(path)
+        base = path.parent if path is not None else None
+        servers = {name: build_server(name, server, base) for name, server in config.servers.items()}
+        overrides = {
+            name: BreakerConfig(
+                failure_threshold=server.failure_threshold or config.breaker.failure_threshold,
+                cooldown_s=config.breaker.cooldown_s if server.cooldown_s is None else server.cooldown_s,
+            )
+            for name, server in config.servers.items()
+        }
+        breakers = BreakerRegistry(config.breaker.failure_threshold, config.breaker.cooldown_s)
+        return cls(builtins, servers, breakers, overrides)
+
+    async def tools_for(
+        self, names: Sequence[str], active_skills: Sequence[str] = ()
+    ) -> tuple[dict[str, Tool], list[str]]:
+        """(tools by name, problems) for an agent's tool names and the session's active skills."""
+        wanted = set(names)
+        skills = set(active_skills)
+        needed = [
+            server
+            for server_name, server in self.servers.items()
+            if self._may_offer(server_name, server, wanted, skills)
+        ]
+        listings = await asyncio.gather(*(self._list(server) for server in needed))
+        problems = [problem for _, problem in listings if problem]
+        available: dict[str, Tool] = dict(self.builtins)
+        for tools, _ in listings:
+            for tool in tools:
+                available.setdefault(tool.name, tool)
+        chosen: dict[str, Tool] = {}
+        for name in names:
+            if any(ch in name for ch in "*?["):
+                chosen.update({n: t for n, t in available.items() if fnmatch.fnmatchcase(n, name)})
+            elif name in available:
+                chosen[name] = available[name]
+        for tool in available.values():
+            if tool.is_mcp and tool.server in skills:
+                chosen[tool.name] = tool
+        return chosen, problems
+
+    def _may_offer(self, name: str, server: ToolServer, wanted: set[str], skills: set[str]) -> bool:
+        if isinstance(server, McpServer):
+            prefix = f"{MCP_PREFIX}{name}__"
+            return name in skills or any(w.startswith(prefix) or fnmatch.fnmatchcase(prefix, w) for w in wanted)
+        return any(w not in self.builtins and not w.startswith(MCP_PREFIX) for w in wanted)
+
+    async def _list(self, server: ToolServer) -> tuple[list[Tool], str]:
+        cached = self._listed.get(server.name)
+        if cached is not None and time.monotonic() - cached[0] < LISTING_TTL_S:
+            return cached[1], ""
+        breaker = self.breakers.get(server.name)
+        if not breaker.allow_request():
+            return [], (
+                f"tool server {server.name!r} is unavailable (circuit open after repeated failures; "
+                f"retry in {breaker.retry_in_s():.0f}s): its tools are not offered"
+            )
+        try:
+            tools = await server.list_tools()
+        except ToolUnavailable as exc:
+            breaker.record_failure()
+            return [], f"{exc}: its tools are not offered"
+        breaker.record_success()
+        self._listed[server.name] = (time.monotonic(), tools)
+        return tools, ""
+
+    async def close(self) -> None:
+        await asyncio.gather(*(server.close() for server in self.servers.values()), return_exceptions=True)

@@ -1,0 +1,223 @@
+"""What a turn writes to the sessions service: its messages at the end, its checkpoint when it
+pauses, and the effects of a slash command.
+
+The messages go in one append, fenced by the turn's lease and idempotent by request id,
+before the final event announces them. A paused turn's checkpoint is written before its
+interrupt event goes out, so whoever sees the event can answer at once. Both remember
+the session's summary state (`SessionMemory`) for this replica's next turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import field_mask_pb2
+
+from cogmesh.common.v1 import events_pb2, messages_pb2
+from cogmesh.runtime.v1 import runtime_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.clients import Clients, call
+from services.kit.errors import CogmeshError
+from services.kit.logging import log
+from services.kit.protos import dict_to_struct
+from services.runtime.assembly import CommandTurn
+from services.runtime.context_link import Memory, SessionMemory
+from services.runtime.llm import ChatMessage
+from services.runtime.loop import Turn, encode_snapshot
+
+_TO_ROLE = {
+    "user": messages_pb2.ROLE_USER,
+    "assistant": messages_pb2.ROLE_ASSISTANT,
+    "tool": messages_pb2.ROLE_TOOL,
+    "system": messages_pb2.ROLE_SYSTEM,
+}
+_CHECKPOINT_FIELD = {
+    "approval_required": "approval",
+    "user_input_requested": "user_input",
+    "client_tool_call": "client_tool",
+}
+
+
+def message_to_proto(message: ChatMessage, turn_id: str) -> messages_pb2.Message:
+    return messages_pb2.Message(
+        role=_TO_ROLE[message.role],
+        content=message.content,
+        tool_calls=[
+            messages_pb2.ToolCall(id=c.id, name=c.name, arguments=dict_to_struct(c.arguments))
+            for c in message.tool_calls
+        ],
+        tool_call_id=message.tool_call_id,
+        name=message.name,
+        turn_id=turn_id,
+    )
+
+
+class TurnStore:
+    def __init__(self, clients: Clients, memory: SessionMemory, resolve: Callable[[str], Awaitable[Any]]) -> None:
+        self.clients, self.memory, self.resolve = clients, memory, resolve
+
+    async def checkpoint(
+        self, turn: Turn, tenant: str, session_id: str, lease_token: int
+    ) -> events_pb2.RuntimeEvent | None:
+        """Store the paused turn; an error event when that fails (the turn then ends)."""
+        pause = turn.pause
+        assert pause is not None
+        checkpoint = sessions_pb2.Checkpoint(
+            interrupt_id=pause.interrupt_id, turn_id=turn.turn_id, payload=encode_snapshot(pause.snapshot)
+        )
+        kind = pause.event.WhichOneof("payload") or ""
+        getattr(checkpoint, _CHECKPOINT_FIELD[kind]).CopyFrom(getattr(pause.event, kind))
+        request = sessions_pb2.WriteCheckpointRequest(
+            tenant_id=tenant, session_id=session_id, checkpoint=checkpoint, lease_token=lease_token
+        )
+        for attempt in range(2):  # the write is idempotent: a retry after UNAVAILABLE is safe
+            try:
+                await self.clients.sessions.WriteCheckpoint(request)
+                return None
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt == 0:
+                    continue
+                log.error("writing the checkpoint failed", code=exc.code().name, details=exc.details())
+                retryable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                return events_pb2.RuntimeEvent(
+                    turn_id=turn.turn_id,
+                    error=events_pb2.TurnError(
+                        kind=events_pb2.ERROR_KIND_UNAVAILABLE if retryable else events_pb2.ERROR_KIND_INTERNAL,
+                        message=f"the turn could not pause for an answer: no checkpoint stored: {exc.details()}",
+                        retryable=retryable,
+                        partial_text=turn.partial_text,
+                    ),
+                )
+        return None  # pragma: no cover - the loop always returns
+
+    async def persist(
+        self, turn: Turn, tenant: str, session_id: str, lease_token: int, last: events_pb2.RuntimeEvent
+    ) -> events_pb2.RuntimeEvent:
+        memory = (turn.summary, turn.covered)
+        return await self.store(turn.turn_id, turn.new_messages, memory, tenant, session_id, lease_token, last)
+
+    async def store(
+        self,
+        turn_id: str,
+        new_messages: list[ChatMessage],
+        summary: tuple[str, int] | None,
+        tenant: str,
+        session_id: str,
+        lease_token: int,
+        last: events_pb2.RuntimeEvent,
+    ) -> events_pb2.RuntimeEvent:
+        """Store the turn's messages before the final event announces them; remember the summary state."""
+        messages = [message_to_proto(m, turn_id) for m in new_messages]
+        if not messages:
+            return last
+        try:
+            reply = await self.clients.sessions.AppendMessages(
+                sessions_pb2.AppendMessagesRequest(
+                    tenant_id=tenant,
+                    session_id=session_id,
+                    messages=messages,
+                    lease_token=lease_token,
+                    request_id=f"{turn_id}:final",
+                )
+            )
+        except grpc.aio.AioRpcError as exc:
+            log.error("persisting the turn failed", code=exc.code().name, details=exc.details())
+            self.memory.forget(session_id)
+            lost_lease = exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+            return events_pb2.RuntimeEvent(
+                turn_id=turn_id,
+                error=events_pb2.TurnError(
+                    kind=events_pb2.ERROR_KIND_INVALID_REQUEST if lost_lease else events_pb2.ERROR_KIND_UNAVAILABLE,
+                    message=f"the turn finished but its messages could not be stored: {exc.details()}",
+                    retryable=not lost_lease,
+                    partial_text=last.final.text if last.HasField("final") else last.error.partial_text,
+                ),
+            )
+        if summary is None:
+            self.memory.forget(session_id)
+        else:
+            self.memory.put(session_id, Memory(summary[0], summary[1], reply.message_count))
+        if last.HasField("final"):
+            last.final.new_messages.extend(messages)
+        return last
+
+    async def apply_command(self, start: CommandTurn, request: runtime_pb2.RunTurnRequest) -> list[str]:
+        """The command's effect on the session: pinned role and skills, model. Returns notices."""
+        effect, notices = start.reply.effect, []
+        update = sessions_pb2.UpdateSessionRequest(
+            tenant_id=request.tenant_id, session_id=request.session_id, lease_token=request.lease_token
+        )
+        paths: list[str] = []
+        if effect.HasField("set_role"):
+            update.role_id = effect.set_role
+            update.active_skill_ids.extend(effect.skill_ids)
+            paths += ["role_id", "active_skill_ids"]
+        if effect.HasField("set_model"):
+            try:
+                model = await self.resolve(effect.set_model)
+            except CogmeshError as exc:
+                notices.append(f"the session keeps its model: {exc.message}")
+            else:
+                config = dict(start.runtime_config) | {"model": model.id}
+                update.runtime_config.CopyFrom(dict_to_struct(config))
+                paths.append("runtime_config")
+        if paths:
+            update.update_mask.CopyFrom(field_mask_pb2.FieldMask(paths=paths))
+            await call("sessions", self.clients.sessions.UpdateSession, update)
+        return notices
+
+    async def reset(self, request: runtime_pb2.RunTurnRequest, message_count: int) -> None:
+        """/reset: an empty summary that covers every stored message, so the next turn starts afresh."""
+        await call(
+            "sessions",
+            self.clients.sessions.UpdateSummary,
+            sessions_pb2.UpdateSummaryRequest(
+                tenant_id=request.tenant_id,
+                session_id=request.session_id,
+                text="",
+                covered_message_count=message_count,
+                lease_token=request.lease_token,
+            ),
+        )
+        self.memory.put(request.session_id, Memory("", message_count, message_count))
+
+    async def answered(
+        self, request: runtime_pb2.ResumeTurnRequest, decision: sessions_pb2.CheckpointDecision | None
+    ) -> sessions_pb2.Checkpoint:
+        """The paused turn's checkpoint, after recording the answer when the request brings one."""
+        if decision is not None:
+            decided = await call(
+                "sessions",
+                self.clients.sessions.DecideCheckpoint,
+                sessions_pb2.DecideCheckpointRequest(
+                    tenant_id=request.tenant_id,
+                    session_id=request.session_id,
+                    interrupt_id=request.interrupt_id,
+                    decision=decision,
+                ),
+            )
+            return decided.checkpoint  # type: ignore[no-any-return]
+        found = await call(
+            "sessions",
+            self.clients.sessions.GetCheckpoint,
+            sessions_pb2.GetCheckpointRequest(
+                tenant_id=request.tenant_id, session_id=request.session_id, interrupt_id=request.interrupt_id
+            ),
+        )
+        return found.checkpoint  # type: ignore[no-any-return]
+
+    async def consume(self, request: runtime_pb2.ResumeTurnRequest, allow_undecided: bool) -> None:
+        """Take the checkpoint, fenced by the resuming turn's lease, so exactly one resume happens."""
+        await call(
+            "sessions",
+            self.clients.sessions.ConsumeCheckpoint,
+            sessions_pb2.ConsumeCheckpointRequest(
+                tenant_id=request.tenant_id,
+                session_id=request.session_id,
+                interrupt_id=request.interrupt_id,
+                lease_token=request.lease_token,
+                allow_undecided=allow_undecided,
+            ),
+        )

@@ -1,0 +1,268 @@
+"""The `cogmesh` command: run the suite and talk to it.
+
+    cogmesh up [--demo]              start every service, supervised
+    cogmesh chat "What is 2 + 2?"    run one turn and watch it stream
+    cogmesh sessions list | models list | agents list
+Every command takes --json for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from google.protobuf import json_format
+from rich.console import Console
+
+from cogmesh.client import GatewayClient, GatewayError
+from gateway.auth import hash_key
+from services.kit.config import Settings
+from services.suite.render import EventPrinter
+from services.suite.supervisor import ORDER, StartupError, Supervisor
+
+DEMO_MESSAGE = "What is 17 * 23?"
+T = TypeVar("T")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _gateway(args: argparse.Namespace) -> str:
+    return args.gateway or Settings().gateway_addr
+
+
+def _client(args: argparse.Namespace) -> GatewayClient:
+    return GatewayClient(_gateway(args), api_key=args.api_key or os.environ.get("COGMESH_API_KEY", ""))
+
+
+def _print_json(message: Any) -> None:
+    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True)))
+
+
+async def run_chat(
+    client: GatewayClient, message: str, printer: EventPrinter, session_id: str, agent: str, model: str
+) -> tuple[str, bool]:
+    """Run one turn (creating a session if needed); returns (session_id, succeeded)."""
+    if not session_id:
+        session = await client.create_session(agent=agent)
+        session_id = session.session_id
+        if not printer.as_json:
+            out.print(f"[dim]session {session_id} · agent {session.agent}[/dim]")
+    ok = False
+    stream = client.send_message(session_id, message, model=model)
+    first = await _with_spinner(printer, anext(stream, None))  # progress until the turn's first event
+    if first is not None:
+        printer.show(first)
+        ok = first.HasField("final")
+    async for event in stream:
+        printer.show(event)
+        ok = event.HasField("final")
+    return session_id, ok
+
+
+async def _with_spinner(printer: EventPrinter, waiting: Awaitable[T]) -> T:
+    if printer.as_json or not out.is_terminal:
+        return await waiting
+    with out.status("waiting for the turn to start…", spinner="dots"):
+        return await waiting
+
+
+async def cmd_watch(args: argparse.Namespace) -> int:
+    """Follow a session from a cursor, resuming by seq if the stream breaks."""
+    printer = EventPrinter(out, args.json)
+    async with _client(args) as client:
+        await client.wait_ready(args.connect_timeout)
+        async for event in client.subscribe(args.session, args.after, stop_when_idle=args.until_idle):
+            if not args.json and event.WhichOneof("payload") == "status":
+                out.print(f"[dim]turn {event.turn_id[:8]} · seq {event.seq}[/dim]")
+            printer.show(event)
+    return 0
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
+    printer = EventPrinter(out, args.json)
+    async with _client(args) as client:
+        await client.wait_ready(args.connect_timeout)
+        if args.message:
+            _, ok = await run_chat(client, args.message, printer, args.session, args.agent, args.model)
+            return 0 if ok else 1
+        session_id = args.session
+        while True:  # a minimal interactive loop: one turn per line, same session
+            try:
+                line = await asyncio.to_thread(input, "you> ")
+            except EOFError:
+                return 0
+            if line.strip():
+                session_id, _ = await run_chat(client, line, printer, session_id, args.agent, args.model)
+
+
+async def cmd_sessions_list(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        page = await client.list_sessions(page_size=args.page_size, page_token=args.page_token)
+    if args.json:
+        _print_json(page)
+        return 0
+    for s in page.sessions:
+        out.print(
+            f"{s.session_id}  agent={s.agent}  messages={s.message_count}  updated={s.update_time.ToJsonString()}"
+        )
+    if page.next_page_token:
+        out.print(f"[dim]more: --page-token {page.next_page_token}[/dim]")
+    return 0
+
+
+async def cmd_models_list(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        reply = await client.list_models(provider=args.provider)
+    if args.json:
+        _print_json(reply)
+        return 0
+    for m in reply.models:
+        default = "  (default)" if m.id == reply.default_model else ""
+        out.print(f"{m.id:<28} {m.provider:<10} aliases: {', '.join(m.aliases) or '-'}{default}")
+    return 0
+
+
+async def cmd_agents_list(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        reply = await client.list_agents()
+    if args.json:
+        _print_json(reply)
+        return 0
+    for a in reply.agents:
+        out.print(f"{a.name:<16} model={a.model or '-'}  tools={', '.join(a.tools) or '-'}  {a.description}")
+    return 0
+
+
+async def cmd_up(args: argparse.Namespace) -> int:
+    if args.redis_url:  # children read it from the environment, like every other setting
+        os.environ["COGMESH_REDIS_URL"] = args.redis_url
+    settings = Settings()
+    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="cogmesh-logs-"))
+
+    def report(text: str) -> None:
+        if args.json:
+            print(json.dumps({"event": "supervisor", "text": text.strip()}), flush=True)
+        else:
+            out.print(text)
+
+    supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    report(f"starting cogmesh: {len(ORDER)} services, logs in {log_dir}")
+    try:
+        await supervisor.start()
+    except StartupError as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True)
+        return 1
+    if args.json:
+        print(json.dumps({"event": "ready", "gateway": settings.gateway_addr, "log_dir": str(log_dir)}), flush=True)
+    else:
+        out.print(f"[green]ready[/green]: gateway on {settings.gateway_addr} · Ctrl-C stops everything")
+    if args.demo:
+        report(f"demo turn: {DEMO_MESSAGE}")
+        async with GatewayClient(settings.gateway_addr) as client:
+            try:
+                await run_chat(client, DEMO_MESSAGE, EventPrinter(out, args.json), "", "default", "")
+            except GatewayError as exc:
+                err.print(f"demo turn failed: {exc}", markup=False)
+        report(f'try: cogmesh chat "What is (2 + 3) * 4?"   ·   grpcurl -plaintext {settings.gateway_addr} list')
+    await stop.wait()
+    report("stopping all services")
+    await supervisor.stop()
+    report("stopped")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="cogmesh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = root.add_subparsers(dest="command", required=True)
+
+    def command(
+        name: str, help_text: str, run: Callable[[argparse.Namespace], Awaitable[int]], parent: Any = sub
+    ) -> Any:
+        p = parent.add_parser(name, help=help_text)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(run=run)
+        return p
+
+    def with_gateway(p: Any) -> Any:
+        p.add_argument(
+            "--gateway", default="", help="gateway address (default: $COGMESH_GATEWAY_ADDR or 127.0.0.1:50051)"
+        )
+        p.add_argument("--api-key", default="", help="API key (default: $COGMESH_API_KEY; not needed in dev mode)")
+        return p
+
+    up = command("up", "start the whole suite, one supervised process per service", cmd_up)
+    up.add_argument("--demo", action="store_true", help="once ready, run a demo turn that calls the calculator")
+    up.add_argument("--log-dir", default="", help="folder for the services' logs (default: a new temp folder)")
+    up.add_argument("--redis-url", default="", help="run on Redis (sessions, leases, event log): redis://host:6379/0")
+    up.add_argument("--ready-timeout", type=float, default=30.0, help="seconds each service gets to become SERVING")
+
+    chat = with_gateway(command("chat", "send a message and watch the turn stream", cmd_chat))
+    chat.add_argument("message", nargs="?", default="", help="the message; omit it to chat line by line")
+    chat.add_argument("--agent", default="default", help="agent for a new session")
+    chat.add_argument("--session", default="", help="continue this session instead of creating one")
+    chat.add_argument("--model", default="", help="model name overriding the agent's model")
+    chat.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to wait for the gateway")
+
+    watch = with_gateway(command("watch", "follow a session's events from a cursor", cmd_watch))
+    watch.add_argument("session", help="session id")
+    watch.add_argument("--after", type=int, default=0, help="start after this seq (0 replays what is retained)")
+    watch.add_argument("--until-idle", action="store_true", help="stop once caught up and no turn is running")
+    watch.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to wait for the gateway")
+
+    sessions = sub.add_parser("sessions", help="sessions of your tenant").add_subparsers(dest="action", required=True)
+    sl = with_gateway(command("list", "list sessions, newest first", cmd_sessions_list, sessions))
+    sl.add_argument("--page-size", type=int, default=50)
+    sl.add_argument("--page-token", default="")
+
+    models = sub.add_parser("models", help="the model catalogue").add_subparsers(dest="action", required=True)
+    ml = with_gateway(command("list", "list models", cmd_models_list, models))
+    ml.add_argument("--provider", default="", help="only this provider")
+
+    agents = sub.add_parser("agents", help="agent definitions").add_subparsers(dest="action", required=True)
+    with_gateway(command("list", "list agents", cmd_agents_list, agents))
+    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
+    new = command("new", "make a new API key and the line to add to the keys file", cmd_keys_new, keys)
+    new.add_argument("--tenant", required=True)
+    new.add_argument("--principal", required=True)
+    return root
+
+
+async def cmd_keys_new(args: argparse.Namespace) -> int:
+    key = "cm_" + secrets.token_urlsafe(32)
+    entry = {"sha256": hash_key(key), "tenant": args.tenant, "principal": args.principal}
+    if args.json:
+        print(json.dumps({"api_key": key, "entry": entry}))
+    else:
+        out.print(f"API key (shown once, store it safely): {key}")
+        out.print("add to the keys file (COGMESH_API_KEYS_FILE) under `keys:`")
+        out.print(f"  - {{sha256: {entry['sha256']}, tenant: {args.tenant}, principal: {args.principal}}}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        code = asyncio.run(args.run(args))
+    except GatewayError as exc:
+        if args.json:
+            print(json.dumps({"error": {"code": exc.code.name, "message": exc.message, "reason": exc.reason}}))
+        else:
+            err.print(f"error: {exc}", markup=False)
+            if exc.code.name == "UNAVAILABLE":
+                err.print("is the suite running? start it with: cogmesh up", markup=False)
+        code = 2 if exc.code.name == "UNAVAILABLE" else 1
+    raise SystemExit(code)

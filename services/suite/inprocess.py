@@ -1,0 +1,49 @@
+"""The whole suite inside one event loop, each service on its own port: for tests and benchmarks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway import main as gateway_main
+from services.context import main as context_main
+from services.kit.config import Settings
+from services.kit.server import Build, RunningServer, start
+from services.models import main as models_main
+from services.policy import main as policy_main
+from services.runtime import main as runtime_main
+from services.sessions import main as sessions_main
+
+# Dependency order: a service is built once the services it calls are listening.
+ORDER: list[tuple[str, Build]] = [
+    ("models", models_main.build),
+    ("sessions", sessions_main.build),
+    ("context", context_main.build),  # calls models and sessions
+    ("policy", policy_main.build),  # calls context (ContextCompressor)
+    ("runtime", runtime_main.build),
+    ("gateway", gateway_main.build),
+]
+
+
+@dataclass
+class Suite:
+    servers: dict[str, RunningServer]
+
+    @property
+    def gateway_address(self) -> str:
+        return self.servers["gateway"].address
+
+    async def stop(self, grace: float = 0.5) -> None:
+        for name, _ in reversed(ORDER):
+            if name in self.servers:
+                await self.servers[name].stop(grace)
+
+
+async def start_suite(settings: Settings | None = None, host: str = "127.0.0.1") -> Suite:
+    settings = settings or Settings()
+    if settings.api_keys_file is None:
+        settings = settings.model_copy(update={"dev_mode": True})  # a local test suite: loopback, no keys
+    servers: dict[str, RunningServer] = {}
+    for name, build in ORDER:
+        servers[name] = await start(build, settings, f"{host}:0")
+        settings = settings.model_copy(update={f"{name}_addr": servers[name].address})
+    return Suite(servers)
