@@ -1,0 +1,154 @@
+"""The per-session event log: seq stamping, retention, replay-then-tail reads.
+
+Two stores share one contract (`EventLog`): `MemoryEventLog`, the embedded default,
+and `RedisEventLog` (gateway/redis_event_log.py), which every gateway replica shares.
+
+Appends never wait for readers, so a slow subscriber cannot slow the turn or the
+other subscribers. A live reader that falls more than `max_lag` events behind is
+cut off with RESOURCE_EXHAUSTED and resumes from its cursor; a cursor older than
+retention is OUT_OF_RANGE. Checking the log and starting to wait happen without an
+await in between, so there is no gap and no duplicate at the replay/tail seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cogmesh.common.v1 import errors_pb2, events_pb2
+from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from services.kit.protos import now
+
+TERMINAL = ("final", "error")
+Batch = list[events_pb2.RuntimeEvent]
+
+
+def is_terminal(event: events_pb2.RuntimeEvent) -> bool:
+    return event.WhichOneof("payload") in TERMINAL
+
+
+class EventLog(Protocol):
+    async def append(self, session_id: str, events: Sequence[events_pb2.RuntimeEvent]) -> None: ...
+    async def last_seq(self, session_id: str) -> int: ...
+    async def ends_with_turn_end(self, session_id: str) -> bool: ...
+    async def drop(self, session_id: str) -> None: ...
+    def read(self, session_id: str, after_seq: int, heartbeat_s: float) -> AsyncIterator[Batch | None]: ...
+    async def close(self) -> None: ...
+
+
+@dataclass
+class SessionLog:
+    """Events of one session held in memory, from `first_seq` to `last_seq`, contiguous."""
+
+    retention: int
+    events: list[events_pb2.RuntimeEvent] = field(default_factory=list)
+    last_seq: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+
+    @property
+    def first_seq(self) -> int:
+        return self.events[0].seq if self.events else self.last_seq + 1
+
+    def add(self, events: Sequence[events_pb2.RuntimeEvent]) -> None:
+        """Add events already stamped with their seq (the next ones) and wake readers."""
+        self.events.extend(events)
+        self.last_seq = self.events[-1].seq if self.events else self.last_seq
+        # Trim in chunks so retention costs O(1) amortized per event.
+        if len(self.events) > self.retention + self.retention // 4:
+            del self.events[: len(self.events) - self.retention]
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def close(self) -> None:
+        self.closed = True
+        self.changed.set()
+
+
+def check_cursor(session_id: str, after_seq: int, first_seq: int, last_seq: int) -> None:
+    if after_seq > last_seq:
+        raise InvalidArgument([("after_seq", f"is ahead of the session's last event (seq {last_seq})")])
+    if after_seq < first_seq - 1:
+        raise OutOfRange(
+            f"cursor {after_seq} is older than the retained events (oldest is seq {first_seq}); "
+            "re-read the session state and subscribe from a newer cursor",
+            reason=errors_pb2.ERROR_REASON_CURSOR_EXPIRED,
+            metadata={"oldest_seq": str(first_seq), "session_id": session_id},
+        )
+
+
+async def tail(
+    session_id: str, log: SessionLog, cursor: int, heartbeat_s: float, max_lag: int, max_batch: int, live: bool = False
+) -> AsyncIterator[Batch | None]:
+    """Yield what `log` holds after `cursor`, then follow it; None after `heartbeat_s` idle."""
+    while True:
+        if log.closed:
+            raise NotFound(f"session {session_id!r} was deleted", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
+        if cursor < log.last_seq:
+            # Replaying retained history has no lag limit; a live reader that cannot keep up is cut off.
+            if (live and log.last_seq - cursor > max_lag) or cursor < log.first_seq - 1:
+                raise ResourceExhausted(
+                    f"subscriber fell more than {max_lag} events behind; resume from seq {cursor}",
+                    reason=errors_pb2.ERROR_REASON_SUBSCRIBER_TOO_SLOW,
+                    metadata={"resume_after_seq": str(cursor)},
+                )
+            start = cursor - log.first_seq + 1
+            batch = log.events[start : start + max_batch]
+            cursor = batch[-1].seq
+            yield batch
+            continue
+        live = True
+        changed = log.changed
+        try:
+            await asyncio.wait_for(changed.wait(), heartbeat_s)
+        except TimeoutError:
+            yield None
+
+
+class MemoryEventLog:
+    def __init__(self, retention: int = 10_000, max_lag: int = 5_000, max_batch: int = 512):
+        self.retention, self.max_lag, self.max_batch = retention, max_lag, max_batch
+        self._logs: dict[str, SessionLog] = {}
+
+    def _log(self, session_id: str) -> SessionLog:
+        log = self._logs.get(session_id)
+        if log is None:
+            log = self._logs[session_id] = SessionLog(self.retention)
+        return log
+
+    async def last_seq(self, session_id: str) -> int:
+        return self._log(session_id).last_seq
+
+    async def ends_with_turn_end(self, session_id: str) -> bool:
+        """True when the log is empty or its last event ended a turn."""
+        events = self._log(session_id).events
+        return not events or is_terminal(events[-1])
+
+    async def append(self, session_id: str, events: Sequence[events_pb2.RuntimeEvent]) -> None:
+        """Stamp each event with the session's next seq (and a time if unset), then publish."""
+        log = self._log(session_id)
+        seq = log.last_seq
+        for event in events:
+            seq += 1
+            event.seq = seq
+            event.session_id = session_id
+            if not event.HasField("create_time"):
+                event.create_time.CopyFrom(now())
+        log.add(events)
+
+    async def drop(self, session_id: str) -> None:
+        log = self._logs.pop(session_id, None)
+        if log is not None:
+            log.close()
+
+    async def read(self, session_id: str, after_seq: int, heartbeat_s: float) -> AsyncIterator[Batch | None]:
+        log = self._log(session_id)
+        check_cursor(session_id, after_seq, log.first_seq, log.last_seq)
+        async for batch in tail(session_id, log, after_seq, heartbeat_s, self.max_lag, self.max_batch):
+            yield batch
+
+    async def close(self) -> None:
+        for log in self._logs.values():
+            log.close()

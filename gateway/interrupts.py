@@ -1,0 +1,328 @@
+"""Paused turns at the gateway: starting turns with per-turn options, resuming and abandoning paused ones.
+
+A turn pauses when the runtime needs an answer from outside (an approval, the
+user's input, a client-side tool's result). The runtime writes a checkpoint to the
+sessions service, emits the interrupt event and a TURN_STATE_PAUSED status, and
+ends its stream. `TurnDriver` then frees the session's lease before that status is
+visible, like at the end of a turn, so whoever reads it can answer at once.
+
+The answer may reach any gateway replica. `resume` records nothing itself (the
+servicer records the decision with DecideCheckpoint first); it takes the lease
+under a resume id of its own, `<turn_id>:resume:<random>`, so a second replica
+trying to resume the same turn at the same moment is refused instead of getting
+the same fencing token, and calls RuntimeService.ResumeTurn on any runtime
+replica. The resumed turn keeps its turn_id, and its events go to the same event
+log. `abandon` gives a paused turn up (CancelTurn on a paused turn): the runtime
+answers the pending calls with a cancellation, stores the turn's messages and
+ends it with an error of kind cancelled.
+
+`TurnDriver` extends the lead's `TurnRunner`; `start` and `_drive` are its copies
+with the per-turn options and the paused status added (see the report: once
+TurnRunner knows both, only resume and abandon remain here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import struct_pb2
+
+from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2
+from cogmesh.runtime.v1 import runtime_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from gateway import auth
+from gateway.event_log import is_terminal
+from gateway.turns import _ERROR_KINDS, _RETRYABLE, LEASE_TTL_S, TurnRunner, error_event
+from services.kit.clients import call
+from services.kit.errors import CogmeshError, FailedPrecondition, from_dependency
+from services.kit.logging import bind_request, log
+
+RESUME_MARK = ":resume:"
+HANDOVER_S = 5.0  # how long an answer waits for a just-paused turn to hand its lease back
+
+
+class Following(Exception):
+    """Another caller is resuming the turn at this moment."""
+
+
+def is_paused(event: events_pb2.RuntimeEvent) -> bool:
+    return event.HasField("status") and event.status.state == events_pb2.TURN_STATE_PAUSED
+
+
+def ends_stream(event: events_pb2.RuntimeEvent) -> bool:
+    """The last event of a turn's stream: final, error, or the pause that waits for an answer."""
+    return is_terminal(event) or is_paused(event)
+
+
+def turn_of_lease(lease_turn_id: str) -> str:
+    """The turn a lease holder id stands for (a resume holds the lease under a suffixed id)."""
+    return lease_turn_id.split(RESUME_MARK, 1)[0]
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """What SendMessage may set for one turn, passed on to RunTurnRequest."""
+
+    runtime: str = ""
+    output_schema: struct_pb2.Struct | None = None
+    limits: runtime_pb2.TurnLimits | None = None
+    cost_budget: runtime_pb2.CostBudget | None = None
+    client_tools: Sequence[messages_pb2.ToolSpec] = field(default_factory=tuple)
+
+    def apply(self, request: runtime_pb2.RunTurnRequest) -> None:
+        request.runtime = self.runtime
+        if self.output_schema is not None:
+            request.output_schema.CopyFrom(self.output_schema)
+        if self.limits is not None:
+            request.limits.CopyFrom(self.limits)
+        if self.cost_budget is not None:
+            request.cost_budget.CopyFrom(self.cost_budget)
+        request.client_tools.extend(self.client_tools)
+
+
+TurnRequest = runtime_pb2.RunTurnRequest | runtime_pb2.ResumeTurnRequest
+
+
+class TurnDriver(TurnRunner):
+    """TurnRunner that also knows paused turns: per-turn options, resume, abandon."""
+
+    async def start(
+        self,
+        tenant_id: str,
+        session_id: str,
+        content: str,
+        model: str,
+        deadline_s: float | None = None,
+        strategy: sessions_pb2.MultitaskStrategy = sessions_pb2.MULTITASK_STRATEGY_REJECT,
+        options: TurnOptions | None = None,
+    ) -> tuple[str, int]:
+        """Take the session's turn lease and start the turn; returns (turn_id, seq before its first event)."""
+        turn_id = uuid.uuid4().hex
+        if strategy == sessions_pb2.MULTITASK_STRATEGY_INTERRUPT and self.running_turn(session_id):
+            await self.cancel(session_id, "")  # it runs here: no need to wait for its next renewal
+        wait_s = deadline_s or self.settings.turn_timeout_s
+        lease = await call(
+            "sessions",
+            lambda r: self.clients.sessions.AcquireTurnLease(
+                r, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
+            ),
+            sessions_pb2.AcquireTurnLeaseRequest(
+                tenant_id=tenant_id, session_id=session_id, turn_id=turn_id, ttl_seconds=LEASE_TTL_S, strategy=strategy
+            ),
+        )
+        start_seq = await self.events.last_seq(session_id)
+        # Acknowledge at once: watchers learn the turn id and its first seq before the runtime answers.
+        accepted = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
+        await self.events.append(session_id, [events_pb2.RuntimeEvent(turn_id=turn_id, status=accepted)])
+        request = runtime_pb2.RunTurnRequest(
+            tenant_id=tenant_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            content=content,
+            model=model,
+            lease_token=lease.lease_token,
+        )
+        if options is not None:
+            options.apply(request)
+        timeout = self._timeout(deadline_s)
+        task = asyncio.create_task(self._drive(request, timeout))
+        self._track(session_id, turn_id, task)
+        return turn_id, start_seq
+
+    def _timeout(self, deadline_s: float | None) -> float:
+        # The caller's deadline bounds the turn too (it reaches the runtime as the RPC deadline).
+        return min(self.settings.turn_timeout_s, deadline_s) if deadline_s else self.settings.turn_timeout_s
+
+    def _track(self, session_id: str, turn_id: str, task: asyncio.Task[None]) -> None:
+        self._running[session_id] = (turn_id, task)
+        task.add_done_callback(lambda _: self._forget(session_id, turn_id))
+
+    async def _drive(self, request: TurnRequest, timeout_s: float) -> None:
+        # A runtime that just restarted: wait for the reconnect rather than fail the turn at once.
+        await self.clients.ready("runtime", self.settings.call_timeout_s)
+        if isinstance(request, runtime_pb2.ResumeTurnRequest):
+            stream = self.clients.runtime.ResumeTurn(request, timeout=timeout_s)
+        else:
+            stream = self.clients.runtime.RunTurn(request, timeout=timeout_s)
+        await self._pump(request, stream, [])
+
+    async def _pump(self, request: TurnRequest, stream: Any, first: list[events_pb2.RuntimeEvent]) -> None:
+        """Log the turn's events; free the lease before its last event (final, error or pause) is visible."""
+        bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
+        released = False
+        keeper = asyncio.create_task(self._keep_lease(request))  # type: ignore[arg-type]
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                keeper.cancel()
+                await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+
+        async def log_events(events: list[events_pb2.RuntimeEvent]) -> None:
+            for event in events:
+                event.turn_id = request.turn_id
+            if any(ends_stream(e) for e in events):
+                await release()
+            await self.events.append(request.session_id, events)
+
+        try:
+            if first:
+                await log_events(first)
+            async for response in stream:
+                await log_events(list(response.events))
+            if not released:
+                message = "runtime ended the turn without a final event"
+                await release()
+                await self.events.append(
+                    request.session_id, [error_event(request.turn_id, events_pb2.ERROR_KIND_INTERNAL, message, True)]
+                )
+        except grpc.aio.AioRpcError as exc:
+            log.warning("turn failed", code=exc.code().name, details=exc.details())
+            kind = _ERROR_KINDS.get(exc.code(), events_pb2.ERROR_KIND_INTERNAL)
+            message = f"runtime: {exc.code().name}: {exc.details()}"
+            await release()
+            await self.events.append(
+                request.session_id, [error_event(request.turn_id, kind, message, exc.code() in _RETRYABLE)]
+            )
+        except asyncio.CancelledError:
+            await release()
+            message = "gateway shut down during the turn"
+            error = error_event(request.turn_id, events_pb2.ERROR_KIND_UNAVAILABLE, message, True)
+            await asyncio.shield(self.events.append(request.session_id, [error]))
+            raise
+        except CogmeshError as exc:  # the event log itself failed (e.g. Redis away): nowhere to report it
+            log.error("turn aborted: cannot log its events", error=exc.message)
+        finally:
+            keeper.cancel()
+            if not released:  # never leave the session locked until the lease expires
+                await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ paused turns
+
+    async def resume(
+        self,
+        tenant_id: str,
+        session_id: str,
+        checkpoint: sessions_pb2.Checkpoint,
+        deadline_s: float | None = None,
+        abandon: bool = False,
+    ) -> tuple[str, int]:
+        """Resume (or give up) the turn paused at `checkpoint`; returns (turn_id, seq before its next event).
+
+        The runtime's first answer is awaited here, so a resume that cannot start (runtime
+        down, checkpoint already taken) fails this call and the turn stays paused.
+        """
+        turn_id, interrupt_id = checkpoint.turn_id, checkpoint.interrupt_id
+        holder = f"{turn_id}{RESUME_MARK}{uuid.uuid4().hex[:12]}"
+        acquire = sessions_pb2.AcquireTurnLeaseRequest(
+            tenant_id=tenant_id, session_id=session_id, turn_id=holder, ttl_seconds=LEASE_TTL_S
+        )
+        try:
+            lease = await self.clients.sessions.AcquireTurnLease(acquire)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise from_dependency(exc, "sessions") from exc
+            current = await self._lease_holder(tenant_id, session_id)
+            if current.startswith(f"{turn_id}{RESUME_MARK}"):
+                if abandon:
+                    raise Following(turn_id) from exc
+                # Another answer (on any replica) is resuming this very turn: follow it.
+                return turn_id, await self.events.last_seq(session_id)
+            if current != turn_id:
+                raise from_dependency(exc, "sessions") from exc
+            # The turn is still handing its lease back after pausing: wait for it, briefly.
+            acquire.strategy = sessions_pb2.MULTITASK_STRATEGY_ENQUEUE
+            lease = await call(
+                "sessions", lambda r: self.clients.sessions.AcquireTurnLease(r, timeout=HANDOVER_S), acquire
+            )
+        start_seq = await self.events.last_seq(session_id)
+        request = runtime_pb2.ResumeTurnRequest(
+            tenant_id=tenant_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            interrupt_id=interrupt_id,
+            lease_token=lease.lease_token,
+        )
+        if abandon:
+            request.abandon = True
+        stream = self.clients.runtime.ResumeTurn(request, timeout=self._timeout(deadline_s))
+        try:
+            first = await stream.read()
+        except grpc.aio.AioRpcError as exc:
+            await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+            raise from_dependency(exc, "runtime") from exc
+        except BaseException:
+            stream.cancel()
+            await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+            raise
+        events = [] if first is grpc.aio.EOF else list(first.events)
+        task = asyncio.create_task(self._pump(request, stream, events))
+        self._track(session_id, turn_id, task)
+        log.info("turn resumed", session_id=session_id, turn_id=turn_id, interrupt_id=interrupt_id, abandon=abandon)
+        return turn_id, start_seq
+
+    async def _lease_holder(self, tenant_id: str, session_id: str) -> str:
+        reply = await call(
+            "sessions",
+            self.clients.sessions.GetTurnLease,
+            sessions_pb2.GetTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id),
+        )
+        return str(reply.lease.turn_id)
+
+    async def paused(self, tenant_id: str, session_id: str, turn_id: str = "") -> sessions_pb2.Checkpoint | None:
+        """The checkpoint a paused turn of the session (the given one, or any) waits on."""
+        reply = await call(
+            "sessions",
+            self.clients.sessions.ListCheckpoints,
+            sessions_pb2.ListCheckpointsRequest(tenant_id=tenant_id, session_id=session_id),
+        )
+        for checkpoint in reply.checkpoints:
+            if not turn_id or checkpoint.turn_id == turn_id:
+                return checkpoint  # type: ignore[no-any-return]
+        return None
+
+    async def cancel(self, session_id: str, turn_id: str, tenant_id: str = "") -> str:
+        """Signal the running turn (here or, through the relay, on another replica), else give up a paused one."""
+        caller = auth.current.get(None)
+        tenant_id = tenant_id or (caller.tenant_id if caller else "")
+        if not self.running_turn(session_id) and self.relay is not None and tenant_id:
+            running = turn_of_lease(await self._lease_holder(tenant_id, session_id))
+            wanted = running and (not turn_id or turn_id == running)
+            if wanted and await self.relay.publish(session_id, running):
+                return running
+        else:
+            found = await self.cancel_local(session_id, turn_id)
+            if found:
+                return found
+        if not tenant_id:
+            return ""
+        checkpoint = await self.paused(tenant_id, session_id, turn_id)
+        if checkpoint is None:
+            return ""
+        try:
+            abandoned, _ = await self.resume(tenant_id, session_id, checkpoint, abandon=True)
+        except Following:
+            return ""  # an answer is resuming it right now: it is not paused any more
+        except CogmeshError as exc:
+            if exc.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+                return ""  # answered and resumed meanwhile, or another cancel got there first
+            raise
+        return abandoned
+
+    async def cancel_local(self, session_id: str, turn_id: str) -> str:
+        return await super().cancel_local(session_id, turn_of_lease(turn_id))
+
+
+def paused_error(session_id: str, checkpoint: sessions_pb2.Checkpoint) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"session {session_id!r} has a paused turn ({checkpoint.turn_id}) waiting for interrupt "
+        f"{checkpoint.interrupt_id!r}: answer it or cancel the turn first",
+        reason=errors_pb2.ERROR_REASON_TURN_IN_PROGRESS,
+        metadata={"turn_id": checkpoint.turn_id, "interrupt_id": checkpoint.interrupt_id},
+    )

@@ -1,0 +1,89 @@
+"""Gateway entry point: `python -m gateway`."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Awaitable, Callable
+
+from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.auth import Authenticator, load_keys
+from gateway.cancel_relay import CancelRelay
+from gateway.event_log import EventLog, MemoryEventLog
+from gateway.guard import GatewayGuard
+from gateway.limits import TenantLimits
+from gateway.redis_event_log import RedisEventLog
+from gateway.servicer import GatewayServicer
+from services.kit.agents import load_agents
+from services.kit.clients import Clients
+from services.kit.config import Settings
+from services.kit.logging import log
+from services.kit.server import App, mount, run
+
+
+def is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def authenticator(settings: Settings) -> Authenticator:
+    """API keys when configured; otherwise only an explicit, loopback-only dev mode."""
+    if settings.api_keys_file is not None:
+        try:
+            return Authenticator(load_keys(settings.api_keys_file))
+        except ValueError as exc:
+            raise SystemExit(f"gateway: {exc}") from exc
+    if not settings.dev_mode:
+        raise SystemExit(
+            "gateway: no API keys configured. Set COGMESH_API_KEYS_FILE, or COGMESH_DEV_MODE=true "
+            "for an unauthenticated gateway on loopback"
+        )
+    listen = settings.listen_address("gateway")
+    if not is_loopback(listen):
+        raise SystemExit(f"gateway: dev mode (no auth) binds loopback only, not {listen}; configure API keys")
+    log.warning("dev mode: no authentication, every caller is one tenant", tenant=settings.tenant_id, listen=listen)
+    return Authenticator(None, settings.tenant_id)
+
+
+def event_log(settings: Settings) -> EventLog:
+    """Redis Streams when COGMESH_REDIS_URL is set (replicas share it), else in memory."""
+    if settings.redis_url:
+        return RedisEventLog(
+            settings.redis_url,
+            prefix=settings.redis_key_prefix,
+            retention=settings.event_retention,
+            ttl_s=settings.event_ttl_s,
+            max_lag=settings.subscriber_max_lag,
+            timeout_s=settings.redis_timeout_s,
+        )
+    return MemoryEventLog(retention=settings.event_retention, max_lag=settings.subscriber_max_lag)
+
+
+async def build(settings: Settings, clients: Clients) -> App:
+    guard = GatewayGuard(
+        authenticator(settings),
+        TenantLimits(settings.tenant_rate_per_s, settings.tenant_burst, settings.tenant_max_streams),
+    )
+    events = event_log(settings)
+    servicer = GatewayServicer(settings, clients, load_agents(settings.agents_dir), events)
+    on_close: list[Callable[[], Awaitable[None]]] = [servicer.turns.close, events.close]
+    if settings.redis_url:  # replicas: a cancel may arrive at any of them
+        relay = CancelRelay(settings.redis_url, settings.redis_key_prefix, servicer.turns.cancel_local)
+        await relay.start()
+        servicer.turns.relay = relay
+        on_close.append(relay.close)
+    return App(
+        "gateway",
+        [mount(servicer, gateway_pb2, gateway_pb2_grpc, "GatewayService")],
+        on_close=on_close,
+        interceptors=[guard],
+        public=True,
+    )
+
+
+def main() -> None:
+    run("gateway", build)

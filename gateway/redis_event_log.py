@@ -1,0 +1,201 @@
+"""The event log on Redis Streams, shared by every gateway replica.
+
+Each session is a stream whose entry ids are `<seq>-0`, so a cursor maps straight to
+a stream id and seq is strictly increasing across replicas (a Lua script assigns it
+and appends atomically). Retention: MAXLEN by count, and the whole log expires after
+`ttl_s` without appends. Reads replay from Redis, then tail a local in-memory mirror
+that one follower task per watched session fills with XREAD: a hundred subscribers on
+one replica cost one Redis reader, and the fan-out itself stays in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from cogmesh.common.v1 import events_pb2
+from gateway.event_log import Batch, SessionLog, check_cursor, is_terminal, tail
+from services.kit.errors import Unavailable
+from services.kit.logging import log
+from services.kit.protos import now
+
+T = TypeVar("T")
+
+# KEYS: stream, seq counter. ARGV: maxlen, ttl seconds, payload... Returns the first seq assigned.
+_APPEND = """
+local n = #ARGV - 2
+local last = redis.call('INCRBY', KEYS[2], n)
+local first = last - n + 1
+for i = 1, n do
+  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], (first + i - 1) .. '-0', 'e', ARGV[i + 2])
+end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+end
+return first
+"""
+
+
+def _seq(entry_id: Any) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+def _decode(entries: Any) -> Batch:
+    """Stream entries (id, {b'e': payload}) to events carrying their seq."""
+    batch = []
+    for entry_id, fields in entries:
+        event = events_pb2.RuntimeEvent.FromString(fields[b"e"])
+        event.seq = _seq(entry_id)
+        batch.append(event)
+    return batch
+
+
+@dataclass
+class _Follower:
+    mirror: SessionLog
+    task: asyncio.Task[None] | None = None
+    readers: int = 0
+
+
+class RedisEventLog:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "cogmesh:",
+        retention: int = 10_000,
+        ttl_s: int = 7 * 24 * 3600,
+        max_lag: int = 5_000,
+        max_batch: int = 512,
+        timeout_s: float = 2.0,
+    ):
+        # Blocking XREADs must outlive the socket timeout, so followers get their own client.
+        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._blocking = aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=timeout_s)
+        self._append_script = self._redis.register_script(_APPEND)
+        self.prefix, self.retention, self.ttl_s = prefix, retention, ttl_s
+        self.max_lag, self.max_batch = max_lag, max_batch
+        self._followers: dict[str, _Follower] = {}
+
+    def _keys(self, session_id: str) -> tuple[str, str]:
+        stream = f"{self.prefix}events:{{{session_id}}}"  # braces: both keys share a cluster slot
+        return stream, f"{stream}:seq"
+
+    async def _redis_call(self, what: str, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except RedisError as exc:
+            raise Unavailable(
+                f"event log unavailable ({what}): {exc}", metadata={"dependency": "redis", "retryable": "true"}
+            ) from exc
+
+    async def append(self, session_id: str, events: Sequence[events_pb2.RuntimeEvent]) -> None:
+        if not events:
+            return
+        stamp = now()
+        for event in events:
+            event.session_id = session_id
+            if not event.HasField("create_time"):
+                event.create_time.CopyFrom(stamp)
+        payloads = [e.SerializeToString() for e in events]
+        first = await self._redis_call(
+            "append",
+            self._append_script(keys=list(self._keys(session_id)), args=[self.retention, self.ttl_s, *payloads]),
+        )
+        for offset, event in enumerate(events):
+            event.seq = int(first) + offset
+
+    async def last_seq(self, session_id: str) -> int:
+        value = await self._redis_call("last_seq", self._redis.get(self._keys(session_id)[1]))
+        return int(value or 0)
+
+    async def _first_seq(self, session_id: str, last: int) -> int:
+        head = await self._redis_call("read", self._redis.xrange(self._keys(session_id)[0], count=1))
+        return _seq(head[0][0]) if head else last + 1
+
+    async def ends_with_turn_end(self, session_id: str) -> bool:
+        entries = await self._redis_call("read", self._redis.xrevrange(self._keys(session_id)[0], count=1))
+        return not entries or is_terminal(_decode(entries)[0])
+
+    async def drop(self, session_id: str) -> None:
+        await self._redis_call("drop", self._redis.delete(*self._keys(session_id)))
+        follower = self._followers.get(session_id)
+        if follower is not None:
+            follower.mirror.close()
+
+    async def read(self, session_id: str, after_seq: int, heartbeat_s: float) -> AsyncIterator[Batch | None]:
+        last = await self.last_seq(session_id)
+        check_cursor(session_id, after_seq, await self._first_seq(session_id, last), last)
+        follower = self._attach(session_id, last)
+        try:
+            cursor = after_seq
+            # Replay from Redis what the mirror does not hold, then tail the mirror.
+            while cursor < follower.mirror.first_seq - 1:
+                stop = min(cursor + self.max_batch, follower.mirror.first_seq - 1)
+                entries = await self._redis_call(
+                    "replay", self._redis.xrange(self._keys(session_id)[0], f"{cursor + 1}-0", f"{stop}-0")
+                )
+                batch = _decode(entries)
+                if not batch or batch[0].seq != cursor + 1:
+                    check_cursor(session_id, cursor, batch[0].seq if batch else last + 1, last)  # trimmed under us
+                cursor = batch[-1].seq
+                yield batch
+            async for item in tail(session_id, follower.mirror, cursor, heartbeat_s, self.max_lag, self.max_batch):
+                yield item
+        finally:
+            self._detach(session_id, follower)
+
+    def _attach(self, session_id: str, last: int) -> _Follower:
+        follower = self._followers.get(session_id)
+        if follower is None or follower.mirror.closed:
+            follower = _Follower(SessionLog(self.retention, last_seq=last))
+            follower.task = asyncio.create_task(self._follow(session_id, follower.mirror))
+            self._followers[session_id] = follower
+        follower.readers += 1
+        return follower
+
+    def _detach(self, session_id: str, follower: _Follower) -> None:
+        follower.readers -= 1
+        if follower.readers == 0 and self._followers.get(session_id) is follower:
+            del self._followers[session_id]
+            if follower.task is not None:
+                follower.task.cancel()
+
+    async def _follow(self, session_id: str, mirror: SessionLog) -> None:
+        """Copy new entries of the session's stream into the mirror, in order, until cancelled."""
+        stream = self._keys(session_id)[0]
+        last_id = f"{mirror.last_seq}-0"
+        backoff = 0.05
+        while not mirror.closed:
+            try:
+                reply: Any = await self._blocking.xread({stream: last_id}, count=self.max_batch, block=1000)
+                backoff = 0.05
+            except RedisError as exc:
+                log.warning("event log follower lost redis; retrying", session_id=session_id, error=str(exc))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for _, entries in reply or []:
+                batch = _decode(entries)
+                mirror.add(batch)
+                last_id = f"{batch[-1].seq}-0"
+
+    async def close(self) -> None:
+        followers = list(self._followers.values())  # readers detach (and edit the dict) as they end
+        self._followers.clear()
+        for follower in followers:
+            follower.mirror.close()
+            if follower.task is not None:
+                follower.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower.task
+        await self._redis.aclose()
+        await self._blocking.aclose()

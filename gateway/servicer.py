@@ -1,0 +1,623 @@
+"""GatewayService: the public API. Thin: validates, asks the internal services,
+and serves each session's event log to every caller watching it.
+
+Paused turns (gateway/interrupts.py): SendMessage's stream ends at the pause;
+ResolveApproval and AnswerInterrupt record the answer and resume the turn on any
+runtime replica, streaming the rest of it; Converse carries all of it on one stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2
+
+from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2
+from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from cogmesh.models.v1 import models_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from gateway import auth
+from gateway.event_log import EventLog
+from gateway.interrupts import TurnDriver, TurnOptions, ends_stream, paused_error
+from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
+from services.kit.clients import Clients, call
+from services.kit.config import Settings
+from services.kit.errors import (
+    CogmeshError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Violations,
+    from_dependency,
+)
+from services.kit.logging import bind_request, log
+
+MAX_CONTENT = 100_000
+MAX_ID = 256
+MAX_RUNTIME_NAME = 64
+MAX_CLIENT_TOOLS = 64
+MAX_SCHEMA_BYTES = 64_000
+# What each kind of paused turn waits for, by the Checkpoint.request field.
+_ANSWERS = {"approval": "approval", "user_input": "user_input", "client_tool": "tool_result"}
+_WAITS_FOR = {"approval": "an approval", "user_input": "user input", "client_tool": "a client tool result"}
+_MODES = {
+    "primary": resources_pb2.AGENT_MODE_PRIMARY,
+    "subagent": resources_pb2.AGENT_MODE_SUBAGENT,
+    "all": resources_pb2.AGENT_MODE_ALL,
+}
+
+
+def agent_to_proto(agent: AgentDefinition) -> resources_pb2.Agent:
+    return resources_pb2.Agent(
+        name=agent.name,
+        description=agent.description,
+        model=agent.model,
+        tools=list(agent.tools),
+        skills=list(agent.skills),
+        mode=_MODES[agent.mode],
+        a2a_exposed=agent.a2a_exposed,
+    )
+
+
+class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
+    def __init__(self, settings: Settings, clients: Clients, agents: AgentRegistry, events: EventLog):
+        self.settings, self.clients, self.agents, self.events = settings, clients, agents, events
+        self.turns = TurnDriver(settings, clients, events)
+
+    def _tenant(self, context: Any) -> str:
+        # Set by GatewayGuard from the caller's API key (or dev mode) in this RPC's task.
+        return auth.current.get().tenant_id
+
+    async def _session(self, tenant: str, session_id: str) -> resources_pb2.Session:
+        reply = await call(
+            "sessions",
+            self.clients.sessions.GetSession,
+            sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
+        )
+        return reply.session  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _check_session_id(value: str, problems: Violations) -> None:
+        problems.require(value, "session_id")
+        problems.check(len(value) <= MAX_ID, "session_id", f"must be at most {MAX_ID} characters")
+
+    async def CreateSession(
+        self, request: gateway_pb2.CreateSessionRequest, context: Any
+    ) -> gateway_pb2.CreateSessionResponse:
+        problems = Violations()
+        for name in ("agent", "user_id", "topic_id"):
+            problems.check(len(getattr(request, name)) <= MAX_ID, name, f"must be at most {MAX_ID} characters")
+        problems.raise_if_any()
+        try:
+            agent = self.agents.get(request.agent or "default")
+        except UnknownAgentError as exc:
+            raise NotFound(
+                str(exc), reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND, metadata={"agent": request.agent}
+            ) from exc
+        if not agent.is_primary:
+            raise InvalidArgument(
+                [("agent", f"{agent.name!r} is a subagent (mode {agent.mode!r}): only other agents delegate to it")]
+            )
+        reply = await call(
+            "sessions",
+            self.clients.sessions.CreateSession,
+            sessions_pb2.CreateSessionRequest(
+                tenant_id=self._tenant(context),
+                user_id=request.user_id,
+                topic_id=request.topic_id,
+                agent=agent.name,
+                role_id=agent.default_role,
+            ),
+        )
+        return gateway_pb2.CreateSessionResponse(session=reply.session)
+
+    async def GetSession(self, request: gateway_pb2.GetSessionRequest, context: Any) -> gateway_pb2.GetSessionResponse:
+        problems = Violations()
+        self._check_session_id(request.session_id, problems)
+        problems.raise_if_any()
+        return gateway_pb2.GetSessionResponse(session=await self._session(self._tenant(context), request.session_id))
+
+    async def ListSessions(
+        self, request: gateway_pb2.ListSessionsRequest, context: Any
+    ) -> gateway_pb2.ListSessionsResponse:
+        reply = await call(
+            "sessions",
+            self.clients.sessions.ListSessions,
+            sessions_pb2.ListSessionsRequest(
+                tenant_id=self._tenant(context), page_size=request.page_size, page_token=request.page_token
+            ),
+        )
+        return gateway_pb2.ListSessionsResponse(sessions=reply.sessions, next_page_token=reply.next_page_token)
+
+    async def DeleteSession(
+        self, request: gateway_pb2.DeleteSessionRequest, context: Any
+    ) -> gateway_pb2.DeleteSessionResponse:
+        problems = Violations()
+        self._check_session_id(request.session_id, problems)
+        problems.raise_if_any()
+        reply = await call(
+            "sessions",
+            self.clients.sessions.DeleteSession,
+            sessions_pb2.DeleteSessionRequest(tenant_id=self._tenant(context), session_id=request.session_id),
+        )
+        if reply.deleted:
+            await self.events.drop(request.session_id)
+        return gateway_pb2.DeleteSessionResponse(deleted=reply.deleted)
+
+    @staticmethod
+    def _check_message(request: gateway_pb2.SendMessageRequest, problems: Violations, prefix: str = "") -> None:
+        problems.require(request.content, f"{prefix}content")
+        problems.check(
+            len(request.content) <= MAX_CONTENT, f"{prefix}content", f"must be at most {MAX_CONTENT} characters"
+        )
+        problems.check(len(request.model) <= MAX_ID, f"{prefix}model", f"must be at most {MAX_ID} characters")
+        problems.check(
+            len(request.runtime) <= MAX_RUNTIME_NAME,
+            f"{prefix}runtime",
+            f"must be at most {MAX_RUNTIME_NAME} characters",
+        )
+        problems.check(
+            request.output_schema.ByteSize() <= MAX_SCHEMA_BYTES,
+            f"{prefix}output_schema",
+            f"must be at most {MAX_SCHEMA_BYTES} bytes",
+        )
+        problems.check(
+            len(request.client_tools) <= MAX_CLIENT_TOOLS,
+            f"{prefix}client_tools",
+            f"must hold at most {MAX_CLIENT_TOOLS} tools",
+        )
+        # Everything else about the options (limits, schemas, tool names) the runtime checks, naming the field.
+
+    @staticmethod
+    def _options(request: gateway_pb2.SendMessageRequest) -> TurnOptions:
+        return TurnOptions(
+            runtime=request.runtime,
+            output_schema=request.output_schema if request.HasField("output_schema") else None,
+            limits=request.limits if request.HasField("limits") else None,
+            cost_budget=request.cost_budget if request.HasField("cost_budget") else None,
+            client_tools=list(request.client_tools),
+        )
+
+    async def _start_turn(
+        self, tenant: str, request: gateway_pb2.SendMessageRequest, deadline_s: float | None
+    ) -> tuple[str, int]:
+        reply = await call(  # NOT_FOUND before any lease is taken
+            "sessions",
+            self.clients.sessions.GetSession,
+            sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=request.session_id),
+        )
+        if reply.state.pending_interrupt_ids:
+            paused = await self.turns.paused(tenant, request.session_id)
+            if paused is not None:
+                raise paused_error(request.session_id, paused)
+        return await self.turns.start(
+            tenant,
+            request.session_id,
+            request.content,
+            request.model,
+            deadline_s,
+            options=self._options(request),
+        )
+
+    async def _follow(
+        self, session_id: str, turn_id: str, start_seq: int
+    ) -> AsyncIterator[list[events_pb2.RuntimeEvent]]:
+        """The turn's events from the log until it ends or pauses."""
+        async for batch in self.events.read(session_id, start_seq, self.settings.heartbeat_s):
+            if batch is None:
+                continue  # HTTP/2 keepalive covers idle streams
+            mine = [e for e in batch if e.turn_id == turn_id]
+            if mine:
+                yield mine
+            if any(ends_stream(e) for e in mine):
+                return
+
+    async def SendMessage(
+        self, request: gateway_pb2.SendMessageRequest, context: Any
+    ) -> AsyncIterator[gateway_pb2.SendMessageResponse]:
+        problems = Violations()
+        self._check_session_id(request.session_id, problems)
+        self._check_message(request, problems)
+        problems.raise_if_any()
+        tenant = self._tenant(context)
+        turn_id, start_seq = await self._start_turn(tenant, request, context.time_remaining())
+        bind_request(session_id=request.session_id, turn_id=turn_id)
+        ended = False
+        try:
+            # The turn runs on its own; this stream only reads its events from the log.
+            async for mine in self._follow(request.session_id, turn_id, start_seq):
+                ended = any(ends_stream(e) for e in mine)
+                yield gateway_pb2.SendMessageResponse(events=mine)
+        finally:
+            if request.cancel_on_disconnect and not ended:
+                await asyncio.shield(self.turns.cancel(request.session_id, turn_id))
+
+    # ------------------------------------------------------------------ answering a paused turn
+
+    async def _answer(
+        self,
+        tenant: str,
+        session_id: str,
+        interrupt_id: str,
+        given: str,
+        decision: sessions_pb2.CheckpointDecision,
+        deadline_s: float | None,
+    ) -> tuple[str, int]:
+        """Record the answer, then resume the paused turn; returns (turn_id, seq before its next event)."""
+        try:
+            found = await self.clients.sessions.GetCheckpoint(
+                sessions_pb2.GetCheckpointRequest(tenant_id=tenant, session_id=session_id, interrupt_id=interrupt_id)
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            raise NotFound(
+                f"no paused turn of session {session_id!r} waits for interrupt {interrupt_id!r} "
+                "(unknown, or already answered and resumed)",
+                reason=errors_pb2.ERROR_REASON_TURN_NOT_FOUND,
+                metadata={"session_id": session_id, "interrupt_id": interrupt_id},
+            ) from exc
+        checkpoint = found.checkpoint
+        kind = checkpoint.WhichOneof("request") or ""
+        if _ANSWERS.get(kind) != given:
+            raise InvalidArgument(
+                [
+                    (
+                        given,
+                        f"interrupt {interrupt_id!r} waits for {_WAITS_FOR.get(kind, kind)}: "
+                        f"answer with {_ANSWERS.get(kind, '?')}",
+                    )
+                ]
+            )
+        if checkpoint.HasField("decision"):
+            # Decided already (a resume in progress, or one that failed to start): the same answer
+            # resumes (or follows) the turn, whoever sends it; a different one is refused.
+            if _answer_key(checkpoint.decision) != _answer_key(decision):
+                raise FailedPrecondition(
+                    f"interrupt {interrupt_id!r} was already answered differently; the first answer wins",
+                    metadata={"interrupt_id": interrupt_id, "turn_id": checkpoint.turn_id},
+                )
+        else:
+            principal = auth.current.get(None)
+            decision.decided_by = principal.name if principal is not None else ""
+            await call(
+                "sessions",
+                self.clients.sessions.DecideCheckpoint,
+                sessions_pb2.DecideCheckpointRequest(
+                    tenant_id=tenant, session_id=session_id, interrupt_id=interrupt_id, decision=decision
+                ),
+            )
+        return await self.turns.resume(tenant, session_id, checkpoint, deadline_s)
+
+    @staticmethod
+    def _approval_decision(
+        decision: int, edited: Any, reason: str, problems: Violations, prefix: str
+    ) -> sessions_pb2.CheckpointDecision:
+        problems.check(
+            decision != events_pb2.APPROVAL_DECISION_UNSPECIFIED,
+            f"{prefix}decision",
+            "must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT",
+        )
+        problems.check(
+            decision != events_pb2.APPROVAL_DECISION_EDIT or edited is not None,
+            f"{prefix}edited_arguments",
+            "is required with APPROVAL_DECISION_EDIT",
+        )
+        problems.check(
+            edited is None or edited.ByteSize() <= MAX_SCHEMA_BYTES,
+            f"{prefix}edited_arguments",
+            f"must be at most {MAX_SCHEMA_BYTES} bytes",
+        )
+        problems.check(len(reason) <= MAX_CONTENT, f"{prefix}reason", f"must be at most {MAX_CONTENT} characters")
+        recorded = sessions_pb2.CheckpointDecision(approval=decision, text=reason)  # type: ignore[arg-type]
+        if decision == events_pb2.APPROVAL_DECISION_EDIT and edited is not None:
+            recorded.edited_arguments.CopyFrom(edited)
+        return recorded
+
+    def _approval_request(
+        self, request: gateway_pb2.ResolveApprovalRequest, problems: Violations, prefix: str = ""
+    ) -> sessions_pb2.CheckpointDecision:
+        self._check_interrupt(request.interrupt_id, problems, prefix)
+        edited = request.edited_arguments if request.HasField("edited_arguments") else None
+        return self._approval_decision(request.decision, edited, request.reason, problems, prefix)
+
+    def _answer_request(
+        self, request: gateway_pb2.AnswerInterruptRequest, problems: Violations, prefix: str = ""
+    ) -> tuple[str, sessions_pb2.CheckpointDecision]:
+        self._check_interrupt(request.interrupt_id, problems, prefix)
+        given = request.WhichOneof("answer") or ""
+        problems.check(bool(given), f"{prefix}answer", "is required: approval, user_input or tool_result")
+        if given == "approval":
+            approval = request.approval
+            edited = approval.edited_arguments if approval.HasField("edited_arguments") else None
+            return given, self._approval_decision(
+                approval.decision, edited, approval.reason, problems, f"{prefix}approval."
+            )
+        if given == "user_input":
+            problems.require(request.user_input, f"{prefix}user_input")
+            problems.check(
+                len(request.user_input) <= MAX_CONTENT,
+                f"{prefix}user_input",
+                f"must be at most {MAX_CONTENT} characters",
+            )
+            return given, sessions_pb2.CheckpointDecision(text=request.user_input)
+        content = request.tool_result.content
+        problems.check(
+            len(content) <= MAX_CONTENT, f"{prefix}tool_result.content", f"must be at most {MAX_CONTENT} characters"
+        )
+        if request.tool_result.is_error and not content.startswith("error:"):
+            content = f"error: {content}"
+        message = messages_pb2.Message(role=messages_pb2.ROLE_TOOL, content=content)
+        return given, sessions_pb2.CheckpointDecision(tool_result=message)
+
+    @staticmethod
+    def _check_interrupt(value: str, problems: Violations, prefix: str = "") -> None:
+        problems.require(value, f"{prefix}interrupt_id")
+        problems.check(len(value) <= MAX_ID, f"{prefix}interrupt_id", f"must be at most {MAX_ID} characters")
+
+    async def ResolveApproval(
+        self, request: gateway_pb2.ResolveApprovalRequest, context: Any
+    ) -> AsyncIterator[gateway_pb2.ResolveApprovalResponse]:
+        problems = Violations()
+        self._check_session_id(request.session_id, problems)
+        decision = self._approval_request(request, problems)
+        problems.raise_if_any()
+        tenant = self._tenant(context)
+        turn_id, start_seq = await self._answer(
+            tenant, request.session_id, request.interrupt_id, "approval", decision, context.time_remaining()
+        )
+        bind_request(session_id=request.session_id, turn_id=turn_id)
+        async for mine in self._follow(request.session_id, turn_id, start_seq):
+            yield gateway_pb2.ResolveApprovalResponse(events=mine)
+
+    async def AnswerInterrupt(
+        self, request: gateway_pb2.AnswerInterruptRequest, context: Any
+    ) -> AsyncIterator[gateway_pb2.AnswerInterruptResponse]:
+        problems = Violations()
+        self._check_session_id(request.session_id, problems)
+        given, decision = self._answer_request(request, problems)
+        problems.raise_if_any()
+        tenant = self._tenant(context)
+        turn_id, start_seq = await self._answer(
+            tenant, request.session_id, request.interrupt_id, given, decision, context.time_remaining()
+        )
+        bind_request(session_id=request.session_id, turn_id=turn_id)
+        async for mine in self._follow(request.session_id, turn_id, start_seq):
+            yield gateway_pb2.AnswerInterruptResponse(events=mine)
+
+    async def Subscribe(
+        self, request: gateway_pb2.SubscribeRequest, context: Any
+    ) -> AsyncIterator[gateway_pb2.SubscribeResponse]:
+        problems = Violations()
+        self._check_session_id(request.session_id, problems)
+        problems.raise_if_any()
+        tenant = self._tenant(context)
+        await self._session(tenant, request.session_id)
+        bind_request(session_id=request.session_id)
+        cursor = request.after_seq
+        if request.stop_when_idle and await self._idle(tenant, request.session_id, cursor):
+            return
+        async for batch in self.events.read(request.session_id, request.after_seq, self.settings.heartbeat_s):
+            if batch is None:
+                yield gateway_pb2.SubscribeResponse(heartbeat=True)
+            else:
+                cursor = batch[-1].seq
+                yield gateway_pb2.SubscribeResponse(events=batch)
+            if request.stop_when_idle and await self._idle(tenant, request.session_id, cursor):
+                return
+
+    async def _idle(self, tenant: str, session_id: str, cursor: int) -> bool:
+        if self.turns.running_turn(session_id) or cursor < await self.events.last_seq(session_id):
+            return False
+        if await self.events.ends_with_turn_end(session_id):
+            return True
+        # A paused turn ends the log with its pause: nothing runs until somebody answers.
+        reply = await call(
+            "sessions",
+            self.clients.sessions.GetSession,
+            sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
+        )
+        return bool(reply.state.pending_interrupt_ids) and not reply.session.active_turn_id
+
+    async def CancelTurn(self, request: gateway_pb2.CancelTurnRequest, context: Any) -> gateway_pb2.CancelTurnResponse:
+        problems = Violations()
+        self._check_session_id(request.session_id, problems)
+        problems.check(len(request.turn_id) <= MAX_ID, "turn_id", f"must be at most {MAX_ID} characters")
+        problems.raise_if_any()
+        tenant = self._tenant(context)
+        await self._session(tenant, request.session_id)
+        turn_id = await self.turns.cancel(request.session_id, request.turn_id, tenant)
+        return gateway_pb2.CancelTurnResponse(cancelled=bool(turn_id), turn_id=turn_id)
+
+    # ------------------------------------------------------------------ Converse
+
+    async def Converse(
+        self, request_iterator: AsyncIterator[gateway_pb2.ConverseRequest], context: Any
+    ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        """One stream for a whole conversation: frames in, the session's events (and acks) out.
+
+        The stream ends when the client cancels it, or once the client has half-closed and
+        every turn it started or resumed here has ended or paused.
+        """
+        tenant = self._tenant(context)
+        frames = aiter(request_iterator)
+        try:
+            first = await anext(frames)
+        except StopAsyncIteration:
+            return
+        if first.WhichOneof("frame") != "open":
+            raise InvalidArgument([("open", "the first frame must open a session (ConverseOpen)")])
+        session_id = first.open.session_id
+        problems = Violations()
+        problems.require(session_id, "open.session_id")
+        problems.check(len(session_id) <= MAX_ID, "open.session_id", f"must be at most {MAX_ID} characters")
+        problems.raise_if_any()
+        await self._session(tenant, session_id)
+        bind_request(session_id=session_id)
+        opened = first.open
+        after = opened.after_seq if opened.HasField("after_seq") else await self.events.last_seq(session_id)
+        conversation = _Conversation()
+        outbox = conversation.outbox
+
+        async def read_frames() -> None:
+            try:
+                async for frame in frames:
+                    outbox.put_nowait(await self._frame(tenant, session_id, frame, conversation, context))
+            finally:
+                conversation.client_done = True
+                outbox.put_nowait(None)  # wake the writer: it may be time to end
+
+        async def tail() -> None:
+            try:
+                async for batch in self.events.read(session_id, after, self.settings.heartbeat_s):
+                    if batch is None:
+                        outbox.put_nowait(gateway_pb2.ConverseResponse(heartbeat=True))
+                        continue
+                    outbox.put_nowait(gateway_pb2.ConverseResponse(events=gateway_pb2.EventBatch(events=batch)))
+                    for event in batch:
+                        if ends_stream(event):
+                            conversation.in_flight.discard(event.turn_id)
+                    outbox.put_nowait(None)
+            except BaseException as exc:  # noqa: BLE001 - the writer re-raises it (e.g. a cursor too old)
+                conversation.failure = exc
+                outbox.put_nowait(None)
+
+        tasks = [asyncio.create_task(read_frames()), asyncio.create_task(tail())]
+        try:
+            yield gateway_pb2.ConverseResponse(ack=gateway_pb2.ConverseAck(frame_id=first.frame_id, after_seq=after))
+            while True:
+                item = await outbox.get()
+                if item is not None:
+                    yield item
+                    continue
+                if conversation.failure is not None and not isinstance(conversation.failure, asyncio.CancelledError):
+                    raise conversation.failure
+                if conversation.client_done and not conversation.in_flight and outbox.empty():
+                    return
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _frame(
+        self,
+        tenant: str,
+        session_id: str,
+        frame: gateway_pb2.ConverseRequest,
+        conversation: _Conversation,
+        context: Any,
+    ) -> gateway_pb2.ConverseResponse:
+        """Act on one frame; its ack, or its rejection (a refused frame does not end the stream)."""
+        kind = frame.WhichOneof("frame") or ""
+        try:
+            turn_id = await self._act(tenant, session_id, kind, frame, context)
+        except CogmeshError as exc:
+            return gateway_pb2.ConverseResponse(rejected=rejection(frame.frame_id, exc))
+        except grpc.aio.AioRpcError as exc:
+            return gateway_pb2.ConverseResponse(rejected=rejection(frame.frame_id, from_rpc(exc)))
+        except Exception as exc:  # noqa: BLE001 - one bad frame must not end the conversation
+            log.error("converse frame failed", frame=kind, exc_info=exc)
+            failure = CogmeshError(f"internal error handling a {kind} frame; see server logs")
+            return gateway_pb2.ConverseResponse(rejected=rejection(frame.frame_id, failure))
+        if turn_id and kind != "cancel":
+            conversation.in_flight.add(turn_id)
+        return gateway_pb2.ConverseResponse(ack=gateway_pb2.ConverseAck(frame_id=frame.frame_id, turn_id=turn_id))
+
+    async def _act(
+        self, tenant: str, session_id: str, kind: str, frame: gateway_pb2.ConverseRequest, context: Any
+    ) -> str:
+        problems = Violations()
+        if kind in ("message", "approval", "answer", "cancel"):
+            given = getattr(frame, kind).session_id
+            problems.check(
+                given in ("", session_id), f"{kind}.session_id", "must be empty or the session this stream opened"
+            )
+        deadline = context.time_remaining()
+        if kind == "message":
+            message = gateway_pb2.SendMessageRequest()
+            message.CopyFrom(frame.message)
+            message.session_id = session_id
+            self._check_message(message, problems, "message.")
+            problems.raise_if_any()
+            turn_id, _ = await self._start_turn(tenant, message, deadline)
+            return turn_id
+        if kind == "approval":
+            decision = self._approval_request(frame.approval, problems, "approval.")
+            problems.raise_if_any()
+            turn_id, _ = await self._answer(
+                tenant, session_id, frame.approval.interrupt_id, "approval", decision, deadline
+            )
+            return turn_id
+        if kind == "answer":
+            given, decision = self._answer_request(frame.answer, problems, "answer.")
+            problems.raise_if_any()
+            turn_id, _ = await self._answer(tenant, session_id, frame.answer.interrupt_id, given, decision, deadline)
+            return turn_id
+        if kind == "cancel":
+            turn_id = frame.cancel.turn_id
+            problems.check(len(turn_id) <= MAX_ID, "cancel.turn_id", f"must be at most {MAX_ID} characters")
+            problems.raise_if_any()
+            return await self.turns.cancel(session_id, frame.cancel.turn_id, tenant)
+        problems.check(False, kind or "frame", "the stream is already open" if kind == "open" else "is required")
+        problems.raise_if_any()
+        return ""  # pragma: no cover - raise_if_any raised
+
+    async def ListAgents(self, request: gateway_pb2.ListAgentsRequest, context: Any) -> gateway_pb2.ListAgentsResponse:
+        return gateway_pb2.ListAgentsResponse(agents=[agent_to_proto(a) for a in self.agents.list()])
+
+    async def ListModels(self, request: gateway_pb2.ListModelsRequest, context: Any) -> gateway_pb2.ListModelsResponse:
+        reply = await call(
+            "models", self.clients.models.ListModels, models_pb2.ListModelsRequest(provider=request.provider)
+        )
+        return gateway_pb2.ListModelsResponse(models=reply.models, default_model=reply.default_model)
+
+
+class _Conversation:
+    """What one Converse stream tracks: its outbox, the turns it waits for, whether the client is done."""
+
+    def __init__(self) -> None:
+        self.outbox: asyncio.Queue[gateway_pb2.ConverseResponse | None] = asyncio.Queue()
+        self.in_flight: set[str] = set()
+        self.client_done = False
+        self.failure: BaseException | None = None
+
+
+_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def _answer_key(decision: sessions_pb2.CheckpointDecision) -> bytes:
+    """What makes two answers the same answer: everything but who gave it and when."""
+    same = sessions_pb2.CheckpointDecision()
+    same.CopyFrom(decision)
+    same.ClearField("decided_by")
+    same.ClearField("decide_time")
+    return same.SerializeToString(deterministic=True)
+
+
+def from_rpc(exc: grpc.aio.AioRpcError) -> CogmeshError:
+    return from_dependency(exc, "upstream")
+
+
+def rejection(frame_id: str, error: CogmeshError) -> gateway_pb2.ConverseRejection:
+    """The status a frame would have got as its own RPC, as a message on the stream."""
+    status = error.to_status()
+    rejected = gateway_pb2.ConverseRejection(
+        frame_id=frame_id, code=_CODE_NAMES.get(status.code, "UNKNOWN"), message=status.message
+    )
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            name = f"ERROR_REASON_{info.reason}"
+            if name in errors_pb2.ErrorReason.keys():  # noqa: SIM118 - an enum wrapper, not a dict
+                rejected.reason = errors_pb2.ErrorReason.Value(name)  # type: ignore[assignment]
+            rejected.metadata.update(info.metadata)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            rejected.violations.extend(
+                gateway_pb2.FieldViolation(field=v.field, description=v.description) for v in bad.field_violations
+            )
+    return rejected
