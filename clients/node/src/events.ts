@@ -1,0 +1,80 @@
+// Typed helpers over RuntimeEvent. An event's payload is a discriminated union:
+// switch on `event.payload.case` and TypeScript narrows `event.payload.value`.
+import type { RuntimeEvent } from "./gen/cogmesh/common/v1/events_pb.js";
+import { ErrorKind, TurnState } from "./gen/cogmesh/common/v1/events_pb.js";
+
+/** The kinds of event: "assistantDelta", "status", "toolCallStarted", ..., "final", "error". */
+export type EventKind = NonNullable<RuntimeEvent["payload"]["case"]>;
+
+/** The event with payload case K, with `payload.value` typed accordingly. */
+export type EventOf<K extends EventKind> = RuntimeEvent & { payload: Extract<RuntimeEvent["payload"], { case: K }> };
+
+/** True for the last event of a turn: its final answer or its error. */
+export function isTerminal(event: RuntimeEvent): boolean {
+  return event.payload.case === "final" || event.payload.case === "error";
+}
+
+/**
+ * True for the status event with which a turn pauses: it waits for an approval,
+ * the user's input or a client tool's result (`payload.value.interruptId` names
+ * which). The turn's stream ends there; the answer resumes it.
+ */
+export function isPause(event: RuntimeEvent): event is EventOf<"status"> {
+  return event.payload.case === "status" && event.payload.value.state === TurnState.PAUSED;
+}
+
+/** The interrupt_id an approval_required, user_input_requested or client_tool_call event asks to answer. */
+export function interruptOf(event: RuntimeEvent): string | undefined {
+  switch (event.payload.case) {
+    case "approvalRequired":
+    case "userInputRequested":
+    case "clientToolCall":
+      return event.payload.value.interruptId;
+    default:
+      return undefined;
+  }
+}
+
+/** Narrow an event to one kind: `if (is(event, "final")) event.payload.value.text`. */
+export function is<K extends EventKind>(event: RuntimeEvent, kind: K): event is EventOf<K> {
+  return event.payload.case === kind;
+}
+
+/**
+ * A turn ended with an `error` event. Carries what the event said so nothing is lost:
+ * the kind ("PROVIDER_ERROR", "CANCELLED", ...), whether a retry may succeed, and the
+ * text streamed before the failure.
+ */
+export class TurnFailedError extends Error {
+  override readonly name = "TurnFailedError";
+  readonly kind: string;
+  readonly retryable: boolean;
+  readonly partialText: string;
+
+  constructor(readonly event: EventOf<"error">) {
+    const error = event.payload.value;
+    const kind = ErrorKind[error.kind] ?? String(error.kind);
+    super(`turn ${event.turnId} failed (${kind}): ${error.message}`);
+    this.kind = kind;
+    this.retryable = error.retryable;
+    this.partialText = error.partialText;
+  }
+}
+
+/**
+ * A turn paused instead of finishing: it waits for an answer to `interruptId`
+ * (an approval, the user's input or a client tool's result). `request` is the
+ * event that asked, when the stream carried it.
+ */
+export class TurnPausedError extends Error {
+  override readonly name = "TurnPausedError";
+  readonly interruptId: string;
+
+  constructor(
+    readonly event: EventOf<"status">,
+    readonly request: RuntimeEvent | undefined,
+  ) {
+    super(`turn ${event.turnId} paused, waiting for an answer to ${event.payload.value.interruptId || "an interrupt"}`);
+    this.interruptId = event.payload.value.interruptId;
+  }
+}

@@ -1,0 +1,29 @@
+// @cogmesh/client: a typed Node client for cogmesh's GatewayService.
+export { CogmeshClient, DEFAULT_ADDRESS } from "./client.js";
+export type {
+  ClientOptions,
+  CreateSessionOptions,
+  SendOptions,
+  StreamOptions,
+  SubscribeOptions,
+  TlsOptions,
+  TurnResult,
+} from "./client.js";
+export { Code, CogmeshError, type FieldViolation } from "./errors.js";
+export {
+  interruptOf,
+  is,
+  isPause,
+  isTerminal,
+  TurnFailedError,
+  TurnPausedError,
+  type EventKind,
+  type EventOf,
+} from "./events.js";
+
+// Generated types and schemas, for code that needs more than the wrapper.
+export * from "./gen/cogmesh/common/v1/events_pb.js";
+export * from "./gen/cogmesh/common/v1/messages_pb.js";
+export * from "./gen/cogmesh/common/v1/resources_pb.js";
+export * from "./gen/cogmesh/common/v1/errors_pb.js";
+export * from "./gen/cogmesh/gateway/v1/gateway_pb.js";

@@ -1,0 +1,149 @@
+// Test harness: the real suite as users run it, `cogmesh up --json` on free ports
+// with an API keys file, stopped with SIGTERM like a user's Ctrl-C.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { createServer, type Server, type Socket, connect } from "node:net";
+import { dirname, join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+// dist/test/suite.js -> clients/node -> repository root
+const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const repoRoot = resolve(packageRoot, "..", "..");
+const SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway"];
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const server = createServer();
+    server.once("error", fail);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address ? ok(address.port) : fail(new Error("no port"))));
+    });
+  });
+}
+
+export interface Suite {
+  gateway: string;
+  /** An API key per tenant, as the gateway's keys file maps them. */
+  keys: Record<string, string>;
+  stop(): Promise<void>;
+}
+
+/** Start `cogmesh up` with authentication on: one fresh API key for each of `tenants`. */
+export async function startSuite(tenants: string[], readyTimeoutMs = 120_000): Promise<Suite> {
+  const keys = Object.fromEntries(tenants.map((t) => [t, `cm_test_${randomBytes(18).toString("hex")}`]));
+  const dir = mkdtempSync(join(tmpdir(), "cogmesh-node-test-"));
+  const keysFile = join(dir, "keys.yaml");
+  const lines = Object.entries(keys).map(([tenant, key]) => {
+    const sha = createHash("sha256").update(key).digest("hex");
+    return `  - {sha256: ${sha}, tenant: ${tenant}, principal: ${tenant}-node-test}`;
+  });
+  writeFileSync(keysFile, `keys:\n${lines.join("\n")}\n`);
+  try {
+    const { gateway, stop } = await spawnSuite(keysFile, readyTimeoutMs);
+    return {
+      gateway,
+      keys,
+      stop: async () => {
+        await stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function spawnSuite(
+  keysFile: string,
+  readyTimeoutMs: number,
+): Promise<{ gateway: string; stop(): Promise<void> }> {
+  const bin = process.env.COGMESH_BIN ?? join(repoRoot, ".venv", "bin", "cogmesh");
+  if (!existsSync(bin)) throw new Error(`${bin} not found: run \`make\` at the repository root (or set COGMESH_BIN)`);
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of SERVICES) env[`COGMESH_${name.toUpperCase()}_ADDR`] = `127.0.0.1:${await freePort()}`;
+  delete env.COGMESH_DEV_MODE;
+  env.COGMESH_API_KEYS_FILE = keysFile;
+  env.COGMESH_HEARTBEAT_S = "1"; // so a test sees idle heartbeats quickly
+  const child = spawn(bin, ["up", "--json"], { cwd: repoRoot, env, stdio: ["ignore", "pipe", "inherit"] });
+  const lines: string[] = [];
+  const gateway = await new Promise<string>((ok, fail) => {
+    const timer = setTimeout(
+      () => fail(new Error(`suite not ready in ${readyTimeoutMs} ms: ${lines.join("\n")}`)),
+      readyTimeoutMs,
+    );
+    child.once("exit", (code) => fail(new Error(`cogmesh up exited with ${code}: ${lines.join("\n")}`)));
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      lines.push(line);
+      const item = JSON.parse(line) as { event?: string; gateway?: string };
+      if (item.event === "ready" && item.gateway) {
+        clearTimeout(timer);
+        ok(item.gateway);
+      }
+    });
+  }).catch(async (err: unknown) => {
+    await stopProcess(child);
+    throw err;
+  });
+  return { gateway, stop: () => stopProcess(child) };
+}
+
+async function stopProcess(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/**
+ * A TCP proxy in front of the gateway whose connections the test can cut, to
+ * break streams the way a network or a load balancer does.
+ */
+export class CuttableProxy {
+  private readonly sockets = new Set<Socket>();
+  private server?: Server;
+  address = "";
+  /** Connections accepted so far: a reconnecting client opens a new one. */
+  accepted = 0;
+
+  constructor(private readonly target: string) {}
+
+  async start(): Promise<this> {
+    const [host, port] = this.target.split(":") as [string, string];
+    this.server = createServer((inbound) => {
+      this.accepted += 1;
+      const outbound = connect(Number(port), host);
+      for (const s of [inbound, outbound]) {
+        this.sockets.add(s);
+        s.once("close", () => this.sockets.delete(s));
+        s.on("error", () => {});
+      }
+      inbound.pipe(outbound).pipe(inbound);
+      inbound.once("close", () => outbound.destroy());
+      outbound.once("close", () => inbound.destroy());
+    });
+    await new Promise<void>((ok) => this.server!.listen(0, "127.0.0.1", ok));
+    const address = this.server.address();
+    if (typeof address !== "object" || !address) throw new Error("proxy has no address");
+    this.address = `127.0.0.1:${address.port}`;
+    return this;
+  }
+
+  /** Reset every open connection (new ones are still accepted). Returns how many were cut. */
+  cut(): number {
+    const n = this.sockets.size;
+    for (const s of this.sockets) s.resetAndDestroy();
+    return n;
+  }
+
+  async stop(): Promise<void> {
+    this.cut();
+    await new Promise<void>((ok) => (this.server ? this.server.close(() => ok()) : ok()));
+  }
+}

@@ -1,0 +1,94 @@
+// What needs no server: decoding error details, classifying broken connections, and
+// events from a newer server (unknown payloads and enum values).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { ConnectError } from "@connectrpc/connect";
+
+import {
+  Code,
+  CogmeshError,
+  ErrorKind,
+  is,
+  isTerminal,
+  RuntimeEventSchema,
+  TurnErrorSchema,
+  TurnFailedError,
+  type EventOf,
+} from "../src/index.js";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+
+function fromServer(code: Code, message: string, details: ConstructorParameters<typeof ConnectError>[3]): ConnectError {
+  return new ConnectError(message, code, { "grpc-status": String(code) }, details);
+}
+
+test("CogmeshError decodes ErrorInfo, BadRequest and RetryInfo", () => {
+  const err = CogmeshError.from(
+    fromServer(Code.ResourceExhausted, "tenant acme is over its rate", [
+      { desc: ErrorInfoSchema, value: { reason: "RATE_LIMITED", domain: "cogmesh.dev", metadata: { tenant: "acme" } } },
+      { desc: BadRequestSchema, value: { fieldViolations: [{ field: "content", description: "is required" }] } },
+      { desc: RetryInfoSchema, value: { retryDelay: { seconds: 1n, nanos: 500_000_000 } } },
+    ]),
+  );
+  assert.equal(err.code, Code.ResourceExhausted);
+  assert.equal(err.codeName, "RESOURCE_EXHAUSTED");
+  assert.equal(err.message, "RESOURCE_EXHAUSTED: tenant acme is over its rate");
+  assert.equal(err.reason, "RATE_LIMITED");
+  assert.deepEqual(err.metadata, { tenant: "acme" });
+  assert.deepEqual(err.violations, [{ field: "content", description: "is required" }]);
+  assert.equal(err.retryDelayMs, 1500);
+  assert.equal(err.broken, false);
+  assert.equal(err.resumable, false);
+  assert.ok(err.cause instanceof ConnectError);
+});
+
+test("a connection that fails without a status is UNAVAILABLE and resumable; a server's status is kept", () => {
+  for (const code of [Code.Aborted, Code.Canceled, Code.Unavailable]) {
+    const broken = CogmeshError.from(new ConnectError("read ECONNRESET", code));
+    assert.equal(broken.code, Code.Unavailable);
+    assert.equal(broken.broken, true);
+    assert.equal(broken.resumable, true);
+    assert.match(broken.message, /^UNAVAILABLE: connection broke: read ECONNRESET$/);
+  }
+  const cancelled = CogmeshError.from(fromServer(Code.Canceled, "turn cancelled", []));
+  assert.equal(cancelled.code, Code.Canceled);
+  assert.equal(cancelled.resumable, false);
+  const internal = CogmeshError.from(new ConnectError("protocol error", Code.Internal));
+  assert.equal(internal.code, Code.Internal);
+  assert.equal(internal.resumable, false);
+  const slow = CogmeshError.from(
+    fromServer(Code.ResourceExhausted, "fell behind", [
+      { desc: ErrorInfoSchema, value: { reason: "SUBSCRIBER_TOO_SLOW", domain: "cogmesh.dev", metadata: {} } },
+    ]),
+  );
+  assert.equal(slow.resumable, true);
+});
+
+test("events from a newer server: an unknown payload has no case, an unknown enum value stays a number", () => {
+  const known = create(RuntimeEventSchema, { sessionId: "s", turnId: "t", seq: 7n });
+  // Field 99, length-delimited and empty (tag varint 0x9a 0x06, length 0): a payload kind these stubs do not know yet.
+  const wire = new Uint8Array([...toBinary(RuntimeEventSchema, known), 0x9a, 0x06, 0x00]);
+  const event = fromBinary(RuntimeEventSchema, wire);
+  assert.equal(event.seq, 7n);
+  assert.equal(event.payload.case, undefined);
+  assert.equal(isTerminal(event), false);
+  assert.equal(is(event, "final"), false);
+
+  const failed = create(RuntimeEventSchema, {
+    turnId: "t1",
+    payload: { case: "error", value: create(TurnErrorSchema, { kind: 999 as ErrorKind, message: "new kind" }) },
+  });
+  const decoded = fromBinary(RuntimeEventSchema, toBinary(RuntimeEventSchema, failed));
+  assert.ok(is(decoded, "error") && isTerminal(decoded));
+  const error = new TurnFailedError(decoded as EventOf<"error">);
+  assert.equal(error.kind, "999");
+  assert.equal(error.message, "turn t1 failed (999): new kind");
+  const cancelled = create(RuntimeEventSchema, {
+    turnId: "t2",
+    payload: { case: "error", value: create(TurnErrorSchema, { kind: ErrorKind.CANCELLED, partialText: "17 *" }) },
+  });
+  const byName = new TurnFailedError(cancelled as EventOf<"error">);
+  assert.equal(byName.kind, "CANCELLED");
+  assert.equal(byName.partialText, "17 *");
+});

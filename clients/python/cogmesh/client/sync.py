@@ -1,0 +1,93 @@
+"""A blocking client with the same methods as GatewayClient, for scripts and notebooks.
+
+It drives one GatewayClient on a private event loop in a background thread, so resume,
+retries and errors behave exactly as in the async client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from cogmesh.client.gateway import DEFAULT_ADDRESS, GatewayClient, TurnResult
+from cogmesh.common.v1 import events_pb2, resources_pb2
+from cogmesh.gateway.v1 import gateway_pb2
+
+T = TypeVar("T")
+
+
+class Client:
+    """`with Client("127.0.0.1:50051") as client: print(client.run(sid, "What is 2 + 2?").text)`."""
+
+    def __init__(self, address: str | Sequence[str] = DEFAULT_ADDRESS, **options: Any):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="cogmesh-client", daemon=True)
+        self._thread.start()
+        self._async = self._call(self._make(address, options))
+
+    @staticmethod
+    async def _make(address: str | Sequence[str], options: dict[str, Any]) -> GatewayClient:
+        return GatewayClient(address, **options)  # channels must be created on the loop that uses them
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    yield self._call(anext(stream))  # type: ignore[arg-type]
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._call(stream.aclose())  # type: ignore[attr-defined]
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._call(self._async.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+    def create_session(self, agent: str = "", user_id: str = "", topic_id: str = "") -> resources_pb2.Session:
+        return self._call(self._async.create_session(agent, user_id, topic_id))
+
+    def get_session(self, session_id: str) -> resources_pb2.Session:
+        return self._call(self._async.get_session(session_id))
+
+    def list_sessions(self, page_size: int = 50, page_token: str = "") -> gateway_pb2.ListSessionsResponse:
+        return self._call(self._async.list_sessions(page_size, page_token))
+
+    def delete_session(self, session_id: str) -> bool:
+        return self._call(self._async.delete_session(session_id))
+
+    def cancel_turn(self, session_id: str, turn_id: str = "") -> str:
+        return self._call(self._async.cancel_turn(session_id, turn_id))
+
+    def list_models(self, provider: str = "") -> gateway_pb2.ListModelsResponse:
+        return self._call(self._async.list_models(provider))
+
+    def list_agents(self) -> gateway_pb2.ListAgentsResponse:
+        return self._call(self._async.list_agents())
+
+    def send_message(self, session_id: str, content: str, *, model: str = "") -> Iterator[events_pb2.RuntimeEvent]:
+        return self._iterate(self._async.send_message(session_id, content, model=model))
+
+    def run(self, session_id: str, content: str, *, model: str = "") -> TurnResult:
+        return self._call(self._async.run(session_id, content, model=model))
+
+    def subscribe(
+        self, session_id: str, after_seq: int = 0, *, stop_when_idle: bool = False
+    ) -> Iterator[events_pb2.RuntimeEvent]:
+        return self._iterate(self._async.subscribe(session_id, after_seq, stop_when_idle=stop_when_idle))
