@@ -1,0 +1,66 @@
+"""A Python MCP server for tests, on the `mcp` SDK's MCPServer, over stdio or streamable HTTP.
+
+    python -m tests.fakes.mcp_server stdio
+    python -m tests.fakes.mcp_server http --port 8931      # serves /mcp
+
+Tools: `add` (two numbers), `shout` (upper-cases text), `fail` (always raises: a tool
+error), `sleep` (waits, to test timeouts and cancellation), `pid` (the server's
+process id, to tell a restarted server from the first one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("cogmesh-test-tools")
+
+
+@server.tool()
+def add(a: float, b: float) -> str:
+    """Add two numbers."""
+    total = a + b
+    return str(int(total)) if total == int(total) else str(total)
+
+
+@server.tool()
+def shout(text: str) -> str:
+    """Return the text in upper case."""
+    return text.upper()
+
+
+@server.tool()
+def fail(message: str = "boom") -> str:
+    """Always fails with the given message."""
+    raise ValueError(message)
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Wait, then say how long."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds:g}s"
+
+
+@server.tool()
+def pid() -> str:
+    """The server's process id."""
+    return str(os.getpid())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("--port", type=int, default=8931)
+    args = parser.parse_args()
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Fake model providers: scripted replies rendered in each provider's streaming wire format.
+
+A test queues what the "model" says next (`Reply`: text deltas, tool calls whose JSON
+arguments arrive in fragments, usage) or how it fails (`Fail`: an HTTP error status
+with the provider's error body and headers such as retry-after), optionally with a
+malformed chunk or a cut connection. The fake renders it exactly as the provider
+would stream it (OpenAI chat-completions SSE, Anthropic Messages SSE, Gemini
+streamGenerateContent SSE) and the official SDK under test parses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.http import HttpServer, Request, Response
+
+
+@dataclass
+class Call:
+    """A tool call; `fragments` are the JSON argument pieces as streamed (joined: the JSON)."""
+
+    name: str
+    fragments: list[str]
+    id: str = ""
+
+
+@dataclass
+class Reply:
+    text: list[str] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    usage: tuple[int, int] = (11, 7)
+    delay_s: float = 0.0  # before each chunk
+    cut_after: int | None = None  # close the connection after this many chunks
+    malformed_at: int | None = None  # replace this chunk with invalid JSON
+
+
+@dataclass
+class Fail:
+    status: int
+    message: str = "failure"
+    headers: dict[str, str] = field(default_factory=dict)
+    error_type: str = ""
+
+
+Step = Reply | Fail
+
+
+class FakeProvider:
+    """Base: pops the next scripted step per model request; the default step echoes."""
+
+    def __init__(self) -> None:
+        self.script: list[Step] = []
+        self.server = HttpServer(self._handle)
+        self.model_requests: list[Request] = []
+        self.started = asyncio.Event()  # set when a stream starts (for cancellation tests)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def __aenter__(self) -> FakeProvider:
+        await self.server.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.stop()
+
+    def then(self, *steps: Step) -> FakeProvider:
+        self.script.extend(steps)
+        return self
+
+    async def _handle(self, request: Request) -> Response:
+        if not self.is_model_request(request):
+            return Response(404, body=b'{"error": "not found"}')
+        self.model_requests.append(request)
+        step = self.script.pop(0) if self.script else Reply(text=["ok"])
+        if isinstance(step, Fail):
+            return Response(step.status, headers=step.headers, body=json.dumps(self.error_body(step)).encode())
+        chunks = [self.sse(event) for event in self.render(step)]
+        if step.malformed_at is not None:
+            chunks[step.malformed_at] = self.malformed()
+        self.started.set()
+        return Response(
+            200,
+            headers={"content-type": "text/event-stream", "cache-control": "no-cache"},
+            chunks=chunks,
+            delay_s=step.delay_s,
+            cut_after=step.cut_after,
+        )
+
+    @staticmethod
+    def sse(event: dict[str, Any] | str, name: str = "") -> bytes:
+        data = event if isinstance(event, str) else json.dumps(event)
+        prefix = f"event: {name}\n" if name else ""
+        return f"{prefix}data: {data}\n\n".encode()
+
+    def malformed(self) -> bytes:
+        return b'data: {"this is": not json\n\n'
+
+    def is_model_request(self, request: Request) -> bool:
+        raise NotImplementedError
+
+    def render(self, reply: Reply) -> list[dict[str, Any] | str]:
+        raise NotImplementedError
+
+    def error_body(self, fail: Fail) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class FakeOpenAI(FakeProvider):
+    """POST /v1/chat/completions with stream=true, as OpenAI, vLLM, Ollama and llama.cpp serve it."""
+
+    def is_model_request(self, request: Request) -> bool:
+        return request.method == "POST" and request.path.endswith("/chat/completions")
+
+    def render(self, reply: Reply) -> list[dict[str, Any] | str]:
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1700000000, "model": "fake"}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        events: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": text}) for text in reply.text]
+        for index, call in enumerate(reply.calls):
+            first = {"index": index, "id": call.id or f"call_{index}", "type": "function"}
+            events.append(chunk({"tool_calls": [first | {"function": {"name": call.name, "arguments": ""}}]}))
+            events += [
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+                for fragment in call.fragments
+            ]
+        events.append(chunk({}, "tool_calls" if reply.calls else "stop"))
+        prompt, completion = reply.usage
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        events.append(base | {"choices": [], "usage": usage})
+        events.append("[DONE]")
+        return events
+
+    def error_body(self, fail: Fail) -> dict[str, Any]:
+        kind = fail.error_type or ("rate_limit_exceeded" if fail.status == 429 else "server_error")
+        return {"error": {"message": fail.message, "type": kind, "param": None, "code": kind}}
+
+
+class FakeAnthropic(FakeProvider):
+    """POST /v1/messages with stream=true (Anthropic Messages API)."""
+
+    def is_model_request(self, request: Request) -> bool:
+        return request.method == "POST" and request.path.split("?")[0].endswith("/v1/messages")
+
+    @staticmethod
+    def sse(event: dict[str, Any] | str, name: str = "") -> bytes:
+        assert isinstance(event, dict)
+        return FakeProvider.sse(event, str(event["type"]))
+
+    def malformed(self) -> bytes:
+        return b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": {\n\n'
+
+    def render(self, reply: Reply) -> list[dict[str, Any] | str]:
+        prompt, completion = reply.usage
+        message = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": "fake",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": 1},
+        }
+        events: list[dict[str, Any] | str] = [{"type": "message_start", "message": message}]
+        index = 0
+        if reply.text:
+            events.append({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+            events += [
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+                for text in reply.text
+            ]
+            events.append({"type": "content_block_stop", "index": 0})
+            index = 1
+        for offset, call in enumerate(reply.calls):
+            block = {"type": "tool_use", "id": call.id or f"toolu_{offset}", "name": call.name, "input": {}}
+            events.append({"type": "content_block_start", "index": index, "content_block": block})
+            events += [
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": f},
+                }
+                for f in call.fragments
+            ]
+            events.append({"type": "content_block_stop", "index": index})
+            index += 1
+        stop = "tool_use" if reply.calls else "end_turn"
+        events.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": completion},
+            }
+        )
+        events.append({"type": "message_stop"})
+        return events
+
+    def error_body(self, fail: Fail) -> dict[str, Any]:
+        kind = fail.error_type or {429: "rate_limit_error", 529: "overloaded_error"}.get(fail.status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": fail.message}}
+
+
+class FakeGoogle(FakeProvider):
+    """POST /v1beta/models/<model>:streamGenerateContent?alt=sse (Gemini API)."""
+
+    def is_model_request(self, request: Request) -> bool:
+        return request.method == "POST" and ":streamGenerateContent" in request.path
+
+    def render(self, reply: Reply) -> list[dict[str, Any] | str]:
+        prompt, completion = reply.usage
+        events: list[dict[str, Any] | str] = []
+
+        def chunk(parts: list[dict[str, Any]], done: bool, tokens: int) -> dict[str, Any]:
+            candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+            if done:
+                candidate["finishReason"] = "STOP"
+            usage = {"promptTokenCount": prompt, "candidatesTokenCount": tokens, "totalTokenCount": prompt + tokens}
+            return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "fake"}
+
+        for n, text in enumerate(reply.text):
+            events.append(chunk([{"text": text}], False, n + 1))
+        # Gemini sends each function call whole, in one part (no argument fragments).
+        parts = [
+            {"functionCall": {"name": c.name, "args": json.loads("".join(c.fragments) or "{}")}} for c in reply.calls
+        ]
+        events.append(chunk(parts, True, completion))
+        return events
+
+    def error_body(self, fail: Fail) -> dict[str, Any]:
+        status = fail.error_type or {429: "RESOURCE_EXHAUSTED", 400: "INVALID_ARGUMENT"}.get(fail.status, "INTERNAL")
+        return {"error": {"code": fail.status, "message": fail.message, "status": status}}

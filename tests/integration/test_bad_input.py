@@ -1,0 +1,880 @@
+"""Bad input against every RPC of every service: the right status, the field named, never UNKNOWN/INTERNAL.
+
+One row per (service, method, request, expected outcome). Adding an RPC means adding
+rows: `test_every_rpc_has_a_row` fails until each method of each service has one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+import pytest_asyncio
+from google.protobuf import descriptor as pb_descriptor
+from google.protobuf import field_mask_pb2
+from google.protobuf.message import Message
+
+from cogmesh.common.v1 import events_pb2 as E
+from cogmesh.common.v1 import messages_pb2
+from cogmesh.context.v1 import context_pb2
+from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.models.v1 import models_pb2
+from cogmesh.policy.v1 import policy_pb2
+from cogmesh.runtime.v1 import runtime_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from tests.integration.conftest import DOMAIN, SUITE_SETTINGS, TIMEOUT_S, new_session, send, status_details
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SERVICES: dict[str, pb_descriptor.ServiceDescriptor] = {
+    "gateway": gateway_pb2.DESCRIPTOR.services_by_name["GatewayService"],
+    "models": models_pb2.DESCRIPTOR.services_by_name["ModelsService"],
+    "policy": policy_pb2.DESCRIPTOR.services_by_name["PolicyService"],
+    "context": context_pb2.DESCRIPTOR.services_by_name["ContextService"],
+    "sessions": sessions_pb2.DESCRIPTOR.services_by_name["SessionsService"],
+    "runtime": runtime_pb2.DESCRIPTOR.services_by_name["RuntimeService"],
+}
+
+TENANT = SUITE_SETTINGS.tenant_id
+HELD_TURN = "t-held"
+UNKNOWN_ID = "f" * 32
+LONG_ID = "s" * 257  # ids and names are capped at 256 characters
+BIG_CONTENT = "x" * 100_001  # message content is capped at 100000 characters
+MIB_PLUS = "y" * ((1 << 20) + 1)  # free texts of the context and stored messages are capped at 1 MiB
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
+OK = grpc.StatusCode.OK
+
+
+def token(raw: str) -> str:
+    """A page token in the API's encoding (urlsafe base64) but with forged contents."""
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+@dataclass(frozen=True)
+class Env:
+    """Real resources rows may point at."""
+
+    session_id: str  # a gateway session with one finished turn, idle
+    last_seq: int  # seq of that session's last event
+    ghost_session_id: str  # a sessions-service session whose agent does not exist; HELD_TURN holds its lease
+    ghost_lease: int
+    held_session_id: str  # a gateway session whose lease HELD_TURN holds (no turn runs)
+    held_lease: int
+
+
+Request = Message | Callable[[Env], Message]
+
+
+@dataclass(frozen=True)
+class Case:
+    service: str
+    method: str
+    request: Request
+    code: grpc.StatusCode
+    fields: tuple[str, ...] = ()  # INVALID_ARGUMENT: exactly the fields the BadRequest must name
+    reason: str = ""  # other errors: the ErrorInfo reason
+    check: Callable[[Any], bool] | None = None  # OK rows: a predicate on the response
+
+    def build(self, env: Env) -> Message:
+        return self.request(env) if callable(self.request) else self.request
+
+
+def bad(service: str, method: str, request: Request, *fields: str) -> Case:
+    return Case(service, method, request, INVALID, fields=fields)
+
+
+def missing(service: str, method: str, request: Request, reason: str) -> Case:
+    return Case(service, method, request, NOT_FOUND, reason=reason)
+
+
+def ok(service: str, method: str, request: Request, check: Callable[[Any], bool]) -> Case:
+    return Case(service, method, request, OK, check=check)
+
+
+G, M, P, C, S, R = (
+    gateway_pb2,
+    models_pb2,
+    policy_pb2,
+    context_pb2,
+    sessions_pb2,
+    runtime_pb2,
+)
+BUDGET_FIELDS = [f.name for f in context_pb2.ContextBudget.DESCRIPTOR.fields]
+
+
+def run_turn(env: Env, **overrides: Any) -> runtime_pb2.RunTurnRequest:
+    fields = {
+        "tenant_id": TENANT,
+        "session_id": env.session_id,
+        "turn_id": "t-bad-input",
+        "content": "hi",
+        "lease_token": 1,
+    }
+    fields.update(overrides)
+    return runtime_pb2.RunTurnRequest(**fields)
+
+
+CASES: list[Any] = [
+    # ------------------------------------------------------------------ GatewayService
+    missing("gateway", "CreateSession", G.CreateSessionRequest(agent="no-such-agent"), "AGENT_NOT_FOUND"),
+    bad("gateway", "CreateSession", G.CreateSessionRequest(agent=LONG_ID), "agent"),
+    bad("gateway", "CreateSession", G.CreateSessionRequest(user_id=LONG_ID, topic_id=LONG_ID), "user_id", "topic_id"),
+    bad("gateway", "GetSession", G.GetSessionRequest(), "session_id"),
+    bad("gateway", "GetSession", G.GetSessionRequest(session_id=" \t "), "session_id"),
+    bad("gateway", "GetSession", G.GetSessionRequest(session_id=LONG_ID), "session_id"),
+    missing("gateway", "GetSession", G.GetSessionRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(page_size=-1), "page_size"),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(page_size=1001), "page_size"),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(page_token="not-a-token"), "page_token"),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(page_token=token("x:1")), "page_token"),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(page_token=token("o:-5")), "page_token"),
+    bad("gateway", "DeleteSession", G.DeleteSessionRequest(), "session_id"),
+    bad("gateway", "DeleteSession", G.DeleteSessionRequest(session_id=LONG_ID), "session_id"),
+    ok("gateway", "DeleteSession", G.DeleteSessionRequest(session_id=UNKNOWN_ID), lambda r: r.deleted is False),
+    bad("gateway", "SendMessage", G.SendMessageRequest(), "session_id", "content"),
+    bad("gateway", "SendMessage", lambda env: G.SendMessageRequest(session_id=env.session_id), "content"),
+    bad(
+        "gateway", "SendMessage", lambda env: G.SendMessageRequest(session_id=env.session_id, content=" \n "), "content"
+    ),
+    bad(
+        "gateway",
+        "SendMessage",
+        lambda env: G.SendMessageRequest(session_id=env.session_id, content=BIG_CONTENT),
+        "content",
+    ),
+    bad(
+        "gateway",
+        "SendMessage",
+        lambda env: G.SendMessageRequest(session_id=env.session_id, content="hi", model=LONG_ID),
+        "model",
+    ),
+    bad(
+        "gateway", "SendMessage", G.SendMessageRequest(session_id=LONG_ID, content=BIG_CONTENT), "session_id", "content"
+    ),
+    missing("gateway", "SendMessage", G.SendMessageRequest(session_id=UNKNOWN_ID, content="hi"), "SESSION_NOT_FOUND"),
+    bad("gateway", "Subscribe", G.SubscribeRequest(), "session_id"),
+    bad("gateway", "Subscribe", G.SubscribeRequest(session_id=LONG_ID), "session_id"),
+    missing("gateway", "Subscribe", G.SubscribeRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    bad(
+        "gateway",
+        "Subscribe",
+        lambda env: G.SubscribeRequest(session_id=env.session_id, after_seq=env.last_seq + 1),
+        "after_seq",
+    ),
+    bad(
+        "gateway",
+        "Subscribe",
+        lambda env: G.SubscribeRequest(session_id=env.session_id, after_seq=2**64 - 1),
+        "after_seq",
+    ),
+    bad("gateway", "CancelTurn", G.CancelTurnRequest(), "session_id"),
+    bad(
+        "gateway", "CancelTurn", lambda env: G.CancelTurnRequest(session_id=env.session_id, turn_id=LONG_ID), "turn_id"
+    ),
+    missing("gateway", "CancelTurn", G.CancelTurnRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    ok("gateway", "ListAgents", G.ListAgentsRequest(), lambda r: "default" in {a.name for a in r.agents}),
+    ok("gateway", "ListModels", G.ListModelsRequest(provider="nobody"), lambda r: len(r.models) == 0),
+    # ------------------------------------------------------------------ ModelsService
+    missing("models", "ResolveModel", M.ResolveModelRequest(name="no-such-model", strict=True), "MODEL_NOT_FOUND"),
+    bad("models", "ResolveModel", M.ResolveModelRequest(strict=True), "name"),
+    bad("models", "ResolveModel", M.ResolveModelRequest(name="   ", strict=True), "name"),
+    bad("models", "ResolveModel", M.ResolveModelRequest(name=LONG_ID), "name"),
+    ok(
+        "models",
+        "ResolveModel",
+        M.ResolveModelRequest(name="no-such-model"),
+        lambda r: (r.model.id, r.matched_by) == ("cogmesh-local", models_pb2.MATCH_KIND_DEFAULT),
+    ),
+    ok("models", "ListModels", M.ListModelsRequest(provider="nobody"), lambda r: len(r.models) == 0),
+    ok("models", "ListProviders", M.ListProvidersRequest(), lambda r: {"local", "openai"} <= set(r.providers)),
+    # ------------------------------------------------------------------ PolicyService
+    bad("policy", "CheckToolCall", P.CheckToolCallRequest(), "agent", "tool_name"),
+    bad("policy", "CheckToolCall", P.CheckToolCallRequest(agent="default", tool_name=LONG_ID), "tool_name"),
+    missing(
+        "policy",
+        "CheckToolCall",
+        P.CheckToolCallRequest(agent="no-such-agent", tool_name="calculator"),
+        "AGENT_NOT_FOUND",
+    ),
+    ok(
+        "policy",
+        "CheckToolCall",
+        P.CheckToolCallRequest(agent="default", tool_name="bash"),
+        lambda r: (r.verdict, r.rule) == (policy_pb2.VERDICT_DENY, "always_denied"),
+    ),
+    # ------------------------------------------------------------------ ContextService
+    bad("context", "BuildContext", C.BuildContextRequest(), "agent"),
+    missing("context", "BuildContext", C.BuildContextRequest(agent="no-such-agent"), "AGENT_NOT_FOUND"),
+    *[
+        bad("context", "BuildContext", C.BuildContextRequest(agent="default", budget={name: -1}), f"budget.{name}")
+        for name in BUDGET_FIELDS
+    ],
+    bad(
+        "context",
+        "BuildContext",
+        C.BuildContextRequest(agent="default", budget={name: -5 for name in BUDGET_FIELDS}),
+        *[f"budget.{name}" for name in BUDGET_FIELDS],
+    ),
+    bad("context", "BuildContext", C.BuildContextRequest(agent="default", role_id="../../etc/passwd"), "role_id"),
+    bad("context", "BuildContext", C.BuildContextRequest(agent="default", role_id="roles/assistant"), "role_id"),
+    bad("context", "BuildContext", C.BuildContextRequest(agent="default", user_text=MIB_PLUS), "user_text"),
+    bad("context", "BuildContext", C.BuildContextRequest(agent="default", summary=MIB_PLUS), "summary"),
+    bad("context", "BuildContext", C.BuildContextRequest(agent="default", role_id="roles\\assistant"), "role_id"),
+    bad("context", "BuildContext", C.BuildContextRequest(agent="default", role_id="a\x00b"), "role_id"),
+    bad("context", "BuildContext", C.BuildContextRequest(agent="default", role_id="r" * 5000), "role_id"),
+    # ------------------------------------------------------------------ SessionsService
+    bad("sessions", "CreateSession", S.CreateSessionRequest(), "tenant_id", "agent"),
+    bad(
+        "sessions",
+        "CreateSession",
+        S.CreateSessionRequest(tenant_id=TENANT, agent="default", user_id=LONG_ID, role_id=LONG_ID),
+        "user_id",
+        "role_id",
+    ),
+    bad("sessions", "GetSession", S.GetSessionRequest(), "tenant_id", "session_id"),
+    missing(
+        "sessions", "GetSession", S.GetSessionRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"
+    ),
+    missing(
+        "sessions",
+        "GetSession",
+        lambda env: S.GetSessionRequest(tenant_id="another-tenant", session_id=env.session_id),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "ListSessions", S.ListSessionsRequest(), "tenant_id"),
+    bad("sessions", "ListSessions", S.ListSessionsRequest(tenant_id=TENANT, page_size=-1), "page_size"),
+    bad("sessions", "ListSessions", S.ListSessionsRequest(tenant_id=TENANT, page_size=1001), "page_size"),
+    bad("sessions", "ListSessions", S.ListSessionsRequest(tenant_id=TENANT, page_token="%%%"), "page_token"),
+    bad("sessions", "DeleteSession", S.DeleteSessionRequest(), "tenant_id", "session_id"),
+    ok(
+        "sessions",
+        "DeleteSession",
+        S.DeleteSessionRequest(tenant_id=TENANT, session_id=UNKNOWN_ID),
+        lambda r: r.deleted is False,
+    ),
+    bad("sessions", "AppendMessages", S.AppendMessagesRequest(), "tenant_id", "session_id", "messages", "lease_token"),
+    bad(
+        "sessions",
+        "AppendMessages",
+        lambda env: S.AppendMessagesRequest(
+            tenant_id=TENANT,
+            session_id=env.session_id,
+            lease_token=1,
+            messages=[messages_pb2.Message(role=messages_pb2.ROLE_USER), messages_pb2.Message(content="no role")],
+        ),
+        "messages[1].role",
+    ),
+    bad(
+        "sessions",
+        "AppendMessages",
+        lambda env: S.AppendMessagesRequest(
+            tenant_id=TENANT,
+            session_id=env.session_id,
+            lease_token=1,
+            messages=[messages_pb2.Message(role=messages_pb2.ROLE_USER, content=MIB_PLUS)],
+        ),
+        "messages[0]",
+    ),
+    missing(
+        "sessions",
+        "AppendMessages",
+        S.AppendMessagesRequest(
+            tenant_id=TENANT,
+            session_id=UNKNOWN_ID,
+            lease_token=1,
+            messages=[messages_pb2.Message(role=messages_pb2.ROLE_USER, content="hi")],
+        ),
+        "SESSION_NOT_FOUND",
+    ),
+    Case(
+        "sessions",
+        "AppendMessages",
+        lambda env: S.AppendMessagesRequest(
+            tenant_id=TENANT,
+            session_id=env.session_id,
+            lease_token=999,
+            messages=[messages_pb2.Message(role=messages_pb2.ROLE_USER, content="hi")],
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="TURN_NOT_FOUND",
+    ),
+    bad("sessions", "ListMessages", S.ListMessagesRequest(), "tenant_id", "session_id"),
+    bad(
+        "sessions",
+        "ListMessages",
+        lambda env: S.ListMessagesRequest(tenant_id=TENANT, session_id=env.session_id, page_size=-1),
+        "page_size",
+    ),
+    bad(
+        "sessions",
+        "ListMessages",
+        lambda env: S.ListMessagesRequest(tenant_id=TENANT, session_id=env.session_id, page_size=1001),
+        "page_size",
+    ),
+    bad(
+        "sessions",
+        "ListMessages",
+        lambda env: S.ListMessagesRequest(tenant_id=TENANT, session_id=env.session_id, last_n=-1),
+        "last_n",
+    ),
+    bad(
+        "sessions",
+        "ListMessages",
+        lambda env: S.ListMessagesRequest(tenant_id=TENANT, session_id=env.session_id, last_n=1001),
+        "last_n",
+    ),
+    bad(
+        "sessions",
+        "ListMessages",
+        lambda env: S.ListMessagesRequest(tenant_id=TENANT, session_id=env.session_id, page_token=token("o:x")),
+        "page_token",
+    ),
+    missing(
+        "sessions", "ListMessages", S.ListMessagesRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"
+    ),
+    bad("sessions", "AcquireTurnLease", S.AcquireTurnLeaseRequest(), "tenant_id", "session_id", "turn_id"),
+    bad(
+        "sessions",
+        "AcquireTurnLease",
+        lambda env: S.AcquireTurnLeaseRequest(tenant_id=TENANT, session_id=env.session_id, turn_id="t", ttl_seconds=-1),
+        "ttl_seconds",
+    ),
+    bad(
+        "sessions",
+        "AcquireTurnLease",
+        lambda env: S.AcquireTurnLeaseRequest(
+            tenant_id=TENANT, session_id=env.session_id, turn_id="t", ttl_seconds=86_401
+        ),
+        "ttl_seconds",
+    ),
+    missing(
+        "sessions",
+        "AcquireTurnLease",
+        S.AcquireTurnLeaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, turn_id="t"),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "ReleaseTurnLease", S.ReleaseTurnLeaseRequest(), "tenant_id", "session_id", "lease_token"),
+    missing(
+        "sessions",
+        "ReleaseTurnLease",
+        S.ReleaseTurnLeaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, lease_token=1),
+        "SESSION_NOT_FOUND",
+    ),
+    ok(
+        "sessions",
+        "ReleaseTurnLease",
+        lambda env: S.ReleaseTurnLeaseRequest(tenant_id=TENANT, session_id=env.session_id, lease_token=999),
+        lambda r: r.released is False,
+    ),
+    # ------------------------------------------------------------------ SessionsService (issue 6)
+    bad("sessions", "LookupSession", S.LookupSessionRequest(), "tenant_id", "user_id"),
+    bad("sessions", "LookupSession", S.LookupSessionRequest(tenant_id=TENANT, user_id=LONG_ID), "user_id"),
+    missing(
+        "sessions", "LookupSession", S.LookupSessionRequest(tenant_id=TENANT, user_id="nobody"), "SESSION_NOT_FOUND"
+    ),
+    bad("sessions", "UpdateSession", S.UpdateSessionRequest(), "tenant_id", "session_id", "update_mask"),
+    bad(
+        "sessions",
+        "UpdateSession",
+        lambda env: S.UpdateSessionRequest(
+            tenant_id=TENANT, session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["agent"])
+        ),
+        "update_mask",
+    ),
+    bad(
+        "sessions",
+        "UpdateSession",
+        lambda env: S.UpdateSessionRequest(
+            tenant_id=TENANT,
+            session_id=env.session_id,
+            active_skill_ids=[""],
+            delegation_turn_count=-1,
+            update_mask=field_mask_pb2.FieldMask(paths=["active_skill_ids", "delegation_turn_count"]),
+        ),
+        "active_skill_ids[0]",
+        "delegation_turn_count",
+    ),
+    missing(
+        "sessions",
+        "UpdateSession",
+        lambda env: S.UpdateSessionRequest(
+            tenant_id="another-tenant",
+            session_id=env.session_id,
+            role_id="x",
+            update_mask=field_mask_pb2.FieldMask(paths=["role_id"]),
+        ),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "CloseAllSessions", S.CloseAllSessionsRequest(), "tenant_id"),
+    ok(
+        "sessions",
+        "CloseAllSessions",
+        S.CloseAllSessionsRequest(tenant_id="tenant-with-no-sessions"),
+        lambda r: r.closed_count == 0,
+    ),
+    bad("sessions", "RenewTurnLease", S.RenewTurnLeaseRequest(), "tenant_id", "session_id", "lease_token"),
+    bad(
+        "sessions",
+        "RenewTurnLease",
+        lambda env: S.RenewTurnLeaseRequest(
+            tenant_id=TENANT, session_id=env.held_session_id, lease_token=env.held_lease, ttl_seconds=-1
+        ),
+        "ttl_seconds",
+    ),
+    missing(
+        "sessions",
+        "RenewTurnLease",
+        S.RenewTurnLeaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, lease_token=1),
+        "SESSION_NOT_FOUND",
+    ),
+    Case(
+        "sessions",
+        "RenewTurnLease",
+        lambda env: S.RenewTurnLeaseRequest(tenant_id=TENANT, session_id=env.session_id, lease_token=999),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="TURN_NOT_FOUND",
+    ),
+    bad("sessions", "GetTurnLease", S.GetTurnLeaseRequest(), "tenant_id", "session_id"),
+    missing(
+        "sessions", "GetTurnLease", S.GetTurnLeaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"
+    ),
+    ok(
+        "sessions",
+        "GetTurnLease",
+        lambda env: S.GetTurnLeaseRequest(tenant_id=TENANT, session_id=env.held_session_id),
+        lambda r: r.lease.turn_id == HELD_TURN,
+    ),
+    bad("sessions", "UpdateSummary", S.UpdateSummaryRequest(), "tenant_id", "session_id"),
+    bad(
+        "sessions",
+        "UpdateSummary",
+        lambda env: S.UpdateSummaryRequest(tenant_id=TENANT, session_id=env.session_id, covered_message_count=-1),
+        "covered_message_count",
+    ),
+    bad(
+        "sessions",
+        "UpdateSummary",
+        lambda env: S.UpdateSummaryRequest(tenant_id=TENANT, session_id=env.session_id, covered_message_count=10**6),
+        "covered_message_count",
+    ),
+    bad(
+        "sessions",
+        "UpdateSummary",
+        lambda env: S.UpdateSummaryRequest(tenant_id=TENANT, session_id=env.session_id, text="z" * (257 << 10)),
+        "text",
+    ),
+    missing(
+        "sessions",
+        "UpdateSummary",
+        S.UpdateSummaryRequest(tenant_id=TENANT, session_id=UNKNOWN_ID),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "SaveGoal", S.SaveGoalRequest(), "tenant_id", "session_id", "goal", "goal.text"),
+    bad(
+        "sessions",
+        "SaveGoal",
+        lambda env: S.SaveGoalRequest(tenant_id=TENANT, session_id=env.session_id, goal=S.Goal(text="g", status=9)),
+        "goal.status",
+    ),
+    missing(
+        "sessions",
+        "SaveGoal",
+        S.SaveGoalRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, goal=S.Goal(text="g")),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "ListGoals", S.ListGoalsRequest(), "tenant_id", "session_id"),
+    missing("sessions", "ListGoals", S.ListGoalsRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    bad("sessions", "SetPhase", S.SetPhaseRequest(), "tenant_id", "session_id", "phase", "phase.phase"),
+    missing(
+        "sessions",
+        "SetPhase",
+        S.SetPhaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, phase=S.PhaseState(phase="p")),
+        "SESSION_NOT_FOUND",
+    ),
+    bad(
+        "sessions",
+        "WriteCheckpoint",
+        S.WriteCheckpointRequest(),
+        "tenant_id",
+        "session_id",
+        "lease_token",
+        "checkpoint",
+        "checkpoint.interrupt_id",
+        "checkpoint.turn_id",
+        "checkpoint.request",
+    ),
+    Case(
+        "sessions",
+        "WriteCheckpoint",
+        lambda env: S.WriteCheckpointRequest(
+            tenant_id=TENANT,
+            session_id=env.session_id,
+            lease_token=999,
+            checkpoint=S.Checkpoint(interrupt_id="i", turn_id="t", user_input=E.UserInputRequested(prompt="?")),
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="TURN_NOT_FOUND",
+    ),
+    missing(
+        "sessions",
+        "WriteCheckpoint",
+        S.WriteCheckpointRequest(
+            tenant_id=TENANT,
+            session_id=UNKNOWN_ID,
+            lease_token=1,
+            checkpoint=S.Checkpoint(interrupt_id="i", turn_id="t", user_input=E.UserInputRequested(prompt="?")),
+        ),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "GetCheckpoint", S.GetCheckpointRequest(), "tenant_id", "session_id", "interrupt_id"),
+    missing(
+        "sessions",
+        "GetCheckpoint",
+        lambda env: S.GetCheckpointRequest(tenant_id=TENANT, session_id=env.session_id, interrupt_id="nope"),
+        "TURN_NOT_FOUND",
+    ),
+    bad("sessions", "ListCheckpoints", S.ListCheckpointsRequest(), "tenant_id", "session_id"),
+    missing(
+        "sessions",
+        "ListCheckpoints",
+        lambda env: S.ListCheckpointsRequest(tenant_id="another-tenant", session_id=env.session_id),
+        "SESSION_NOT_FOUND",
+    ),
+    ok(
+        "sessions",
+        "ListCheckpoints",
+        lambda env: S.ListCheckpointsRequest(tenant_id=TENANT, session_id=env.session_id),
+        lambda r: len(r.checkpoints) == 0,
+    ),
+    bad(
+        "sessions",
+        "DecideCheckpoint",
+        S.DecideCheckpointRequest(),
+        "tenant_id",
+        "session_id",
+        "interrupt_id",
+        "decision",
+    ),
+    missing(
+        "sessions",
+        "DecideCheckpoint",
+        lambda env: S.DecideCheckpointRequest(
+            tenant_id=TENANT, session_id=env.session_id, interrupt_id="nope", decision=S.CheckpointDecision(text="x")
+        ),
+        "TURN_NOT_FOUND",
+    ),
+    bad(
+        "sessions",
+        "ConsumeCheckpoint",
+        S.ConsumeCheckpointRequest(),
+        "tenant_id",
+        "session_id",
+        "interrupt_id",
+        "lease_token",
+    ),
+    Case(
+        "sessions",
+        "ConsumeCheckpoint",
+        lambda env: S.ConsumeCheckpointRequest(
+            tenant_id=TENANT, session_id=env.session_id, interrupt_id="i", lease_token=999
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="TURN_NOT_FOUND",
+    ),
+    bad("sessions", "GetRehydrationPayload", S.GetRehydrationPayloadRequest(), "tenant_id", "session_id"),
+    bad(
+        "sessions",
+        "GetRehydrationPayload",
+        lambda env: S.GetRehydrationPayloadRequest(tenant_id=TENANT, session_id=env.session_id, last_n=-1),
+        "last_n",
+    ),
+    missing(
+        "sessions",
+        "GetRehydrationPayload",
+        lambda env: S.GetRehydrationPayloadRequest(tenant_id="another-tenant", session_id=env.session_id),
+        "SESSION_NOT_FOUND",
+    ),
+    ok(
+        "sessions",
+        "GetRehydrationPayload",
+        lambda env: S.GetRehydrationPayloadRequest(tenant_id=TENANT, session_id=env.session_id),
+        lambda r: r.session.message_count > 0 and len(r.last_messages) > 0,
+    ),
+    bad(
+        "sessions",
+        "AcquireTurnLease",
+        lambda env: S.AcquireTurnLeaseRequest(tenant_id=TENANT, session_id=env.session_id, turn_id="t", strategy=9),
+        "strategy",
+    ),
+    bad(
+        "sessions",
+        "CreateSession",
+        S.CreateSessionRequest(tenant_id=TENANT, agent="default", reuse_existing=True),
+        "reuse_existing",
+    ),
+    # ------------------------------------------------------------------ RuntimeService
+    bad("runtime", "RunTurn", R.RunTurnRequest(), "tenant_id", "session_id", "turn_id", "content", "lease_token"),
+    bad("runtime", "RunTurn", lambda env: run_turn(env, content=BIG_CONTENT), "content"),
+    bad("runtime", "RunTurn", lambda env: run_turn(env, lease_token=0), "lease_token"),
+    missing("runtime", "RunTurn", lambda env: run_turn(env, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    Case(
+        "runtime",
+        "RunTurn",
+        lambda env: run_turn(env),  # env.session_id is idle: this turn does not hold its lease
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="TURN_NOT_FOUND",
+    ),
+    missing(
+        "runtime",
+        "RunTurn",
+        lambda env: run_turn(env, session_id=env.ghost_session_id, turn_id=HELD_TURN, lease_token=env.ghost_lease),
+        "AGENT_NOT_FOUND",
+    ),
+    Case(
+        "runtime",
+        "RunTurn",
+        lambda env: run_turn(
+            env, session_id=env.held_session_id, turn_id=HELD_TURN, lease_token=env.held_lease, model="gpt-4o"
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    ),
+    bad("runtime", "RunTurn", lambda env: run_turn(env, model=LONG_ID), "model"),
+    bad("runtime", "CancelTurn", R.CancelTurnRequest(), "session_id", "turn_id"),
+    ok("runtime", "ListRuntimes", R.ListRuntimesRequest(), lambda r: r.default_runtime == "cogmesh"),
+    missing(  # no turn of this session is paused at interrupt "i"
+        "runtime",
+        "ResumeTurn",
+        lambda env: R.ResumeTurnRequest(
+            tenant_id=TENANT, session_id=env.session_id, turn_id="t", interrupt_id="i", lease_token=1
+        ),
+        "TURN_NOT_FOUND",
+    ),
+    bad(
+        "runtime",
+        "ResumeTurn",
+        R.ResumeTurnRequest(),
+        "tenant_id",
+        "session_id",
+        "turn_id",
+        "interrupt_id",
+        "lease_token",
+    ),
+    bad("gateway", "ResolveApproval", G.ResolveApprovalRequest(), "session_id", "interrupt_id", "decision"),
+    missing(
+        "gateway",
+        "ResolveApproval",
+        lambda env: G.ResolveApprovalRequest(
+            session_id=env.session_id, interrupt_id="int_x", decision=E.APPROVAL_DECISION_APPROVE
+        ),
+        "TURN_NOT_FOUND",
+    ),
+    bad("gateway", "AnswerInterrupt", G.AnswerInterruptRequest(session_id=UNKNOWN_ID, interrupt_id="i"), "answer"),
+    missing(
+        "gateway",
+        "AnswerInterrupt",
+        lambda env: G.AnswerInterruptRequest(session_id=env.session_id, interrupt_id="int_x", user_input="y"),
+        "TURN_NOT_FOUND",
+    ),
+    bad("gateway", "Converse", G.ConverseRequest(open=G.ConverseOpen()), "open.session_id"),
+    bad("gateway", "Converse", G.ConverseRequest(message=G.SendMessageRequest(content="hi")), "open"),
+    missing("gateway", "Converse", G.ConverseRequest(open=G.ConverseOpen(session_id=UNKNOWN_ID)), "SESSION_NOT_FOUND"),
+    bad(
+        "gateway",
+        "SendMessage",
+        lambda env: G.SendMessageRequest(session_id=env.session_id, content="x", runtime="r" * 65),
+        "runtime",
+    ),
+    bad("gateway", "CreateSession", G.CreateSessionRequest(agent="arithmetic"), "agent"),
+    # ------------------------------------------------------------------ context: compaction and archive
+    bad("context", "CompactHistory", C.CompactHistoryRequest(), "tenant_id", "session_id", "agent"),
+    bad(
+        "context",
+        "CompactHistory",
+        C.CompactHistoryRequest(tenant_id="t", session_id="s", agent="default", limits={"max_tokens": -1}),
+        "limits.max_tokens",
+    ),
+    missing(
+        "context",
+        "CompactHistory",
+        C.CompactHistoryRequest(tenant_id="t", session_id="s", agent="no-such-agent"),
+        "AGENT_NOT_FOUND",
+    ),
+    bad("context", "GetToolResponse", C.GetToolResponseRequest(), "tenant_id", "session_id", "execution_id"),
+    missing(
+        "context",
+        "GetToolResponse",
+        C.GetToolResponseRequest(tenant_id="t", session_id="s", execution_id="x"),
+        "TOOL_RESULT_NOT_FOUND",
+    ),
+    bad(
+        "context",
+        "BuildContext",
+        C.BuildContextRequest(agent="default", budget={"total_tokens": 100, "goal_max": 200}),
+        "budget.goal_max",
+    ),
+    # ------------------------------------------------------------------ policy: phases, hooks, routing, commands
+    bad("policy", "CheckToolCalls", P.CheckToolCallsRequest(), "calls"),
+    bad("policy", "CheckToolResult", P.CheckToolResultRequest(), "scope.agent", "tool_name"),
+    bad("policy", "RunInterceptors", P.RunInterceptorsRequest(), "phase", "scope.agent"),
+    bad("policy", "BeginTurn", P.BeginTurnRequest(), "scope.agent"),
+    bad("policy", "ResolveRole", P.ResolveRoleRequest(), "agent"),
+    bad("policy", "HandleCommand", P.HandleCommandRequest(), "scope.agent"),
+    bad("policy", "SelectTools", P.SelectToolsRequest(), "scope.agent"),
+    ok("policy", "GetPolicyStatus", P.GetPolicyStatusRequest(), lambda r: r.config_version >= 1),
+    # ------------------------------------------------------------------ models: catalogue management
+    ok("models", "ListAliases", M.ListAliasesRequest(provider="google"), lambda r: len(r.aliases) == 4),
+    bad("models", "AddModel", M.AddModelRequest(), "model"),
+    bad("models", "RemoveModel", M.RemoveModelRequest(), "id"),
+    ok(
+        "runtime",
+        "CancelTurn",
+        R.CancelTurnRequest(session_id=UNKNOWN_ID, turn_id="t"),
+        lambda r: r.cancelled is False,
+    ),
+]
+
+
+def case_of(param: Any) -> Case:
+    return param.values[0] if hasattr(param, "values") else param  # type: ignore[no-any-return]
+
+
+def case_id(case: Case) -> str:
+    if case.code == INVALID:
+        what = "+".join(case.fields)
+    elif case.code == OK:
+        what = "ok"
+    else:
+        what = case.reason or case.code.name
+    return f"{case.service}.{case.method}-{what}"
+
+
+def _ids() -> list[str]:
+    seen: dict[str, int] = {}
+    ids = []
+    for param in CASES:
+        base = param.id if hasattr(param, "id") and param.id else case_id(case_of(param))
+        seen[base] = seen.get(base, 0) + 1
+        ids.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return ids
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def env(gateway: Any, sessions: Any) -> Env:
+    async def hold(session_id: str) -> int:
+        lease = await sessions.AcquireTurnLease(
+            sessions_pb2.AcquireTurnLeaseRequest(tenant_id=TENANT, session_id=session_id, turn_id=HELD_TURN),
+            timeout=TIMEOUT_S,
+        )
+        return lease.lease_token  # type: ignore[no-any-return]
+
+    session_id = await new_session(gateway)
+    events = await send(gateway, session_id, "hello")
+    assert events[-1].WhichOneof("payload") == "final"
+    ghost = await sessions.CreateSession(
+        sessions_pb2.CreateSessionRequest(tenant_id=TENANT, agent="ghost-agent"), timeout=TIMEOUT_S
+    )
+    held_session_id = await new_session(gateway)
+    return Env(
+        session_id,
+        events[-1].seq,
+        ghost.session.session_id,
+        await hold(ghost.session.session_id),
+        held_session_id,
+        await hold(held_session_id),
+    )
+
+
+async def invoke(stub: Any, method: pb_descriptor.MethodDescriptor, request: Message) -> Any:
+    """Call one RPC; a server stream is read up to its first message (errors come before it)."""
+    argument = iter([request]) if method.client_streaming else request
+    call = getattr(stub, method.name)(argument, timeout=TIMEOUT_S)
+    if method.server_streaming:
+        try:
+            first = await asyncio.wait_for(call.read(), TIMEOUT_S)
+            if first is grpc.aio.EOF:
+                await call  # raises the stream's status if it was an error
+            return first
+        finally:
+            call.cancel()
+    return await call
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids())
+async def test_bad_input(case: Case, stubs: dict[str, Any], env: Env) -> None:
+    method = SERVICES[case.service].methods_by_name[case.method]
+    request = case.build(env)
+    assert request.DESCRIPTOR is method.input_type, "row's request type does not match the RPC"
+
+    if case.code == OK:
+        response = await invoke(stubs[case.service], method, request)
+        assert case.check is not None and case.check(response), response
+        return
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await invoke(stubs[case.service], method, request)
+    err = caught.value
+    assert err.code() not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL), err.details()
+    assert err.code() == case.code, err.details()
+    assert err.details(), "the status message must say what is wrong"
+    info, violations = status_details(err)
+    assert info is not None, "every error carries a google.rpc.ErrorInfo"
+    assert info.domain == DOMAIN
+
+    if case.code == INVALID:
+        assert info.reason == "INVALID_ARGUMENT"
+        assert sorted(f for f, _ in violations) == sorted(case.fields), violations
+        assert all(description for _, description in violations)
+        for name in case.fields:
+            assert name in (err.details() or "")
+    else:
+        assert violations == []
+        if case.reason:
+            assert info.reason == case.reason
+
+
+async def test_every_rpc_has_a_row() -> None:
+    covered = {(case_of(p).service, case_of(p).method) for p in CASES}
+    every = {(name, m.name) for name, service in SERVICES.items() for m in service.methods}
+    assert every - covered == set(), "RPCs without a bad-input row"
+    assert covered - every == set(), "rows naming RPCs that do not exist"
+
+
+async def test_every_error_row_is_an_error_with_details() -> None:
+    for param in CASES:
+        case = case_of(param)
+        if case.code == INVALID:
+            assert case.fields, case
+        elif case.code == OK:
+            assert case.check is not None, case
+
+
+async def test_run_turn_with_a_stale_lease_token_stores_nothing(stubs: dict[str, Any], env: Env) -> None:
+    """The turn id holds the lease but the fencing token is wrong: rejected, or ended by a non-retryable error."""
+    request = run_turn(env, session_id=env.held_session_id, turn_id=HELD_TURN, lease_token=env.held_lease + 100)
+
+    async def collect() -> list[Any]:
+        events: list[Any] = []
+        async for response in stubs["runtime"].RunTurn(request, timeout=TIMEOUT_S):
+            events.extend(response.events)
+        return events
+
+    try:
+        events = await asyncio.wait_for(collect(), TIMEOUT_S)
+    except grpc.aio.AioRpcError as err:  # rejecting up front is right too
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    else:
+        kinds = [e.WhichOneof("payload") for e in events]
+        assert kinds[-1] == "error"
+        assert "final" not in kinds
+        assert events[-1].error.retryable is False, "retrying with the same stale token can never succeed"
+    stored = await stubs["sessions"].GetSession(
+        sessions_pb2.GetSessionRequest(tenant_id=TENANT, session_id=env.held_session_id), timeout=TIMEOUT_S
+    )
+    assert stored.session.message_count == 0
+    assert stored.session.active_turn_id == HELD_TURN

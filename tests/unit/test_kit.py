@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+
+from services.kit.config import Settings, load_settings
+from services.kit.errors import InvalidArgument, NotFound, Violations
+from services.kit.streams import batched
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COGMESH_LOG_LEVEL", "debug")
+    monkeypatch.setenv("COGMESH_CALL_TIMEOUT_S", "2.5")
+    settings = load_settings(["--call-timeout-s", "7", "--listen", "0.0.0.0:9000"])
+    assert settings.log_level == "debug"
+    assert settings.call_timeout_s == 7.0
+    assert settings.listen_address("models") == "0.0.0.0:9000"
+    assert Settings().listen_address("models") == "127.0.0.1:50056"
+
+
+def test_invalid_setting_names_the_field() -> None:
+    with pytest.raises(ValueError, match="call_timeout_s"):
+        load_settings(["--call-timeout-s", "-1"])
+
+
+def test_violations_become_bad_request_details() -> None:
+    problems = Violations()
+    problems.require(" ", "session_id")
+    problems.check(False, "page_size", "must be between 0 and 1000")
+    with pytest.raises(InvalidArgument) as caught:
+        problems.raise_if_any()
+    status = caught.value.to_status()
+    assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    info, bad = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(info) and status.details[1].Unpack(bad)
+    assert (info.reason, info.domain) == ("INVALID_ARGUMENT", "cogmesh.dev")
+    assert [(v.field, v.description) for v in bad.field_violations] == [
+        ("session_id", "is required"),
+        ("page_size", "must be between 0 and 1000"),
+    ]
+
+
+def test_error_info_carries_reason_and_metadata() -> None:
+    from cogmesh.common.v1 import errors_pb2
+
+    err = NotFound("gone", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND, metadata={"session_id": "x"})
+    info = error_details_pb2.ErrorInfo()
+    err.to_status().details[0].Unpack(info)
+    assert info.reason == "SESSION_NOT_FOUND" and dict(info.metadata) == {"session_id": "x"}
+
+
+async def test_batched_groups_what_queued_and_keeps_order() -> None:
+    async def burst() -> AsyncIterator[int]:
+        for i in range(10):
+            yield i  # no await: everything queues before the consumer runs
+        await asyncio.sleep(0.01)
+        yield 10
+
+    batches = [b async for b in batched(burst(), max_batch=4)]
+    assert [x for b in batches for x in b] == list(range(11))
+    assert batches[0] == [0, 1, 2, 3] and batches[-1] == [10]
+
+
+async def test_batched_reraises_the_source_error() -> None:
+    async def failing() -> AsyncIterator[int]:
+        yield 1
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        async for _ in batched(failing()):
+            pass
