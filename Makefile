@@ -1,0 +1,81 @@
+# Everything a fresh machine needs goes through these targets: a virtualenv in
+# .venv, the Python packages from PyPI, buf and the Node packages from npm.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+BUF := .tools/node_modules/.bin/buf
+BUF_VERSION := 1.75.0
+NODE := clients/node
+NODE_DEPS := $(NODE)/node_modules/.installed
+TEST_NODE_DEPS := tests/node_tools/node_modules/.installed tests/node_hooks/node_modules/.installed
+DEPLOY_TOOLS := deploy/tools/node_modules/.installed
+
+.PHONY: demo up test check lint typecheck protos protos-check node-check breaking deploy-check unit clean
+
+demo: $(VENV)/.installed  ## start the suite and stream a demo turn; Ctrl-C stops it
+	$(BIN)/cogmesh up --demo
+
+up: $(VENV)/.installed  ## start the suite
+	$(BIN)/cogmesh up
+
+test: check $(TEST_NODE_DEPS) $(DEPLOY_TOOLS)  ## everything CI runs: lint, freshness, types, breaking, manifests, tests
+	$(BIN)/python -m pytest
+
+check: lint typecheck protos-check node-check breaking deploy-check
+
+lint: $(VENV)/.installed $(BUF)
+	$(BUF) lint
+	$(BUF) format --diff --exit-code
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(VENV)/.installed
+	$(BIN)/mypy
+
+protos: $(VENV)/.installed $(BUF) $(NODE_DEPS)  ## regenerate Python, TypeScript and docs/api.md from protos/
+	$(BIN)/python protos/generate.py
+	npm --prefix $(NODE) run --silent generate
+	$(BIN)/python tools/protodoc.py
+
+protos-check: $(VENV)/.installed $(BUF) $(NODE_DEPS)
+	$(BIN)/python protos/generate.py --check
+	npm --prefix $(NODE) run --silent generate:check
+	$(BIN)/python tools/protodoc.py --check
+
+node-check: $(NODE_DEPS)
+	npm --prefix $(NODE) run --silent format:check
+	npm --prefix $(NODE) run --silent build
+
+breaking: $(BUF)  ## buf breaking against the last commit that changed protos/ (or the upstream merge base)
+	BUF=$(BUF) tools/buf_breaking.sh
+
+deploy-check: $(VENV)/.installed $(DEPLOY_TOOLS)  ## render every overlay and validate it against the schemas
+	$(BIN)/python -m deploy.validate
+
+unit: $(VENV)/.installed
+	$(BIN)/python -m pytest tests/unit -q
+
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e clients/python -e '.[dev]'
+	touch $@
+
+$(BUF):
+	npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+
+$(DEPLOY_TOOLS): deploy/tools/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix deploy/tools
+	touch $@
+
+$(NODE_DEPS): $(NODE)/package.json $(NODE)/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix $(NODE)
+	touch $@
+
+tests/%/node_modules/.installed: tests/%/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix tests/$*
+	touch $@
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache $(NODE)/node_modules $(NODE)/dist \
+		tests/node_tools/node_modules tests/node_hooks/node_modules deploy/tools/node_modules
