@@ -168,6 +168,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             f"{prefix}client_tools",
             f"must hold at most {MAX_CLIENT_TOOLS} tools",
         )
+        problems.check(
+            request.multitask_strategy in sessions_pb2.MultitaskStrategy.values(),
+            f"{prefix}multitask_strategy",
+            f"unknown value {request.multitask_strategy}",
+        )
         # Everything else about the options (limits, schemas, tool names) the runtime checks, naming the field.
 
     @staticmethod
@@ -198,6 +203,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             request.content,
             request.model,
             deadline_s,
+            strategy=request.multitask_strategy or sessions_pb2.MULTITASK_STRATEGY_REJECT,
             options=self._options(request),
         )
 

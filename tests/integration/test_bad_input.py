@@ -157,6 +157,12 @@ CASES: list[Any] = [
     bad(
         "gateway", "SendMessage", G.SendMessageRequest(session_id=LONG_ID, content=BIG_CONTENT), "session_id", "content"
     ),
+    bad(
+        "gateway",
+        "SendMessage",
+        lambda env: G.SendMessageRequest(session_id=env.session_id, content="hi", multitask_strategy=99),  # type: ignore[arg-type]
+        "multitask_strategy",
+    ),
     missing("gateway", "SendMessage", G.SendMessageRequest(session_id=UNKNOWN_ID, content="hi"), "SESSION_NOT_FOUND"),
     bad("gateway", "Subscribe", G.SubscribeRequest(), "session_id"),
     bad("gateway", "Subscribe", G.SubscribeRequest(session_id=LONG_ID), "session_id"),

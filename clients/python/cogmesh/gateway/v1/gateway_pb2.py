@@ -27,10 +27,11 @@ from cogmesh.common.v1 import events_pb2 as cogmesh_dot_common_dot_v1_dot_events
 from cogmesh.common.v1 import messages_pb2 as cogmesh_dot_common_dot_v1_dot_messages__pb2
 from cogmesh.common.v1 import resources_pb2 as cogmesh_dot_common_dot_v1_dot_resources__pb2
 from cogmesh.runtime.v1 import runtime_pb2 as cogmesh_dot_runtime_dot_v1_dot_runtime__pb2
+from cogmesh.sessions.v1 import sessions_pb2 as cogmesh_dot_sessions_dot_v1_dot_sessions__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/gateway/v1/gateway.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1e\x63ogmesh/common/v1/errors.proto\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a!cogmesh/common/v1/resources.proto\x1a cogmesh/runtime/v1/runtime.proto\x1a\x1cgoogle/protobuf/struct.proto\"H\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\t\"D\n\x15\x43reateSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"A\n\x12GetSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"<\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x14ListSessionsResponse\x12,\n\x08sessions\x18\x01 \x03(\x0b\x32\x1a.cogmesh.common.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\xbf\x02\n\x12SendMessageRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1c\n\x14\x63\x61ncel_on_disconnect\x18\x04 \x01(\x08\x12\x0f\n\x07runtime\x18\x05 \x01(\t\x12.\n\routput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\x06limits\x18\x07 \x01(\x0b\x32\x1e.cogmesh.runtime.v1.TurnLimits\x12\x33\n\x0b\x63ost_budget\x18\x08 \x01(\x0b\x32\x1e.cogmesh.runtime.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\t \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\"F\n\x13SendMessageResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"Q\n\x10SubscribeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x04\x12\x16\n\x0estop_when_idle\x18\x03 \x01(\x08\"W\n\x11SubscribeResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\x12\x11\n\theartbeat\x18\x02 \x01(\x08\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\x13\n\x11ListAgentsRequest\">\n\x12ListAgentsResponse\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Agent\"%\n\x11ListModelsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"U\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x02 \x01(\t\"\xbc\x01\n\x16ResolveApprovalRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x35\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x05 \x01(\t\"J\n\x17ResolveApprovalResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"\xd7\x01\n\x16\x41nswerInterruptRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x36\n\x08\x61pproval\x18\n \x01(\x0b\x32\".cogmesh.runtime.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12;\n\x0btool_result\x18\x0c \x01(\x0b\x32$.cogmesh.runtime.v1.ClientToolResultH\x00\x42\x08\n\x06\x61nswer\"J\n\x17\x41nswerInterruptResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"H\n\x0c\x43onverseOpen\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\tafter_seq\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x0c\n\n_after_seq\"\xd0\x02\n\x0f\x43onverseRequest\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x30\n\x04open\x18\n \x01(\x0b\x32 .cogmesh.gateway.v1.ConverseOpenH\x00\x12\x39\n\x07message\x18\x0b \x01(\x0b\x32&.cogmesh.gateway.v1.SendMessageRequestH\x00\x12>\n\x08\x61pproval\x18\x0c \x01(\x0b\x32*.cogmesh.gateway.v1.ResolveApprovalRequestH\x00\x12<\n\x06\x61nswer\x18\r \x01(\x0b\x32*.cogmesh.gateway.v1.AnswerInterruptRequestH\x00\x12\x37\n\x06\x63\x61ncel\x18\x0e \x01(\x0b\x32%.cogmesh.gateway.v1.CancelTurnRequestH\x00\x42\x07\n\x05\x66rame\"=\n\nEventBatch\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"C\n\x0b\x43onverseAck\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x04\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\xa4\x02\n\x11\x43onverseRejection\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12.\n\x06reason\x18\x04 \x01(\x0e\x32\x1e.cogmesh.common.v1.ErrorReason\x12\x36\n\nviolations\x18\x05 \x03(\x0b\x32\".cogmesh.gateway.v1.FieldViolation\x12\x45\n\x08metadata\x18\x06 \x03(\x0b\x32\x33.cogmesh.gateway.v1.ConverseRejection.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcc\x01\n\x10\x43onverseResponse\x12\x30\n\x06\x65vents\x18\x01 \x01(\x0b\x32\x1e.cogmesh.gateway.v1.EventBatchH\x00\x12\x13\n\theartbeat\x18\x02 \x01(\x08H\x00\x12.\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x1f.cogmesh.gateway.v1.ConverseAckH\x00\x12\x39\n\x08rejected\x18\x04 \x01(\x0b\x32%.cogmesh.gateway.v1.ConverseRejectionH\x00\x42\x06\n\x04kind2\xa8\t\n\x0eGatewayService\x12\x64\n\rCreateSession\x12(.cogmesh.gateway.v1.CreateSessionRequest\x1a).cogmesh.gateway.v1.CreateSessionResponse\x12[\n\nGetSession\x12%.cogmesh.gateway.v1.GetSessionRequest\x1a&.cogmesh.gateway.v1.GetSessionResponse\x12\x61\n\x0cListSessions\x12\'.cogmesh.gateway.v1.ListSessionsRequest\x1a(.cogmesh.gateway.v1.ListSessionsResponse\x12\x64\n\rDeleteSession\x12(.cogmesh.gateway.v1.DeleteSessionRequest\x1a).cogmesh.gateway.v1.DeleteSessionResponse\x12`\n\x0bSendMessage\x12&.cogmesh.gateway.v1.SendMessageRequest\x1a\'.cogmesh.gateway.v1.SendMessageResponse0\x01\x12Z\n\tSubscribe\x12$.cogmesh.gateway.v1.SubscribeRequest\x1a%.cogmesh.gateway.v1.SubscribeResponse0\x01\x12[\n\nCancelTurn\x12%.cogmesh.gateway.v1.CancelTurnRequest\x1a&.cogmesh.gateway.v1.CancelTurnResponse\x12l\n\x0fResolveApproval\x12*.cogmesh.gateway.v1.ResolveApprovalRequest\x1a+.cogmesh.gateway.v1.ResolveApprovalResponse0\x01\x12l\n\x0f\x41nswerInterrupt\x12*.cogmesh.gateway.v1.AnswerInterruptRequest\x1a+.cogmesh.gateway.v1.AnswerInterruptResponse0\x01\x12Y\n\x08\x43onverse\x12#.cogmesh.gateway.v1.ConverseRequest\x1a$.cogmesh.gateway.v1.ConverseResponse(\x01\x30\x01\x12[\n\nListAgents\x12%.cogmesh.gateway.v1.ListAgentsRequest\x1a&.cogmesh.gateway.v1.ListAgentsResponse\x12[\n\nListModels\x12%.cogmesh.gateway.v1.ListModelsRequest\x1a&.cogmesh.gateway.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/gateway/v1/gateway.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1e\x63ogmesh/common/v1/errors.proto\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a!cogmesh/common/v1/resources.proto\x1a cogmesh/runtime/v1/runtime.proto\x1a\"cogmesh/sessions/v1/sessions.proto\x1a\x1cgoogle/protobuf/struct.proto\"H\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\t\"D\n\x15\x43reateSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"A\n\x12GetSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"<\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x14ListSessionsResponse\x12,\n\x08sessions\x18\x01 \x03(\x0b\x32\x1a.cogmesh.common.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\x83\x03\n\x12SendMessageRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1c\n\x14\x63\x61ncel_on_disconnect\x18\x04 \x01(\x08\x12\x0f\n\x07runtime\x18\x05 \x01(\t\x12.\n\routput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\x06limits\x18\x07 \x01(\x0b\x32\x1e.cogmesh.runtime.v1.TurnLimits\x12\x33\n\x0b\x63ost_budget\x18\x08 \x01(\x0b\x32\x1e.cogmesh.runtime.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\t \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\x12\x42\n\x12multitask_strategy\x18\n \x01(\x0e\x32&.cogmesh.sessions.v1.MultitaskStrategy\"F\n\x13SendMessageResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"Q\n\x10SubscribeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x04\x12\x16\n\x0estop_when_idle\x18\x03 \x01(\x08\"W\n\x11SubscribeResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\x12\x11\n\theartbeat\x18\x02 \x01(\x08\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\x13\n\x11ListAgentsRequest\">\n\x12ListAgentsResponse\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Agent\"%\n\x11ListModelsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"U\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x02 \x01(\t\"\xbc\x01\n\x16ResolveApprovalRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x35\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x05 \x01(\t\"J\n\x17ResolveApprovalResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"\xd7\x01\n\x16\x41nswerInterruptRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x36\n\x08\x61pproval\x18\n \x01(\x0b\x32\".cogmesh.runtime.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12;\n\x0btool_result\x18\x0c \x01(\x0b\x32$.cogmesh.runtime.v1.ClientToolResultH\x00\x42\x08\n\x06\x61nswer\"J\n\x17\x41nswerInterruptResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"H\n\x0c\x43onverseOpen\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\tafter_seq\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x0c\n\n_after_seq\"\xd0\x02\n\x0f\x43onverseRequest\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x30\n\x04open\x18\n \x01(\x0b\x32 .cogmesh.gateway.v1.ConverseOpenH\x00\x12\x39\n\x07message\x18\x0b \x01(\x0b\x32&.cogmesh.gateway.v1.SendMessageRequestH\x00\x12>\n\x08\x61pproval\x18\x0c \x01(\x0b\x32*.cogmesh.gateway.v1.ResolveApprovalRequestH\x00\x12<\n\x06\x61nswer\x18\r \x01(\x0b\x32*.cogmesh.gateway.v1.AnswerInterruptRequestH\x00\x12\x37\n\x06\x63\x61ncel\x18\x0e \x01(\x0b\x32%.cogmesh.gateway.v1.CancelTurnRequestH\x00\x42\x07\n\x05\x66rame\"=\n\nEventBatch\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"C\n\x0b\x43onverseAck\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x04\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\xa4\x02\n\x11\x43onverseRejection\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12.\n\x06reason\x18\x04 \x01(\x0e\x32\x1e.cogmesh.common.v1.ErrorReason\x12\x36\n\nviolations\x18\x05 \x03(\x0b\x32\".cogmesh.gateway.v1.FieldViolation\x12\x45\n\x08metadata\x18\x06 \x03(\x0b\x32\x33.cogmesh.gateway.v1.ConverseRejection.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcc\x01\n\x10\x43onverseResponse\x12\x30\n\x06\x65vents\x18\x01 \x01(\x0b\x32\x1e.cogmesh.gateway.v1.EventBatchH\x00\x12\x13\n\theartbeat\x18\x02 \x01(\x08H\x00\x12.\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x1f.cogmesh.gateway.v1.ConverseAckH\x00\x12\x39\n\x08rejected\x18\x04 \x01(\x0b\x32%.cogmesh.gateway.v1.ConverseRejectionH\x00\x42\x06\n\x04kind2\xa8\t\n\x0eGatewayService\x12\x64\n\rCreateSession\x12(.cogmesh.gateway.v1.CreateSessionRequest\x1a).cogmesh.gateway.v1.CreateSessionResponse\x12[\n\nGetSession\x12%.cogmesh.gateway.v1.GetSessionRequest\x1a&.cogmesh.gateway.v1.GetSessionResponse\x12\x61\n\x0cListSessions\x12\'.cogmesh.gateway.v1.ListSessionsRequest\x1a(.cogmesh.gateway.v1.ListSessionsResponse\x12\x64\n\rDeleteSession\x12(.cogmesh.gateway.v1.DeleteSessionRequest\x1a).cogmesh.gateway.v1.DeleteSessionResponse\x12`\n\x0bSendMessage\x12&.cogmesh.gateway.v1.SendMessageRequest\x1a\'.cogmesh.gateway.v1.SendMessageResponse0\x01\x12Z\n\tSubscribe\x12$.cogmesh.gateway.v1.SubscribeRequest\x1a%.cogmesh.gateway.v1.SubscribeResponse0\x01\x12[\n\nCancelTurn\x12%.cogmesh.gateway.v1.CancelTurnRequest\x1a&.cogmesh.gateway.v1.CancelTurnResponse\x12l\n\x0fResolveApproval\x12*.cogmesh.gateway.v1.ResolveApprovalRequest\x1a+.cogmesh.gateway.v1.ResolveApprovalResponse0\x01\x12l\n\x0f\x41nswerInterrupt\x12*.cogmesh.gateway.v1.AnswerInterruptRequest\x1a+.cogmesh.gateway.v1.AnswerInterruptResponse0\x01\x12Y\n\x08\x43onverse\x12#.cogmesh.gateway.v1.ConverseRequest\x1a$.cogmesh.gateway.v1.ConverseResponse(\x01\x30\x01\x12[\n\nListAgents\x12%.cogmesh.gateway.v1.ListAgentsRequest\x1a&.cogmesh.gateway.v1.ListAgentsResponse\x12[\n\nListModels\x12%.cogmesh.gateway.v1.ListModelsRequest\x1a&.cogmesh.gateway.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,66 +40,66 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CONVERSEREJECTION_METADATAENTRY']._loaded_options = None
   _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_CREATESESSIONREQUEST']._serialized_start=253
-  _globals['_CREATESESSIONREQUEST']._serialized_end=325
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=327
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=395
-  _globals['_GETSESSIONREQUEST']._serialized_start=397
-  _globals['_GETSESSIONREQUEST']._serialized_end=436
-  _globals['_GETSESSIONRESPONSE']._serialized_start=438
-  _globals['_GETSESSIONRESPONSE']._serialized_end=503
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=505
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=565
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=567
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=660
-  _globals['_DELETESESSIONREQUEST']._serialized_start=662
-  _globals['_DELETESESSIONREQUEST']._serialized_end=704
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=706
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=746
-  _globals['_SENDMESSAGEREQUEST']._serialized_start=749
-  _globals['_SENDMESSAGEREQUEST']._serialized_end=1068
-  _globals['_SENDMESSAGERESPONSE']._serialized_start=1070
-  _globals['_SENDMESSAGERESPONSE']._serialized_end=1140
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1142
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1223
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1225
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1312
-  _globals['_CANCELTURNREQUEST']._serialized_start=1314
-  _globals['_CANCELTURNREQUEST']._serialized_end=1370
-  _globals['_CANCELTURNRESPONSE']._serialized_start=1372
-  _globals['_CANCELTURNRESPONSE']._serialized_end=1428
-  _globals['_LISTAGENTSREQUEST']._serialized_start=1430
-  _globals['_LISTAGENTSREQUEST']._serialized_end=1449
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=1451
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=1513
-  _globals['_LISTMODELSREQUEST']._serialized_start=1515
-  _globals['_LISTMODELSREQUEST']._serialized_end=1552
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1554
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1639
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=1642
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=1830
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=1832
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=1906
-  _globals['_ANSWERINTERRUPTREQUEST']._serialized_start=1909
-  _globals['_ANSWERINTERRUPTREQUEST']._serialized_end=2124
-  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_start=2126
-  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_end=2200
-  _globals['_CONVERSEOPEN']._serialized_start=2202
-  _globals['_CONVERSEOPEN']._serialized_end=2274
-  _globals['_CONVERSEREQUEST']._serialized_start=2277
-  _globals['_CONVERSEREQUEST']._serialized_end=2613
-  _globals['_EVENTBATCH']._serialized_start=2615
-  _globals['_EVENTBATCH']._serialized_end=2676
-  _globals['_CONVERSEACK']._serialized_start=2678
-  _globals['_CONVERSEACK']._serialized_end=2745
-  _globals['_FIELDVIOLATION']._serialized_start=2747
-  _globals['_FIELDVIOLATION']._serialized_end=2799
-  _globals['_CONVERSEREJECTION']._serialized_start=2802
-  _globals['_CONVERSEREJECTION']._serialized_end=3094
-  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_start=3047
-  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_end=3094
-  _globals['_CONVERSERESPONSE']._serialized_start=3097
-  _globals['_CONVERSERESPONSE']._serialized_end=3301
-  _globals['_GATEWAYSERVICE']._serialized_start=3304
-  _globals['_GATEWAYSERVICE']._serialized_end=4496
+  _globals['_CREATESESSIONREQUEST']._serialized_start=289
+  _globals['_CREATESESSIONREQUEST']._serialized_end=361
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=363
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=431
+  _globals['_GETSESSIONREQUEST']._serialized_start=433
+  _globals['_GETSESSIONREQUEST']._serialized_end=472
+  _globals['_GETSESSIONRESPONSE']._serialized_start=474
+  _globals['_GETSESSIONRESPONSE']._serialized_end=539
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=541
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=601
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=603
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=696
+  _globals['_DELETESESSIONREQUEST']._serialized_start=698
+  _globals['_DELETESESSIONREQUEST']._serialized_end=740
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=742
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=782
+  _globals['_SENDMESSAGEREQUEST']._serialized_start=785
+  _globals['_SENDMESSAGEREQUEST']._serialized_end=1172
+  _globals['_SENDMESSAGERESPONSE']._serialized_start=1174
+  _globals['_SENDMESSAGERESPONSE']._serialized_end=1244
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1246
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1327
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1329
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1416
+  _globals['_CANCELTURNREQUEST']._serialized_start=1418
+  _globals['_CANCELTURNREQUEST']._serialized_end=1474
+  _globals['_CANCELTURNRESPONSE']._serialized_start=1476
+  _globals['_CANCELTURNRESPONSE']._serialized_end=1532
+  _globals['_LISTAGENTSREQUEST']._serialized_start=1534
+  _globals['_LISTAGENTSREQUEST']._serialized_end=1553
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=1555
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=1617
+  _globals['_LISTMODELSREQUEST']._serialized_start=1619
+  _globals['_LISTMODELSREQUEST']._serialized_end=1656
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1658
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1743
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=1746
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=1934
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=1936
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=2010
+  _globals['_ANSWERINTERRUPTREQUEST']._serialized_start=2013
+  _globals['_ANSWERINTERRUPTREQUEST']._serialized_end=2228
+  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_start=2230
+  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_end=2304
+  _globals['_CONVERSEOPEN']._serialized_start=2306
+  _globals['_CONVERSEOPEN']._serialized_end=2378
+  _globals['_CONVERSEREQUEST']._serialized_start=2381
+  _globals['_CONVERSEREQUEST']._serialized_end=2717
+  _globals['_EVENTBATCH']._serialized_start=2719
+  _globals['_EVENTBATCH']._serialized_end=2780
+  _globals['_CONVERSEACK']._serialized_start=2782
+  _globals['_CONVERSEACK']._serialized_end=2849
+  _globals['_FIELDVIOLATION']._serialized_start=2851
+  _globals['_FIELDVIOLATION']._serialized_end=2903
+  _globals['_CONVERSEREJECTION']._serialized_start=2906
+  _globals['_CONVERSEREJECTION']._serialized_end=3198
+  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_start=3151
+  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_end=3198
+  _globals['_CONVERSERESPONSE']._serialized_start=3201
+  _globals['_CONVERSERESPONSE']._serialized_end=3405
+  _globals['_GATEWAYSERVICE']._serialized_start=3408
+  _globals['_GATEWAYSERVICE']._serialized_end=4600
 # @@protoc_insertion_point(module_scope)

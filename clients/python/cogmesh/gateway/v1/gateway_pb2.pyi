@@ -3,6 +3,7 @@ from cogmesh.common.v1 import events_pb2 as _events_pb2
 from cogmesh.common.v1 import messages_pb2 as _messages_pb2
 from cogmesh.common.v1 import resources_pb2 as _resources_pb2
 from cogmesh.runtime.v1 import runtime_pb2 as _runtime_pb2
+from cogmesh.sessions.v1 import sessions_pb2 as _sessions_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -69,7 +70,7 @@ class DeleteSessionResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("session_id", "content", "model", "cancel_on_disconnect", "runtime", "output_schema", "limits", "cost_budget", "client_tools")
+    __slots__ = ("session_id", "content", "model", "cancel_on_disconnect", "runtime", "output_schema", "limits", "cost_budget", "client_tools", "multitask_strategy")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +80,7 @@ class SendMessageRequest(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     COST_BUDGET_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    MULTITASK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     content: str
     model: str
@@ -88,7 +90,8 @@ class SendMessageRequest(_message.Message):
     limits: _runtime_pb2.TurnLimits
     cost_budget: _runtime_pb2.CostBudget
     client_tools: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolSpec]
-    def __init__(self, session_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., cancel_on_disconnect: _Optional[bool] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[_runtime_pb2.TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[_runtime_pb2.CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ...) -> None: ...
+    multitask_strategy: _sessions_pb2.MultitaskStrategy
+    def __init__(self, session_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., cancel_on_disconnect: _Optional[bool] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[_runtime_pb2.TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[_runtime_pb2.CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., multitask_strategy: _Optional[_Union[_sessions_pb2.MultitaskStrategy, str]] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("events",)
