@@ -157,6 +157,8 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             )
             if payload.role_id and not ROLE_ID.fullmatch(payload.role_id):
                 raise FailedPrecondition(f"session {request.session_id!r} stores an invalid role_id")
+            if request.rehydrate_without_messages:
+                payload = dataclasses.replace(payload, last_messages=())
             inp, report = rehydrate(inp, payload)
         built = self.builder.build(inp)
         fixed = sum(p.tokens for p in built.packs if p.priority in ("P0", "P0.5"))

@@ -248,6 +248,7 @@ class TurnBuilder:
             request.summary = summary
         else:  # this replica does not know the session's state: the context service loads it
             request.rehydrate, request.tenant_id, request.session_id = True, tenant, session_id
+            request.rehydrate_without_messages = True  # the transcript goes to the model as chat messages
         return await call("context", self.clients.context.BuildContext, request)  # type: ignore[no-any-return]
 
     async def _history(

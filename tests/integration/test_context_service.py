@@ -225,6 +225,15 @@ async def test_first_turn_after_restart_is_rebuilt_from_the_sessions_service(stu
     )
     assert list(report.unavailable) == []
 
+    # A caller that sends the transcript as chat messages gets the rest without them.
+    lean = await context.BuildContext(
+        context_pb2.BuildContextRequest(
+            agent="default", tenant_id=TENANT, session_id=session_id, rehydrate=True, rehydrate_without_messages=True
+        )
+    )
+    assert "## Summary\nUser compared three banks." in lean.system_prompt
+    assert "Euros, for a year." not in lean.system_prompt and lean.rehydration.messages_loaded == 0
+
     # Without rehydration the same request has none of it, and no report.
     bare = await context.BuildContext(context_pb2.BuildContextRequest(agent="default"))
     assert "Summary" not in bare.system_prompt and not bare.HasField("rehydration")

@@ -142,6 +142,9 @@ async def test_a_long_conversation_is_compacted_and_a_fresh_replica_rehydrates_i
         stored = await rehydration(ctx, session_id)
         assert stored.summary.text[:40] in system
         assert all(m.get("content") != "What is 17 * 23?" for m in transcript)  # covered: not resent
+        # The live transcript reaches the model once, as chat messages, not again inside the prompt.
+        assert any(m.get("content") == "What did the calculator say?" for m in transcript)
+        assert "What did the calculator say?" not in system
     finally:
         await gateway2.stop(0)
         await runtime.stop(0)

@@ -41,7 +41,7 @@ class ContextBudget(_message.Message):
     def __init__(self, total_tokens: _Optional[int] = ..., guardrails_reserved: _Optional[int] = ..., goal_max: _Optional[int] = ..., tools_max: _Optional[int] = ..., messages_max: _Optional[int] = ..., memory_max: _Optional[int] = ..., profile_max: _Optional[int] = ..., summary_max: _Optional[int] = ...) -> None: ...
 
 class BuildContextRequest(_message.Message):
-    __slots__ = ("agent", "role_id", "user_text", "goal", "phase", "skill_instructions", "last_messages", "summary", "budget", "memory", "user_profile", "tenant_id", "session_id", "rehydrate", "rehydrate_last_n")
+    __slots__ = ("agent", "role_id", "user_text", "goal", "phase", "skill_instructions", "last_messages", "summary", "budget", "memory", "user_profile", "tenant_id", "session_id", "rehydrate", "rehydrate_last_n", "rehydrate_without_messages")
     class MemoryEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class BuildContextRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REHYDRATE_FIELD_NUMBER: _ClassVar[int]
     REHYDRATE_LAST_N_FIELD_NUMBER: _ClassVar[int]
+    REHYDRATE_WITHOUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     agent: str
     role_id: str
     user_text: str
@@ -86,7 +87,8 @@ class BuildContextRequest(_message.Message):
     session_id: str
     rehydrate: bool
     rehydrate_last_n: int
-    def __init__(self, agent: _Optional[str] = ..., role_id: _Optional[str] = ..., user_text: _Optional[str] = ..., goal: _Optional[str] = ..., phase: _Optional[str] = ..., skill_instructions: _Optional[_Iterable[str]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., summary: _Optional[str] = ..., budget: _Optional[_Union[ContextBudget, _Mapping]] = ..., memory: _Optional[_Mapping[str, str]] = ..., user_profile: _Optional[_Mapping[str, str]] = ..., tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., rehydrate: _Optional[bool] = ..., rehydrate_last_n: _Optional[int] = ...) -> None: ...
+    rehydrate_without_messages: bool
+    def __init__(self, agent: _Optional[str] = ..., role_id: _Optional[str] = ..., user_text: _Optional[str] = ..., goal: _Optional[str] = ..., phase: _Optional[str] = ..., skill_instructions: _Optional[_Iterable[str]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., summary: _Optional[str] = ..., budget: _Optional[_Union[ContextBudget, _Mapping]] = ..., memory: _Optional[_Mapping[str, str]] = ..., user_profile: _Optional[_Mapping[str, str]] = ..., tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., rehydrate: _Optional[bool] = ..., rehydrate_last_n: _Optional[int] = ..., rehydrate_without_messages: _Optional[bool] = ...) -> None: ...
 
 class PackReport(_message.Message):
     __slots__ = ("name", "priority", "tokens", "action")
