@@ -6,6 +6,7 @@ from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.metrics import BREAKERS, register_breakers
 from services.kit.server import App, mount, run
 from services.runtime.engines import default_registry
 from services.runtime.local_model import LocalModel
@@ -37,10 +38,15 @@ async def build(settings: Settings, clients: Clients) -> App:
         engines=engines,
         default_runtime=settings.runtime,
     )
+    register_breakers("runtime", "tool_server", catalog.breaker_states)
+
+    async def unregister() -> None:
+        BREAKERS.unregister("runtime", "tool_server")
+
     return App(
         "runtime",
         [mount(servicer, runtime_pb2, runtime_pb2_grpc, "RuntimeService")],
-        on_close=[catalog.close, providers.close],
+        on_close=[catalog.close, providers.close, unregister],
     )
 
 

@@ -22,7 +22,9 @@ from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit.metrics import BREAKERS, register_breakers, serve_metrics
+from services.kit.server import start
 from services.models.catalog import DEFAULT_CATALOG_PATH
+from services.runtime import main as runtime_main
 from services.runtime.tools.breaker import BreakerRegistry
 from services.suite.inprocess import Suite, start_suite
 from services.suite.supervisor import wait_serving
@@ -234,3 +236,18 @@ async def test_a_service_process_serves_metrics_on_its_metrics_port() -> None:
     )
     assert samples.get(key) == 3, [k for k in samples if "handling" in k[0]]
     assert any(name == "process_resident_memory_bytes" for name, _ in samples), "process metrics are served too"
+
+
+async def test_the_runtime_exports_its_tool_servers_breakers(tmp_path: Path) -> None:
+    (tmp_path / "tools.yaml").write_text(
+        f"servers:\n  offline:\n    transport: grpc\n    address: 127.0.0.1:{free_port()}\n"
+    )
+    settings = SUITE_SETTINGS.model_copy(update={"tool_servers_file": tmp_path / "tools.yaml"})
+    runtime = await start(runtime_main.build, settings, "127.0.0.1:0")
+    state = {"service": "runtime", "scope": "tool_server", "name": "offline"}
+    try:
+        # Listed from start, before any call reaches the server.
+        assert value("cogmesh_circuit_breaker_state", **state, state="closed") == 1
+    finally:
+        await runtime.stop(0)
+    assert value("cogmesh_circuit_breaker_state", **state, state="closed") == 0

@@ -163,6 +163,10 @@ class ToolCatalog:
         breakers = BreakerRegistry(config.breaker.failure_threshold, config.breaker.cooldown_s)
         return cls(builtins, servers, breakers, overrides)
 
+    def breaker_states(self) -> dict[str, str]:
+        """Each tool server's breaker state (closed, open, half_open), read when /metrics is scraped."""
+        return {name: self.breakers.get(name).state.value for name in self.servers}
+
     async def tools_for(
         self, names: Sequence[str], active_skills: Sequence[str] = ()
     ) -> tuple[dict[str, Tool], list[str]]:
