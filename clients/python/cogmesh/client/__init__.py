@@ -1,6 +1,42 @@
 """Python clients for the cogmesh gateway: `GatewayClient` (asyncio) and `Client` (blocking)."""
 
-from cogmesh.client.gateway import GatewayClient, GatewayError, TurnResult, is_terminal
+from cogmesh.client.errors import (
+    ClientClosed,
+    DeadlineExceeded,
+    FailedPrecondition,
+    GatewayError,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from cogmesh.client.gateway import GatewayClient
+from cogmesh.client.results import Pause, TurnResult, is_paused, is_terminal, kind
 from cogmesh.client.sync import Client
+from cogmesh.client.tools import ClientTool, client_tool
 
-__all__ = ["Client", "GatewayClient", "GatewayError", "TurnResult", "is_terminal"]
+__all__ = [
+    "Client",
+    "ClientClosed",
+    "ClientTool",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "GatewayClient",
+    "GatewayError",
+    "InvalidArgument",
+    "NotFound",
+    "OutOfRange",
+    "Pause",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "TurnResult",
+    "Unauthenticated",
+    "Unavailable",
+    "client_tool",
+    "is_paused",
+    "is_terminal",
+    "kind",
+]

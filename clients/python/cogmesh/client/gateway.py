@@ -1,30 +1,37 @@
 """GatewayClient: sessions, turns and event streams with plain Python calls.
 
 - Auth: `api_key` is sent as `authorization: Bearer <key>`; `root_certificates` turns on TLS.
-- Deadlines: every unary call has `timeout_s`; streams take their own.
+- Deadlines: every unary call has `timeout_s`; turn streams take their own (`timeout_s=`).
 - Retries: idempotent calls are retried on UNAVAILABLE by gRPC itself (service config).
 - Resume: when a stream breaks, the client reconnects (to the next address, if several
   are given) with its last seq and hands each event over exactly once.
+- Pauses: a turn that waits for an approval, the user's input or a client tool ends its
+  stream with a paused status; `TurnResult.pause` says what it waits for and
+  `approve` / `reject` / `edit` / `answer` / `send_tool_result` resume it. Client tools
+  given as Python functions (`run(..., tools=[fn])`) are run by the SDK itself.
 
-Errors surface as GatewayError carrying the gRPC code, the message, the ErrorInfo
-reason and any BadRequest field violations, so callers can branch on `err.reason`.
+Errors surface as GatewayError subclasses (errors.py) carrying the gRPC code, the
+message, the ErrorInfo reason and metadata, BadRequest field violations and RetryInfo.
+Arguments of the wrong type raise TypeError / ValueError naming them before any call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
-from cogmesh.common.v1 import events_pb2, resources_pb2
+from cogmesh.client import options
+from cogmesh.client.errors import ClientClosed, GatewayError, Unavailable
+from cogmesh.client.results import Pause, TurnResult, is_terminal
+from cogmesh.client.tools import ClientTool
+from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from cogmesh.runtime.v1 import runtime_pb2
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 SERVICE = "cogmesh.gateway.v1.GatewayService"
@@ -45,66 +52,10 @@ SERVICE_CONFIG = json.dumps(
         ]
     }
 )
-TERMINAL = ("final", "error")
+TURN_TIMEOUT_S = 300.0
 
-
-def is_terminal(event: events_pb2.RuntimeEvent) -> bool:
-    return event.WhichOneof("payload") in TERMINAL
-
-
-class GatewayError(Exception):
-    def __init__(
-        self, code: grpc.StatusCode, message: str, reason: str = "", violations: list[tuple[str, str]] | None = None
-    ):
-        super().__init__(f"{code.name}: {message}")
-        self.code, self.message, self.reason = code, message, reason
-        self.violations = violations or []
-
-    @classmethod
-    def from_rpc(cls, err: grpc.aio.AioRpcError) -> GatewayError:
-        reason, violations = "", []
-        status = rpc_status.from_call(err)  # type: ignore[arg-type]
-        for detail in status.details if status else []:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                reason = info.reason
-            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
-                violations = [(v.field, v.description) for v in bad.field_violations]
-        return cls(err.code(), err.details() or err.code().name, reason, violations)
-
-    @property
-    def resumable(self) -> bool:
-        """A broken stream worth reconnecting: the server went away or cut off a slow reader."""
-        return self.code == grpc.StatusCode.UNAVAILABLE or self.reason == "SUBSCRIBER_TOO_SLOW"
-
-
-@dataclass
-class TurnResult:
-    """Everything one turn streamed, and its outcome."""
-
-    events: list[events_pb2.RuntimeEvent] = field(default_factory=list)
-
-    @property
-    def last(self) -> events_pb2.RuntimeEvent:
-        return self.events[-1]
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.events) and self.last.HasField("final")
-
-    @property
-    def text(self) -> str:
-        """The final answer, or what was streamed before an error."""
-        if self.ok:
-            return self.last.final.text
-        return "".join(e.assistant_delta.text for e in self.events if e.HasField("assistant_delta"))
-
-    @property
-    def error(self) -> events_pb2.TurnError | None:
-        return self.last.error if self.events and self.last.HasField("error") else None
+# What `tools=` accepts: plain functions, ClientTools, or bare ToolSpecs the caller answers itself.
+Tools = Sequence[Callable[..., Any] | ClientTool | messages_pb2.ToolSpec]
 
 
 class GatewayClient:
@@ -123,14 +74,25 @@ class GatewayClient:
         timeout_s: float = 10.0,
         max_resumes: int = 5,
     ):
-        addresses = address.split(",") if isinstance(address, str) else list(address)
+        if isinstance(address, str):
+            addresses = address.split(",")
+        elif isinstance(address, Sequence) and all(isinstance(a, str) for a in address):
+            addresses = list(address)
+        else:
+            raise TypeError(f"address: expected 'host:port' or a list of them, got {type(address).__name__}")
         self.addresses = [a.strip() for a in addresses if a.strip()]
         if not self.addresses:
             raise ValueError("address: give at least one gateway address")
-        self.timeout_s, self.max_resumes = timeout_s, max_resumes
+        options.text("api_key", api_key)
+        if root_certificates is not None and not isinstance(root_certificates, bytes):
+            raise TypeError(f"root_certificates: expected PEM bytes, got {type(root_certificates).__name__}")
+        self.timeout_s = float(options.seconds("timeout_s", timeout_s) or 0)
+        self.max_resumes = options.count("max_resumes", max_resumes)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._credentials = grpc.ssl_channel_credentials(root_certificates) if root_certificates else None
         self._current = 0
+        self._closed = False
+        self._turn_tools: dict[str, dict[str, ClientTool]] = {}  # paused turns' runnable client tools
         self._channel, self._stub = self._connect(0)
 
     @property
@@ -138,12 +100,12 @@ class GatewayClient:
         return self.addresses[self._current]
 
     def _connect(self, index: int) -> tuple[grpc.aio.Channel, Any]:
-        options = [("grpc.service_config", SERVICE_CONFIG), ("grpc.enable_retries", 1)]
+        channel_options = [("grpc.service_config", SERVICE_CONFIG), ("grpc.enable_retries", 1)]
         target = self.addresses[index]
         channel = (
-            grpc.aio.secure_channel(target, self._credentials, options=options)
+            grpc.aio.secure_channel(target, self._credentials, options=channel_options)
             if self._credentials
-            else grpc.aio.insecure_channel(target, options=options)
+            else grpc.aio.insecure_channel(target, options=channel_options)
         )
         return channel, gateway_pb2_grpc.GatewayServiceStub(channel)
 
@@ -162,86 +124,345 @@ class GatewayClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close the channel; streams still open end with ClientClosed."""
+        self._closed = True
         await self._channel.close()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed("the GatewayClient is closed; open a new one")
+
+    def _error(self, err: grpc.aio.AioRpcError) -> Exception:
+        if self._closed and err.code() == grpc.StatusCode.CANCELLED:
+            return ClientClosed("the GatewayClient was closed while the call was in flight")
+        return GatewayError.from_rpc(err)
+
+    def _closed_under(self) -> bool:
+        """grpc.aio cancels calls in flight when the channel closes; tell that from our task being cancelled."""
+        task = asyncio.current_task()
+        return self._closed and (task is None or task.cancelling() == 0)
+
     async def _unary(self, method: str, request: Any) -> Any:
+        self._check_open()
         try:
             return await getattr(self._stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
-            raise GatewayError.from_rpc(err) from err
+            raise self._error(err) from err
+        except asyncio.CancelledError:
+            if self._closed_under():
+                raise ClientClosed("the GatewayClient was closed while the call was in flight") from None
+            raise
 
     async def wait_ready(self, timeout_s: float) -> None:
-        """Wait until the gateway accepts connections, or raise GatewayError(UNAVAILABLE)."""
+        """Wait until the gateway accepts connections, or raise Unavailable."""
+        options.seconds("timeout_s", timeout_s)
+        self._check_open()
         try:
             await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
         except TimeoutError as exc:
-            raise GatewayError(grpc.StatusCode.UNAVAILABLE, f"cannot reach the gateway at {self.address}") from exc
+            raise Unavailable(grpc.StatusCode.UNAVAILABLE, f"cannot reach the gateway at {self.address}") from exc
 
     # ------------------------------------------------------------------ sessions and catalogue
 
     async def create_session(self, agent: str = "", user_id: str = "", topic_id: str = "") -> resources_pb2.Session:
-        request = gateway_pb2.CreateSessionRequest(agent=agent, user_id=user_id, topic_id=topic_id)
+        request = gateway_pb2.CreateSessionRequest(
+            agent=options.text("agent", agent),
+            user_id=options.text("user_id", user_id),
+            topic_id=options.text("topic_id", topic_id),
+        )
         return (await self._unary("CreateSession", request)).session  # type: ignore[no-any-return]
 
     async def get_session(self, session_id: str) -> resources_pb2.Session:
-        reply = await self._unary("GetSession", gateway_pb2.GetSessionRequest(session_id=session_id))
-        return reply.session  # type: ignore[no-any-return]
+        request = gateway_pb2.GetSessionRequest(session_id=options.text("session_id", session_id))
+        return (await self._unary("GetSession", request)).session  # type: ignore[no-any-return]
 
     async def list_sessions(self, page_size: int = 50, page_token: str = "") -> gateway_pb2.ListSessionsResponse:
-        request = gateway_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
+        request = gateway_pb2.ListSessionsRequest(
+            page_size=options.count("page_size", page_size), page_token=options.text("page_token", page_token)
+        )
         return await self._unary("ListSessions", request)  # type: ignore[no-any-return]
 
     async def delete_session(self, session_id: str) -> bool:
-        reply = await self._unary("DeleteSession", gateway_pb2.DeleteSessionRequest(session_id=session_id))
-        return bool(reply.deleted)
+        request = gateway_pb2.DeleteSessionRequest(session_id=options.text("session_id", session_id))
+        return bool((await self._unary("DeleteSession", request)).deleted)
 
     async def cancel_turn(self, session_id: str, turn_id: str = "") -> str:
-        """Cancel the running turn; returns the turn signalled, or "" when none was running."""
-        reply = await self._unary("CancelTurn", gateway_pb2.CancelTurnRequest(session_id=session_id, turn_id=turn_id))
+        """Cancel the running turn (or give up a paused one); returns the turn signalled, or "" when none."""
+        request = gateway_pb2.CancelTurnRequest(
+            session_id=options.text("session_id", session_id), turn_id=options.text("turn_id", turn_id)
+        )
+        reply = await self._unary("CancelTurn", request)
         return str(reply.turn_id) if reply.cancelled else ""
 
     async def list_models(self, provider: str = "") -> gateway_pb2.ListModelsResponse:
-        return await self._unary("ListModels", gateway_pb2.ListModelsRequest(provider=provider))  # type: ignore[no-any-return]
+        request = gateway_pb2.ListModelsRequest(provider=options.text("provider", provider))
+        return await self._unary("ListModels", request)  # type: ignore[no-any-return]
 
     async def list_agents(self) -> gateway_pb2.ListAgentsResponse:
         return await self._unary("ListAgents", gateway_pb2.ListAgentsRequest())  # type: ignore[no-any-return]
 
-    # ------------------------------------------------------------------ turns and streams
+    # ------------------------------------------------------------------ turns
 
-    async def send_message(
-        self, session_id: str, content: str, *, model: str = "", timeout_s: float | None = 300.0
+    def send_message(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        model: str = "",
+        runtime: str = "",
+        output_schema: Mapping[str, Any] | None = None,
+        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None = None,
+        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None = None,
+        client_tools: Tools = (),
+        multitask_strategy: str | int = "",
+        cancel_on_disconnect: bool = False,
+        timeout_s: float | None = TURN_TIMEOUT_S,
     ) -> AsyncIterator[events_pb2.RuntimeEvent]:
-        """Start a turn and yield its events until its final or error event.
+        """Start a turn and yield its events until it ends (final or error) or pauses.
 
-        If the stream breaks after the turn started, the client follows the session
-        from its last seq until the turn ends; the turn itself keeps running server-side.
+        If the stream breaks after the turn started, the client follows the session from
+        its last seq until the turn ends; the turn itself keeps running server-side.
+        `client_tools` are only declared here: answer their calls with send_tool_result
+        (or use `run(..., tools=...)`, which runs them).
         """
-        request = gateway_pb2.SendMessageRequest(session_id=session_id, content=content, model=model)
+        request, _ = self._message_request(
+            session_id,
+            content,
+            model=model,
+            runtime=runtime,
+            output_schema=output_schema,
+            limits=limits,
+            cost_budget=cost_budget,
+            tools=client_tools,
+            multitask_strategy=multitask_strategy,
+            cancel_on_disconnect=cancel_on_disconnect,
+        )
+        return self._turn_stream("SendMessage", request, options.seconds("timeout_s", timeout_s, optional=True))
+
+    async def run(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        model: str = "",
+        tools: Tools = (),
+        runtime: str = "",
+        output_schema: Mapping[str, Any] | None = None,
+        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None = None,
+        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None = None,
+        multitask_strategy: str | int = "",
+        cancel_on_disconnect: bool = False,
+        timeout_s: float | None = TURN_TIMEOUT_S,
+    ) -> TurnResult:
+        """Run one turn until it ends or waits for a human, and collect it: `(await client.run(sid, "hi")).text`.
+
+        `tools` are client-side tools (plain functions): when the model calls one, the SDK
+        runs it, sends its result and follows the resumed turn, all within this call. A
+        turn that waits for an approval or the user's input comes back with `.pause` set.
+        """
+        request, runnable = self._message_request(
+            session_id,
+            content,
+            model=model,
+            runtime=runtime,
+            output_schema=output_schema,
+            limits=limits,
+            cost_budget=cost_budget,
+            tools=tools,
+            multitask_strategy=multitask_strategy,
+            cancel_on_disconnect=cancel_on_disconnect,
+        )
+        timeout = options.seconds("timeout_s", timeout_s, optional=True)
+        return await self._collect(self._turn_stream("SendMessage", request, timeout), runnable, timeout)
+
+    def _message_request(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        model: str,
+        runtime: str,
+        output_schema: Mapping[str, Any] | None,
+        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None,
+        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None,
+        tools: Tools,
+        multitask_strategy: str | int,
+        cancel_on_disconnect: bool,
+    ) -> tuple[gateway_pb2.SendMessageRequest, dict[str, ClientTool]]:
+        specs, runnable = options.tools(tools)
+        request = gateway_pb2.SendMessageRequest(
+            session_id=options.text("session_id", session_id),
+            content=options.text("content", content),
+            model=options.text("model", model),
+            runtime=options.text("runtime", runtime),
+            cancel_on_disconnect=options.flag("cancel_on_disconnect", cancel_on_disconnect),
+            client_tools=specs,
+        )
+        if output_schema is not None:
+            request.output_schema.CopyFrom(options.struct("output_schema", output_schema))
+        if limits is not None:
+            request.limits.CopyFrom(options.limits(limits))
+        if cost_budget is not None:
+            request.cost_budget.CopyFrom(options.cost_budget(cost_budget))
+        if multitask_strategy != "":
+            request.multitask_strategy = options.multitask(multitask_strategy)  # type: ignore[assignment]
+        return request, runnable
+
+    # ------------------------------------------------------------------ answering a paused turn
+
+    def resolve_approval(
+        self,
+        session_id: str,
+        interrupt_id: str,
+        decision: str | int,
+        *,
+        edited_arguments: Mapping[str, Any] | None = None,
+        reason: str = "",
+        timeout_s: float | None = TURN_TIMEOUT_S,
+    ) -> AsyncIterator[events_pb2.RuntimeEvent]:
+        """Decide on a tool call waiting for approval ("approve", "edit" or "reject") and stream the resumed turn."""
+        request = gateway_pb2.ResolveApprovalRequest(
+            session_id=options.text("session_id", session_id),
+            interrupt_id=options.text("interrupt_id", interrupt_id),
+            decision=options.decision(decision),  # type: ignore[arg-type]
+            reason=options.text("reason", reason),
+        )
+        if edited_arguments is not None:
+            request.edited_arguments.CopyFrom(options.struct("edited_arguments", edited_arguments))
+        return self._turn_stream("ResolveApproval", request, options.seconds("timeout_s", timeout_s, optional=True))
+
+    def answer_interrupt(
+        self,
+        session_id: str,
+        interrupt_id: str,
+        *,
+        user_input: str | None = None,
+        tool_result: str | None = None,
+        is_error: bool = False,
+        timeout_s: float | None = TURN_TIMEOUT_S,
+    ) -> AsyncIterator[events_pb2.RuntimeEvent]:
+        """Send the user's input or a client tool's result (exactly one) and stream the resumed turn."""
+        request = gateway_pb2.AnswerInterruptRequest(
+            session_id=options.text("session_id", session_id), interrupt_id=options.text("interrupt_id", interrupt_id)
+        )
+        if (user_input is None) == (tool_result is None):
+            raise ValueError("answer_interrupt: give exactly one of user_input and tool_result")
+        if user_input is not None:
+            request.user_input = options.text("user_input", user_input)
+        else:
+            content = options.text("tool_result", tool_result)
+            request.tool_result.CopyFrom(
+                runtime_pb2.ClientToolResult(content=content, is_error=options.flag("is_error", is_error))
+            )
+        return self._turn_stream("AnswerInterrupt", request, options.seconds("timeout_s", timeout_s, optional=True))
+
+    async def approve(self, pause: Pause, *, timeout_s: float | None = TURN_TIMEOUT_S) -> TurnResult:
+        """Run the tool call as proposed; returns the resumed turn (it may pause again)."""
+        self._expect(pause, "approve", "approval")
+        stream = self.resolve_approval(pause.session_id, pause.interrupt_id, "approve", timeout_s=timeout_s)
+        return await self._collect(stream, self._turn_tools.get(pause.turn_id, {}), timeout_s)
+
+    async def edit(
+        self, pause: Pause, arguments: Mapping[str, Any], *, timeout_s: float | None = TURN_TIMEOUT_S
+    ) -> TurnResult:
+        """Run the tool call with these arguments instead."""
+        self._expect(pause, "edit", "approval")
+        stream = self.resolve_approval(
+            pause.session_id, pause.interrupt_id, "edit", edited_arguments=arguments, timeout_s=timeout_s
+        )
+        return await self._collect(stream, self._turn_tools.get(pause.turn_id, {}), timeout_s)
+
+    async def reject(self, pause: Pause, reason: str = "", *, timeout_s: float | None = TURN_TIMEOUT_S) -> TurnResult:
+        """Do not run the tool call; the model reads `reason`."""
+        self._expect(pause, "reject", "approval")
+        stream = self.resolve_approval(
+            pause.session_id, pause.interrupt_id, "reject", reason=reason, timeout_s=timeout_s
+        )
+        return await self._collect(stream, self._turn_tools.get(pause.turn_id, {}), timeout_s)
+
+    async def answer(self, pause: Pause, text: str, *, timeout_s: float | None = TURN_TIMEOUT_S) -> TurnResult:
+        """Answer the question of a user_input pause."""
+        self._expect(pause, "answer", "user_input")
+        stream = self.answer_interrupt(pause.session_id, pause.interrupt_id, user_input=text, timeout_s=timeout_s)
+        return await self._collect(stream, self._turn_tools.get(pause.turn_id, {}), timeout_s)
+
+    async def send_tool_result(
+        self, pause: Pause, content: str, *, is_error: bool = False, timeout_s: float | None = TURN_TIMEOUT_S
+    ) -> TurnResult:
+        """Send what a client tool returned (for tools declared as bare ToolSpecs)."""
+        self._expect(pause, "send_tool_result", "client_tool")
+        stream = self.answer_interrupt(
+            pause.session_id, pause.interrupt_id, tool_result=content, is_error=is_error, timeout_s=timeout_s
+        )
+        return await self._collect(stream, self._turn_tools.get(pause.turn_id, {}), timeout_s)
+
+    @staticmethod
+    def _expect(pause: object, method: str, kind: str) -> None:
+        if not isinstance(pause, Pause):
+            raise TypeError(
+                f"{method}: expected the Pause of a paused turn (TurnResult.pause), got {type(pause).__name__}"
+            )
+        if pause.kind != kind:
+            raise ValueError(
+                f"{method}: the turn waits for {pause.kind.replace('_', ' ')}, not for {kind.replace('_', ' ')}"
+            )
+
+    async def _collect(
+        self,
+        stream: AsyncIterator[events_pb2.RuntimeEvent],
+        tools: Mapping[str, ClientTool],
+        timeout_s: float | None,
+    ) -> TurnResult:
+        """Gather a turn's events; run the client tools it calls and follow it on until it ends or waits for a human."""
+        result = TurnResult()
+        while True:
+            async for event in stream:
+                result.events.append(event)
+            pause = result.pause
+            if pause is None or pause.kind != "client_tool" or pause.tool_name not in tools:
+                break
+            content, is_error = await tools[pause.tool_name].call(pause.arguments)
+            stream = self.answer_interrupt(
+                pause.session_id, pause.interrupt_id, tool_result=content, is_error=is_error, timeout_s=timeout_s
+            )
+        if result.paused and tools:  # approve() and friends run this turn's tools after it resumes
+            self._turn_tools[result.turn_id] = dict(tools)
+        else:
+            self._turn_tools.pop(result.turn_id, None)
+        return result
+
+    # ------------------------------------------------------------------ streams
+
+    async def _turn_stream(
+        self, method: str, request: Any, timeout_s: float | None
+    ) -> AsyncIterator[events_pb2.RuntimeEvent]:
+        """A turn's events from SendMessage, ResolveApproval or AnswerInterrupt; resumed by seq if it breaks."""
+        self._check_open()
         cursor, turn_id = 0, ""
         try:
-            async for response in self._stub.SendMessage(request, timeout=timeout_s, metadata=self._metadata):
+            call = getattr(self._stub, method)(request, timeout=timeout_s, metadata=self._metadata)
+            async for response in call:
                 for event in response.events:
                     cursor, turn_id = event.seq, event.turn_id
                     yield event
                     if is_terminal(event):
                         return
+            if not turn_id:
+                return
+        except asyncio.CancelledError:
+            if self._closed_under():
+                raise ClientClosed("the GatewayClient was closed while the stream was open") from None
+            raise
         except grpc.aio.AioRpcError as err:
-            error = GatewayError.from_rpc(err)
+            error = self._error(err)
             # Before the first event we cannot know whether the turn started: retrying could run it twice.
-            if not turn_id or not error.resumable:
+            if not turn_id or not isinstance(error, GatewayError) or not error.resumable:
                 raise error from err
-        async for event in self.subscribe(session_id, cursor):
+        async for event in self.subscribe(request.session_id, cursor):
             if event.turn_id == turn_id:
                 yield event
                 if is_terminal(event):
                     return
-
-    async def run(self, session_id: str, content: str, *, model: str = "") -> TurnResult:
-        """Run one turn to its end and collect it: `(await client.run(sid, "hi")).text`."""
-        result = TurnResult()
-        async for event in self.send_message(session_id, content, model=model):
-            result.events.append(event)
-        return result
 
     async def subscribe(
         self, session_id: str, after_seq: int = 0, *, stop_when_idle: bool = False
@@ -251,7 +472,11 @@ class GatewayClient:
         Heartbeats are absorbed; a broken stream is resumed from the last seq seen, so each
         event is handed over once, in order.
         """
-        cursor, resumes = after_seq, 0
+        options.text("session_id", session_id)
+        cursor = options.count("after_seq", after_seq)
+        options.flag("stop_when_idle", stop_when_idle)
+        self._check_open()
+        resumes = 0
         while True:
             request = gateway_pb2.SubscribeRequest(
                 session_id=session_id, after_seq=cursor, stop_when_idle=stop_when_idle
@@ -264,9 +489,13 @@ class GatewayClient:
                             cursor = event.seq
                             yield event
                 return
+            except asyncio.CancelledError:
+                if self._closed_under():
+                    raise ClientClosed("the GatewayClient was closed while the stream was open") from None
+                raise
             except grpc.aio.AioRpcError as err:
-                error = GatewayError.from_rpc(err)
-                if not error.resumable or resumes >= self.max_resumes:
+                error = self._error(err)
+                if not isinstance(error, GatewayError) or not error.resumable or resumes >= self.max_resumes:
                     raise error from err
                 resumes += 1
                 await asyncio.sleep(min(0.1 * 2**resumes, 2.0))

@@ -1,20 +1,23 @@
 """A blocking client with the same methods as GatewayClient, for scripts and notebooks.
 
 It drives one GatewayClient on a private event loop in a background thread, so resume,
-retries and errors behave exactly as in the async client.
+retries, client tools and errors behave exactly as in the async client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from cogmesh.client.gateway import DEFAULT_ADDRESS, GatewayClient, TurnResult
+from cogmesh.client.errors import ClientClosed
+from cogmesh.client.gateway import DEFAULT_ADDRESS, TURN_TIMEOUT_S, GatewayClient, Tools
+from cogmesh.client.results import Pause, TurnResult
 from cogmesh.common.v1 import events_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.runtime.v1 import runtime_pb2
 
 T = TypeVar("T")
 
@@ -26,13 +29,20 @@ class Client:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cogmesh-client", daemon=True)
         self._thread.start()
-        self._async = self._call(self._make(address, options))
+        try:
+            self._async = self._call(self._make(address, options))
+        except BaseException:
+            self._stop_loop()
+            raise
 
     @staticmethod
     async def _make(address: str | Sequence[str], options: dict[str, Any]) -> GatewayClient:
         return GatewayClient(address, **options)  # channels must be created on the loop that uses them
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if not self._loop.is_running():
+            coroutine.close()
+            raise ClientClosed("the Client is closed; open a new one")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def _iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
@@ -43,7 +53,8 @@ class Client:
                 except StopAsyncIteration:
                     return
         finally:
-            self._call(stream.aclose())  # type: ignore[attr-defined]
+            if self._loop.is_running():
+                self._call(stream.aclose())  # type: ignore[attr-defined]
 
     def __enter__(self) -> Client:
         return self
@@ -56,9 +67,19 @@ class Client:
     def close(self) -> None:
         if self._loop.is_running():
             self._call(self._async.close())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            self._loop.close()
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    @property
+    def address(self) -> str:
+        return self._async.address
+
+    def wait_ready(self, timeout_s: float) -> None:
+        self._call(self._async.wait_ready(timeout_s))
 
     def create_session(self, agent: str = "", user_id: str = "", topic_id: str = "") -> resources_pb2.Session:
         return self._call(self._async.create_session(agent, user_id, topic_id))
@@ -81,11 +102,67 @@ class Client:
     def list_agents(self) -> gateway_pb2.ListAgentsResponse:
         return self._call(self._async.list_agents())
 
-    def send_message(self, session_id: str, content: str, *, model: str = "") -> Iterator[events_pb2.RuntimeEvent]:
-        return self._iterate(self._async.send_message(session_id, content, model=model))
+    def send_message(self, session_id: str, content: str, **options: Any) -> Iterator[events_pb2.RuntimeEvent]:
+        """Same options as GatewayClient.send_message."""
+        return self._iterate(self._async.send_message(session_id, content, **options))
 
-    def run(self, session_id: str, content: str, *, model: str = "") -> TurnResult:
-        return self._call(self._async.run(session_id, content, model=model))
+    def run(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        model: str = "",
+        tools: Tools = (),
+        runtime: str = "",
+        output_schema: Mapping[str, Any] | None = None,
+        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None = None,
+        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None = None,
+        multitask_strategy: str | int = "",
+        cancel_on_disconnect: bool = False,
+        timeout_s: float | None = TURN_TIMEOUT_S,
+    ) -> TurnResult:
+        return self._call(
+            self._async.run(
+                session_id,
+                content,
+                model=model,
+                tools=tools,
+                runtime=runtime,
+                output_schema=output_schema,
+                limits=limits,
+                cost_budget=cost_budget,
+                multitask_strategy=multitask_strategy,
+                cancel_on_disconnect=cancel_on_disconnect,
+                timeout_s=timeout_s,
+            )
+        )
+
+    def approve(self, pause: Pause, *, timeout_s: float | None = TURN_TIMEOUT_S) -> TurnResult:
+        return self._call(self._async.approve(pause, timeout_s=timeout_s))
+
+    def edit(
+        self, pause: Pause, arguments: Mapping[str, Any], *, timeout_s: float | None = TURN_TIMEOUT_S
+    ) -> TurnResult:
+        return self._call(self._async.edit(pause, arguments, timeout_s=timeout_s))
+
+    def reject(self, pause: Pause, reason: str = "", *, timeout_s: float | None = TURN_TIMEOUT_S) -> TurnResult:
+        return self._call(self._async.reject(pause, reason, timeout_s=timeout_s))
+
+    def answer(self, pause: Pause, text: str, *, timeout_s: float | None = TURN_TIMEOUT_S) -> TurnResult:
+        return self._call(self._async.answer(pause, text, timeout_s=timeout_s))
+
+    def send_tool_result(
+        self, pause: Pause, content: str, *, is_error: bool = False, timeout_s: float | None = TURN_TIMEOUT_S
+    ) -> TurnResult:
+        return self._call(self._async.send_tool_result(pause, content, is_error=is_error, timeout_s=timeout_s))
+
+    def resolve_approval(
+        self, session_id: str, interrupt_id: str, decision: str | int, **options: Any
+    ) -> Iterator[events_pb2.RuntimeEvent]:
+        return self._iterate(self._async.resolve_approval(session_id, interrupt_id, decision, **options))
+
+    def answer_interrupt(self, session_id: str, interrupt_id: str, **options: Any) -> Iterator[events_pb2.RuntimeEvent]:
+        return self._iterate(self._async.answer_interrupt(session_id, interrupt_id, **options))
 
     def subscribe(
         self, session_id: str, after_seq: int = 0, *, stop_when_idle: bool = False
