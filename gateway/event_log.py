@@ -5,8 +5,14 @@ and `RedisEventLog` (gateway/redis_event_log.py), which every gateway replica sh
 
 Appends never wait for readers, so a slow subscriber cannot slow the turn or the
 other subscribers. A live reader that falls more than `max_lag` events behind is
-cut off with RESOURCE_EXHAUSTED and resumes from its cursor; a cursor older than
-retention is OUT_OF_RANGE. Checking the log and starting to wait happen without an
+cut off with RESOURCE_EXHAUSTED and resumes from its cursor (one that stops reading
+altogether is ended by its stream's writer, gateway/delivery.py); a cursor older
+than retention is OUT_OF_RANGE.
+
+A turn being driven is marked open in the log (`append(..., opened=...)`, renewed
+with `keep_turn`) until its end or pause is appended; `expired_turns` and `reap` let
+any replica end a turn whose gateway died (gateway/reaper.py). The memory log dies
+with its gateway, so it has nothing to reap. Checking the log and starting to wait happen without an
 await in between, so there is no gap and no duplicate at the replay/tail seam.
 """
 
@@ -29,8 +35,36 @@ def is_terminal(event: events_pb2.RuntimeEvent) -> bool:
     return event.WhichOneof("payload") in TERMINAL
 
 
+def is_paused(event: events_pb2.RuntimeEvent) -> bool:
+    return event.HasField("status") and event.status.state == events_pb2.TURN_STATE_PAUSED
+
+
+def ends_stream(event: events_pb2.RuntimeEvent) -> bool:
+    """The last event of a turn's stream: final, error, or the pause that waits for an answer."""
+    return is_terminal(event) or is_paused(event)
+
+
+@dataclass(frozen=True)
+class OpenTurn:
+    """A turn some gateway drives; its mark expires `ttl_s` after the last renewal."""
+
+    session_id: str
+    turn_id: str
+    tenant_id: str
+    ttl_s: float = 30.0
+
+    @property
+    def owner(self) -> str:
+        return f"{self.turn_id}/{self.tenant_id}"
+
+
 class EventLog(Protocol):
-    async def append(self, session_id: str, events: Sequence[events_pb2.RuntimeEvent]) -> None: ...
+    async def append(
+        self, session_id: str, events: Sequence[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
+    ) -> None: ...
+    async def keep_turn(self, turn: OpenTurn) -> None: ...
+    async def expired_turns(self, limit: int = 100) -> list[OpenTurn]: ...
+    async def reap(self, turn: OpenTurn, event: events_pb2.RuntimeEvent) -> bool: ...
     async def last_seq(self, session_id: str) -> int: ...
     async def ends_with_turn_end(self, session_id: str) -> bool: ...
     async def drop(self, session_id: str) -> None: ...
@@ -126,7 +160,9 @@ class MemoryEventLog:
         events = self._log(session_id).events
         return not events or is_terminal(events[-1])
 
-    async def append(self, session_id: str, events: Sequence[events_pb2.RuntimeEvent]) -> None:
+    async def append(
+        self, session_id: str, events: Sequence[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
+    ) -> None:
         """Stamp each event with the session's next seq (and a time if unset), then publish."""
         log = self._log(session_id)
         seq = log.last_seq
@@ -137,6 +173,15 @@ class MemoryEventLog:
             if not event.HasField("create_time"):
                 event.create_time.CopyFrom(now())
         log.add(events)
+
+    async def keep_turn(self, turn: OpenTurn) -> None:
+        return None
+
+    async def expired_turns(self, limit: int = 100) -> list[OpenTurn]:
+        return []
+
+    async def reap(self, turn: OpenTurn, event: events_pb2.RuntimeEvent) -> bool:
+        return False
 
     async def drop(self, session_id: str) -> None:
         log = self._logs.pop(session_id, None)

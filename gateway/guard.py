@@ -14,7 +14,8 @@ from gateway import auth
 from gateway.limits import TenantLimits
 from services.kit.logging import bind_request
 
-PROTECTED_PREFIX = "/cogmesh.gateway.v1.GatewayService/"
+# The public services: the gateway's own API and its A2A binding.
+PROTECTED_PREFIXES = ("/cogmesh.gateway.v1.GatewayService/", "/lf.a2a.v1.A2AService/")
 
 
 class GatewayGuard(grpc.aio.ServerInterceptor):
@@ -27,7 +28,7 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> Any:
         handler: Any = await continuation(details)
-        if handler is None or not details.method.startswith(PROTECTED_PREFIX):
+        if handler is None or not details.method.startswith(PROTECTED_PREFIXES):
             return handler
         metadata = tuple(details.invocation_metadata or ())
         guard = self

@@ -16,9 +16,10 @@ log. `abandon` gives a paused turn up (CancelTurn on a paused turn): the runtime
 answers the pending calls with a cancellation, stores the turn's messages and
 ends it with an error of kind cancelled.
 
-`TurnDriver` extends the lead's `TurnRunner`; `start` and `_drive` are its copies
-with the per-turn options and the paused status added (see the report: once
-TurnRunner knows both, only resume and abandon remain here).
+`TurnDriver` extends `TurnRunner` (gateway/turns.py) with starting, driving,
+resuming and abandoning turns. A new turn is refused while one is paused: the lease
+answer carries the session's pending interrupts, so the common path costs one call
+to sessions, and only a session with a pending interrupt pays for the checkpoint read.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
-from gateway.event_log import is_terminal
-from gateway.turns import _ERROR_KINDS, _RETRYABLE, LEASE_TTL_S, TurnRunner, error_event
+from gateway.event_log import OpenTurn
+from gateway.event_log import ends_stream as ends_stream  # re-exported for the servicers
+from gateway.event_log import is_paused as is_paused
+from gateway.turns import _ERROR_KINDS, _RETRYABLE, TurnRunner, error_event
 from services.kit.clients import call
 from services.kit.errors import CogmeshError, FailedPrecondition, from_dependency
 from services.kit.logging import bind_request, log
@@ -48,15 +51,6 @@ HANDOVER_S = 5.0  # how long an answer waits for a just-paused turn to hand its 
 
 class Following(Exception):
     """Another caller is resuming the turn at this moment."""
-
-
-def is_paused(event: events_pb2.RuntimeEvent) -> bool:
-    return event.HasField("status") and event.status.state == events_pb2.TURN_STATE_PAUSED
-
-
-def ends_stream(event: events_pb2.RuntimeEvent) -> bool:
-    """The last event of a turn's stream: final, error, or the pause that waits for an answer."""
-    return is_terminal(event) or is_paused(event)
 
 
 def turn_of_lease(lease_turn_id: str) -> str:
@@ -112,13 +106,23 @@ class TurnDriver(TurnRunner):
                 r, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
             ),
             sessions_pb2.AcquireTurnLeaseRequest(
-                tenant_id=tenant_id, session_id=session_id, turn_id=turn_id, ttl_seconds=LEASE_TTL_S, strategy=strategy
+                tenant_id=tenant_id,
+                session_id=session_id,
+                turn_id=turn_id,
+                ttl_seconds=int(self.lease_ttl_s),
+                strategy=strategy,
             ),
         )
+        if lease.pending_interrupt_ids:
+            await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
         start_seq = await self.events.last_seq(session_id)
         # Acknowledge at once: watchers learn the turn id and its first seq before the runtime answers.
         accepted = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
-        await self.events.append(session_id, [events_pb2.RuntimeEvent(turn_id=turn_id, status=accepted)])
+        await self.events.append(
+            session_id,
+            [events_pb2.RuntimeEvent(turn_id=turn_id, status=accepted)],
+            opened=self.open_turn(tenant_id, session_id, turn_id),
+        )
         request = runtime_pb2.RunTurnRequest(
             tenant_id=tenant_id,
             session_id=session_id,
@@ -133,6 +137,15 @@ class TurnDriver(TurnRunner):
         task = asyncio.create_task(self._drive(request, timeout))
         self._track(session_id, turn_id, task)
         return turn_id, start_seq
+
+    async def _refuse_if_paused(self, tenant_id: str, session_id: str, token: int) -> None:
+        """A paused turn waits for its answer: give the lease back and say which interrupt it waits for."""
+        checkpoint = await self.paused(tenant_id, session_id)
+        if checkpoint is None:
+            return  # answered in the meantime: the lease is ours to use
+        release = sessions_pb2.ReleaseTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id, lease_token=token)
+        await asyncio.shield(call("sessions", self.clients.sessions.ReleaseTurnLease, release))
+        raise paused_error(session_id, checkpoint)
 
     def _timeout(self, deadline_s: float | None) -> float:
         # The caller's deadline bounds the turn too (it reaches the runtime as the RPC deadline).
@@ -151,7 +164,9 @@ class TurnDriver(TurnRunner):
             stream = self.clients.runtime.RunTurn(request, timeout=timeout_s)
         await self._pump(request, stream, [])
 
-    async def _pump(self, request: TurnRequest, stream: Any, first: list[events_pb2.RuntimeEvent]) -> None:
+    async def _pump(
+        self, request: TurnRequest, stream: Any, first: list[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
+    ) -> None:
         """Log the turn's events; free the lease before its last event (final, error or pause) is visible."""
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
         released = False
@@ -165,11 +180,13 @@ class TurnDriver(TurnRunner):
                 await asyncio.shield(self._release(request))  # type: ignore[arg-type]
 
         async def log_events(events: list[events_pb2.RuntimeEvent]) -> None:
+            nonlocal opened
             for event in events:
                 event.turn_id = request.turn_id
             if any(ends_stream(e) for e in events):
                 await release()
-            await self.events.append(request.session_id, events)
+            await self.events.append(request.session_id, events, opened)
+            opened = None  # marked open once; `_keep_lease` renews the mark
 
         try:
             if first:
@@ -221,7 +238,7 @@ class TurnDriver(TurnRunner):
         turn_id, interrupt_id = checkpoint.turn_id, checkpoint.interrupt_id
         holder = f"{turn_id}{RESUME_MARK}{uuid.uuid4().hex[:12]}"
         acquire = sessions_pb2.AcquireTurnLeaseRequest(
-            tenant_id=tenant_id, session_id=session_id, turn_id=holder, ttl_seconds=LEASE_TTL_S
+            tenant_id=tenant_id, session_id=session_id, turn_id=holder, ttl_seconds=int(self.lease_ttl_s)
         )
         try:
             lease = await self.clients.sessions.AcquireTurnLease(acquire)
@@ -262,7 +279,8 @@ class TurnDriver(TurnRunner):
             await asyncio.shield(self._release(request))  # type: ignore[arg-type]
             raise
         events = [] if first is grpc.aio.EOF else list(first.events)
-        task = asyncio.create_task(self._pump(request, stream, events))
+        opened = self.open_turn(tenant_id, session_id, turn_id)
+        task = asyncio.create_task(self._pump(request, stream, events, opened))
         self._track(session_id, turn_id, task)
         log.info("turn resumed", session_id=session_id, turn_id=turn_id, interrupt_id=interrupt_id, abandon=abandon)
         return turn_id, start_seq

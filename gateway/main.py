@@ -5,7 +5,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Awaitable, Callable
 
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.a2a.servicer import A2AServicer
 from gateway.auth import Authenticator, load_keys
 from gateway.cancel_relay import CancelRelay
 from gateway.event_log import EventLog, MemoryEventLog
@@ -63,13 +66,29 @@ def event_log(settings: Settings) -> EventLog:
     return MemoryEventLog(retention=settings.event_retention, max_lag=settings.subscriber_max_lag)
 
 
+def a2a_url(settings: Settings) -> str:
+    """The address the A2A agent card advertises: COGMESH_A2A_URL, else where the gateway listens."""
+    return settings.a2a_url or settings.listen_address("gateway")
+
+
 async def build(settings: Settings, clients: Clients) -> App:
     guard = GatewayGuard(
         authenticator(settings),
         TenantLimits(settings.tenant_rate_per_s, settings.tenant_burst, settings.tenant_max_streams),
     )
     events = event_log(settings)
-    servicer = GatewayServicer(settings, clients, load_agents(settings.agents_dir), events)
+    agents = load_agents(settings.agents_dir)
+    servicer = GatewayServicer(settings, clients, agents, events)
+    # A2A binding: the same agents, turns and event log, behind the same auth and limits.
+    a2a = A2AServicer(
+        settings,
+        clients,
+        agents,
+        events,
+        servicer.turns,
+        secured=not guard.authenticator.dev_mode,
+        card_url=a2a_url(settings),
+    )
     on_close: list[Callable[[], Awaitable[None]]] = [servicer.turns.close, events.close]
     if settings.redis_url:  # replicas: a cancel may arrive at any of them
         relay = CancelRelay(settings.redis_url, settings.redis_key_prefix, servicer.turns.cancel_local)
@@ -78,7 +97,10 @@ async def build(settings: Settings, clients: Clients) -> App:
         on_close.append(relay.close)
     return App(
         "gateway",
-        [mount(servicer, gateway_pb2, gateway_pb2_grpc, "GatewayService")],
+        [
+            mount(servicer, gateway_pb2, gateway_pb2_grpc, "GatewayService"),
+            mount(a2a, a2a_pb2, a2a_pb2_grpc, "A2AService"),
+        ],
         on_close=on_close,
         interceptors=[guard],
         public=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -20,26 +21,69 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cogmesh.common.v1 import events_pb2
-from gateway.event_log import Batch, SessionLog, check_cursor, is_terminal, tail
+from gateway.event_log import Batch, OpenTurn, SessionLog, check_cursor, ends_stream, is_terminal, tail
 from services.kit.errors import Unavailable
 from services.kit.logging import log
 from services.kit.protos import now
 
 T = TypeVar("T")
 
-# KEYS: stream, seq counter. ARGV: maxlen, ttl seconds, payload... Returns the first seq assigned.
+# KEYS: stream, seq counter, open turns (zset session -> expiry ms), their owners (hash session -> turn/tenant).
+# ARGV: maxlen, ttl seconds, session, opened owner or "", open ttl ms, closed turn or "", payload...
+# Returns the first seq assigned. Opening and closing a turn's mark happen with its events, atomically:
+# a turn whose end event is in the log is never reaped, and a reaped one never gets a second end.
 _APPEND = """
-local n = #ARGV - 2
+local n = #ARGV - 6
 local last = redis.call('INCRBY', KEYS[2], n)
 local first = last - n + 1
 for i = 1, n do
-  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], (first + i - 1) .. '-0', 'e', ARGV[i + 2])
+  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], (first + i - 1) .. '-0', 'e', ARGV[i + 6])
 end
 if tonumber(ARGV[2]) > 0 then
   redis.call('EXPIRE', KEYS[1], ARGV[2])
   redis.call('EXPIRE', KEYS[2], ARGV[2])
 end
+local sid = ARGV[3]
+if ARGV[4] ~= '' then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[5]), sid)
+  redis.call('HSET', KEYS[4], sid, ARGV[4])
+end
+if ARGV[6] ~= '' then
+  local owner = redis.call('HGET', KEYS[4], sid)
+  if owner and string.sub(owner, 1, #ARGV[6] + 1) == ARGV[6] .. '/' then
+    redis.call('ZREM', KEYS[3], sid)
+    redis.call('HDEL', KEYS[4], sid)
+  end
+end
 return first
+"""
+
+# KEYS: open turns, owners. ARGV: session, owner, ttl ms. Pushes the mark's expiry back while its turn runs.
+_KEEP = """
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[3]), ARGV[1])
+return 1
+"""
+
+# KEYS: stream, seq counter, open turns, owners. ARGV: maxlen, ttl seconds, session, owner, payload.
+# Ends an orphaned turn: only while its mark is still there and expired, so one replica wins.
+_REAP = """
+local sid = ARGV[3]
+local expiry = redis.call('ZSCORE', KEYS[3], sid)
+if not expiry or redis.call('HGET', KEYS[4], sid) ~= ARGV[4] then return 0 end
+local t = redis.call('TIME')
+if tonumber(expiry) > t[1] * 1000 + math.floor(t[2] / 1000) then return 0 end
+redis.call('ZREM', KEYS[3], sid)
+redis.call('HDEL', KEYS[4], sid)
+local seq = redis.call('INCR', KEYS[2])
+redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'e', ARGV[5])
+if tonumber(ARGV[2]) > 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+end
+return seq
 """
 
 
@@ -81,6 +125,9 @@ class RedisEventLog:
         self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._blocking = aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=timeout_s)
         self._append_script = self._redis.register_script(_APPEND)
+        self._keep_script = self._redis.register_script(_KEEP)
+        self._reap_script = self._redis.register_script(_REAP)
+        self._open_keys = [f"{prefix}events:open-turns", f"{prefix}events:open-turn-owners"]
         self.prefix, self.retention, self.ttl_s = prefix, retention, ttl_s
         self.max_lag, self.max_batch = max_lag, max_batch
         self._followers: dict[str, _Follower] = {}
@@ -97,7 +144,9 @@ class RedisEventLog:
                 f"event log unavailable ({what}): {exc}", metadata={"dependency": "redis", "retryable": "true"}
             ) from exc
 
-    async def append(self, session_id: str, events: Sequence[events_pb2.RuntimeEvent]) -> None:
+    async def append(
+        self, session_id: str, events: Sequence[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
+    ) -> None:
         if not events:
             return
         stamp = now()
@@ -106,12 +155,53 @@ class RedisEventLog:
             if not event.HasField("create_time"):
                 event.create_time.CopyFrom(stamp)
         payloads = [e.SerializeToString() for e in events]
-        first = await self._redis_call(
-            "append",
-            self._append_script(keys=list(self._keys(session_id)), args=[self.retention, self.ttl_s, *payloads]),
-        )
+        closed = next((e.turn_id for e in events if ends_stream(e)), "")
+        args: list[str | int | bytes] = [
+            self.retention,
+            self.ttl_s,
+            session_id,
+            opened.owner if opened else "",
+            int(opened.ttl_s * 1000) if opened else 0,
+            closed,
+            *payloads,
+        ]
+        keys = [*self._keys(session_id), *self._open_keys]
+        first = await self._redis_call("append", self._append_script(keys=keys, args=args))
         for offset, event in enumerate(events):
             event.seq = int(first) + offset
+
+    async def keep_turn(self, turn: OpenTurn) -> None:
+        await self._redis_call(
+            "keep turn",
+            self._keep_script(keys=self._open_keys, args=[turn.session_id, turn.owner, int(turn.ttl_s * 1000)]),
+        )
+
+    async def expired_turns(self, limit: int = 100) -> list[OpenTurn]:
+        """Turns whose driver stopped renewing their mark (by this host's clock; `reap` asks Redis's)."""
+        expired_ms = int(time.time() * 1000)
+        sessions: Any = await self._redis_call(
+            "expired turns", self._redis.zrangebyscore(self._open_keys[0], "-inf", expired_ms, start=0, num=limit)
+        )
+        if not sessions:
+            return []
+        owners: Any = await self._redis_call("expired turns", self._redis.hmget(self._open_keys[1], sessions))
+        found = []
+        for session, owner in zip(sessions, owners, strict=True):
+            if owner is not None:
+                turn_id, _, tenant_id = owner.decode().partition("/")
+                found.append(OpenTurn(session.decode(), turn_id, tenant_id))
+        return found
+
+    async def reap(self, turn: OpenTurn, event: events_pb2.RuntimeEvent) -> bool:
+        event.session_id, event.turn_id = turn.session_id, turn.turn_id
+        if not event.HasField("create_time"):
+            event.create_time.CopyFrom(now())
+        keys = [*self._keys(turn.session_id), *self._open_keys]
+        args: list[str | int | bytes] = [self.retention, self.ttl_s, turn.session_id, turn.owner]
+        args.append(event.SerializeToString())
+        seq = await self._redis_call("reap", self._reap_script(keys=keys, args=args))
+        event.seq = int(seq)
+        return bool(seq)
 
     async def last_seq(self, session_id: str) -> int:
         value = await self._redis_call("last_seq", self._redis.get(self._keys(session_id)[1]))

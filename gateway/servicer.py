@@ -19,8 +19,9 @@ from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.models.v1 import models_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
+from gateway.delivery import Outlet
 from gateway.event_log import EventLog
-from gateway.interrupts import TurnDriver, TurnOptions, ends_stream, paused_error
+from gateway.interrupts import TurnDriver, TurnOptions, ends_stream
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
@@ -65,6 +66,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     def __init__(self, settings: Settings, clients: Clients, agents: AgentRegistry, events: EventLog):
         self.settings, self.clients, self.agents, self.events = settings, clients, agents, events
         self.turns = TurnDriver(settings, clients, events)
+        self.stall_s = settings.subscriber_stall_s
+
+    def _outlet(self, context: Any, session_id: str, cursor: int) -> Outlet:
+        return Outlet(context, self.stall_s, session_id, cursor)
 
     def _tenant(self, context: Any) -> str:
         # Set by GatewayGuard from the caller's API key (or dev mode) in this RPC's task.
@@ -188,15 +193,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def _start_turn(
         self, tenant: str, request: gateway_pb2.SendMessageRequest, deadline_s: float | None
     ) -> tuple[str, int]:
-        reply = await call(  # NOT_FOUND before any lease is taken
-            "sessions",
-            self.clients.sessions.GetSession,
-            sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=request.session_id),
-        )
-        if reply.state.pending_interrupt_ids:
-            paused = await self.turns.paused(tenant, request.session_id)
-            if paused is not None:
-                raise paused_error(request.session_id, paused)
+        # One hop to sessions: the lease answers NOT_FOUND for an unknown session and
+        # carries the pending interrupts that make a paused session refuse a new turn.
         return await self.turns.start(
             tenant,
             request.session_id,
@@ -230,15 +228,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         tenant = self._tenant(context)
         turn_id, start_seq = await self._start_turn(tenant, request, context.time_remaining())
         bind_request(session_id=request.session_id, turn_id=turn_id)
+        out = self._outlet(context, request.session_id, start_seq)
         ended = False
         try:
             # The turn runs on its own; this stream only reads its events from the log.
             async for mine in self._follow(request.session_id, turn_id, start_seq):
                 ended = any(ends_stream(e) for e in mine)
-                yield gateway_pb2.SendMessageResponse(events=mine)
+                await out.send(gateway_pb2.SendMessageResponse(events=mine), mine[-1].seq)
         finally:
             if request.cancel_on_disconnect and not ended:
                 await asyncio.shield(self.turns.cancel(request.session_id, turn_id))
+        return
+        yield  # a streaming handler: Outlet writes the messages
 
     # ------------------------------------------------------------------ answering a paused turn
 
@@ -375,8 +376,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             tenant, request.session_id, request.interrupt_id, "approval", decision, context.time_remaining()
         )
         bind_request(session_id=request.session_id, turn_id=turn_id)
+        out = self._outlet(context, request.session_id, start_seq)
         async for mine in self._follow(request.session_id, turn_id, start_seq):
-            yield gateway_pb2.ResolveApprovalResponse(events=mine)
+            await out.send(gateway_pb2.ResolveApprovalResponse(events=mine), mine[-1].seq)
+        return
+        yield  # a streaming handler: Outlet writes the messages
 
     async def AnswerInterrupt(
         self, request: gateway_pb2.AnswerInterruptRequest, context: Any
@@ -390,8 +394,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             tenant, request.session_id, request.interrupt_id, given, decision, context.time_remaining()
         )
         bind_request(session_id=request.session_id, turn_id=turn_id)
+        out = self._outlet(context, request.session_id, start_seq)
         async for mine in self._follow(request.session_id, turn_id, start_seq):
-            yield gateway_pb2.AnswerInterruptResponse(events=mine)
+            await out.send(gateway_pb2.AnswerInterruptResponse(events=mine), mine[-1].seq)
+        return
+        yield  # a streaming handler: Outlet writes the messages
 
     async def Subscribe(
         self, request: gateway_pb2.SubscribeRequest, context: Any
@@ -402,17 +409,21 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         tenant = self._tenant(context)
         await self._session(tenant, request.session_id)
         bind_request(session_id=request.session_id)
-        cursor = request.after_seq
-        if request.stop_when_idle and await self._idle(tenant, request.session_id, cursor):
+        last = await self.events.last_seq(request.session_id)
+        if request.after_seq > last:  # before stop_when_idle may end the stream: a bad cursor is an error
+            raise InvalidArgument([("after_seq", f"is ahead of the session's last event (seq {last})")])
+        out = self._outlet(context, request.session_id, request.after_seq)
+        if request.stop_when_idle and await self._idle(tenant, request.session_id, out.delivered):
             return
         async for batch in self.events.read(request.session_id, request.after_seq, self.settings.heartbeat_s):
             if batch is None:
-                yield gateway_pb2.SubscribeResponse(heartbeat=True)
+                await out.send(_HEARTBEAT)
             else:
-                cursor = batch[-1].seq
-                yield gateway_pb2.SubscribeResponse(events=batch)
-            if request.stop_when_idle and await self._idle(tenant, request.session_id, cursor):
+                await out.send(gateway_pb2.SubscribeResponse(events=batch), batch[-1].seq)
+            if request.stop_when_idle and await self._idle(tenant, request.session_id, out.delivered):
                 return
+        return
+        yield  # a streaming handler: Outlet writes the messages
 
     async def _idle(self, tenant: str, session_id: str, cursor: int) -> bool:
         if self.turns.running_turn(session_id) or cursor < await self.events.last_seq(session_id):
@@ -491,12 +502,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
                 outbox.put_nowait(None)
 
         tasks = [asyncio.create_task(read_frames()), asyncio.create_task(tail())]
+        out = self._outlet(context, session_id, after)
         try:
-            yield gateway_pb2.ConverseResponse(ack=gateway_pb2.ConverseAck(frame_id=first.frame_id, after_seq=after))
+            await out.send(
+                gateway_pb2.ConverseResponse(ack=gateway_pb2.ConverseAck(frame_id=first.frame_id, after_seq=after))
+            )
             while True:
                 item = await outbox.get()
                 if item is not None:
-                    yield item
+                    await out.send(item, item.events.events[-1].seq if item.events.events else 0)
                     continue
                 if conversation.failure is not None and not isinstance(conversation.failure, asyncio.CancelledError):
                     raise conversation.failure
@@ -506,6 +520,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        return
+        yield  # a streaming handler: Outlet writes the messages
 
     async def _frame(
         self,
@@ -578,6 +594,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             "models", self.clients.models.ListModels, models_pb2.ListModelsRequest(provider=request.provider)
         )
         return gateway_pb2.ListModelsResponse(models=reply.models, default_model=reply.default_model)
+
+
+_HEARTBEAT = gateway_pb2.SubscribeResponse(heartbeat=True)
 
 
 class _Conversation:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Default port of each service (DESIGN.md). Internal services bind loopback by default.
@@ -69,6 +69,16 @@ class Settings(BaseSettings):
     event_retention: int = Field(10_000, gt=0, description="events kept per session in the event log")
     event_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="an event log with no appends for this long expires")
     subscriber_max_lag: int = Field(5_000, gt=0, description="events a subscriber may fall behind before cut-off")
+    subscriber_stall_s: float = Field(
+        10.0, gt=0, description="seconds a subscriber may take no message before it is ended with RESOURCE_EXHAUSTED"
+    )
+    turn_lease_ttl_s: int = Field(
+        30, ge=2, description="seconds a turn's lease outlives its gateway: a crashed gateway's turns end after this"
+    )
+    turn_lease_renew_s: float = Field(
+        2.0, gt=0, description="seconds between lease renewals of a running turn (how fast an INTERRUPT reaches it)"
+    )
+    reaper_interval_s: float = Field(2.0, gt=0, description="seconds between a gateway's sweeps for orphaned turns")
     tenant_id: str = Field("default", description="tenant of unauthenticated (dev mode) callers")
     policy_dir: Path | None = Field(
         None, description="folder of policy.yaml, interceptors.yaml, role_router.yaml; default: the shipped policy"
@@ -92,6 +102,16 @@ class Settings(BaseSettings):
     tls_cert_file: Path | None = Field(None, description="PEM certificate: the gateway serves TLS")
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
     tls_client_ca_file: Path | None = Field(None, description="PEM CA bundle: require client certificates (mTLS)")
+    a2a_url: str = Field("", description="address the A2A agent card advertises; empty: the gateway's listen address")
+
+    @model_validator(mode="after")
+    def _renew_before_expiry(self) -> Settings:
+        if self.turn_lease_renew_s >= self.turn_lease_ttl_s:
+            raise ValueError(
+                f"turn_lease_renew_s ({self.turn_lease_renew_s}) must be below turn_lease_ttl_s "
+                f"({self.turn_lease_ttl_s}), or running turns lose their lease"
+            )
+        return self
 
     def listen_address(self, service: str) -> str:
         return self.listen or f"127.0.0.1:{DEFAULT_PORTS[service]}"

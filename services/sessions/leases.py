@@ -37,7 +37,7 @@ async def acquire(
             result = await store.try_acquire(tenant_id, session_id, turn_id, ttl_s, strategy)
             if isinstance(result, Acquired):
                 waited = time.monotonic() - started if queued else 0.0
-                return LeaseGrant(result.token, result.expires_at, interrupted, waited)
+                return LeaseGrant(result.token, result.expires_at, interrupted, waited, result.pending_interrupt_ids)
             if not queued:
                 queued = True
                 if strategy is Strategy.INTERRUPT:

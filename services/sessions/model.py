@@ -168,6 +168,7 @@ class AppendResult:
 class Acquired:
     token: int
     expires_at: float
+    pending_interrupt_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ class LeaseGrant:
     expires_at: float
     interrupted_turn_id: str = ""
     waited_s: float = 0.0
+    pending_interrupt_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

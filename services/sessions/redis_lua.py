@@ -240,7 +240,7 @@ local turn, lease_ms, strategy, waiter_ms, base =
   ARGV[5], tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 if not mine() then return {'not_found'} end
 local l = live_lease()
-if l and l.turn == turn then return {'acquired', l.token, l.exp} end  -- a retried acquire
+if l and l.turn == turn then return {'acquired', l.token, l.exp, pending_ids(C, CO, D)} end  -- a retried acquire
 -- Waiters whose replica stopped polling lose their place.
 local hearts = redis.call('HGETALL', W)
 for i = 1, #hearts, 2 do
@@ -262,7 +262,7 @@ if not l and (head == '' or head == turn) then
   local token = redis.call('HINCRBY', S, 'last_token', 1)
   redis.call('HSET', S, 'lease_turn', turn, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '')
   touch()
-  return {'acquired', token, now + lease_ms}
+  return {'acquired', token, now + lease_ms, pending_ids(C, CO, D)}
 end
 local holder = head
 if l then holder = l.turn end

@@ -365,7 +365,7 @@ class RedisSessionStore:
         )
         status = _s(reply[0])
         if status == "acquired":
-            return Acquired(int(reply[1]), _ms(reply[2]))
+            return Acquired(int(reply[1]), _ms(reply[2]), tuple(_s(i) for i in reply[3]))
         if status == "held":
             raise LeaseHeld(session_id, _s(reply[1]))
         return Queued(_s(reply[1]), _ms(reply[2]))

@@ -532,6 +532,7 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
             interrupted_turn_id=grant.interrupted_turn_id,
             expire_time=_timestamp(grant.expires_at),
             waited_seconds=grant.waited_s,
+            pending_interrupt_ids=grant.pending_interrupt_ids,
         )
 
     @_mapped

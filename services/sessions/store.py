@@ -387,15 +387,16 @@ class MemorySessionStore:
         entry = self._entry(tenant_id, session_id)
         now = self._clock()
         lease = self._live_lease(entry)
+        pending = tuple(i for i, c in entry.checkpoints.items() if c.decision is None)
         if lease is not None and lease.turn_id == turn_id:
-            return Acquired(lease.token, lease.expires_at)  # a retried acquire gets the same lease
+            return Acquired(lease.token, lease.expires_at, pending)  # a retried acquire gets the same lease
         head = self._queue_head(entry)
         if lease is None and head in ("", turn_id):
             entry.queue.pop(turn_id, None)
             entry.last_token += 1
             entry.lease = _Lease(turn_id, entry.last_token, now + ttl_s)
             self._touch(entry)
-            return Acquired(entry.last_token, now + ttl_s)
+            return Acquired(entry.last_token, now + ttl_s, pending)
         if strategy is Strategy.REJECT:
             raise LeaseHeld(session_id, lease.turn_id if lease else head)
         if turn_id in entry.queue:

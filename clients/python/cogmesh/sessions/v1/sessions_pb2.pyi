@@ -254,16 +254,18 @@ class AcquireTurnLeaseRequest(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ...) -> None: ...
 
 class AcquireTurnLeaseResponse(_message.Message):
-    __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds")
+    __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds", "pending_interrupt_ids")
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTED_TURN_ID_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_INTERRUPT_IDS_FIELD_NUMBER: _ClassVar[int]
     lease_token: int
     interrupted_turn_id: str
     expire_time: _timestamp_pb2.Timestamp
     waited_seconds: float
-    def __init__(self, lease_token: _Optional[int] = ..., interrupted_turn_id: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited_seconds: _Optional[float] = ...) -> None: ...
+    pending_interrupt_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lease_token: _Optional[int] = ..., interrupted_turn_id: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited_seconds: _Optional[float] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReleaseTurnLeaseRequest(_message.Message):
     __slots__ = ("tenant_id", "session_id", "lease_token")

@@ -1,0 +1,45 @@
+"""Writing one caller's stream with a bounded buffer, so a stalled reader is ended, not waited on.
+
+grpc.aio holds at most one message in flight per stream, and HTTP/2 flow control
+bounds what the transport buffers: that pair is each subscriber's bounded buffer.
+A handler that `yield`s to a reader who stopped reading blocks inside the write
+forever. `Outlet` writes with `context.write` under a stall timeout instead: if the
+reader takes no message for `stall_s`, the stream ends with RESOURCE_EXHAUSTED
+(reason SUBSCRIBER_TOO_SLOW) and `resume_after_seq`, the last seq it was sent in
+full, so it re-subscribes from there. Turns and other subscribers never wait on
+it: they only append to and read from the event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from cogmesh.common.v1 import errors_pb2
+from services.kit.errors import ResourceExhausted
+
+
+class Outlet:
+    """One stream's writer: `send` each message; a stalled reader gets RESOURCE_EXHAUSTED."""
+
+    def __init__(self, context: Any, stall_s: float, session_id: str, delivered: int = 0):
+        self.context, self.stall_s, self.session_id = context, stall_s, session_id
+        self.delivered = delivered  # the last seq whose message the transport took
+
+    async def send(self, message: Any, last_seq: int = 0) -> None:
+        try:
+            async with asyncio.timeout(self.stall_s):
+                await self.context.write(message)
+        except TimeoutError:
+            raise ResourceExhausted(
+                f"subscriber stopped reading: no message taken for {self.stall_s:g}s; "
+                f"resume after seq {self.delivered}",
+                reason=errors_pb2.ERROR_REASON_SUBSCRIBER_TOO_SLOW,
+                metadata={
+                    "resume_after_seq": str(self.delivered),
+                    "session_id": self.session_id,
+                    "stalled_seconds": f"{self.stall_s:g}",
+                },
+            ) from None
+        if last_seq:
+            self.delivered = last_seq
