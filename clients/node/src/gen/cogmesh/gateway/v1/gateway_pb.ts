@@ -569,8 +569,9 @@ export type ResolveApprovalRequest = Message<"cogmesh.gateway.v1.ResolveApproval
   decision: ApprovalDecision;
 
   /**
-   * With APPROVAL_DECISION_EDIT: the arguments to run the call with instead
-   * (checked against the tool's schema).
+   * With APPROVAL_DECISION_EDIT: the arguments to run the call with instead.
+   * They are checked against the tool's schema when the turn resumes; if they
+   * do not match, the call does not run and the model is told why.
    *
    * @generated from field: google.protobuf.Struct edited_arguments = 4;
    */
