@@ -2,6 +2,8 @@
 
     cogmesh up [--demo]              start every service, supervised
     cogmesh chat "What is 2 + 2?"    run one turn and watch it stream
+    cogmesh chat                     an interactive session (/help lists its commands)
+    cogmesh watch SESSION --after N  follow any session from a cursor
     cogmesh sessions list | models list | agents list
 Every command takes --json for scripts.
 """
@@ -17,19 +19,19 @@ import signal
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from google.protobuf import json_format
 from rich.console import Console
+from rich.markup import escape
 
 from cogmesh.client import GatewayClient, GatewayError
 from gateway.auth import hash_key
 from services.kit.config import Settings
-from services.suite.render import EventPrinter
+from services.suite.chat import interactive, spin
+from services.suite.render import EventPrinter, agent_lines, message_json, model_lines
 from services.suite.supervisor import ORDER, StartupError, Supervisor
 
 DEMO_MESSAGE = "What is 17 * 23?"
-T = TypeVar("T")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -38,12 +40,22 @@ def _gateway(args: argparse.Namespace) -> str:
     return args.gateway or Settings().gateway_addr
 
 
+def _api_key(args: argparse.Namespace) -> str:
+    return str(args.api_key or os.environ.get("COGMESH_API_KEY", ""))
+
+
 def _client(args: argparse.Namespace) -> GatewayClient:
-    return GatewayClient(_gateway(args), api_key=args.api_key or os.environ.get("COGMESH_API_KEY", ""))
+    return GatewayClient(_gateway(args), api_key=_api_key(args))
+
+
+async def _connect(client: GatewayClient, args: argparse.Namespace) -> None:
+    await spin(
+        out, f"connecting to the gateway at {client.address}…", client.wait_ready(args.connect_timeout), not args.json
+    )
 
 
 def _print_json(message: Any) -> None:
-    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True)))
+    print(message_json(message))
 
 
 async def run_chat(
@@ -57,7 +69,8 @@ async def run_chat(
             out.print(f"[dim]session {session_id} · agent {session.agent}[/dim]")
     ok = False
     stream = client.send_message(session_id, message, model=model)
-    first = await _with_spinner(printer, anext(stream, None))  # progress until the turn's first event
+    # progress until the turn's first event
+    first = await spin(out, "waiting for the turn to start…", anext(stream, None), not printer.as_json)
     if first is not None:
         printer.show(first)
         ok = first.HasField("final")
@@ -67,18 +80,13 @@ async def run_chat(
     return session_id, ok
 
 
-async def _with_spinner(printer: EventPrinter, waiting: Awaitable[T]) -> T:
-    if printer.as_json or not out.is_terminal:
-        return await waiting
-    with out.status("waiting for the turn to start…", spinner="dots"):
-        return await waiting
-
-
 async def cmd_watch(args: argparse.Namespace) -> int:
     """Follow a session from a cursor, resuming by seq if the stream breaks."""
     printer = EventPrinter(out, args.json)
     async with _client(args) as client:
-        await client.wait_ready(args.connect_timeout)
+        await _connect(client, args)
+        if not args.json and not args.until_idle:
+            err.print(f"[dim]following {escape(args.session)} after seq {args.after} · Ctrl-C stops[/dim]")
         async for event in client.subscribe(args.session, args.after, stop_when_idle=args.until_idle):
             if not args.json and event.WhichOneof("payload") == "status":
                 out.print(f"[dim]turn {event.turn_id[:8]} · seq {event.seq}[/dim]")
@@ -89,18 +97,19 @@ async def cmd_watch(args: argparse.Namespace) -> int:
 async def cmd_chat(args: argparse.Namespace) -> int:
     printer = EventPrinter(out, args.json)
     async with _client(args) as client:
-        await client.wait_ready(args.connect_timeout)
+        await _connect(client, args)
         if args.message:
             _, ok = await run_chat(client, args.message, printer, args.session, args.agent, args.model)
             return 0 if ok else 1
-        session_id = args.session
-        while True:  # a minimal interactive loop: one turn per line, same session
-            try:
-                line = await asyncio.to_thread(input, "you> ")
-            except EOFError:
-                return 0
-            if line.strip():
-                session_id, _ = await run_chat(client, line, printer, session_id, args.agent, args.model)
+        return await interactive(
+            client,
+            out,
+            err,
+            as_json=args.json,
+            agent=args.agent,
+            model=args.model,
+            session_id=args.session,
+        )
 
 
 async def cmd_sessions_list(args: argparse.Namespace) -> int:
@@ -124,9 +133,8 @@ async def cmd_models_list(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(reply)
         return 0
-    for m in reply.models:
-        default = "  (default)" if m.id == reply.default_model else ""
-        out.print(f"{m.id:<28} {m.provider:<10} aliases: {', '.join(m.aliases) or '-'}{default}")
+    for line in model_lines(reply):
+        out.print(line)
     return 0
 
 
@@ -136,8 +144,8 @@ async def cmd_agents_list(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(reply)
         return 0
-    for a in reply.agents:
-        out.print(f"{a.name:<16} model={a.model or '-'}  tools={', '.join(a.tools) or '-'}  {a.description}")
+    for line in agent_lines(reply):
+        out.print(line)
     return 0
 
 
@@ -183,6 +191,27 @@ async def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 0, named in the usage error otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="cogmesh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -208,24 +237,24 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true", help="once ready, run a demo turn that calls the calculator")
     up.add_argument("--log-dir", default="", help="folder for the services' logs (default: a new temp folder)")
     up.add_argument("--redis-url", default="", help="run on Redis (sessions, leases, event log): redis://host:6379/0")
-    up.add_argument("--ready-timeout", type=float, default=30.0, help="seconds each service gets to become SERVING")
+    up.add_argument("--ready-timeout", type=_seconds, default=30.0, help="seconds each service gets to become SERVING")
 
-    chat = with_gateway(command("chat", "send a message and watch the turn stream", cmd_chat))
-    chat.add_argument("message", nargs="?", default="", help="the message; omit it to chat line by line")
+    chat = with_gateway(command("chat", "send a message and watch the turn stream, or chat interactively", cmd_chat))
+    chat.add_argument("message", nargs="?", default="", help="the message; omit it for an interactive session")
     chat.add_argument("--agent", default="default", help="agent for a new session")
     chat.add_argument("--session", default="", help="continue this session instead of creating one")
     chat.add_argument("--model", default="", help="model name overriding the agent's model")
-    chat.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to wait for the gateway")
+    chat.add_argument("--connect-timeout", type=_seconds, default=5.0, help="seconds to wait for the gateway")
 
     watch = with_gateway(command("watch", "follow a session's events from a cursor", cmd_watch))
     watch.add_argument("session", help="session id")
-    watch.add_argument("--after", type=int, default=0, help="start after this seq (0 replays what is retained)")
+    watch.add_argument("--after", type=_count, default=0, help="start after this seq (0 replays what is retained)")
     watch.add_argument("--until-idle", action="store_true", help="stop once caught up and no turn is running")
-    watch.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to wait for the gateway")
+    watch.add_argument("--connect-timeout", type=_seconds, default=5.0, help="seconds to wait for the gateway")
 
     sessions = sub.add_parser("sessions", help="sessions of your tenant").add_subparsers(dest="action", required=True)
     sl = with_gateway(command("list", "list sessions, newest first", cmd_sessions_list, sessions))
-    sl.add_argument("--page-size", type=int, default=50)
+    sl.add_argument("--page-size", type=_count, default=50)
     sl.add_argument("--page-token", default="")
 
     models = sub.add_parser("models", help="the model catalogue").add_subparsers(dest="action", required=True)
@@ -257,6 +286,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         code = asyncio.run(args.run(args))
+    except KeyboardInterrupt:  # Ctrl-C outside a turn: leave quietly, as shells expect
+        code = 130
+    except (TypeError, ValueError) as exc:  # the SDK refusing an argument, before any call
+        if args.json:
+            print(json.dumps({"error": {"code": "INVALID_ARGUMENT", "message": str(exc), "reason": ""}}))
+        else:
+            err.print(f"error: {exc}", markup=False)
+        code = 1
     except GatewayError as exc:
         if args.json:
             print(json.dumps({"error": {"code": exc.code.name, "message": exc.message, "reason": exc.reason}}))

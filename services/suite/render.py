@@ -6,18 +6,53 @@ import json
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from rich.console import Console
 from rich.markup import escape
 
 from cogmesh.common.v1 import events_pb2
+from cogmesh.gateway.v1 import gateway_pb2
 
 
 def event_json(event: events_pb2.RuntimeEvent) -> str:
     return json.dumps(json_format.MessageToDict(event, preserving_proto_field_name=True), separators=(",", ":"))
 
 
-def _args(struct: Any) -> str:
+def message_json(message: Message) -> str:
+    """Any reply (sessions, agents, models) as one JSON line, proto field names."""
+    return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True))
+
+
+def args_json(struct: Any) -> str:
     return json.dumps(json_format.MessageToDict(struct), separators=(", ", ": "))
+
+
+def is_paused(event: events_pb2.RuntimeEvent) -> bool:
+    return event.HasField("status") and event.status.state == events_pb2.TURN_STATE_PAUSED
+
+
+def agent_lines(reply: gateway_pb2.ListAgentsResponse) -> list[str]:
+    return [
+        f"{escape(a.name):<16} model={escape(a.model or '-')}  tools={escape(', '.join(a.tools) or '-')}  "
+        f"{escape(a.description)}"
+        for a in reply.agents
+    ]
+
+
+def model_lines(reply: gateway_pb2.ListModelsResponse) -> list[str]:
+    return [
+        f"{escape(m.id):<28} {escape(m.provider):<10} aliases: {escape(', '.join(m.aliases) or '-')}"
+        + ("  (default)" if m.id == reply.default_model else "")
+        for m in reply.models
+    ]
+
+
+def _enum_name(enum: Any, value: int, prefix: str) -> str:
+    """`ERROR_KIND_CANCELLED` -> "cancelled"; a value newer than these stubs shows as its number."""
+    try:
+        return str(enum.Name(value)).removeprefix(prefix).lower()
+    except ValueError:
+        return str(value)
 
 
 class EventPrinter:
@@ -26,33 +61,74 @@ class EventPrinter:
     def __init__(self, console: Console, as_json: bool):
         self.console, self.as_json = console, as_json
         self._mid_line = False
+        self._streamed: set[str] = set()  # turns whose text came as deltas
+
+    @property
+    def mid_line(self) -> bool:
+        return self._mid_line
 
     def _line(self, text: str) -> None:
+        self.end_line()
+        self.console.print(text, highlight=False)
+
+    def end_line(self) -> None:
+        """Finish a line of streamed deltas before printing anything else."""
         if self._mid_line:
             self.console.print()
             self._mid_line = False
-        self.console.print(text, highlight=False)
 
     def show(self, event: events_pb2.RuntimeEvent) -> None:
         if self.as_json:
             self.console.print(event_json(event), markup=False, highlight=False, soft_wrap=True)
             return
         kind = event.WhichOneof("payload")
+        # A subagent's events are marked with its name so they don't read as the session agent's.
+        who = f"[magenta]{escape(event.agent)}[/magenta] " if event.agent else ""
         if kind == "assistant_delta":
+            if who and not self._mid_line:
+                self.console.print(who, end="", highlight=False)
             self.console.print(escape(event.assistant_delta.text), end="", highlight=False)
             self._mid_line = True
+            self._streamed.add(event.turn_id)
         elif kind == "status":
-            self._line(f"[dim]· {escape(event.status.text)}[/dim]")
+            status = event.status
+            if status.state == events_pb2.TURN_STATE_PAUSED:
+                self._line(f"[yellow]⏸ {who}{escape(status.text or 'paused')}[/yellow]")
+            else:
+                self._line(f"[dim]· {who}{escape(status.text)}[/dim]")
         elif kind == "tool_call_started":
             call = event.tool_call_started
-            self._line(f"[cyan]→ {escape(call.name)}[/cyan] {escape(_args(call.arguments))}")
+            self._line(f"{who}[cyan]→ {escape(call.name)}[/cyan] {escape(args_json(call.arguments))}")
         elif kind == "tool_call_finished":
             done = event.tool_call_finished
             mark = "[green]←[/green]" if done.ok else "[red]✗[/red]"
-            self._line(f"{mark} {escape(done.name)}: {escape(done.result_summary)}")
+            self._line(f"{who}{mark} {escape(done.name)}: {escape(done.result_summary)}")
+        elif kind == "approval_required":
+            ask = event.approval_required
+            why = f" — {escape(ask.description)}" if ask.description else ""
+            self._line(
+                f"[yellow]? approval needed:[/yellow] {who}[cyan]{escape(ask.action_name)}[/cyan] "
+                f"{escape(args_json(ask.arguments))}{why}"
+            )
+        elif kind == "user_input_requested":
+            self._line(f"[yellow]? {who}asks:[/yellow] {escape(event.user_input_requested.prompt)}")
+        elif kind == "client_tool_call":
+            name = event.client_tool_call.call.name
+            self._line(f"{who}[cyan]→ client tool {escape(name)}[/cyan] (the caller runs it)")
+        elif kind == "native_notice":
+            self._line(f"[yellow]! {who}{escape(event.native_notice.text)}[/yellow]")
+        elif kind == "delegation":
+            d = event.delegation
+            self._line(f"[magenta]⇢ {escape(d.from_agent)} → {escape(d.to_agent)}:[/magenta] {escape(d.task)}")
+        elif kind == "context_compacted":
+            c = event.context_compacted
+            self._line(f"[dim]· context compacted: summary {c.summary_tokens} tokens[/dim]")
         elif kind == "usage":
             pass  # summed up in the final line
         elif kind == "final":
+            if event.final.text and event.turn_id not in self._streamed and not event.agent:
+                self._line(escape(event.final.text))  # nothing streamed (a slash command's reply, say)
+            self._streamed.discard(event.turn_id)
             m = event.final.metrics
             self._line(
                 f"[green]✓[/green] [dim]{m.model_calls} model call(s) · {m.tool_calls} tool call(s) · "
@@ -60,9 +136,10 @@ class EventPrinter:
                 f"seq {event.seq}[/dim]"
             )
         elif kind == "error":
+            self._streamed.discard(event.turn_id)
             err = event.error
             retry = " (retryable)" if err.retryable else ""
-            kind_name = events_pb2.ErrorKind.Name(err.kind).removeprefix("ERROR_KIND_").lower()
+            kind_name = _enum_name(events_pb2.ErrorKind, err.kind, "ERROR_KIND_")
             self._line(f"[red]✗ {kind_name}{retry}: {escape(err.message)}[/red]")
         else:
             self._line(f"[dim]{kind}: {escape(event_json(event))}[/dim]")

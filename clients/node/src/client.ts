@@ -9,15 +9,30 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { SecureClientSessionOptions } from "node:http2";
 
-import { create } from "@bufbuild/protobuf";
+import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
-import type { RuntimeEvent } from "./gen/cogmesh/common/v1/events_pb.js";
+import { ApprovalDecision, type RuntimeEvent } from "./gen/cogmesh/common/v1/events_pb.js";
 import type { Agent, Model, Session } from "./gen/cogmesh/common/v1/resources_pb.js";
-import { GatewayService, SubscribeRequestSchema } from "./gen/cogmesh/gateway/v1/gateway_pb.js";
+import { ClientToolResultSchema } from "./gen/cogmesh/runtime/v1/runtime_pb.js";
+import {
+  AnswerInterruptRequestSchema,
+  GatewayService,
+  ResolveApprovalRequestSchema,
+  SubscribeRequestSchema,
+} from "./gen/cogmesh/gateway/v1/gateway_pb.js";
 import { CogmeshError } from "./errors.js";
-import { interruptOf, is, isPause, isTerminal, TurnFailedError, TurnPausedError, type EventOf } from "./events.js";
+import {
+  interruptOf,
+  is,
+  isPause,
+  isTerminal,
+  TurnFailedError,
+  TurnPausedError,
+  type EventOf,
+  type PauseKind,
+} from "./events.js";
 
 export const DEFAULT_ADDRESS = "127.0.0.1:50051";
 
@@ -90,6 +105,26 @@ export interface TurnResult {
   events: RuntimeEvent[];
 }
 
+/**
+ * The paused turn to answer: the TurnPausedError that `ask` (or `approve`...) threw,
+ * or the session and the interrupt_id of its approval_required / user_input_requested /
+ * client_tool_call event.
+ */
+export type Interrupt = TurnPausedError | { sessionId: string; interruptId: string };
+
+/** A human's decision on a tool call waiting for approval. */
+export type Decision = "approve" | "edit" | "reject";
+
+export interface ResolveApprovalOptions extends StreamOptions {
+  /** With "edit": the arguments to run the call with instead, a JSON object (checked against the tool's schema). */
+  editedArguments?: JsonObject;
+  /** With "reject": why, given back to the model. */
+  reason?: string;
+}
+
+/** What answers a user_input_requested or a client_tool_call event: exactly one of the two. */
+export type InterruptAnswer = { userInput: string } | { toolResult: string; isError?: boolean };
+
 // Safe to repeat: reads, deletes and cancels. CreateSession and SendMessage are not.
 type IdempotentMethod = "getSession" | "listSessions" | "deleteSession" | "cancelTurn" | "listAgents" | "listModels";
 
@@ -106,6 +141,67 @@ function toSeq(name: string, value: unknown): bigint {
   if (typeof value === "bigint" && value >= 0n) return value;
   if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
   throw new TypeError(`${name} must be a non-negative integer (number or bigint), got ${String(value)}`);
+}
+
+const DECISIONS: Record<Decision, ApprovalDecision> = {
+  approve: ApprovalDecision.APPROVE,
+  edit: ApprovalDecision.EDIT,
+  reject: ApprovalDecision.REJECT,
+};
+
+function toDecision(value: unknown): ApprovalDecision {
+  if (typeof value === "string" && Object.hasOwn(DECISIONS, value)) return DECISIONS[value as Decision];
+  if (typeof value === "number" && Object.values(DECISIONS).includes(value)) return value;
+  throw new RangeError(`decision must be "approve", "edit" or "reject", got ${describe(value)}`);
+}
+
+function describe(value: unknown): string {
+  return typeof value === "string" ? JSON.stringify(value) : value === null ? "null" : typeof value;
+}
+
+// Checks what protobuf's Struct can carry, so a bad value is named here rather than failing deep in serialization.
+function requireJson(name: string, value: unknown): JsonValue {
+  if (value === null || typeof value === "string" || typeof value === "boolean") return value;
+  if (typeof value === "number") {
+    if (Number.isFinite(value)) return value;
+    throw new TypeError(`${name} must be a finite number, got ${value}`);
+  }
+  if (Array.isArray(value)) return value.map((v, i) => requireJson(`${name}[${i}]`, v));
+  if (typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, requireJson(`${name}.${k}`, v)]));
+  }
+  throw new TypeError(
+    `${name} must be JSON (null, string, number, boolean, array or plain object), got ${describe(value)}`,
+  );
+}
+
+function requireJsonObject(name: string, value: unknown): JsonObject {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new TypeError(`${name} must be a JSON object, got ${Array.isArray(value) ? "an array" : describe(value)}`);
+  }
+  return requireJson(name, value) as JsonObject;
+}
+
+function requireInterrupt(
+  method: string,
+  interrupt: unknown,
+  expected: PauseKind,
+): { sessionId: string; interruptId: string } {
+  if (typeof interrupt !== "object" || interrupt === null) {
+    throw new TypeError(
+      `${method}: interrupt must be a TurnPausedError or {sessionId, interruptId}, got ${describe(interrupt)}`,
+    );
+  }
+  const { sessionId, interruptId } = interrupt as Record<string, unknown>;
+  if (interrupt instanceof TurnPausedError && interrupt.kind !== undefined && interrupt.kind !== expected) {
+    const words: Record<PauseKind, string> = {
+      approval: "an approval",
+      userInput: "user input",
+      clientTool: "a client tool's result",
+    };
+    throw new TypeError(`${method}: the turn waits for ${words[interrupt.kind]}, not for ${words[expected]}`);
+  }
+  return { sessionId: requireString("sessionId", sessionId), interruptId: requireString("interruptId", interruptId) };
 }
 
 function baseUrl(address: string, tls: boolean): string {
@@ -232,30 +328,99 @@ export class CogmeshClient {
       content: requireString("content", content),
       model: requireString("model", options.model, { optional: true }),
     };
-    const signal = this.signal(options.signal);
-    let turnId = "";
-    let lastSeq = 0n;
-    try {
-      for await (const reply of this.gateway.sendMessage(request, { signal })) {
-        for (const event of reply.events) {
-          turnId = event.turnId;
-          lastSeq = event.seq;
-          yield event;
-          if (isTerminal(event) || isPause(event)) return;
-        }
-      }
-      // Ended without the turn's last event (a draining gateway): read the rest from the log.
-      if (!turnId) throw new CogmeshError(Code.Unavailable, "SendMessage ended before the turn's first event");
-    } catch (err) {
-      const error = this.failure(err, signal);
-      // Before the first event we cannot know whether the turn started, and sending again is not safe.
-      if (!turnId || !error.resumable) throw error;
+    yield* this.turn(request.sessionId, options.signal, (signal) => this.gateway.sendMessage(request, { signal }));
+  }
+
+  /**
+   * Answer an approval_required event: run the tool call as proposed ("approve"), with
+   * `editedArguments` ("edit"), or not at all ("reject", the model reads `reason`). Streams
+   * the resumed turn like sendMessage: until it ends or pauses again.
+   */
+  async *resolveApproval(
+    sessionId: string,
+    interruptId: string,
+    decision: Decision | ApprovalDecision,
+    options: ResolveApprovalOptions = {},
+  ): AsyncGenerator<RuntimeEvent> {
+    const value = toDecision(decision);
+    const edited = options.editedArguments;
+    if (value === ApprovalDecision.EDIT && edited === undefined) {
+      throw new TypeError('editedArguments is required with decision "edit"');
     }
-    for await (const event of this.follow(sessionId, lastSeq, false, signal, undefined, 1)) {
-      if (event.turnId !== turnId) continue;
-      yield event;
-      if (isTerminal(event) || isPause(event)) return;
+    if (value !== ApprovalDecision.EDIT && edited !== undefined) {
+      throw new TypeError('editedArguments only goes with decision "edit"');
     }
+    if (value !== ApprovalDecision.REJECT && options.reason !== undefined) {
+      throw new TypeError('reason only goes with decision "reject"');
+    }
+    const request = create(ResolveApprovalRequestSchema, {
+      sessionId: requireString("sessionId", sessionId),
+      interruptId: requireString("interruptId", interruptId),
+      decision: value,
+      editedArguments: edited === undefined ? undefined : requireJsonObject("editedArguments", edited),
+      reason: requireString("reason", options.reason, { optional: true }),
+    });
+    yield* this.turn(request.sessionId, options.signal, (signal) => this.gateway.resolveApproval(request, { signal }));
+  }
+
+  /** Answer a user_input_requested event (`userInput`) or a client_tool_call (`toolResult`); streams the resumed turn. */
+  async *answerInterrupt(
+    sessionId: string,
+    interruptId: string,
+    answer: InterruptAnswer,
+    options: StreamOptions = {},
+  ): AsyncGenerator<RuntimeEvent> {
+    if (typeof answer !== "object" || answer === null) {
+      throw new TypeError(`answer must be {userInput} or {toolResult, isError?}, got ${describe(answer)}`);
+    }
+    const given = ["userInput", "toolResult"].filter((k) => k in answer);
+    if (given.length !== 1) throw new TypeError("answer must have exactly one of userInput and toolResult");
+    const request = create(AnswerInterruptRequestSchema, {
+      sessionId: requireString("sessionId", sessionId),
+      interruptId: requireString("interruptId", interruptId),
+    });
+    if ("userInput" in answer) {
+      request.answer = { case: "userInput", value: requireString("userInput", answer.userInput) };
+    } else {
+      const isError = answer.isError ?? false;
+      if (typeof isError !== "boolean") throw new TypeError(`isError must be a boolean, got ${describe(isError)}`);
+      const content = requireString("toolResult", answer.toolResult);
+      request.answer = { case: "toolResult", value: create(ClientToolResultSchema, { content, isError }) };
+    }
+    yield* this.turn(request.sessionId, options.signal, (signal) => this.gateway.answerInterrupt(request, { signal }));
+  }
+
+  /**
+   * Run one turn and wait for its answer. A turn that ends with an error event throws
+   * TurnFailedError; one that pauses for an answer throws TurnPausedError, which
+   * approve / edit / reject / answer take to resume it.
+   */
+  async ask(sessionId: string, content: string, options: SendOptions = {}): Promise<TurnResult> {
+    return this.collect(this.sendMessage(sessionId, content, options));
+  }
+
+  /** Approve the tool call a paused turn waits on, and wait for the resumed turn like `ask`. */
+  async approve(interrupt: Interrupt, options: StreamOptions = {}): Promise<TurnResult> {
+    const { sessionId, interruptId } = requireInterrupt("approve", interrupt, "approval");
+    return this.collect(this.resolveApproval(sessionId, interruptId, "approve", options));
+  }
+
+  /** Run the tool call a paused turn waits on with these arguments instead. */
+  async edit(interrupt: Interrupt, editedArguments: JsonObject, options: StreamOptions = {}): Promise<TurnResult> {
+    const { sessionId, interruptId } = requireInterrupt("edit", interrupt, "approval");
+    return this.collect(this.resolveApproval(sessionId, interruptId, "edit", { ...options, editedArguments }));
+  }
+
+  /** Refuse the tool call a paused turn waits on; the model reads `reason`. */
+  async reject(interrupt: Interrupt, reason = "", options: StreamOptions = {}): Promise<TurnResult> {
+    const { sessionId, interruptId } = requireInterrupt("reject", interrupt, "approval");
+    return this.collect(this.resolveApproval(sessionId, interruptId, "reject", { ...options, reason }));
+  }
+
+  /** Answer the question of a turn paused for the user's input. */
+  async answer(interrupt: Interrupt, userInput: string, options: StreamOptions = {}): Promise<TurnResult> {
+    const { sessionId, interruptId } = requireInterrupt("answer", interrupt, "userInput");
+    return this.collect(this.answerInterrupt(sessionId, interruptId, { userInput }, options));
   }
 
   /**
@@ -269,13 +434,42 @@ export class CogmeshClient {
     yield* this.follow(id, afterSeq, Boolean(options.stopWhenIdle), signal, options.onHeartbeat, 0);
   }
 
-  /**
-   * Run one turn and wait for its answer. A turn that ends with an error event throws
-   * TurnFailedError; one that pauses for an answer throws TurnPausedError.
-   */
-  async ask(sessionId: string, content: string, options: SendOptions = {}): Promise<TurnResult> {
+  // One turn's stream (SendMessage, ResolveApproval or AnswerInterrupt) until it ends or pauses;
+  // if it breaks after the first event, the rest comes from Subscribe.
+  private async *turn(
+    sessionId: string,
+    caller: AbortSignal | undefined,
+    open: (signal: AbortSignal) => AsyncIterable<{ events: RuntimeEvent[] }>,
+  ): AsyncGenerator<RuntimeEvent> {
+    const signal = this.signal(caller);
+    let turnId = "";
+    let lastSeq = 0n;
+    try {
+      for await (const reply of open(signal)) {
+        for (const event of reply.events) {
+          turnId = event.turnId;
+          lastSeq = event.seq;
+          yield event;
+          if (isTerminal(event) || isPause(event)) return;
+        }
+      }
+      // Ended without the turn's last event (a draining gateway): read the rest from the log.
+      if (!turnId) throw new CogmeshError(Code.Unavailable, "the turn's stream ended before its first event");
+    } catch (err) {
+      const error = this.failure(err, signal);
+      // Before the first event we cannot know whether the turn started, and sending again is not safe.
+      if (!turnId || !error.resumable) throw error;
+    }
+    for await (const event of this.follow(sessionId, lastSeq, false, signal, undefined, 1)) {
+      if (event.turnId !== turnId) continue;
+      yield event;
+      if (isTerminal(event) || isPause(event)) return;
+    }
+  }
+
+  private async collect(stream: AsyncIterable<RuntimeEvent>): Promise<TurnResult> {
     const events: RuntimeEvent[] = [];
-    for await (const event of this.sendMessage(sessionId, content, options)) {
+    for await (const event of stream) {
       events.push(event);
       if (is(event, "error")) throw new TurnFailedError(event);
       if (is(event, "final")) {

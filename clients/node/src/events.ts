@@ -61,20 +61,45 @@ export class TurnFailedError extends Error {
   }
 }
 
+/** What a paused turn waits for: a human's approval, the user's input, or the result of a client-side tool. */
+export type PauseKind = "approval" | "userInput" | "clientTool";
+
+/** The kind of pause the event that asked for an answer stands for; undefined for other events. */
+export function pauseKindOf(event: RuntimeEvent | undefined): PauseKind | undefined {
+  switch (event?.payload.case) {
+    case "approvalRequired":
+      return "approval";
+    case "userInputRequested":
+      return "userInput";
+    case "clientToolCall":
+      return "clientTool";
+    default:
+      return undefined;
+  }
+}
+
 /**
  * A turn paused instead of finishing: it waits for an answer to `interruptId`
  * (an approval, the user's input or a client tool's result). `request` is the
- * event that asked, when the stream carried it.
+ * event that asked, when the stream carried it. Pass the error itself to
+ * `client.approve / edit / reject / answer` to resume the turn.
  */
 export class TurnPausedError extends Error {
   override readonly name = "TurnPausedError";
+  readonly sessionId: string;
+  readonly turnId: string;
   readonly interruptId: string;
+  /** What the turn waits for; undefined when the stream did not carry the event that asked. */
+  readonly kind: PauseKind | undefined;
 
   constructor(
     readonly event: EventOf<"status">,
     readonly request: RuntimeEvent | undefined,
   ) {
     super(`turn ${event.turnId} paused, waiting for an answer to ${event.payload.value.interruptId || "an interrupt"}`);
+    this.sessionId = event.sessionId;
+    this.turnId = event.turnId;
     this.interruptId = event.payload.value.interruptId;
+    this.kind = pauseKindOf(request);
   }
 }

@@ -3,6 +3,10 @@ export { CogmeshClient, DEFAULT_ADDRESS } from "./client.js";
 export type {
   ClientOptions,
   CreateSessionOptions,
+  Decision,
+  Interrupt,
+  InterruptAnswer,
+  ResolveApprovalOptions,
   SendOptions,
   StreamOptions,
   SubscribeOptions,
@@ -15,10 +19,12 @@ export {
   is,
   isPause,
   isTerminal,
+  pauseKindOf,
   TurnFailedError,
   TurnPausedError,
   type EventKind,
   type EventOf,
+  type PauseKind,
 } from "./events.js";
 
 // Generated types and schemas, for code that needs more than the wrapper.

@@ -5,7 +5,17 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { after, before, describe, test } from "node:test";
 
-import { Code, CogmeshError, CogmeshClient, is, isTerminal, TurnState, type RuntimeEvent } from "../src/index.js";
+import {
+  Code,
+  CogmeshError,
+  CogmeshClient,
+  is,
+  isPause,
+  isTerminal,
+  TurnPausedError,
+  TurnState,
+  type RuntimeEvent,
+} from "../src/index.js";
 import { CuttableProxy, freePort, startSuite, type Suite } from "./suite.js";
 
 let suite: Suite;
@@ -111,6 +121,126 @@ describe("sessions and turns", () => {
   test("cancelTurn on an idle session signals nothing", async () => {
     const session = await client.createSession();
     assert.deepEqual(await client.cancelTurn(session.sessionId), { cancelled: false, turnId: "" });
+  });
+});
+
+describe("approvals and user input (the careful agent asks before every calculation)", () => {
+  async function paused(sessionId: string, content: string): Promise<TurnPausedError> {
+    const err = await client.ask(sessionId, content).then(
+      () => assert.fail("expected the turn to pause"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof TurnPausedError, `expected TurnPausedError, got ${String(err)}`);
+    return err;
+  }
+
+  test("answer an approval: approve resumes the turn to its final answer, same turn, seqs continuing", async () => {
+    const session = await client.createSession({ agent: "careful" });
+    const pause = await paused(session.sessionId, "What is 12 * 12?");
+    assert.equal(pause.kind, "approval");
+    assert.equal(pause.sessionId, session.sessionId);
+    assert.ok(pause.request && is(pause.request, "approvalRequired"));
+    assert.equal(pause.request.payload.value.actionName, "calculator");
+    assert.deepEqual(pause.request.payload.value.arguments, { expression: "12 * 12" });
+    assert.equal(pause.request.payload.value.interruptId, pause.interruptId);
+
+    const result = await client.approve(pause);
+    assert.equal(result.text, "12 * 12 = 144.");
+    assert.equal(result.turnId, pause.turnId);
+    assert.equal(Number(result.events[0]!.seq), Number(pause.event.seq) + 1);
+    assert.deepEqual(seqs(result.events), range(Number(pause.event.seq) + 1, Number(result.events.at(-1)!.seq)));
+  });
+
+  test("edit runs the call with other arguments; reject gives the model the reason", async () => {
+    const session = await client.createSession({ agent: "careful" });
+    const edited = await client.edit(await paused(session.sessionId, "What is 2 + 2?"), { expression: "20 + 22" });
+    assert.equal(edited.text, "2 + 2 = 42.");
+    const rejected = await client.reject(await paused(session.sessionId, "What is 9 - 1?"), "not on a Sunday");
+    assert.equal(rejected.text, 'The calculator tool failed: "a human reviewer rejected this call: not on a Sunday".');
+  });
+
+  test("resolveApproval streams the resumed turn; a plain {sessionId, interruptId} works too", async () => {
+    const session = await client.createSession({ agent: "careful" });
+    const pause = await paused(session.sessionId, "What is 6 * 7?");
+    const events = await collect(client.resolveApproval(session.sessionId, pause.interruptId, "approve"));
+    assert.ok(events.some((e) => is(e, "toolCallFinished") && e.payload.value.resultSummary === "42"));
+    const last = events.at(-1)!;
+    assert.ok(is(last, "final") && last.payload.value.text === "6 * 7 = 42.");
+    const again = await paused(session.sessionId, "What is 1 + 1?");
+    const result = await client.approve({ sessionId: again.sessionId, interruptId: again.interruptId });
+    assert.equal(result.text, "1 + 1 = 2.");
+  });
+
+  test("answer user input: the question's pause, then the resumed answer", async () => {
+    const session = await client.createSession({ agent: "careful" });
+    const pause = await paused(session.sessionId, "@ask_user Which unit?");
+    assert.equal(pause.kind, "userInput");
+    assert.ok(pause.request && is(pause.request, "userInputRequested"));
+    assert.equal(pause.request.payload.value.prompt, "Which unit?");
+    const result = await client.answer(pause, "cm");
+    assert.equal(result.text, "The ask_user tool returned: cm");
+    // The streaming form pauses at the same place and ends there.
+    const events = await collect(client.sendMessage(session.sessionId, "@ask_user Which colour?"));
+    assert.ok(isPause(events.at(-1)!));
+    const id = (events.at(-1)! as { payload: { value: { interruptId: string } } }).payload.value.interruptId;
+    const resumed = await collect(client.answerInterrupt(session.sessionId, id, { userInput: "blue" }));
+    const last = resumed.at(-1)!;
+    assert.ok(is(last, "final") && last.payload.value.text === "The ask_user tool returned: blue");
+  });
+
+  test("a paused session refuses new messages: FAILED_PRECONDITION, TURN_IN_PROGRESS, interrupt_id in metadata", async () => {
+    const session = await client.createSession({ agent: "careful" });
+    const pause = await paused(session.sessionId, "What is 3 * 3?");
+    const busy = await rejects(client.ask(session.sessionId, "hello"));
+    assert.equal(busy.code, Code.FailedPrecondition);
+    assert.equal(busy.codeName, "FAILED_PRECONDITION");
+    assert.equal(busy.reason, "TURN_IN_PROGRESS");
+    assert.equal(busy.metadata.interrupt_id, pause.interruptId);
+    // An answer of the wrong kind is INVALID_ARGUMENT naming the field, and the turn stays paused.
+    const wrong = await rejects(
+      collect(client.answerInterrupt(session.sessionId, pause.interruptId, { userInput: "9" })),
+    );
+    assert.equal(wrong.code, Code.InvalidArgument);
+    assert.deepEqual(
+      wrong.violations.map((v) => v.field),
+      ["user_input"],
+    );
+    const bogus = await rejects(collect(client.resolveApproval(session.sessionId, "int_nope", "approve")));
+    assert.equal(bogus.code, Code.NotFound);
+    assert.equal((await client.approve(pause)).text, "3 * 3 = 9.");
+    // Answering again once the turn resumed and ended: NOT_FOUND, with its reason.
+    const late = await rejects(client.approve(pause));
+    assert.equal(late.code, Code.NotFound);
+    assert.equal(late.reason, "TURN_NOT_FOUND");
+  });
+
+  test("bad answers from JavaScript are TypeError / RangeError naming the argument, before any call", async () => {
+    const pause = { sessionId: "s", interruptId: "i" };
+    await assert.rejects(collect(client.resolveApproval("s", "i", "maybe" as never)), (err: Error) => {
+      return (
+        err instanceof RangeError && /decision must be "approve", "edit" or "reject", got "maybe"/.test(err.message)
+      );
+    });
+    await assert.rejects(collect(client.resolveApproval("s", "i", 7 as never)), RangeError);
+    await assert.rejects(client.edit(pause, [1, 2] as never), /editedArguments must be a JSON object, got an array/);
+    await assert.rejects(
+      client.edit(pause, { when: new Date() } as never),
+      /editedArguments.when must be JSON \(null, string, number, boolean, array or plain object\), got object/,
+    );
+    await assert.rejects(collect(client.resolveApproval("s", "i", "edit")), /editedArguments is required/);
+    await assert.rejects(client.approve(null as never), /approve: interrupt must be a TurnPausedError/);
+    await assert.rejects(
+      client.answer({ sessionId: "s" } as never, "x"),
+      /interruptId must be a string, got undefined/,
+    );
+    await assert.rejects(
+      collect(client.answerInterrupt("s", "i", {} as never)),
+      /exactly one of userInput and toolResult/,
+    );
+    const session = await client.createSession({ agent: "careful" });
+    const question = await paused(session.sessionId, "@ask_user Which unit?");
+    await assert.rejects(client.approve(question), /approve: the turn waits for user input, not for an approval/);
+    assert.equal((await client.answer(question, "m")).text, "The ask_user tool returned: m");
   });
 });
 

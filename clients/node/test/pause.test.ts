@@ -1,7 +1,7 @@
 // A turn that pauses (for an approval, user input or a client tool) ends its stream
-// with a status event in TURN_STATE_PAUSED. The live gateway does not pause turns
-// yet, so this drives the client with an in-process GatewayService (Connect's Node
-// server speaking gRPC over HTTP/2) that streams what the protos specify.
+// with a status event in TURN_STATE_PAUSED. live.test.ts answers real pauses; this
+// drives the client with an in-process GatewayService (Connect's Node server speaking
+// gRPC over HTTP/2) to break a stream exactly before the pause.
 import assert from "node:assert/strict";
 import { createServer, type Http2Server } from "node:http2";
 import { after, before, test } from "node:test";

@@ -33,7 +33,7 @@ export interface Suite {
 }
 
 /** Start `cogmesh up` with authentication on: one fresh API key for each of `tenants`. */
-export async function startSuite(tenants: string[], readyTimeoutMs = 120_000): Promise<Suite> {
+export async function startSuite(tenants: string[], readyTimeoutMs = 240_000): Promise<Suite> {
   const keys = Object.fromEntries(tenants.map((t) => [t, `cm_test_${randomBytes(18).toString("hex")}`]));
   const dir = mkdtempSync(join(tmpdir(), "cogmesh-node-test-"));
   const keysFile = join(dir, "keys.yaml");
@@ -69,7 +69,11 @@ async function spawnSuite(
   delete env.COGMESH_DEV_MODE;
   env.COGMESH_API_KEYS_FILE = keysFile;
   env.COGMESH_HEARTBEAT_S = "1"; // so a test sees idle heartbeats quickly
-  const child = spawn(bin, ["up", "--json"], { cwd: repoRoot, env, stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(bin, ["up", "--json", "--ready-timeout", "90"], {
+    cwd: repoRoot,
+    env,
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   const lines: string[] = [];
   const gateway = await new Promise<string>((ok, fail) => {
     const timer = setTimeout(
