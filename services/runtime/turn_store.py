@@ -112,16 +112,23 @@ class TurnStore:
         messages = [message_to_proto(m, turn_id) for m in new_messages]
         if not messages:
             return last
+        request = sessions_pb2.AppendMessagesRequest(
+            tenant_id=tenant,
+            session_id=session_id,
+            messages=messages,
+            lease_token=lease_token,
+            request_id=f"{turn_id}:final",
+        )
         try:
-            reply = await self.clients.sessions.AppendMessages(
-                sessions_pb2.AppendMessagesRequest(
-                    tenant_id=tenant,
-                    session_id=session_id,
-                    messages=messages,
-                    lease_token=lease_token,
-                    request_id=f"{turn_id}:final",
-                )
-            )
+            try:
+                reply = await self.clients.sessions.AppendMessages(request)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                # The append may have landed before the connection dropped; the request id makes
+                # sessions answer a repeat with the first result instead of storing the messages twice.
+                await self.clients.ready("sessions", 5.0)
+                reply = await self.clients.sessions.AppendMessages(request)
         except grpc.aio.AioRpcError as exc:
             log.error("persisting the turn failed", code=exc.code().name, details=exc.details())
             self.memory.forget(session_id)
