@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -186,8 +187,43 @@ def _map(method: str, exc: Exception) -> CogmeshError:
     return CogmeshError(f"internal error in {method}; see server logs")  # INTERNAL, details stay in the log
 
 
+class _Undecodable:
+    """A request whose bytes do not parse as the method's message (corrupt wire format, bad UTF-8).
+
+    grpc answers a deserializer's exception with UNKNOWN; the handler answers this with
+    INVALID_ARGUMENT instead (before authentication: nothing of the request is readable).
+    """
+
+    def __init__(self, problem: str):
+        self.problem = problem
+
+    def error(self) -> InvalidArgument:
+        return InvalidArgument([("request", f"is not a valid protobuf message: {self.problem}")])
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except DecodeError as exc:
+            return _Undecodable(str(exc))
+
+    return parse
+
+
+async def _checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+    """A request stream that aborts the RPC with INVALID_ARGUMENT at its first undecodable message."""
+    async for request in requests:
+        if isinstance(request, _Undecodable):
+            await abort(context, request.error())
+        yield request
+
+
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps every handler so a raised CogmeshError becomes a rich status."""
+    """Wraps every handler so a raised CogmeshError becomes a rich status (and bad bytes INVALID_ARGUMENT)."""
 
     async def intercept_service(
         self,
@@ -198,13 +234,16 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = handler_call_details.method
+        deserializer = _tolerant(handler.request_deserializer)
 
         if handler.unary_unary or handler.stream_unary:
             inner_u = handler.unary_unary or handler.stream_unary
 
             async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 try:
-                    return await inner_u(request, context)
+                    if isinstance(request, _Undecodable):
+                        raise request.error()
+                    return await inner_u(request if handler.unary_unary else _checked(request, context), context)
                 except grpc.aio.AbortError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the mapping point
@@ -213,15 +252,23 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
             factory = (
                 grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
             )
-            return factory(unary, handler.request_deserializer, handler.response_serializer)
+            return factory(unary, deserializer, handler.response_serializer)
 
         inner_s = handler.unary_stream or handler.stream_stream
+
+        def requests(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if handler.stream_stream:
+                return _checked(request, context)
+            if isinstance(request, _Undecodable):
+                raise request.error()
+            return request
+
         streaming: Any
         if inspect.isasyncgenfunction(inner_s):
 
             async def streaming(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
                 try:
-                    async for item in inner_s(request, context):
+                    async for item in inner_s(requests(request, context), context):
                         yield item
                 except grpc.aio.AbortError:
                     raise
@@ -232,7 +279,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
             async def streaming(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
                 try:
-                    await inner_s(request, context)
+                    await inner_s(requests(request, context), context)
                 except grpc.aio.AbortError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the mapping point
@@ -241,4 +288,4 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         factory_s = (
             grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
         )
-        return factory_s(streaming, handler.request_deserializer, handler.response_serializer)
+        return factory_s(streaming, deserializer, handler.response_serializer)
