@@ -1,23 +1,36 @@
-"""Run every benchmark in one go and collect their tables into BENCHMARKS.md.
+"""Run every benchmark in one go, then write BENCHMARKS.md (tables) and PNG plots.
 
-    python -m bench                 # all of them (a few minutes)
-    python -m bench gateway policy  # some of them
-    python -m bench --collect       # only regather the last results
+    python -m bench                 # all of them (the LangGraph peer's venv is created on first use)
+    python -m bench gateway peer    # some of them
+    python -m bench --collect       # only regather the last results and redraw the plots
+    python -m bench --quick         # small sizes, no peer, into bench/out/quick: the plumbing, in about a minute
 
-Each module measures its baseline in the same run and writes bench/results/<name>.md;
-this runner only sequences them and gathers the results.
+Each module measures its baseline in the same run and writes <results>/<name>.md (and
+<name>.json for the plots); this runner only sequences them, draws the plots, states
+where each of the gateway issue's targets stands and gathers everything.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-ALL = ["gateway", "runtime", "policy", "context", "sessions", "observability"]
+ALL = ["gateway", "runtime", "policy", "context", "sessions", "observability", "sdk", "peer", "concurrency"]
+# Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
+COLLECTED_ONLY = ["soak"]
+# Small sizes that exercise every code path; the peer is left out (its venv install is minutes).
+QUICK = {
+    "gateway": ["--subscribers", "1,4", "--words", "150", "--turns", "10"],
+    "peer": ["--no-peer", "--turns", "8", "--rounds", "1", "--warmup", "2"],
+    "concurrency": ["--levels", "4,12", "--warmup", "2", "--settle", "0.2"],
+}
+PLOTS = {"latency": "TTFE and full turn", "fanout": "fan-out", "concurrency": "concurrency"}
 
 
 def demote(markdown: str) -> str:
@@ -25,22 +38,94 @@ def demote(markdown: str) -> str:
     return "\n".join("#" + line if line.startswith("#") else line for line in markdown.strip().splitlines())
 
 
-def main(names: list[str]) -> int:
+def shown(value: float, unit: str = "", digits: int = 2) -> str:
+    return "-" if math.isnan(value) else f"{value:,.{digits}f}{unit}"
+
+
+def verdict(value: float, target: float, below: bool = True) -> str:
+    if math.isnan(value):
+        return "not measured"
+    return "**met**" if (value < target if below else value >= target) else "**not met**"
+
+
+def targets(results: Path) -> str:
+    """The gateway issue's numbers and where each stands in these results."""
+    from bench import harness, plots
+
+    rows = []
+    gateway = plots.gateway_tables() if (results / "gateway.md").exists() else None
+    fan = {int(plots.number(r["subscribers"])): r for r in gateway[0]} if gateway else {}
+    row = fan.get(100)
+    # Columns found by name: the gateway bench owns its table's layout.
+    rate = plots.number(next((v for k, v in row.items() if "cogmesh events" in k), "nan")) if row else math.nan
+    lag = plots.number(next((v for k, v in row.items() if "cogmesh p99" in k), "nan")) if row else math.nan
+    rows.append(
+        [
+            "fan-out to 100 subscribers, aggregate",
+            ">= 200,000 events/s",
+            shown(rate, " events/s", 0),
+            verdict(rate, 2e5, False),
+        ]
+    )
+    rows.append(["fan-out p99 lag, 100 subscribers", "< 50 ms", shown(lag, " ms"), verdict(lag, 50)])
+    peer = harness.read_data("peer")
+    tokens = peer["systems"]["tokens"]["cogmesh"] if peer else {}
+    p50, p99 = tokens.get("ttfe_p50_ms", math.nan), tokens.get("ttfe_p99_ms", math.nan)
+    rows.append(["time to first event p50 (100-token turn, suite)", "< 3 ms", shown(p50, " ms"), verdict(p50, 3)])
+    rows.append(["time to first event p99 (100-token turn, suite)", "< 10 ms", shown(p99, " ms"), verdict(p99, 10)])
+    return (
+        "# Targets (gateway issue)\n\n"
+        + harness.table(["what", "target", "measured", "status"], rows)
+        + "\n\nFan-out from the Gateway section, time to first event from the peer comparison (cogmesh row).\n"
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help=f"benches to run (default: all of {', '.join(ALL)})")
+    parser.add_argument("--collect", action="store_true", help="run nothing; regather results and redraw plots")
+    parser.add_argument("--quick", action="store_true", help="small sizes, no peer, results in bench/out/quick")
+    parser.add_argument("--out", type=Path, help="results folder (default bench/results, or bench/out/quick)")
+    args = parser.parse_args(argv)
+    if unknown := [n for n in args.names if n not in ALL]:
+        parser.error(f"unknown bench(es): {', '.join(unknown)} (choose from {', '.join(ALL)})")
+    names = [] if args.collect else args.names or (list(QUICK) if args.quick else ALL)
+    out = args.out or (ROOT / "bench" / "out" / "quick" if args.quick else None)
+    results = (out or ROOT / "bench" / "results").resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    # The benches (subprocesses) and the plots (this process) read the results folder from here.
+    os.environ["COGMESH_BENCH_RESULTS"] = str(results)
     failed = []
-    collect_only = names == ["--collect"]  # just regather the last results
-    for name in [] if collect_only else names or ALL:
+    for name in names:
         print(f"== bench.{name}", flush=True)
         started = time.monotonic()
-        if subprocess.run([sys.executable, "-m", f"bench.{name}"], cwd=ROOT).returncode != 0:
+        extra = QUICK.get(name, []) if args.quick else []
+        if subprocess.run([sys.executable, "-m", f"bench.{name}", *extra], cwd=ROOT).returncode != 0:
             failed.append(name)
         print(f"== bench.{name}: {time.monotonic() - started:.0f}s", flush=True)
-    sections = [demote((RESULTS / f"{name}.md").read_text()) for name in ALL if (RESULTS / f"{name}.md").exists()]
+
+    from bench import plots
+
+    drawn = {path.stem for path in plots.main()}
+    markdown = ROOT / "BENCHMARKS.md" if out is None else results / "BENCHMARKS.md"
+    links = [
+        f"![{title}]({os.path.relpath(results / f'{stem}.png', markdown.parent)})"
+        for stem, title in PLOTS.items()
+        if stem in drawn
+    ]
+    sections = [
+        demote((results / f"{name}.md").read_text())
+        for name in [*ALL, *COLLECTED_ONLY]
+        if (results / f"{name}.md").exists()
+    ]
     header = (
-        "# Benchmarks\n\nGathered by `python -m bench` from bench/results/. Every table compares cogmesh with a "
-        "baseline measured in the same run on the same machine (2 shared cores): read the ratios, not the "
-        "absolute figures.\n"
+        "# Benchmarks\n\nGathered by `python -m bench` from "
+        f"{os.path.relpath(results, ROOT)}/. Every table compares cogmesh with a baseline measured in the same run "
+        "on the same machine (2 shared cores): read the ratios, not the absolute figures."
     )
-    (ROOT / "BENCHMARKS.md").write_text(header + "\n" + "\n\n".join(sections) + "\n")
+    body = [header, demote(targets(results)), *(["## Plots\n\n" + "\n\n".join(links)] if links else []), *sections]
+    markdown.write_text("\n\n".join(body) + "\n")
+    print(f"written {markdown}")
     if failed:
         print("failed: " + ", ".join(failed), file=sys.stderr)
     return 1 if failed else 0

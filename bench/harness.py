@@ -1,18 +1,27 @@
-"""Shared bench plumbing: the suite as real processes on free ports, percentiles, tables."""
+"""Shared bench plumbing: the suite as real processes on free ports, timing, percentiles, tables.
+
+Results go to bench/results/ unless COGMESH_BENCH_RESULTS names another folder (the
+`--quick` run writes to bench/out/quick so it never overwrites the real figures).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
 import statistics
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+from bench.peer.timing import Timing as Timing  # the one timing code, shared with the peer's venv
+from bench.peer.timing import time_stream as time_stream
 from services.kit.config import Settings
 from services.suite.supervisor import ORDER, Supervisor
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(os.environ.get("COGMESH_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def free_ports(n: int) -> list[int]:
@@ -27,19 +36,58 @@ def free_ports(n: int) -> list[int]:
 
 
 @contextlib.asynccontextmanager
-async def suite_processes(**overrides: object) -> AsyncIterator[Settings]:
-    """`cogmesh up` in miniature: every service its own process, as in production."""
+async def suite(**overrides: object) -> AsyncIterator[tuple[Settings, Supervisor]]:
+    """`cogmesh up` in miniature: every service its own process, as in production.
+
+    Overrides are Settings fields; the children read them from COGMESH_* variables,
+    so they are exported to the children's environment too.
+    """
     ports = free_ports(len(ORDER))
     settings = Settings(
         **{f"{name}_addr": f"127.0.0.1:{port}" for name, port in zip(ORDER, ports, strict=True)},  # type: ignore[arg-type]
         **overrides,  # type: ignore[arg-type]
     )
     supervisor = Supervisor(settings, Path(tempfile.mkdtemp(prefix="cogmesh-bench-")), lambda _: None)
-    await supervisor.start()
+    with _exported(overrides):  # for the suite's lifetime: a restarted child must get them too
+        await supervisor.start()
+        try:
+            yield settings, supervisor
+        finally:
+            await supervisor.stop(0.5)
+
+
+@contextlib.contextmanager
+def _exported(overrides: dict[str, object]) -> Iterator[None]:
+    """COGMESH_* variables for the overrides: the children read only their environment."""
+    saved = dict(os.environ)
+    for name, value in overrides.items():
+        os.environ[f"COGMESH_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
     try:
-        yield settings
+        yield
     finally:
-        await supervisor.stop(0.5)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.asynccontextmanager
+async def suite_processes(**overrides: object) -> AsyncIterator[Settings]:
+    async with suite(**overrides) as (settings, _):
+        yield settings
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def suite_rss(supervisor: Supervisor) -> dict[str, int]:
+    """RSS of every service process of a running suite."""
+    return {
+        name: rss_bytes(child.process.pid) for name, child in supervisor.children.items() if child.process is not None
+    }
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -59,8 +107,38 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def parse_tables(markdown: str) -> list[list[dict[str, str]]]:
+    """Every markdown table in a text, as rows keyed by header: how plots read other benches' results."""
+    tables: list[list[dict[str, str]]] = []
+    headers: list[str] | None = None
+    for line in [*markdown.splitlines(), ""]:
+        if not line.startswith("|"):
+            headers = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if headers is None:
+            headers = cells
+            tables.append([])
+        elif not all(set(c) <= set(":-") for c in cells):
+            tables[-1].append(dict(zip(headers, cells, strict=False)))
+    return tables
+
+
 def write_result(name: str, text: str) -> Path:
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"
     path.write_text(text)
     return path
+
+
+def write_data(name: str, data: dict[str, Any]) -> Path:
+    """The figures behind a result table, for the plots."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def read_data(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
