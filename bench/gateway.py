@@ -2,11 +2,17 @@
 
 (a) Fan-out: events per second delivered to 1, 10 and 100 subscribers of one session
     and the p99 lag from an event's creation to its delivery, against a bare grpc.aio
-    server-streaming server sending the same events (bench/raw_stream.py).
+    server-streaming server sending the same events (bench/raw_stream.py), twice:
+    - burst: one long turn of the built-in model (~2,000 events at once); lag here is
+      mostly the time to drain the burst, so it measures throughput, not latency;
+    - paced: events appended at a steady token rate (--rate per second for --seconds)
+      to the session's log by a producer outside the gateway, through the Redis event
+      log that gateway replicas share (the memory log cannot be written from outside);
+      the raw server sends on the same schedule. Here p99 lag is delivery latency.
 (b) Time to first event and full-turn latency of a new turn through the gateway and
     every service, with the zero-latency built-in model.
 
-    python -m bench.gateway [--subscribers 1,10,100] [--turns 200]
+    python -m bench.gateway [--subscribers 1,10,100] [--turns 200] [--rate 1000 --seconds 3]
 """
 
 from __future__ import annotations
@@ -15,12 +21,18 @@ import argparse
 import asyncio
 import sys
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
+import redis.asyncio as aioredis
 
 from bench.harness import free_ports, median, percentile, suite_processes, table, write_result
+from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.redis_event_log import RedisEventLog
+from services.kit.config import Settings
 
 WORDS_PER_DELTA = 3  # the local model streams its echo three words per delta
 CHANNELS = 4  # subscribers spread over a few connections, as separate clients would be
@@ -64,7 +76,7 @@ async def subscribe(
 
 async def fan_out_cogmesh(gateway: str, subscribers: int, words: int) -> FanOut:
     channels = [grpc.aio.insecure_channel(gateway) for _ in range(CHANNELS)]
-    stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]
+    stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]  # type: ignore[no-untyped-call]
     session = (await stubs[0].CreateSession(gateway_pb2.CreateSessionRequest())).session
     stats = FanOut()
     # status + ceil(words/3) deltas + usage + final
@@ -85,7 +97,7 @@ async def fan_out_cogmesh(gateway: str, subscribers: int, words: int) -> FanOut:
     return stats
 
 
-async def fan_out_raw(subscribers: int, events: int) -> FanOut:
+async def fan_out_raw(subscribers: int, events: int, rate: float = 0.0) -> FanOut:
     port = free_ports(1)[0]
     server = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -97,11 +109,13 @@ async def fan_out_raw(subscribers: int, events: int) -> FanOut:
         str(subscribers),
         "--events",
         str(events),
+        "--rate",
+        str(rate),
     )
     try:
         channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(CHANNELS)]
         await asyncio.wait_for(channels[0].channel_ready(), 30)
-        stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]
+        stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]  # type: ignore[no-untyped-call]
         stats = FanOut()
         ready = asyncio.Event()
 
@@ -118,9 +132,48 @@ async def fan_out_raw(subscribers: int, events: int) -> FanOut:
         await server.wait()
 
 
+async def pace(count: int, rate: float, send: Callable[[], Awaitable[None]]) -> float:
+    """Call `send` `count` times on a fixed schedule of `rate` per second; returns the rate reached."""
+    started = time.perf_counter()
+    for i in range(count):
+        due = started + i / rate - time.perf_counter()
+        if due > 0:
+            await asyncio.sleep(due)
+        await send()
+    return count / (time.perf_counter() - started)
+
+
+async def paced_cogmesh(settings: Settings, subscribers: int, events: int, rate: float) -> tuple[FanOut, float]:
+    """`events` deltas appended one by one at `rate`/s to one session's shared log, read by `subscribers`."""
+    channels = [grpc.aio.insecure_channel(settings.gateway_addr) for _ in range(CHANNELS)]
+    stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]  # type: ignore[no-untyped-call]
+    session_id = (await stubs[0].CreateSession(gateway_pb2.CreateSessionRequest())).session.session_id
+    stats = FanOut()
+    readies = [asyncio.Event() for _ in range(subscribers)]
+    tasks = [
+        asyncio.create_task(subscribe(stubs[i % CHANNELS], session_id, 0, stats, readies[i], events))
+        for i in range(subscribers)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 30)
+    producer = RedisEventLog(settings.redis_url, prefix=settings.redis_key_prefix)
+
+    async def send() -> None:
+        delta = events_pb2.RuntimeEvent(turn_id="paced", assistant_delta=events_pb2.AssistantDelta(text="w w w "))
+        await producer.append(session_id, [delta])  # stamps create_time
+
+    try:
+        reached = await pace(events, rate, send)
+        await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    finally:
+        await producer.close()
+        for c in channels:
+            await c.close()
+    return stats, reached
+
+
 async def first_event(gateway: str, turns: int) -> tuple[list[float], list[float]]:
     async with grpc.aio.insecure_channel(gateway) as channel:
-        stub = gateway_pb2_grpc.GatewayServiceStub(channel)
+        stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
         session = (await stub.CreateSession(gateway_pb2.CreateSessionRequest())).session
         ttfe, full = [], []
         for i in range(turns + 10):
@@ -139,43 +192,65 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
 
-async def run(subscriber_counts: list[int], words: int, turns: int) -> str:
-    rows = []
+OVERRIDES: dict[str, object] = {
+    "tenant_max_streams": 10_000,
+    "tenant_rate_per_s": 1e6,
+    "tenant_burst": 1_000_000,
+    "heartbeat_s": 0.2,
+    "log_level": "warning",
+    "subscriber_max_lag": 1_000_000,
+}
+FAN_HEADERS = [
+    "subscribers",
+    "cogmesh events/s (aggregate)",
+    "raw grpc.aio events/s",
+    "ratio",
+    "cogmesh p99 lag ms",
+    "raw p99 lag ms",
+    "cogmesh p50 lag ms",
+    "raw p50 lag ms",
+]
+
+
+def fan_row(n: int, ours: FanOut, raw: FanOut) -> list[object]:
+    return [
+        n,
+        f"{ours.rate:,.0f}",
+        f"{raw.rate:,.0f}",
+        f"{ours.rate / raw.rate:.2f}",
+        ms(percentile(ours.lags, 99)),
+        ms(percentile(raw.lags, 99)),
+        ms(median(ours.lags)),
+        ms(median(raw.lags)),
+    ]
+
+
+async def run(subscriber_counts: list[int], words: int, turns: int, rate: float, seconds: float, redis_url: str) -> str:
+    burst_rows: list[list[object]] = []
+    paced_rows: list[list[object]] = []
+    bursts: dict[int, FanOut] = {}
+    fan100: tuple[FanOut, FanOut] | None = None
     events = 3 + -(-(words + 13) // WORDS_PER_DELTA)
-    overrides = {
-        "tenant_max_streams": 10_000,
-        "tenant_rate_per_s": 1e6,
-        "tenant_burst": 1_000_000,
-        "heartbeat_s": 0.2,
-        "log_level": "warning",
-        "subscriber_max_lag": 1_000_000,
-    }
-    async with suite_processes(**overrides) as settings:
+    async with suite_processes(**OVERRIDES) as settings:
         for n in subscriber_counts:
             ours = await fan_out_cogmesh(settings.gateway_addr, n, words)
-            raw = await fan_out_raw(n, events)
-            rows.append(
-                [
-                    n,
-                    f"{ours.rate:,.0f}",
-                    f"{raw.rate:,.0f}",
-                    f"{ours.rate / raw.rate:.2f}",
-                    ms(percentile(ours.lags, 99)),
-                    ms(percentile(raw.lags, 99)),
-                ]
-            )
+            burst_rows.append(fan_row(n, ours, await fan_out_raw(n, events)))
+            bursts[n] = ours
         ttfe, full = await first_event(settings.gateway_addr, turns)
-    fan = table(
-        [
-            "subscribers",
-            "cogmesh events/s (aggregate)",
-            "raw grpc.aio events/s",
-            "ratio",
-            "cogmesh p99 lag ms",
-            "raw p99 lag ms",
-        ],
-        rows,
-    )
+    paced_events = int(rate * seconds)
+    prefix = f"cogmesh-bench-{uuid.uuid4().hex[:8]}:"
+    try:
+        async with suite_processes(**OVERRIDES, redis_url=redis_url, redis_key_prefix=prefix) as settings:
+            for n in subscriber_counts:
+                ours, reached = await paced_cogmesh(settings, n, paced_events, rate)
+                fan100 = (bursts[n], ours) if n == max(subscriber_counts) else fan100
+                paced_rows.append([*fan_row(n, ours, await fan_out_raw(n, paced_events, rate)), f"{reached:,.0f}"])
+    finally:
+        redis = aioredis.Redis.from_url(redis_url)
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=1000)]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
     latency = table(
         ["metric", "p50 ms", "p99 ms"],
         [
@@ -183,11 +258,40 @@ async def run(subscriber_counts: list[int], words: int, turns: int) -> str:
             ["full turn", ms(median(full)), ms(percentile(full, 99))],
         ],
     )
+    verdict = targets(fan100, ttfe, max(subscriber_counts)) if fan100 else ""
     return (
-        f"# Gateway\n\nOne run on this machine ({events} events per turn; every service its own process).\n\n"
-        f"## Fan-out to subscribers of one session\n\n{fan}\n\n"
+        "# Gateway\n\nOne run on this machine; every service its own process.\n\n"
+        f"## Fan-out, burst: one turn of {events} events at once (memory event log)\n\n"
+        f"{table(FAN_HEADERS, burst_rows)}\n\n"
+        f"## Fan-out, paced: {paced_events} events at {rate:,.0f}/s (Redis event log, producer outside the gateway)\n\n"
+        "events/s is bounded by the producer's rate times the subscribers: lag is what to read here. "
+        "cogmesh events are stamped when appended; the raw server's with their scheduled time, so a "
+        "stream that falls behind shows it as lag. The producer shares the bench process with every "
+        "subscriber's client, so it may fall short of the rate (last column).\n\n"
+        f"{table([*FAN_HEADERS, 'producer events/s'], paced_rows)}\n\n"
         f"## A new turn through the gateway and all services ({turns} turns, built-in model)\n\n{latency}\n"
+        f"{verdict}"
     )
+
+
+def targets(fan: tuple[FanOut, FanOut], ttfe: list[float], n: int) -> str:
+    """Issue #7's targets against this run's figures."""
+    burst, paced = fan
+
+    def said(ok: bool) -> str:
+        return "reached" if ok else "NOT reached"
+
+    rows = [
+        [f"fan-out to {n} subscribers >= 200,000 events/s", f"{burst.rate:,.0f} (burst)", said(burst.rate >= 200_000)],
+        [
+            "p99 lag < 50 ms",
+            f"{ms(percentile(paced.lags, 99))} ms paced, {ms(percentile(burst.lags, 99))} ms burst",
+            said(percentile(paced.lags, 99) < 0.05),
+        ],
+        ["time to first event p50 < 3 ms", f"{ms(median(ttfe))} ms", said(median(ttfe) < 0.003)],
+        ["time to first event p99 < 10 ms", f"{ms(percentile(ttfe, 99))} ms", said(percentile(ttfe, 99) < 0.010)],
+    ]
+    return f"\n## Issue #7 targets in this run\n\n{table(['target', 'this run', 'verdict'], rows)}\n"
 
 
 def main() -> None:
@@ -195,8 +299,12 @@ def main() -> None:
     parser.add_argument("--subscribers", default="1,10,100")
     parser.add_argument("--words", type=int, default=6000, help="words in the message the model echoes")
     parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=1000, help="paced mode: events per second")
+    parser.add_argument("--seconds", type=float, default=3, help="paced mode: how long the producer runs")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="paced mode's shared event log")
     args = parser.parse_args()
-    report = asyncio.run(run([int(n) for n in args.subscribers.split(",")], args.words, args.turns))
+    counts = [int(n) for n in args.subscribers.split(",")]
+    report = asyncio.run(run(counts, args.words, args.turns, args.rate, args.seconds, args.redis_url))
     print(report)
     print(f"written to {write_result('gateway', report)}")
 

@@ -28,7 +28,28 @@ from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceE
 from services.kit.protos import now
 
 TERMINAL = ("final", "error")
-Batch = list[events_pb2.RuntimeEvent]
+
+
+class Batch(list[events_pb2.RuntimeEvent]):
+    """Events in seq order; `wire`, when set, is their encoding as `repeated RuntimeEvent events = 1`.
+
+    Every gateway response that streams events (SubscribeResponse, SendMessageResponse...)
+    has them as field 1, so `wire` is that response's exact wire form: a stream writes it
+    as is, and a session's events are serialized once, not once per subscriber.
+    """
+
+    wire: bytes = b""
+
+
+def wire_entry(event: events_pb2.RuntimeEvent) -> bytes:
+    """`event` encoded as one entry of a field-1 `repeated RuntimeEvent` (tag, length, bytes)."""
+    payload = event.SerializeToString()
+    size, prefix = len(payload), bytearray(b"\x0a")
+    while size > 0x7F:
+        prefix.append(size & 0x7F | 0x80)
+        size >>= 7
+    prefix.append(size)
+    return bytes(prefix) + payload
 
 
 def is_terminal(event: events_pb2.RuntimeEvent) -> bool:
@@ -78,6 +99,7 @@ class SessionLog:
 
     retention: int
     events: list[events_pb2.RuntimeEvent] = field(default_factory=list)
+    wire: list[bytes] = field(default_factory=list)  # wire_entry of each event, encoded once on add
     last_seq: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
@@ -89,10 +111,12 @@ class SessionLog:
     def add(self, events: Sequence[events_pb2.RuntimeEvent]) -> None:
         """Add events already stamped with their seq (the next ones) and wake readers."""
         self.events.extend(events)
+        self.wire.extend(wire_entry(e) for e in events)
         self.last_seq = self.events[-1].seq if self.events else self.last_seq
         # Trim in chunks so retention costs O(1) amortized per event.
         if len(self.events) > self.retention + self.retention // 4:
             del self.events[: len(self.events) - self.retention]
+            del self.wire[: len(self.wire) - self.retention]
         self.changed.set()
         self.changed = asyncio.Event()
 
@@ -129,14 +153,16 @@ async def tail(
                     metadata={"resume_after_seq": str(cursor)},
                 )
             start = cursor - log.first_seq + 1
-            batch = log.events[start : start + max_batch]
+            batch = Batch(log.events[start : start + max_batch])
+            batch.wire = b"".join(log.wire[start : start + max_batch])
             cursor = batch[-1].seq
             yield batch
             continue
         live = True
         changed = log.changed
         try:
-            await asyncio.wait_for(changed.wait(), heartbeat_s)
+            async with asyncio.timeout(heartbeat_s):  # no task per wait, unlike wait_for (Python 3.11)
+                await changed.wait()
         except TimeoutError:
             yield None
 

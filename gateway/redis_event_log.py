@@ -94,7 +94,7 @@ def _seq(entry_id: Any) -> int:
 
 def _decode(entries: Any) -> Batch:
     """Stream entries (id, {b'e': payload}) to events carrying their seq."""
-    batch = []
+    batch = Batch()
     for entry_id, fields in entries:
         event = events_pb2.RuntimeEvent.FromString(fields[b"e"])
         event.seq = _seq(entry_id)

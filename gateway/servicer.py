@@ -20,7 +20,7 @@ from cogmesh.models.v1 import models_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.delivery import Outlet
-from gateway.event_log import EventLog
+from gateway.event_log import Batch, EventLog
 from gateway.interrupts import TurnDriver, TurnOptions, ends_stream
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
@@ -212,7 +212,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         async for batch in self.events.read(session_id, start_seq, self.settings.heartbeat_s):
             if batch is None:
                 continue  # HTTP/2 keepalive covers idle streams
-            mine = [e for e in batch if e.turn_id == turn_id]
+            mine = batch if all(e.turn_id == turn_id for e in batch) else [e for e in batch if e.turn_id == turn_id]
             if mine:
                 yield mine
             if any(ends_stream(e) for e in mine):
@@ -234,7 +234,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             # The turn runs on its own; this stream only reads its events from the log.
             async for mine in self._follow(request.session_id, turn_id, start_seq):
                 ended = any(ends_stream(e) for e in mine)
-                await out.send(gateway_pb2.SendMessageResponse(events=mine), mine[-1].seq)
+                await out.send(encoded(mine) or gateway_pb2.SendMessageResponse(events=mine), mine[-1].seq)
         finally:
             if request.cancel_on_disconnect and not ended:
                 await asyncio.shield(self.turns.cancel(request.session_id, turn_id))
@@ -378,7 +378,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         bind_request(session_id=request.session_id, turn_id=turn_id)
         out = self._outlet(context, request.session_id, start_seq)
         async for mine in self._follow(request.session_id, turn_id, start_seq):
-            await out.send(gateway_pb2.ResolveApprovalResponse(events=mine), mine[-1].seq)
+            await out.send(encoded(mine) or gateway_pb2.ResolveApprovalResponse(events=mine), mine[-1].seq)
         return
         yield  # a streaming handler: Outlet writes the messages
 
@@ -396,7 +396,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         bind_request(session_id=request.session_id, turn_id=turn_id)
         out = self._outlet(context, request.session_id, start_seq)
         async for mine in self._follow(request.session_id, turn_id, start_seq):
-            await out.send(gateway_pb2.AnswerInterruptResponse(events=mine), mine[-1].seq)
+            await out.send(encoded(mine) or gateway_pb2.AnswerInterruptResponse(events=mine), mine[-1].seq)
         return
         yield  # a streaming handler: Outlet writes the messages
 
@@ -419,7 +419,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             if batch is None:
                 await out.send(_HEARTBEAT)
             else:
-                await out.send(gateway_pb2.SubscribeResponse(events=batch), batch[-1].seq)
+                await out.send(encoded(batch) or gateway_pb2.SubscribeResponse(events=batch), batch[-1].seq)
             if request.stop_when_idle and await self._idle(tenant, request.session_id, out.delivered):
                 return
         return
@@ -597,6 +597,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
 
 _HEARTBEAT = gateway_pb2.SubscribeResponse(heartbeat=True)
+
+
+def encoded(events: list[events_pb2.RuntimeEvent]) -> bytes:
+    """The events' response as encoded once by the log (events are field 1 of every event
+    response), or b"" when this list has no such encoding (a filtered or replayed batch)."""
+    return events.wire if isinstance(events, Batch) else b""
 
 
 class _Conversation:

@@ -101,6 +101,17 @@ def _request_ids(request: Any) -> dict[str, str]:
     return {_REQUEST_IDS[name]: value for name in names if (value := getattr(request, name))}
 
 
+def _pass_bytes(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """The response serializer, letting a handler write a response it already encoded (bytes)."""
+    if serialize is None:
+        return None
+
+    def serializer(message: Any) -> bytes:
+        return message if type(message) is bytes else serialize(message)
+
+    return serializer
+
+
 def _rpc_type(handler: Any) -> str:
     if handler.unary_unary:
         return "unary"
@@ -205,7 +216,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             factory = (
                 grpc.unary_unary_rpc_method_handler if rpc_type == "unary" else grpc.stream_unary_rpc_method_handler
             )
-            return factory(unary, handler.request_deserializer, handler.response_serializer)
+            return factory(unary, handler.request_deserializer, _pass_bytes(handler.response_serializer))
 
         streaming: Any
         if inspect.isasyncgenfunction(inner):
@@ -246,7 +257,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             if rpc_type == "server_stream"
             else grpc.stream_stream_rpc_method_handler
         )
-        return factory_s(streaming, handler.request_deserializer, handler.response_serializer)
+        return factory_s(streaming, handler.request_deserializer, _pass_bytes(handler.response_serializer))
 
 
 class RunningServer:
