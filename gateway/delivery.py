@@ -13,10 +13,12 @@ it: they only append to and read from the event log.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
-from cogmesh.common.v1 import errors_pb2
+from cogmesh.common.v1 import errors_pb2, events_pb2
 from services.kit.errors import ResourceExhausted
+from services.kit.metrics import record_written
 
 
 class Outlet:
@@ -26,7 +28,8 @@ class Outlet:
         self.context, self.stall_s, self.session_id = context, stall_s, session_id
         self.delivered = delivered  # the last seq whose message the transport took
 
-    async def send(self, message: Any, last_seq: int = 0) -> None:
+    async def send(self, message: Any, events: Sequence[events_pb2.RuntimeEvent] = ()) -> None:
+        """Write `message` (a response, or its pre-encoded bytes) carrying `events`."""
         try:
             async with asyncio.timeout(self.stall_s):
                 await self.context.write(message)
@@ -41,5 +44,6 @@ class Outlet:
                     "stalled_seconds": f"{self.stall_s:g}",
                 },
             ) from None
-        if last_seq:
-            self.delivered = last_seq
+        record_written(events)
+        if events:
+            self.delivered = events[-1].seq

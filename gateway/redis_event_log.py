@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cogmesh.common.v1 import events_pb2
@@ -121,9 +124,15 @@ class RedisEventLog:
         max_batch: int = 512,
         timeout_s: float = 2.0,
     ):
+        # A connection that a Redis restart closed fails its next command before Redis runs it:
+        # retry that once on a fresh connection. Only on ConnectionError: after a timeout the
+        # append may have run, and running it again would log the batch twice.
+        once = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+        self._redis = aioredis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=once
+        )
         # Blocking XREADs must outlive the socket timeout, so followers get their own client.
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-        self._blocking = aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=timeout_s)
+        self._blocking = aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=timeout_s, retry=once)
         self._append_script = self._redis.register_script(_APPEND)
         self._keep_script = self._redis.register_script(_KEEP)
         self._reap_script = self._redis.register_script(_REAP)

@@ -234,7 +234,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             # The turn runs on its own; this stream only reads its events from the log.
             async for mine in self._follow(request.session_id, turn_id, start_seq):
                 ended = any(ends_stream(e) for e in mine)
-                await out.send(encoded(mine) or gateway_pb2.SendMessageResponse(events=mine), mine[-1].seq)
+                await out.send(encoded(mine) or gateway_pb2.SendMessageResponse(events=mine), mine)
         finally:
             if request.cancel_on_disconnect and not ended:
                 await asyncio.shield(self.turns.cancel(request.session_id, turn_id))
@@ -378,7 +378,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         bind_request(session_id=request.session_id, turn_id=turn_id)
         out = self._outlet(context, request.session_id, start_seq)
         async for mine in self._follow(request.session_id, turn_id, start_seq):
-            await out.send(encoded(mine) or gateway_pb2.ResolveApprovalResponse(events=mine), mine[-1].seq)
+            await out.send(encoded(mine) or gateway_pb2.ResolveApprovalResponse(events=mine), mine)
         return
         yield  # a streaming handler: Outlet writes the messages
 
@@ -396,7 +396,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         bind_request(session_id=request.session_id, turn_id=turn_id)
         out = self._outlet(context, request.session_id, start_seq)
         async for mine in self._follow(request.session_id, turn_id, start_seq):
-            await out.send(encoded(mine) or gateway_pb2.AnswerInterruptResponse(events=mine), mine[-1].seq)
+            await out.send(encoded(mine) or gateway_pb2.AnswerInterruptResponse(events=mine), mine)
         return
         yield  # a streaming handler: Outlet writes the messages
 
@@ -419,7 +419,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             if batch is None:
                 await out.send(_HEARTBEAT)
             else:
-                await out.send(encoded(batch) or gateway_pb2.SubscribeResponse(events=batch), batch[-1].seq)
+                await out.send(encoded(batch) or gateway_pb2.SubscribeResponse(events=batch), batch)
             if request.stop_when_idle and await self._idle(tenant, request.session_id, out.delivered):
                 return
         return
@@ -510,7 +510,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             while True:
                 item = await outbox.get()
                 if item is not None:
-                    await out.send(item, item.events.events[-1].seq if item.events.events else 0)
+                    await out.send(item, item.events.events)
                     continue
                 if conversation.failure is not None and not isinstance(conversation.failure, asyncio.CancelledError):
                     raise conversation.failure

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -136,6 +137,11 @@ class RpcRecorder:
         elif self._method in _DECISION_METHODS:
             _decisions(message)
 
+    def written(self, events: Iterable[events_pb2.RuntimeEvent]) -> None:
+        """A message the handler wrote itself (context.write, maybe pre-encoded bytes) carrying `events`."""
+        RPC_MESSAGES_SENT.labels(*self._labels).inc()
+        self._events(events)
+
     def _events(self, events: Iterable[events_pb2.RuntimeEvent]) -> None:
         service, method = self._labels
         turn = self._method in _TURN_METHODS
@@ -164,6 +170,17 @@ class RpcRecorder:
         if self._turn_seen and not self._turn_done:  # the stream broke before the turn said how it ended
             self._turn_done = True
             TURN_SECONDS.labels("aborted").observe(elapsed)
+
+
+# The running RPC's recorder: each RPC runs in its own task, so this is per call.
+current_recorder: ContextVar[RpcRecorder | None] = ContextVar("cogmesh_rpc_recorder", default=None)
+
+
+def record_written(events: Iterable[events_pb2.RuntimeEvent] = ()) -> None:
+    """Count a streamed message that the interceptor cannot see or read (written with context.write)."""
+    recorder = current_recorder.get()
+    if recorder is not None:
+        recorder.written(events)
 
 
 def _decisions(message: Any) -> None:

@@ -26,7 +26,7 @@ from services.kit.clients import Clients
 from services.kit.config import Settings, load_settings
 from services.kit.errors import ErrorMappingInterceptor
 from services.kit.logging import configure_logging, debug_enabled, log
-from services.kit.metrics import MetricsServer, RpcRecorder, serve_metrics
+from services.kit.metrics import MetricsServer, RpcRecorder, current_recorder, serve_metrics
 from services.kit.telemetry import configure_tracing
 
 HEALTH = health.SERVICE_NAME
@@ -175,7 +175,9 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             structlog.contextvars.bind_contextvars(service=self.service, rpc=method, **ids)
             if ids and span.is_recording():
                 span.set_attributes({f"cogmesh.{key}": value for key, value in ids.items()})
-            return RpcRecorder(method, rpc_type) if self.metrics else None
+            recorder = RpcRecorder(method, rpc_type) if self.metrics else None
+            current_recorder.set(recorder)  # for handlers that write their stream themselves
+            return recorder
 
         def finish(
             recorder: RpcRecorder | None, span: trace.Span, context: Any, error: BaseException | None, started: float

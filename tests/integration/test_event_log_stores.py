@@ -147,3 +147,15 @@ async def test_redis_down_is_unavailable_and_followers_recover() -> None:
         assert [e.assistant_delta.text for e in (await asyncio.wait_for(waiting, 10)) or []] == ["b"]
         await reader.aclose()
         await log.close()
+
+
+async def test_an_append_right_after_a_redis_restart_succeeds_once() -> None:
+    with RedisServer(appendonly=True) as server:
+        log = RedisEventLog(server.url, prefix=f"t{uuid.uuid4().hex[:6]}:", timeout_s=2.0)
+        sid = uuid.uuid4().hex
+        await log.append(sid, [delta("a")])  # leaves a pooled connection that the restart closes
+        server.restart()
+        await log.append(sid, [delta("b")])  # the first command meets the stale connection
+        events = await asyncio.wait_for(anext(log.read(sid, 0, 5)), 5) or []
+        assert [(e.seq, e.assistant_delta.text) for e in events] == [(1, "a"), (2, "b")]
+        await log.close()
