@@ -67,7 +67,14 @@ def targets(results: Path) -> str:
             verdict(rate, 2e5, False),
         ]
     )
-    rows.append(["fan-out p99 lag, 100 subscribers", "< 50 ms", shown(lag, " ms"), verdict(lag, 50)])
+    rows.append(["fan-out p99 lag, 100 subscribers (burst)", "< 50 ms", shown(lag, " ms"), verdict(lag, 50)])
+    # The second fan-out table is the paced one (events at a steady rate): there lag means latency.
+    text = (results / "gateway.md").read_text() if (results / "gateway.md").exists() else ""
+    fan_tables = [t for t in harness.parse_tables(text) if t and "subscribers" in t[0]]
+    paced = {int(plots.number(r["subscribers"])): r for r in fan_tables[1]} if len(fan_tables) > 1 else {}
+    if prow := paced.get(100):
+        plag = plots.number(next((v for k, v in prow.items() if "cogmesh p99" in k), "nan"))
+        rows.append(["fan-out p99 lag, 100 subscribers (paced)", "< 50 ms", shown(plag, " ms"), verdict(plag, 50)])
     peer = harness.read_data("peer")
     tokens = peer["systems"]["tokens"]["cogmesh"] if peer else {}
     p50, p99 = tokens.get("ttfe_p50_ms", math.nan), tokens.get("ttfe_p99_ms", math.nan)
