@@ -137,6 +137,21 @@ async def whole_log(gateway: gateway_pb2_grpc.GatewayServiceStub, session_id: st
     return await events_of(gateway.Subscribe(request, timeout=TIMEOUT_S))
 
 
+async def resolve_retrying(
+    gateway: gateway_pb2_grpc.GatewayServiceStub, request: gateway_pb2.ResolveApprovalRequest
+) -> list[events_pb2.RuntimeEvent]:
+    """ResolveApproval, retried on UNAVAILABLE as a client should: the gateway's channel to a
+    restarted runtime may still be in its reconnect backoff (up to 1 s) when the answer arrives."""
+    for _ in range(10):
+        try:
+            return await events_of(gateway.ResolveApproval(request, timeout=TIMEOUT_S))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            await asyncio.sleep(0.5)
+    return await events_of(gateway.ResolveApproval(request, timeout=TIMEOUT_S))
+
+
 async def test_pause_kill_the_runtime_start_a_new_one_resume(cluster: Cluster) -> None:
     channel, gateway = cluster.gateway("gateway_a")
     async with channel:
@@ -144,7 +159,7 @@ async def test_pause_kill_the_runtime_start_a_new_one_resume(cluster: Cluster) -
         cluster.kill("runtime_a")  # the process that paused the turn is gone, with all its memory
         cluster.spawn("runtime_a", "services.runtime")  # a new process on the same address
 
-        resumed = await events_of(gateway.ResolveApproval(approve(session_id, approval), timeout=TIMEOUT_S))
+        resumed = await resolve_retrying(gateway, approve(session_id, approval))
         assert resumed[-1].final.text == "17 * 23 = 391."
         assert {e.turn_id for e in resumed} == {approval.turn_id}
 
