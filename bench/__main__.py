@@ -75,15 +75,27 @@ def targets(results: Path) -> str:
     if prow := paced.get(100):
         plag = plots.number(next((v for k, v in prow.items() if "cogmesh p99" in k), "nan"))
         rows.append(["fan-out p99 lag, 100 subscribers (paced)", "< 50 ms", shown(plag, " ms"), verdict(plag, 50)])
+    # Time to first event: the gateway bench's own measurement (turn after turn, nothing else
+    # running), then the peer comparison's (a new session per turn, LangGraph's server alongside).
+    latency = {r["metric"]: r for r in gateway[1]} if gateway else {}
+    first = latency.get("time to first event", {})
+    p50, p99 = plots.number(first.get("p50 ms", "nan")), plots.number(first.get("p99 ms", "nan"))
+    rows.append(["time to first event p50 (new turn, suite)", "< 3 ms", shown(p50, " ms"), verdict(p50, 3)])
+    rows.append(["time to first event p99 (new turn, suite)", "< 10 ms", shown(p99, " ms"), verdict(p99, 10)])
     peer = harness.read_data("peer")
     tokens = peer["systems"]["tokens"]["cogmesh"] if peer else {}
     p50, p99 = tokens.get("ttfe_p50_ms", math.nan), tokens.get("ttfe_p99_ms", math.nan)
-    rows.append(["time to first event p50 (100-token turn, suite)", "< 3 ms", shown(p50, " ms"), verdict(p50, 3)])
-    rows.append(["time to first event p99 (100-token turn, suite)", "< 10 ms", shown(p99, " ms"), verdict(p99, 10)])
+    rows.append(
+        ["time to first event p50 (peer run: new session, 100 tokens)", "< 3 ms", shown(p50, " ms"), verdict(p50, 3)]
+    )
+    rows.append(
+        ["time to first event p99 (peer run: new session, 100 tokens)", "< 10 ms", shown(p99, " ms"), verdict(p99, 10)]
+    )
     return (
         "# Targets (gateway issue)\n\n"
         + harness.table(["what", "target", "measured", "status"], rows)
-        + "\n\nFan-out from the Gateway section, time to first event from the peer comparison (cogmesh row).\n"
+        + "\n\nFan-out and the first time-to-first-event pair from the Gateway section; the second pair from the "
+        "peer comparison (cogmesh row), where the LangGraph server runs on the same 2 cores.\n"
     )
 
 

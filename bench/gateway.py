@@ -9,6 +9,8 @@
       to the session's log by a producer outside the gateway, through the Redis event
       log that gateway replicas share (the memory log cannot be written from outside);
       the raw server sends on the same schedule. Here p99 lag is delivery latency.
+    Subscribers run in up to four client processes and the producer in its own
+    (bench/fanout_clients.py), for cogmesh and the raw server alike.
 (b) Time to first event and full-turn latency of a new turn through the gateway and
     every service, with the zero-latency built-in model.
 
@@ -19,28 +21,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import redis.asyncio as aioredis
 
 from bench.harness import free_ports, median, percentile, suite_processes, table, write_result
-from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.redis_event_log import RedisEventLog
 from services.kit.config import Settings
 
 WORDS_PER_DELTA = 3  # the local model streams its echo three words per delta
-CHANNELS = 4  # subscribers spread over a few connections, as separate clients would be
+MAX_CLIENT_PROCESSES = 4  # subscribers are spread over up to this many client processes
 
 
 @dataclass
 class FanOut:
     received: int = 0
+    messages: int = 0
     lags: list[float] = field(default_factory=list)
     first_create: float = float("inf")
     last_receive: float = 0.0
@@ -50,51 +52,87 @@ class FanOut:
         span = self.last_receive - self.first_create
         return self.received / span if span > 0 else float("nan")
 
+    @property
+    def per_message(self) -> float:
+        return self.received / self.messages if self.messages else float("nan")
 
-async def subscribe(
-    stub: gateway_pb2_grpc.GatewayServiceStub,
-    session_id: str,
-    after: int,
-    stats: FanOut,
-    ready: asyncio.Event,
-    expected: int,
-) -> None:
-    got = 0
-    async for response in stub.Subscribe(gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=after)):
-        now = time.time()
-        ready.set()
-        for event in response.events:
-            created = event.create_time.ToNanoseconds() / 1e9
-            stats.first_create = min(stats.first_create, created)
-            stats.lags.append(now - created)
-            got += 1
-        stats.received += len(response.events)
-        stats.last_receive = max(stats.last_receive, now)
-        if got >= expected:
-            return
+    def add(self, part: dict[str, Any]) -> None:
+        self.lags += part["lags"]
+        self.received += len(part["lags"])
+        self.messages += part["messages"]
+        self.first_create = min(self.first_create, part["first_create"])
+        self.last_receive = max(self.last_receive, part["last_receive"])
+
+
+async def _tool(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.fanout_clients", *args, stdout=asyncio.subprocess.PIPE, limit=1 << 28
+    )  # the limit: one JSON line carries every lag
+
+
+async def _result(process: asyncio.subprocess.Process) -> dict[str, Any]:
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 300)
+    await process.wait()
+    if process.returncode != 0 or not line:
+        raise RuntimeError(f"bench.fanout_clients exited with {process.returncode}")
+    result: dict[str, Any] = json.loads(line)
+    return result
+
+
+class Subscribers:
+    """`count` subscribers of one session, spread over client processes (bench/fanout_clients.py)."""
+
+    def __init__(self, target: str, session_id: str, count: int, expected: int):
+        self.args = (target, session_id, count, expected)
+        self.processes: list[asyncio.subprocess.Process] = []
+
+    async def start(self) -> None:
+        """Returns once every stream has had its first message."""
+        target, session_id, count, expected = self.args
+        workers = min(count, MAX_CLIENT_PROCESSES)
+        shares = [count // workers + (1 if i < count % workers else 0) for i in range(workers)]
+        for share in shares:
+            self.processes.append(
+                await _tool(
+                    "subscribe",
+                    *("--target", target, "--session", session_id),
+                    *("--subscribers", str(share), "--expected", str(expected)),
+                )
+            )
+        for process in self.processes:
+            assert process.stdout is not None
+            if (await asyncio.wait_for(process.stdout.readline(), 90)).strip() != b"ready":
+                raise RuntimeError("a subscriber process ended before its streams were open")
+
+    async def results(self) -> FanOut:
+        stats = FanOut()
+        for process in self.processes:
+            stats.add(await _result(process))
+        return stats
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.returncode is None:
+                process.kill()
 
 
 async def fan_out_cogmesh(gateway: str, subscribers: int, words: int) -> FanOut:
-    channels = [grpc.aio.insecure_channel(gateway) for _ in range(CHANNELS)]
-    stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]  # type: ignore[no-untyped-call]
-    session = (await stubs[0].CreateSession(gateway_pb2.CreateSessionRequest())).session
-    stats = FanOut()
-    # status + ceil(words/3) deltas + usage + final
-    expected = 3 + -(-(words + 13) // WORDS_PER_DELTA)
-    readies = [asyncio.Event() for _ in range(subscribers)]
-    tasks = [
-        asyncio.create_task(subscribe(stubs[i % CHANNELS], session.session_id, 0, stats, readies[i], expected))
-        for i in range(subscribers)
-    ]
-    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 30)  # first heartbeat: all connected
-    async for _ in stubs[0].SendMessage(
-        gateway_pb2.SendMessageRequest(session_id=session.session_id, content="w " * words)
-    ):
-        pass
-    await asyncio.wait_for(asyncio.gather(*tasks), 120)
-    for c in channels:
-        await c.close()
-    return stats
+    async with grpc.aio.insecure_channel(gateway) as channel:
+        stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
+        session = (await stub.CreateSession(gateway_pb2.CreateSessionRequest())).session
+        # status + ceil(words/3) deltas + usage + final
+        expected = 3 + -(-(words + 13) // WORDS_PER_DELTA)
+        readers = Subscribers(gateway, session.session_id, subscribers, expected)
+        try:
+            await readers.start()  # first heartbeat: all connected
+            async for _ in stub.SendMessage(
+                gateway_pb2.SendMessageRequest(session_id=session.session_id, content="w " * words)
+            ):
+                pass
+            return await readers.results()
+        finally:
+            readers.kill()
 
 
 async def fan_out_raw(subscribers: int, events: int, rate: float = 0.0) -> FanOut:
@@ -103,72 +141,39 @@ async def fan_out_raw(subscribers: int, events: int, rate: float = 0.0) -> FanOu
         sys.executable,
         "-m",
         "bench.raw_stream",
-        "--port",
-        str(port),
-        "--subscribers",
-        str(subscribers),
-        "--events",
-        str(events),
-        "--rate",
-        str(rate),
+        *("--port", str(port), "--subscribers", str(subscribers)),
+        *("--events", str(events), "--rate", str(rate)),
     )
+    readers = Subscribers(f"127.0.0.1:{port}", "raw", subscribers, events)
     try:
-        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(CHANNELS)]
-        await asyncio.wait_for(channels[0].channel_ready(), 30)
-        stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]  # type: ignore[no-untyped-call]
-        stats = FanOut()
-        ready = asyncio.Event()
-
-        async def one(i: int) -> None:
-            await subscribe(stubs[i % CHANNELS], "raw", 0, stats, ready, events)
-
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 30)
         # Heartbeats are not counted; the server starts once every stream is open.
-        await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(subscribers))), 300)
-        for c in channels:
-            await c.close()
-        return stats
+        await readers.start()
+        return await readers.results()
     finally:
+        readers.kill()
         server.terminate()
         await server.wait()
 
 
-async def pace(count: int, rate: float, send: Callable[[], Awaitable[None]]) -> float:
-    """Call `send` `count` times on a fixed schedule of `rate` per second; returns the rate reached."""
-    started = time.perf_counter()
-    for i in range(count):
-        due = started + i / rate - time.perf_counter()
-        if due > 0:
-            await asyncio.sleep(due)
-        await send()
-    return count / (time.perf_counter() - started)
-
-
 async def paced_cogmesh(settings: Settings, subscribers: int, events: int, rate: float) -> tuple[FanOut, float]:
     """`events` deltas appended one by one at `rate`/s to one session's shared log, read by `subscribers`."""
-    channels = [grpc.aio.insecure_channel(settings.gateway_addr) for _ in range(CHANNELS)]
-    stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]  # type: ignore[no-untyped-call]
-    session_id = (await stubs[0].CreateSession(gateway_pb2.CreateSessionRequest())).session.session_id
-    stats = FanOut()
-    readies = [asyncio.Event() for _ in range(subscribers)]
-    tasks = [
-        asyncio.create_task(subscribe(stubs[i % CHANNELS], session_id, 0, stats, readies[i], events))
-        for i in range(subscribers)
-    ]
-    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 30)
-    producer = RedisEventLog(settings.redis_url, prefix=settings.redis_key_prefix)
-
-    async def send() -> None:
-        delta = events_pb2.RuntimeEvent(turn_id="paced", assistant_delta=events_pb2.AssistantDelta(text="w w w "))
-        await producer.append(session_id, [delta])  # stamps create_time
-
+    async with grpc.aio.insecure_channel(settings.gateway_addr) as channel:
+        stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
+        session_id = (await stub.CreateSession(gateway_pb2.CreateSessionRequest())).session.session_id
+    readers = Subscribers(settings.gateway_addr, session_id, subscribers, events)
     try:
-        reached = await pace(events, rate, send)
-        await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        await readers.start()
+        producer = await _tool(
+            "produce",
+            *("--redis-url", settings.redis_url, "--prefix", settings.redis_key_prefix, "--session", session_id),
+            *("--events", str(events), "--rate", str(rate)),
+        )
+        reached = float((await _result(producer))["reached"])
+        return await readers.results(), reached
     finally:
-        await producer.close()
-        for c in channels:
-            await c.close()
-    return stats, reached
+        readers.kill()
 
 
 async def first_event(gateway: str, turns: int) -> tuple[list[float], list[float]]:
@@ -209,6 +214,7 @@ FAN_HEADERS = [
     "raw p99 lag ms",
     "cogmesh p50 lag ms",
     "raw p50 lag ms",
+    "events/message cogmesh / raw",
 ]
 
 
@@ -222,6 +228,7 @@ def fan_row(n: int, ours: FanOut, raw: FanOut) -> list[object]:
         ms(percentile(raw.lags, 99)),
         ms(median(ours.lags)),
         ms(median(raw.lags)),
+        f"{ours.per_message:.1f} / {raw.per_message:.1f}",
     ]
 
 
@@ -238,6 +245,7 @@ async def run(subscriber_counts: list[int], words: int, turns: int, rate: float,
             bursts[n] = ours
         ttfe, full = await first_event(settings.gateway_addr, turns)
     paced_events = int(rate * seconds)
+    linger_ms = Settings(**OVERRIDES).fanout_linger_ms  # type: ignore[arg-type]
     prefix = f"cogmesh-bench-{uuid.uuid4().hex[:8]}:"
     try:
         async with suite_processes(**OVERRIDES, redis_url=redis_url, redis_key_prefix=prefix) as settings:
@@ -266,8 +274,9 @@ async def run(subscriber_counts: list[int], words: int, turns: int, rate: float,
         f"## Fan-out, paced: {paced_events} events at {rate:,.0f}/s (Redis event log, producer outside the gateway)\n\n"
         "events/s is bounded by the producer's rate times the subscribers: lag is what to read here. "
         "cogmesh events are stamped when appended; the raw server's with their scheduled time, so a "
-        "stream that falls behind shows it as lag. The producer shares the bench process with every "
-        "subscriber's client, so it may fall short of the rate (last column).\n\n"
+        "stream that falls behind shows it as lag. The producer runs in its own process and may "
+        "still fall short of the rate on a busy machine (last column). Token deltas that follow "
+        f"another within {linger_ms:g} ms reach subscribers together (COGMESH_FANOUT_LINGER_MS).\n\n"
         f"{table([*FAN_HEADERS, 'producer events/s'], paced_rows)}\n\n"
         f"## A new turn through the gateway and all services ({turns} turns, built-in model)\n\n{latency}\n"
         f"{verdict}"

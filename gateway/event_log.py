@@ -95,7 +95,15 @@ class EventLog(Protocol):
 
 @dataclass
 class SessionLog:
-    """Events of one session held in memory, from `first_seq` to `last_seq`, contiguous."""
+    """Events of one session held in memory, from `first_seq` to `last_seq`, contiguous.
+
+    Readers see events up to `published_seq`. Token deltas that follow a wake-up within
+    `linger_s` are published together at the end of that window; any other event (a
+    status, a tool call, an approval, the end) publishes at once with what is pending.
+    Per-message cost dominates Python gRPC streaming, so this bounds the messages each
+    subscriber gets while a model streams tokens, for at most `linger_s` added latency
+    on a delta and none on the first event after a quiet spell.
+    """
 
     retention: int
     events: list[events_pb2.RuntimeEvent] = field(default_factory=list)
@@ -103,13 +111,21 @@ class SessionLog:
     last_seq: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
+    linger_s: float = 0.0
+    published_seq: int = -1  # -1: everything held (last_seq)
+    _published_at: float = float("-inf")
+    _due: asyncio.TimerHandle | None = None
+
+    def __post_init__(self) -> None:
+        if self.published_seq < 0:
+            self.published_seq = self.last_seq
 
     @property
     def first_seq(self) -> int:
         return self.events[0].seq if self.events else self.last_seq + 1
 
     def add(self, events: Sequence[events_pb2.RuntimeEvent]) -> None:
-        """Add events already stamped with their seq (the next ones) and wake readers."""
+        """Add events already stamped with their seq (the next ones); publish them now or at the window's end."""
         self.events.extend(events)
         self.wire.extend(wire_entry(e) for e in events)
         self.last_seq = self.events[-1].seq if self.events else self.last_seq
@@ -117,12 +133,30 @@ class SessionLog:
         if len(self.events) > self.retention + self.retention // 4:
             del self.events[: len(self.events) - self.retention]
             del self.wire[: len(self.wire) - self.retention]
+        if not self.linger_s or any(e.WhichOneof("payload") != "assistant_delta" for e in events):
+            self.publish()
+        elif self._due is None:
+            loop = asyncio.get_running_loop()
+            due = self._published_at + self.linger_s
+            if loop.time() >= due:
+                self.publish()
+            else:
+                self._due = loop.call_at(due, self.publish)
+
+    def publish(self) -> None:
+        """Make everything held visible to readers and wake them."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        if self.linger_s:
+            self._published_at = asyncio.get_running_loop().time()
+        self.published_seq = self.last_seq
         self.changed.set()
         self.changed = asyncio.Event()
 
     def close(self) -> None:
         self.closed = True
-        self.changed.set()
+        self.publish()
 
 
 def check_cursor(session_id: str, after_seq: int, first_seq: int, last_seq: int) -> None:
@@ -144,17 +178,18 @@ async def tail(
     while True:
         if log.closed:
             raise NotFound(f"session {session_id!r} was deleted", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
-        if cursor < log.last_seq:
+        if cursor < log.published_seq:
             # Replaying retained history has no lag limit; a live reader that cannot keep up is cut off.
-            if (live and log.last_seq - cursor > max_lag) or cursor < log.first_seq - 1:
+            if (live and log.published_seq - cursor > max_lag) or cursor < log.first_seq - 1:
                 raise ResourceExhausted(
                     f"subscriber fell more than {max_lag} events behind; resume from seq {cursor}",
                     reason=errors_pb2.ERROR_REASON_SUBSCRIBER_TOO_SLOW,
                     metadata={"resume_after_seq": str(cursor)},
                 )
             start = cursor - log.first_seq + 1
-            batch = Batch(log.events[start : start + max_batch])
-            batch.wire = b"".join(log.wire[start : start + max_batch])
+            stop = min(start + max_batch, log.published_seq - log.first_seq + 1)
+            batch = Batch(log.events[start:stop])
+            batch.wire = b"".join(log.wire[start:stop])
             cursor = batch[-1].seq
             yield batch
             continue
@@ -168,14 +203,14 @@ async def tail(
 
 
 class MemoryEventLog:
-    def __init__(self, retention: int = 10_000, max_lag: int = 5_000, max_batch: int = 512):
-        self.retention, self.max_lag, self.max_batch = retention, max_lag, max_batch
+    def __init__(self, retention: int = 10_000, max_lag: int = 5_000, max_batch: int = 512, linger_s: float = 0.0):
+        self.retention, self.max_lag, self.max_batch, self.linger_s = retention, max_lag, max_batch, linger_s
         self._logs: dict[str, SessionLog] = {}
 
     def _log(self, session_id: str) -> SessionLog:
         log = self._logs.get(session_id)
         if log is None:
-            log = self._logs[session_id] = SessionLog(self.retention)
+            log = self._logs[session_id] = SessionLog(self.retention, linger_s=self.linger_s)
         return log
 
     async def last_seq(self, session_id: str) -> int:

@@ -5,6 +5,7 @@ shutdown (drain) on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import contextlib
 import inspect
 import signal
@@ -348,6 +349,10 @@ async def serve(service: str, build: Build, settings: Settings) -> None:
         metrics_server = serve_metrics(settings.metrics_host, settings.metrics_port)
     try:
         running = await start(build, settings, listen)
+        # What startup made (modules, descriptors, provider SDKs) lives as long as the process:
+        # frozen, full collections skip it, instead of pausing every stream for 40-180 ms.
+        gc.collect()
+        gc.freeze()
         log.info(
             "serving",
             address=listen,

@@ -30,7 +30,7 @@ def final() -> events_pb2.RuntimeEvent:
 async def make_log(request: pytest.FixtureRequest, redis_url: str, redis_prefix: str) -> AsyncIterator[Factory]:
     made: list[EventLog] = []
 
-    def factory(**options: int) -> EventLog:
+    def factory(**options: float) -> EventLog:
         log: EventLog
         if request.param == "memory":
             # One memory log stands for "every replica" (they cannot share one).
@@ -116,6 +116,40 @@ async def test_live_reader_too_far_behind_is_cut_off_and_resumes(make_log: Facto
         await anext(stream)
     assert caught.value.metadata["resume_after_seq"] == "2"
     assert await collect(log, sid, 2, 12) == list(range(3, 13))
+
+
+def seqs(batch: list[events_pb2.RuntimeEvent] | None) -> list[int]:
+    return [e.seq for e in batch or []]
+
+
+async def test_deltas_within_the_linger_window_reach_readers_together(make_log: Factory) -> None:
+    log, sid = make_log(linger_s=0.3), uuid.uuid4().hex
+    stream = log.read(sid, 0, 30)
+    waiting = asyncio.create_task(anext(stream))
+    await asyncio.sleep(0.05)
+    await log.append(sid, [delta("0")])  # after a quiet spell: at once
+    assert seqs(await asyncio.wait_for(waiting, 2)) == [1]
+    waiting = asyncio.create_task(anext(stream))
+    for i in range(3):  # without the window the reader would wake for the first of these alone
+        await log.append(sid, [delta(str(i))])
+        await asyncio.sleep(0.03)
+    assert seqs(await asyncio.wait_for(waiting, 3)) == [2, 3, 4]
+
+
+async def test_an_event_that_is_not_a_delta_publishes_at_once_with_the_held_deltas(make_log: Factory) -> None:
+    # A window far longer than the wait tells "at once" from "at the window's end".
+    log, sid = make_log(linger_s=10.0), uuid.uuid4().hex
+    stream = log.read(sid, 0, 30)
+    waiting = asyncio.create_task(anext(stream))
+    await asyncio.sleep(0.05)
+    await log.append(sid, [delta("0")])
+    assert seqs(await asyncio.wait_for(waiting, 2)) == [1]
+    waiting = asyncio.create_task(anext(stream))
+    await log.append(sid, [delta("1")])
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # held for the window
+    await log.append(sid, [final()])
+    assert seqs(await asyncio.wait_for(waiting, 2)) == [2, 3]
 
 
 async def test_drop_ends_readers(make_log: Factory) -> None:
