@@ -245,7 +245,7 @@ async def run(subscriber_counts: list[int], words: int, turns: int, rate: float,
             bursts[n] = ours
         ttfe, full = await first_event(settings.gateway_addr, turns)
     paced_events = int(rate * seconds)
-    linger_ms = Settings(**OVERRIDES).fanout_linger_ms  # type: ignore[arg-type]
+    budget = Settings(**OVERRIDES).fanout_messages_per_s  # type: ignore[arg-type]
     prefix = f"cogmesh-bench-{uuid.uuid4().hex[:8]}:"
     try:
         async with suite_processes(**OVERRIDES, redis_url=redis_url, redis_key_prefix=prefix) as settings:
@@ -275,8 +275,9 @@ async def run(subscriber_counts: list[int], words: int, turns: int, rate: float,
         "events/s is bounded by the producer's rate times the subscribers: lag is what to read here. "
         "cogmesh events are stamped when appended; the raw server's with their scheduled time, so a "
         "stream that falls behind shows it as lag. The producer runs in its own process and may "
-        "still fall short of the rate on a busy machine (last column). Token deltas that follow "
-        f"another within {linger_ms:g} ms reach subscribers together (COGMESH_FANOUT_LINGER_MS).\n\n"
+        "still fall short of the rate on a busy machine (last column). A session's subscribers get at most "
+        f"{budget:,.0f} messages a second together (COGMESH_FANOUT_MESSAGES_PER_S): deltas that come faster "
+        "are batched, every 0.2 ms for one subscriber, every 20 ms for a hundred.\n\n"
         f"{table([*FAN_HEADERS, 'producer events/s'], paced_rows)}\n\n"
         f"## A new turn through the gateway and all services ({turns} turns, built-in model)\n\n{latency}\n"
         f"{verdict}"

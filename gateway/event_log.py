@@ -97,12 +97,12 @@ class EventLog(Protocol):
 class SessionLog:
     """Events of one session held in memory, from `first_seq` to `last_seq`, contiguous.
 
-    Readers see events up to `published_seq`. Token deltas that follow a wake-up within
-    `linger_s` are published together at the end of that window; any other event (a
-    status, a tool call, an approval, the end) publishes at once with what is pending.
-    Per-message cost dominates Python gRPC streaming, so this bounds the messages each
-    subscriber gets while a model streams tokens, for at most `linger_s` added latency
-    on a delta and none on the first event after a quiet spell.
+    Readers see events up to `published_seq`. Per-message cost dominates Python gRPC
+    streaming, so a session's readers together get at most `rate` messages a second:
+    token deltas that follow a wake-up within `readers / rate` seconds are published
+    together at the end of that window (one reader: 0.2 ms at the default 5,000/s; a
+    hundred: 20 ms). Any other event (a status, a tool call, an approval, the end), and
+    the first delta after a quiet spell, publishes at once with whatever is held.
     """
 
     retention: int
@@ -111,8 +111,9 @@ class SessionLog:
     last_seq: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
-    linger_s: float = 0.0
+    rate: float = 0.0  # messages per second to all readers together; 0: publish every event at once
     published_seq: int = -1  # -1: everything held (last_seq)
+    readers: int = 0  # live tails of this log
     _published_at: float = float("-inf")
     _due: asyncio.TimerHandle | None = None
 
@@ -133,11 +134,11 @@ class SessionLog:
         if len(self.events) > self.retention + self.retention // 4:
             del self.events[: len(self.events) - self.retention]
             del self.wire[: len(self.wire) - self.retention]
-        if not self.linger_s or any(e.WhichOneof("payload") != "assistant_delta" for e in events):
+        if not self.rate or any(e.WhichOneof("payload") != "assistant_delta" for e in events):
             self.publish()
         elif self._due is None:
             loop = asyncio.get_running_loop()
-            due = self._published_at + self.linger_s
+            due = self._published_at + self.readers / self.rate
             if loop.time() >= due:
                 self.publish()
             else:
@@ -148,7 +149,7 @@ class SessionLog:
         if self._due is not None:
             self._due.cancel()
             self._due = None
-        if self.linger_s:
+        if self.rate:
             self._published_at = asyncio.get_running_loop().time()
         self.published_seq = self.last_seq
         self.changed.set()
@@ -175,6 +176,17 @@ async def tail(
     session_id: str, log: SessionLog, cursor: int, heartbeat_s: float, max_lag: int, max_batch: int, live: bool = False
 ) -> AsyncIterator[Batch | None]:
     """Yield what `log` holds after `cursor`, then follow it; None after `heartbeat_s` idle."""
+    log.readers += 1
+    try:
+        async for item in _tail(session_id, log, cursor, heartbeat_s, max_lag, max_batch, live):
+            yield item
+    finally:
+        log.readers -= 1
+
+
+async def _tail(
+    session_id: str, log: SessionLog, cursor: int, heartbeat_s: float, max_lag: int, max_batch: int, live: bool
+) -> AsyncIterator[Batch | None]:
     while True:
         if log.closed:
             raise NotFound(f"session {session_id!r} was deleted", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
@@ -203,14 +215,14 @@ async def tail(
 
 
 class MemoryEventLog:
-    def __init__(self, retention: int = 10_000, max_lag: int = 5_000, max_batch: int = 512, linger_s: float = 0.0):
-        self.retention, self.max_lag, self.max_batch, self.linger_s = retention, max_lag, max_batch, linger_s
+    def __init__(self, retention: int = 10_000, max_lag: int = 5_000, max_batch: int = 512, fanout_rate: float = 0.0):
+        self.retention, self.max_lag, self.max_batch, self.fanout_rate = retention, max_lag, max_batch, fanout_rate
         self._logs: dict[str, SessionLog] = {}
 
     def _log(self, session_id: str) -> SessionLog:
         log = self._logs.get(session_id)
         if log is None:
-            log = self._logs[session_id] = SessionLog(self.retention, linger_s=self.linger_s)
+            log = self._logs[session_id] = SessionLog(self.retention, rate=self.fanout_rate)
         return log
 
     async def last_seq(self, session_id: str) -> int:

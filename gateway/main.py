@@ -62,12 +62,12 @@ def event_log(settings: Settings) -> EventLog:
             ttl_s=settings.event_ttl_s,
             max_lag=settings.subscriber_max_lag,
             timeout_s=settings.redis_timeout_s,
-            linger_s=settings.fanout_linger_ms / 1000,
+            fanout_rate=settings.fanout_messages_per_s,
         )
     return MemoryEventLog(
         retention=settings.event_retention,
         max_lag=settings.subscriber_max_lag,
-        linger_s=settings.fanout_linger_ms / 1000,
+        fanout_rate=settings.fanout_messages_per_s,
     )
 
 

@@ -123,7 +123,7 @@ class RedisEventLog:
         max_lag: int = 5_000,
         max_batch: int = 512,
         timeout_s: float = 2.0,
-        linger_s: float = 0.0,
+        fanout_rate: float = 0.0,
     ):
         # A connection that a Redis restart closed fails its next command before Redis runs it:
         # retry that once on a fresh connection. Only on ConnectionError: after a timeout the
@@ -139,7 +139,7 @@ class RedisEventLog:
         self._reap_script = self._redis.register_script(_REAP)
         self._open_keys = [f"{prefix}events:open-turns", f"{prefix}events:open-turn-owners"]
         self.prefix, self.retention, self.ttl_s = prefix, retention, ttl_s
-        self.max_lag, self.max_batch, self.linger_s = max_lag, max_batch, linger_s
+        self.max_lag, self.max_batch, self.fanout_rate = max_lag, max_batch, fanout_rate
         self._followers: dict[str, _Follower] = {}
 
     def _keys(self, session_id: str) -> tuple[str, str]:
@@ -256,7 +256,7 @@ class RedisEventLog:
     def _attach(self, session_id: str, last: int) -> _Follower:
         follower = self._followers.get(session_id)
         if follower is None or follower.mirror.closed:
-            follower = _Follower(SessionLog(self.retention, last_seq=last, linger_s=self.linger_s))
+            follower = _Follower(SessionLog(self.retention, last_seq=last, rate=self.fanout_rate))
             follower.task = asyncio.create_task(self._follow(session_id, follower.mirror))
             self._followers[session_id] = follower
         follower.readers += 1

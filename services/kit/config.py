@@ -69,12 +69,11 @@ class Settings(BaseSettings):
     event_retention: int = Field(10_000, gt=0, description="events kept per session in the event log")
     event_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="an event log with no appends for this long expires")
     subscriber_max_lag: int = Field(5_000, gt=0, description="events a subscriber may fall behind before cut-off")
-    fanout_linger_ms: float = Field(
-        20.0,
+    fanout_messages_per_s: float = Field(
+        5_000,
         ge=0,
-        le=1000,
-        description="token deltas within this many ms of the last wake-up reach subscribers together; "
-        "other events go at once (0: every event at once)",
+        description="messages a second to all subscribers of one session together: token deltas that come "
+        "faster are sent in batches (0: every event at once)",
     )
     subscriber_stall_s: float = Field(
         10.0, gt=0, description="seconds a subscriber may take no message before it is ended with RESOURCE_EXHAUSTED"

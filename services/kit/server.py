@@ -5,8 +5,8 @@ shutdown (drain) on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import inspect
 import signal
 import time

@@ -122,8 +122,8 @@ def seqs(batch: list[events_pb2.RuntimeEvent] | None) -> list[int]:
     return [e.seq for e in batch or []]
 
 
-async def test_deltas_within_the_linger_window_reach_readers_together(make_log: Factory) -> None:
-    log, sid = make_log(linger_s=0.3), uuid.uuid4().hex
+async def test_deltas_within_the_window_reach_readers_together(make_log: Factory) -> None:
+    log, sid = make_log(fanout_rate=1 / 0.3), uuid.uuid4().hex  # one reader: a 0.3 s window
     stream = log.read(sid, 0, 30)
     waiting = asyncio.create_task(anext(stream))
     await asyncio.sleep(0.05)
@@ -137,8 +137,8 @@ async def test_deltas_within_the_linger_window_reach_readers_together(make_log: 
 
 
 async def test_an_event_that_is_not_a_delta_publishes_at_once_with_the_held_deltas(make_log: Factory) -> None:
-    # A window far longer than the wait tells "at once" from "at the window's end".
-    log, sid = make_log(linger_s=10.0), uuid.uuid4().hex
+    # A window (10 s) far longer than the wait tells "at once" from "at the window's end".
+    log, sid = make_log(fanout_rate=0.1), uuid.uuid4().hex
     stream = log.read(sid, 0, 30)
     waiting = asyncio.create_task(anext(stream))
     await asyncio.sleep(0.05)
