@@ -39,15 +39,23 @@ from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.runtime.local_model import LocalModel
 from services.runtime.loop import run_turn
 
-# cogmesh's local model echoes a message inside 19 words of its own: 81 words make a 100-word reply.
-TOKENS_TEXT = " ".join(["w"] * 81)
+# Both models answer a plain message with REPLY_TOKENS tokens "tok0 tok1 ...", one event each
+# (cogmesh's local model through COGMESH_LOCAL_REPLY_TOKENS, the peer's fake model by design).
+REPLY_TOKENS = 100
+TOKENS_TEXT = "Tell me something."
 TOOL_TEXT = "What is 17 * 23?"
 WORKLOADS = {"tokens": TOKENS_TEXT, "tool": TOOL_TEXT}
 LABELS = {"tokens": "100 streamed tokens", "tool": "one tool call, then the answer"}
 WARMUP = 10
 ROOT = Path(__file__).resolve().parents[2]
 # The gateway's defaults throttle a tenant at 200 requests/s: a benchmark is not a tenant to throttle.
-SUITE = {"tenant_rate_per_s": 1e6, "tenant_burst": 1_000_000, "tenant_max_streams": 10_000, "log_level": "warning"}
+SUITE = {
+    "tenant_rate_per_s": 1e6,
+    "tenant_burst": 1_000_000,
+    "tenant_max_streams": 10_000,
+    "log_level": "warning",
+    "local_reply_tokens": REPLY_TOKENS,
+}
 
 Turn = Callable[[str], Awaitable[Timing]]
 
@@ -74,7 +82,7 @@ def cogmesh_turn(stub: gateway_pb2_grpc.GatewayServiceStub) -> Turn:
 
 
 def in_process_turn() -> Turn:
-    model = LocalModel()
+    model = LocalModel(reply_tokens=REPLY_TOKENS)
 
     async def one(text: str) -> Timing:
         return await time_stream(lambda: run_turn(loop_turn(model, text)), is_delta)
@@ -222,9 +230,9 @@ def report(data: dict[str, dict[str, dict[str, float]]], peer_note: str) -> str:
         f"Gateway targets for time to first event (p50 < 3 ms, p99 < 10 ms), 100-token turn through the suite: "
         f"p50 {tokens['ttfe_p50_ms']:.2f} ms ({p50_ok}), p99 {tokens['ttfe_p99_ms']:.2f} ms ({p99_ok}).",
         "",
-        "The built-in model cannot be told to stream single tokens through the suite, so cogmesh streams the "
-        "same 100 words three to a delta (fewer, larger events than the peer's one event per token); the "
-        "`events` column says how many events each side delivered.",
+        f"Both models stream the same {REPLY_TOKENS} tokens one event per token (cogmesh's built-in model with "
+        f"COGMESH_LOCAL_REPLY_TOKENS={REPLY_TOKENS}); the `events` column counts what each side delivered, "
+        "status, usage and final events included.",
         "",
         "`langgraph dev`'s in-memory queue polls for new runs every 0.5 s (langgraph_runtime_inmem "
         "`Runs.next`), so its first event waits for the next poll: its latency is that queue's, not the graph's "

@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     models_refresh_s: float = Field(
         1.0, ge=0, description="seconds between checks of the catalogue file and store for changes; 0: every call"
     )
+    local_reply_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="the built-in local model answers plain messages with exactly this many tokens, "
+        "one delta each (benchmarks); default: its echo",
+    )
     token_counter: Literal["tiktoken", "script", "chars"] = Field(
         "tiktoken", description="context token counter: tiktoken (cl100k_base), script (estimate) or chars (len/4)"
     )

@@ -33,7 +33,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         clients,
         load_agents(settings.agents_dir),
         catalog,
-        LocalModel(),
+        LocalModel(reply_tokens=settings.local_reply_tokens),
         providers=providers,
         engines=engines,
         default_runtime=settings.runtime,

@@ -711,3 +711,17 @@ async def test_list_models_by_provider(gateway: gateway_pb2_grpc.GatewayServiceS
 async def test_list_models_unknown_provider_is_empty(gateway: gateway_pb2_grpc.GatewayServiceStub) -> None:
     reply = await gateway.ListModels(gateway_pb2.ListModelsRequest(provider="nobody"), timeout=TIMEOUT_S)
     assert list(reply.models) == []
+
+
+async def test_local_reply_tokens_streams_exactly_that_many_token_deltas() -> None:
+    # COGMESH_LOCAL_REPLY_TOKENS: the benchmarks' "model streams N tokens" workload through the suite.
+    async with running_suite(SUITE_SETTINGS.model_copy(update={"local_reply_tokens": 7})) as (_, stubs):
+        gateway = stubs["gateway"]
+        events = await send(gateway, await new_session(gateway), "tell me something")
+        deltas = [e.assistant_delta.text for e in events if e.HasField("assistant_delta")]
+        assert deltas == ["tok0", *(f" tok{i}" for i in range(1, 7))]
+        assert events[-1].final.text == "tok0 tok1 tok2 tok3 tok4 tok5 tok6"
+        # Arithmetic still goes to the calculator: only the plain echo is replaced.
+        calc = await send(gateway, await new_session(gateway), "What is 17 * 23?")
+        assert any(e.HasField("tool_call_started") for e in calc)
+        assert "391" in calc[-1].final.text
