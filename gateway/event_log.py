@@ -116,6 +116,7 @@ class SessionLog:
     readers: int = 0  # live tails of this log
     _published_at: float = float("-inf")
     _due: asyncio.TimerHandle | None = None
+    _batch: Batch | None = None  # the last batch read: the next reader at the same cursor reuses it
 
     def __post_init__(self) -> None:
         if self.published_seq < 0:
@@ -143,6 +144,19 @@ class SessionLog:
                 self.publish()
             else:
                 self._due = loop.call_at(due, self.publish)
+
+    def batch(self, cursor: int, max_batch: int) -> Batch:
+        """The published events after `cursor`, at most `max_batch`; readers at one cursor share one Batch."""
+        last = min(cursor + max_batch, self.published_seq)
+        shared = self._batch
+        if shared is not None and shared[0].seq == cursor + 1 and shared[-1].seq == last:
+            return shared
+        start = cursor - self.first_seq + 1
+        stop = start + last - cursor
+        batch = Batch(self.events[start:stop])
+        batch.wire = b"".join(self.wire[start:stop])
+        self._batch = batch
+        return batch
 
     def publish(self) -> None:
         """Make everything held visible to readers and wake them."""
@@ -198,10 +212,7 @@ async def _tail(
                     reason=errors_pb2.ERROR_REASON_SUBSCRIBER_TOO_SLOW,
                     metadata={"resume_after_seq": str(cursor)},
                 )
-            start = cursor - log.first_seq + 1
-            stop = min(start + max_batch, log.published_seq - log.first_seq + 1)
-            batch = Batch(log.events[start:stop])
-            batch.wire = b"".join(log.wire[start:stop])
+            batch = log.batch(cursor, max_batch)
             cursor = batch[-1].seq
             yield batch
             continue
