@@ -63,6 +63,7 @@ class Level:
     sessions: int
     timings: list[Timing] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    error_samples: dict[str, str] = field(default_factory=dict)  # one message per error kind, to tell causes apart
     wall_s: float = 0.0
     session_bytes: dict[str, float] = field(default_factory=dict)  # per session, by service
     redis_session_bytes: float = 0.0
@@ -75,6 +76,7 @@ class Level:
             "sessions": self.sessions,
             "ok": len(self.timings),
             "errors": dict(self.errors),
+            "error_samples": self.error_samples,
             "ttfe_p50_ms": median(ttfe),
             "ttfe_p99_ms": percentile(ttfe, 99),
             "full_p99_ms": percentile([t.full * 1000 for t in self.timings], 99),
@@ -116,13 +118,16 @@ async def one_turn(stub: gateway_pb2_grpc.GatewayServiceStub, session_id: str, l
         async for response in stub.SendMessage(request, timeout=TURN_TIMEOUT_S):
             for event in response.events:
                 if event.WhichOneof("payload") == "error":  # the turn failed inside the suite
-                    raise RuntimeError(f"error event {events_pb2.ErrorKind.Name(event.error.kind)}")
+                    kind = f"error event {events_pb2.ErrorKind.Name(event.error.kind)}"
+                    level.error_samples.setdefault(kind, event.error.message)
+                    raise RuntimeError(kind)
                 yield event
 
     try:
         level.timings.append(await time_stream(events, is_delta))
     except grpc.aio.AioRpcError as exc:
         level.errors[exc.code().name] += 1
+        level.error_samples.setdefault(exc.code().name, exc.details() or "")
     except RuntimeError as exc:
         level.errors[str(exc)] += 1
 
@@ -164,6 +169,9 @@ async def run_level(
     await asyncio.wait(waited, timeout=30 + n / 20, return_when=asyncio.FIRST_COMPLETED)
     all_heard.cancel()
     level.subscriber_errors = sum(not h.is_set() or t.done() for h, t in zip(heard, tasks, strict=True))
+    for task in tasks:
+        if task.done() and isinstance(exc := task.exception(), grpc.aio.AioRpcError):
+            level.error_samples.setdefault(f"subscriber {exc.code().name}", exc.details() or "")
     level.subscriber_bytes = ((await settled_rss(supervisor, settle_s))["gateway"] - after["gateway"]) / n
     for task in tasks:
         task.cancel()
@@ -204,9 +212,11 @@ async def run_mode(mode: str, levels: list[int], warmup: int, settle_s: float) -
 
 
 def report(data: dict[str, list[dict[str, Any]]]) -> str:
-    rows = []
+    rows, samples = [], []
     for mode, levels in data.items():
         for s in levels:
+            for kind, message in s.get("error_samples", {}).items():
+                samples.append(f"- {mode} {s['sessions']}, {kind}: {message[:300]}")
             errors = ", ".join(f"{k} x{v}" for k, v in s["errors"].items()) or "0"
             kb = s["session_kb"]
             rows.append(
@@ -247,7 +257,10 @@ def report(data: dict[str, list[dict[str, Any]]]) -> str:
         "the RSS growth of the service processes over the level (sessions stay open; levels run in order on one "
         "suite, so allocator reuse makes small levels noisy), Redis memory is the growth of "
         "`MEMORY USAGE` summed over every key of a private redis-server. Subscribers: one held "
-        "Subscribe stream per session, gateway RSS growth per stream.\n\n" + table(headers, rows) + "\n"
+        "Subscribe stream per session, gateway RSS growth per stream.\n\n"
+        + table(headers, rows)
+        + "\n"
+        + ("\nOne message of each kind of error:\n\n" + "\n".join(samples) + "\n" if samples else "")
     )
 
 

@@ -4,8 +4,10 @@ Each session is a stream whose entry ids are `<seq>-0`, so a cursor maps straigh
 a stream id and seq is strictly increasing across replicas (a Lua script assigns it
 and appends atomically). Retention: MAXLEN by count, and the whole log expires after
 `ttl_s` without appends. Reads replay from Redis, then tail a local in-memory mirror
-that one follower task per watched session fills with XREAD: a hundred subscribers on
-one replica cost one Redis reader, and the fan-out itself stays in memory.
+that one XREAD loop per replica fills for every session it watches: a thousand watched
+sessions cost one Redis connection and one blocking read, and the fan-out itself stays
+in memory. Commands share a bounded pool: a burst waits for a free connection instead
+of failing, and a Redis that is down or hung still fails them within bounded time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,14 +25,19 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.typing import KeyT, StreamIdT
 
 from cogmesh.common.v1 import events_pb2
 from gateway.event_log import Batch, OpenTurn, SessionLog, check_cursor, ends_stream, is_terminal, tail
 from services.kit.errors import Unavailable
 from services.kit.logging import log
 from services.kit.protos import now
+from services.kit.redis_pool import POOL_SIZE, pooled_client
 
 T = TypeVar("T")
+
+BLOCK_MS = 1000  # longest wait of the watch loop's XREAD
+WAKE_LEN = 16  # entries kept in a replica's wake stream
 
 # KEYS: stream, seq counter, open turns (zset session -> expiry ms), their owners (hash session -> turn/tenant).
 # ARGV: maxlen, ttl seconds, session, opened owner or "", open ttl ms, closed turn or "", payload...
@@ -108,8 +116,11 @@ def _decode(entries: Any) -> Batch:
 @dataclass
 class _Follower:
     mirror: SessionLog
-    task: asyncio.Task[None] | None = None
     readers: int = 0
+
+    @property
+    def after(self) -> str:
+        return f"{self.mirror.last_seq}-0"
 
 
 class RedisEventLog:
@@ -124,16 +135,22 @@ class RedisEventLog:
         max_batch: int = 512,
         timeout_s: float = 2.0,
         fanout_rate: float = 0.0,
+        pool_size: int = POOL_SIZE,
     ):
         # A connection that a Redis restart closed fails its next command before Redis runs it:
         # retry that once on a fresh connection. Only on ConnectionError: after a timeout the
         # append may have run, and running it again would log the batch twice.
         once = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
-        self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=once
+        self._redis = pooled_client(url, timeout_s, once, pool_size)
+        # The watch loop's XREAD blocks up to BLOCK_MS, so it gets its own connection and a
+        # socket timeout past that: a hung Redis is noticed, a quiet one is not mistaken for it.
+        self._blocking = aioredis.Redis.from_url(
+            url,
+            socket_timeout=BLOCK_MS / 1000 + timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=once,
+            max_connections=1,
         )
-        # Blocking XREADs must outlive the socket timeout, so followers get their own client.
-        self._blocking = aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=timeout_s, retry=once)
         self._append_script = self._redis.register_script(_APPEND)
         self._keep_script = self._redis.register_script(_KEEP)
         self._reap_script = self._redis.register_script(_REAP)
@@ -141,6 +158,11 @@ class RedisEventLog:
         self.prefix, self.retention, self.ttl_s = prefix, retention, ttl_s
         self.max_lag, self.max_batch, self.fanout_rate = max_lag, max_batch, fanout_rate
         self._followers: dict[str, _Follower] = {}
+        self._watch: asyncio.Task[None] | None = None
+        # Adding a session wakes the loop's XREAD through this replica's own stream.
+        self._wake_key, self._wake_after = f"{prefix}events:wake:{uuid.uuid4().hex}", "0-0"
+        self._waking: asyncio.Task[None] | None = None
+        self._unwoken = False  # a session was added after the last wake was sent
 
     def _keys(self, session_id: str) -> tuple[str, str]:
         stream = f"{self.prefix}events:{{{session_id}}}"  # braces: both keys share a cluster slot
@@ -257,45 +279,77 @@ class RedisEventLog:
         follower = self._followers.get(session_id)
         if follower is None or follower.mirror.closed:
             follower = _Follower(SessionLog(self.retention, last_seq=last, rate=self.fanout_rate))
-            follower.task = asyncio.create_task(self._follow(session_id, follower.mirror))
             self._followers[session_id] = follower
+            if self._watch is None or self._watch.done():
+                self._watch = asyncio.create_task(self._watch_all(), name="event-log-watch")
+            else:  # the loop's XREAD may be blocked on the sessions it had
+                self._unwoken = True
+                if self._waking is None:
+                    self._waking = asyncio.create_task(self._wake())
         follower.readers += 1
         return follower
 
     def _detach(self, session_id: str, follower: _Follower) -> None:
         follower.readers -= 1
         if follower.readers == 0 and self._followers.get(session_id) is follower:
-            del self._followers[session_id]
-            if follower.task is not None:
-                follower.task.cancel()
+            del self._followers[session_id]  # the loop stops reading it at its next XREAD
 
-    async def _follow(self, session_id: str, mirror: SessionLog) -> None:
-        """Copy new entries of the session's stream into the mirror, in order, until cancelled."""
-        stream = self._keys(session_id)[0]
-        last_id = f"{mirror.last_seq}-0"
+    async def _wake(self) -> None:
+        """End the loop's XREAD: an entry it has not read yet makes its current or next XREAD return."""
+        try:
+            while self._unwoken:  # sessions added while a wake was on its way need one sent after them
+                self._unwoken = False
+                pipe = self._redis.pipeline(transaction=False)
+                pipe.xadd(self._wake_key, {"w": 1}, maxlen=WAKE_LEN, approximate=False)
+                pipe.expire(self._wake_key, 60)  # a replica that died leaves nothing behind
+                await pipe.execute()
+        except RedisError as exc:  # the XREAD still ends within BLOCK_MS
+            log.warning("event log could not wake its watch loop", error=str(exc))
+        finally:
+            self._waking = None
+
+    async def _watch_all(self) -> None:
+        """Copy new entries of every watched session's stream into its mirror, in order, while any is watched.
+
+        One XREAD covers them all: one connection however many sessions (a read per session
+        held a connection each, and past redis-py's 100 they failed "Too many connections").
+        """
         backoff = 0.05
-        while not mirror.closed:
+        while True:
+            watched = {self._keys(sid)[0]: f for sid, f in self._followers.items() if not f.mirror.closed}
+            if not watched:
+                return
+            cursors: dict[KeyT, StreamIdT] = {stream: f.after for stream, f in watched.items()}
+            cursors[self._wake_key] = self._wake_after
             try:
-                reply: Any = await self._blocking.xread({stream: last_id}, count=self.max_batch, block=1000)
+                reply: Any = await self._blocking.xread(cursors, count=self.max_batch, block=BLOCK_MS)
                 backoff = 0.05
             except RedisError as exc:
-                log.warning("event log follower lost redis; retrying", session_id=session_id, error=str(exc))
+                log.warning("event log watch lost redis; retrying", sessions=len(watched), error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            for _, entries in reply or []:
-                batch = _decode(entries)
-                mirror.add(batch)
-                last_id = f"{batch[-1].seq}-0"
+            for stream, entries in reply or []:
+                key = stream.decode() if isinstance(stream, bytes) else stream
+                if key == self._wake_key:
+                    last = entries[-1][0]
+                    self._wake_after = last.decode() if isinstance(last, bytes) else last
+                    continue
+                follower = watched[key]
+                if not follower.mirror.closed:
+                    follower.mirror.add(_decode(entries))
 
     async def close(self) -> None:
         followers = list(self._followers.values())  # readers detach (and edit the dict) as they end
         self._followers.clear()
         for follower in followers:
             follower.mirror.close()
-            if follower.task is not None:
-                follower.task.cancel()
+        for task in (self._watch, self._waking):
+            if task is not None:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await follower.task
+                    await task
+        with contextlib.suppress(RedisError):
+            await self._redis.delete(self._wake_key)
         await self._redis.aclose()
         await self._blocking.aclose()

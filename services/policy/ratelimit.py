@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+
+from services.kit.redis_pool import POOL_SIZE, pooled_client
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +92,9 @@ return {1, wait}
 """
 
 
-def redis_client(url: str, timeout_s: float) -> Any:
+def redis_client(url: str, timeout_s: float, pool_size: int = POOL_SIZE) -> Any:
     """A client for rate windows: a down Redis must fail a check fast (one quick retry), not stall it."""
-    return aioredis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1)
-    )
+    return pooled_client(url, timeout_s, Retry(NoBackoff(), 1), pool_size)
 
 
 class RedisWindowStore:

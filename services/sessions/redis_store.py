@@ -8,7 +8,8 @@ A release publishes on a channel that wakes the turns queued on any replica.
 
 Connection failures and timeouts become StoreUnavailable (UNAVAILABLE, retryable).
 The client retries once at once on a dropped connection, which is safe because
-every script answers a repeat exactly as it answered the first run.
+every script answers a repeat exactly as it answered the first run. Calls share a
+bounded pool of connections: a burst waits for a free one rather than failing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
+from services.kit.redis_pool import POOL_SIZE, pooled_client
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
     Acquired,
@@ -75,15 +77,9 @@ CLOSE_BATCH = 200
 _TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "NOREPLICAS")
 
 
-def connect(url: str, timeout_s: float) -> aioredis.Redis:
+def connect(url: str, timeout_s: float, pool_size: int = POOL_SIZE) -> aioredis.Redis:
     """A client whose calls fail within timeout_s instead of hanging, and retry once (no backoff)."""
-    return aioredis.Redis.from_url(
-        url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 1),
-        health_check_interval=15,
-    )
+    return pooled_client(url, timeout_s, Retry(NoBackoff(), 1), pool_size, health_check_interval=15)
 
 
 def redact(url: str) -> str:
