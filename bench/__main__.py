@@ -132,8 +132,13 @@ def main(argv: list[str]) -> int:
         for stem, title in PLOTS.items()
         if stem in drawn
     ]
+    # <name>.notes.md: what a person wrote about a bench's figures (what limits them), kept across reruns.
     sections = [
-        demote((results / f"{name}.md").read_text())
+        demote(
+            "\n\n".join(
+                path.read_text() for path in (results / f"{name}.md", results / f"{name}.notes.md") if path.exists()
+            )
+        )
         for name in [*ALL, *COLLECTED_ONLY]
         if (results / f"{name}.md").exists()
     ]
