@@ -7,6 +7,7 @@ input, BadRequest field violations. Anything unexpected becomes INTERNAL, logged
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn
@@ -172,7 +173,13 @@ class _PassThrough(CogmeshError):
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: CogmeshError) -> NoReturn:
-    await context.abort_with_status(rpc_status.to_status(error.to_status()))
+    try:
+        await context.abort_with_status(rpc_status.to_status(error.to_status()))
+    except grpc.aio.InternalError as exc:
+        # The transport ended the call before its status could be sent (the peer hung up, or the
+        # call's headers were over the size limit). grpc would have cancelled the handler had it
+        # noticed first; end it the same way, not with an exception read as an UNKNOWN status.
+        raise asyncio.CancelledError(f"call ended before its {error.code.name} status was sent") from exc
     raise AssertionError("unreachable")  # abort_with_status always raises
 
 

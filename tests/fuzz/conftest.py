@@ -5,12 +5,14 @@ Hypothesis profiles (COGMESH_FUZZ_PROFILE, default `ci`; COGMESH_FUZZ_EXAMPLES o
 the example count and, when set, makes `nightly` the default profile):
   ci       a few dozen examples per RPC, derandomized: the same cases every run
   nightly  10,000 examples per RPC, random
+COGMESH_FUZZ_REPORT=<file> appends one JSON line per RPC fuzzed: examples, seconds, status codes seen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,7 @@ settings.register_profile("ci", max_examples=int(_EXAMPLES or 50), derandomize=T
 settings.register_profile("nightly", max_examples=int(_EXAMPLES or 10_000), derandomize=False, **_common)
 FUZZ = settings.get_profile(PROFILE)
 EXAMPLES: int = FUZZ.max_examples
+REPORT = os.environ.get("COGMESH_FUZZ_REPORT", "")
 # pytest-timeout (120 s by default) must not cut a nightly run short.
 TEST_TIMEOUT_S = 120 + EXAMPLES * 1.0
 
@@ -217,6 +220,21 @@ class Harness:
             for sample in metric.samples
             if sample.name.endswith("_count") and sample.labels.get("grpc_code") in ("INTERNAL", "UNKNOWN")
         )
+
+    @staticmethod
+    def rpc_codes(method: str) -> Counter[str]:
+        """How many calls of `method` ("/pkg.Service/Name") the servers have ended so far, by status code."""
+        service, _, name = method[1:].partition("/")
+        codes: Counter[str] = Counter()
+        for metric in RPC_SECONDS.collect():
+            for sample in metric.samples:
+                labels = sample.labels
+                if sample.name.endswith("_count") and (labels.get("grpc_service"), labels.get("grpc_method")) == (
+                    service,
+                    name,
+                ):
+                    codes[labels["grpc_code"]] += int(sample.value)
+        return +codes
 
     async def serving(self) -> dict[str, str]:
         """Health of every service, by name (all should say SERVING)."""
