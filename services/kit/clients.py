@@ -99,6 +99,11 @@ class Clients:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, Any] = {}
 
+    @property
+    def call_timeout_s(self) -> float:
+        """The deadline of an internal unary call (COGMESH_CALL_TIMEOUT_S)."""
+        return self._settings.call_timeout_s
+
     def _stub(self, address: str, stub_class: Callable[[grpc.aio.Channel], Any]) -> Any:
         key = f"{stub_class.__name__}@{address}"
         if key not in self._stubs:

@@ -9,8 +9,10 @@ the session's summary state (`SessionMemory`) for this replica's next turn.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import field_mask_pb2
@@ -38,6 +40,47 @@ _CHECKPOINT_FIELD = {
     "user_input_requested": "user_input",
     "client_tool_call": "client_tool",
 }
+_RESEND_FIRST_S = 0.05  # the first pause before resending; it doubles up to _RESEND_MAX_S
+_RESEND_MAX_S = 0.5
+_T = TypeVar("_T")
+
+
+async def send_idempotent(rpc: Callable[..., Awaitable[_T]], request: Any, budget_s: float) -> _T:
+    """Send a write that sessions applies once however often it gets it (same request id or
+    interrupt id), resending it on UNAVAILABLE until it goes through or `budget_s` (one call's
+    deadline) has passed since the first attempt.
+
+    A dropped connection fails the call on it before the channel has noticed: just after the
+    UNAVAILABLE the channel can still read READY, and a resend at once goes down the same dead
+    connection ("Socket closed"). So each resend comes after a short, growing pause and with
+    wait_for_ready, the rest of the budget as its deadline: it waits for the reconnect instead of
+    failing fast while the channel backs off. When sessions is really down the budget runs out and
+    the last UNAVAILABLE is raised. Never use this for a write that is not idempotent.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget_s
+    try:
+        return await rpc(request, timeout=budget_s)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        failure = exc
+    pause = _RESEND_FIRST_S
+    while deadline - loop.time() > pause:
+        log.warning(
+            "resending an idempotent write to sessions", request=type(request).__name__, after=failure.details()
+        )
+        await asyncio.sleep(pause * (0.5 + random.random() / 2))
+        try:
+            return await rpc(request, timeout=deadline - loop.time(), wait_for_ready=True)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                break  # no connection within the budget: what the connection attempts said is the answer
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            failure = exc
+        pause = min(pause * 2, _RESEND_MAX_S)
+    raise failure
 
 
 def message_to_proto(message: ChatMessage, turn_id: str) -> messages_pb2.Message:
@@ -72,25 +115,21 @@ class TurnStore:
         request = sessions_pb2.WriteCheckpointRequest(
             tenant_id=tenant, session_id=session_id, checkpoint=checkpoint, lease_token=lease_token
         )
-        for attempt in range(2):  # the write is idempotent: a retry after UNAVAILABLE is safe
-            try:
-                await self.clients.sessions.WriteCheckpoint(request)
-                return None
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt == 0:
-                    continue
-                log.error("writing the checkpoint failed", code=exc.code().name, details=exc.details())
-                retryable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                return events_pb2.RuntimeEvent(
-                    turn_id=turn.turn_id,
-                    error=events_pb2.TurnError(
-                        kind=events_pb2.ERROR_KIND_UNAVAILABLE if retryable else events_pb2.ERROR_KIND_INTERNAL,
-                        message=f"the turn could not pause for an answer: no checkpoint stored: {exc.details()}",
-                        retryable=retryable,
-                        partial_text=turn.partial_text,
-                    ),
-                )
-        return None  # pragma: no cover - the loop always returns
+        try:  # the write is idempotent (keyed by interrupt id): resending it after UNAVAILABLE is safe
+            await send_idempotent(self.clients.sessions.WriteCheckpoint, request, self.clients.call_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            log.error("writing the checkpoint failed", code=exc.code().name, details=exc.details())
+            retryable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            return events_pb2.RuntimeEvent(
+                turn_id=turn.turn_id,
+                error=events_pb2.TurnError(
+                    kind=events_pb2.ERROR_KIND_UNAVAILABLE if retryable else events_pb2.ERROR_KIND_INTERNAL,
+                    message=f"the turn could not pause for an answer: no checkpoint stored: {exc.details()}",
+                    retryable=retryable,
+                    partial_text=turn.partial_text,
+                ),
+            )
+        return None
 
     async def persist(
         self, turn: Turn, tenant: str, session_id: str, lease_token: int, last: events_pb2.RuntimeEvent
@@ -120,24 +159,20 @@ class TurnStore:
             request_id=f"{turn_id}:final",
         )
         try:
-            try:
-                reply = await self.clients.sessions.AppendMessages(request)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                # The append may have landed before the connection dropped; the request id makes
-                # sessions answer a repeat with the first result instead of storing the messages twice.
-                await self.clients.ready("sessions", 5.0)
-                reply = await self.clients.sessions.AppendMessages(request)
+            # The append may have landed before its connection dropped; the request id makes sessions
+            # answer a repeat with the first result instead of storing the messages twice.
+            reply = await send_idempotent(self.clients.sessions.AppendMessages, request, self.clients.call_timeout_s)
         except grpc.aio.AioRpcError as exc:
             log.error("persisting the turn failed", code=exc.code().name, details=exc.details())
             self.memory.forget(session_id)
             lost_lease = exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+            down = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            cause = "sessions service unavailable" if down else f"sessions answered {exc.code().name}"
             return events_pb2.RuntimeEvent(
                 turn_id=turn_id,
                 error=events_pb2.TurnError(
                     kind=events_pb2.ERROR_KIND_INVALID_REQUEST if lost_lease else events_pb2.ERROR_KIND_UNAVAILABLE,
-                    message=f"the turn finished but its messages could not be stored: {exc.details()}",
+                    message=f"the turn finished but its messages could not be stored ({cause}): {exc.details()}",
                     retryable=not lost_lease,
                     partial_text=last.final.text if last.HasField("final") else last.error.partial_text,
                 ),

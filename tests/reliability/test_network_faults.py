@@ -18,6 +18,7 @@ from tests.reliability.helpers import (
     kind,
     messages,
     new_session,
+    retry_turn,
     run_turn,
     slow_request,
 )
@@ -116,6 +117,35 @@ async def test_a_lost_append_reply_stores_the_turn_once(healthy: Suite) -> None:
     assert len(stored) == 4, [m.content for m in stored]  # user, tool call, tool result, answer: once
     assert outcome.code is None and outcome.end is not None
     assert kind(outcome.end) == "final", outcome.end
+
+
+async def test_sessions_unreachable_when_the_turn_stores_ends_it_with_a_clear_error(healthy: Suite) -> None:
+    """The runtime resends its idempotent append while its link to sessions reconnects, but for
+    one call deadline at most: with sessions unreachable the turn ends with a retryable error
+    naming sessions, nothing of it stored, and the same message works once the link is back."""
+    cluster = healthy.cluster
+    session_id = await new_session(cluster)
+    proxy = healthy.proxy("runtime", "sessions")
+    async with gateway(cluster) as stub:
+        call = stub.SendMessage(slow_request(session_id, 1.0), timeout=60)
+        events: list[events_pb2.RuntimeEvent] = []
+        while not any(kind(e) == "tool_call_started" for e in events):
+            events += (await asyncio.wait_for(call.read(), 30)).events
+        proxy.refuse = True  # sessions is down as far as the runtime can tell...
+        healthy.host.cut(proxy)  # ...from now until the end of the turn
+        started = time.monotonic()
+        outcome = await asyncio.wait_for(finish(call, events, started), 60)
+    assert outcome.code is None and outcome.end is not None, (outcome.code, outcome.details)
+    end = outcome.end
+    assert kind(end) == "error", end
+    assert end.error.kind == events_pb2.ERROR_KIND_UNAVAILABLE and end.error.retryable, end.error
+    assert "sessions service unavailable" in end.error.message, end.error.message
+    assert outcome.seconds < 1.0 + CALL_TIMEOUT_S + MARGIN_S  # the tool's second, then one call deadline
+    assert await messages(cluster, session_id) == []
+    healthy.host.heal_all()
+    again = await retry_turn(cluster, slow_request(session_id, 0.1))
+    assert kind(again[-1]) == "final", again[-1]
+    assert len(await messages(cluster, session_id)) == 4
 
 
 async def test_latency_between_services_slows_but_does_not_break_a_turn(healthy: Suite) -> None:
