@@ -190,39 +190,32 @@ async def tail(
     session_id: str, log: SessionLog, cursor: int, heartbeat_s: float, max_lag: int, max_batch: int, live: bool = False
 ) -> AsyncIterator[Batch | None]:
     """Yield what `log` holds after `cursor`, then follow it; None after `heartbeat_s` idle."""
-    log.readers += 1
+    log.readers += 1  # sizes the batching window
     try:
-        async for item in _tail(session_id, log, cursor, heartbeat_s, max_lag, max_batch, live):
-            yield item
+        while True:
+            if log.closed:
+                raise NotFound(f"session {session_id!r} was deleted", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
+            if cursor < log.published_seq:
+                # Replaying retained history has no lag limit; a live reader that cannot keep up is cut off.
+                if (live and log.published_seq - cursor > max_lag) or cursor < log.first_seq - 1:
+                    raise ResourceExhausted(
+                        f"subscriber fell more than {max_lag} events behind; resume from seq {cursor}",
+                        reason=errors_pb2.ERROR_REASON_SUBSCRIBER_TOO_SLOW,
+                        metadata={"resume_after_seq": str(cursor)},
+                    )
+                batch = log.batch(cursor, max_batch)
+                cursor = batch[-1].seq
+                yield batch
+                continue
+            live = True
+            changed = log.changed
+            try:
+                async with asyncio.timeout(heartbeat_s):  # no task per wait, unlike wait_for (Python 3.11)
+                    await changed.wait()
+            except TimeoutError:
+                yield None
     finally:
         log.readers -= 1
-
-
-async def _tail(
-    session_id: str, log: SessionLog, cursor: int, heartbeat_s: float, max_lag: int, max_batch: int, live: bool
-) -> AsyncIterator[Batch | None]:
-    while True:
-        if log.closed:
-            raise NotFound(f"session {session_id!r} was deleted", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
-        if cursor < log.published_seq:
-            # Replaying retained history has no lag limit; a live reader that cannot keep up is cut off.
-            if (live and log.published_seq - cursor > max_lag) or cursor < log.first_seq - 1:
-                raise ResourceExhausted(
-                    f"subscriber fell more than {max_lag} events behind; resume from seq {cursor}",
-                    reason=errors_pb2.ERROR_REASON_SUBSCRIBER_TOO_SLOW,
-                    metadata={"resume_after_seq": str(cursor)},
-                )
-            batch = log.batch(cursor, max_batch)
-            cursor = batch[-1].seq
-            yield batch
-            continue
-        live = True
-        changed = log.changed
-        try:
-            async with asyncio.timeout(heartbeat_s):  # no task per wait, unlike wait_for (Python 3.11)
-                await changed.wait()
-        except TimeoutError:
-            yield None
 
 
 class MemoryEventLog:
