@@ -34,6 +34,7 @@ from services.kit.errors import (
     from_dependency,
 )
 from services.kit.logging import bind_request, log
+from services.kit.protos import APPROVAL_DECISIONS
 
 MAX_CONTENT = 100_000
 MAX_ID = 256
@@ -303,9 +304,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         decision: int, edited: Any, reason: str, problems: Violations, prefix: str
     ) -> sessions_pb2.CheckpointDecision:
         problems.check(
-            decision != events_pb2.APPROVAL_DECISION_UNSPECIFIED,
+            decision in APPROVAL_DECISIONS,
             f"{prefix}decision",
-            "must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT",
+            f"must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT, not {decision}",
         )
         problems.check(
             decision != events_pb2.APPROVAL_DECISION_EDIT or edited is not None,

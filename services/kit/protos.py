@@ -7,6 +7,8 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
+from cogmesh.common.v1 import events_pb2
+
 
 def struct_to_dict(value: struct_pb2.Struct) -> dict[str, Any]:
     return json_format.MessageToDict(value)
@@ -22,3 +24,14 @@ def now() -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     stamp.GetCurrentTime()
     return stamp
+
+
+# The approval answers a turn knows. Every layer checks membership, never "not UNSPECIFIED":
+# a value from a newer or hostile client must be refused, not read as approval.
+APPROVAL_DECISIONS = frozenset(
+    {
+        events_pb2.APPROVAL_DECISION_APPROVE,
+        events_pb2.APPROVAL_DECISION_EDIT,
+        events_pb2.APPROVAL_DECISION_REJECT,
+    }
+)

@@ -171,12 +171,18 @@ class LocalHook:
         return parse_reply(event, answer)
 
 
+KNOWN_DECISIONS = frozenset({None, "allow", "deny", "block"})
+
+
 def parse_reply(event: HookEvent, answer: Any) -> HookReply | None:
     if answer is None:
         return None
     if not isinstance(answer, Mapping):
         raise HookError(f"hook returned {type(answer).__name__}; expected a dict or None")
     decision = answer.get("decision")
+    if decision not in KNOWN_DECISIONS:
+        # A typo such as "Deny" must not read as "let it through": the hook failed (its fail mode decides).
+        raise HookError(f"unknown decision {decision!r}; expected one of {sorted(d for d in KNOWN_DECISIONS if d)}")
     reason = str(answer.get("reason", ""))
     if event is HookEvent.PRE_TOOL_USE:
         if decision in ("deny", "block"):

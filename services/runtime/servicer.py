@@ -18,7 +18,7 @@ from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.errors import FailedPrecondition, InvalidArgument, Violations
 from services.kit.logging import bind_request, log
-from services.kit.protos import struct_to_dict
+from services.kit.protos import APPROVAL_DECISIONS, struct_to_dict
 from services.kit.streams import batched
 from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBuilder
 from services.runtime.budget import SessionCosts
@@ -159,7 +159,7 @@ def validate_resume(request: runtime_pb2.ResumeTurnRequest) -> str:
     if answer == "approval":
         decision = request.approval.decision
         problems.check(
-            decision != events_pb2.APPROVAL_DECISION_UNSPECIFIED, "approval.decision", "must be APPROVE, EDIT or REJECT"
+            decision in APPROVAL_DECISIONS, "approval.decision", f"must be APPROVE, EDIT or REJECT, not {decision}"
         )
         problems.check(
             decision != events_pb2.APPROVAL_DECISION_EDIT or request.approval.HasField("edited_arguments"),
@@ -218,9 +218,12 @@ def decision_from(checkpoint: sessions_pb2.Checkpoint) -> Decision | None:
     if kind == "approval":
         if recorded.approval == events_pb2.APPROVAL_DECISION_EDIT:
             return Decision("edit", struct_to_dict(recorded.edited_arguments), decided_by=recorded.decided_by)
-        if recorded.approval == events_pb2.APPROVAL_DECISION_REJECT:
-            return Decision("reject", text=recorded.text, decided_by=recorded.decided_by)
-        return Decision("approve", decided_by=recorded.decided_by)
+        if recorded.approval == events_pb2.APPROVAL_DECISION_APPROVE:
+            return Decision("approve", decided_by=recorded.decided_by)
+        # Fail closed: only an explicit APPROVE runs the call; anything else that got this far is a rejection.
+        reason = recorded.text if recorded.approval == events_pb2.APPROVAL_DECISION_REJECT else ""
+        reason = reason or f"unknown approval decision {recorded.approval}: rejected"
+        return Decision("reject", text=reason, decided_by=recorded.decided_by)
     if kind == "user_input":
         return Decision("input", text=recorded.text, decided_by=recorded.decided_by)
     content = recorded.tool_result.content

@@ -26,7 +26,7 @@ from services.kit.errors import (
     Unavailable,
     Violations,
 )
-from services.kit.protos import dict_to_struct, now, struct_to_dict
+from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct, now, struct_to_dict
 from services.sessions import leases
 from services.sessions.model import Checkpoint as CheckpointRecord
 from services.sessions.model import (
@@ -780,9 +780,9 @@ def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> Non
     problems = Violations()
     if kind == "approval":
         problems.check(
-            decision.approval != events_pb2.APPROVAL_DECISION_UNSPECIFIED,
+            decision.approval in APPROVAL_DECISIONS,
             "decision.approval",
-            "is required to answer an approval",
+            f"must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT to answer an approval, not {decision.approval}",
         )
         problems.check(
             decision.approval != events_pb2.APPROVAL_DECISION_EDIT or decision.HasField("edited_arguments"),

@@ -250,6 +250,59 @@ async def test_answers_that_do_not_fit_are_refused_naming_the_field(env: Env) ->
     assert resumed[-1].final.text == "3 * 3 = 9."
 
 
+async def test_an_unknown_decision_is_refused_at_every_layer_and_never_approves(env: Env) -> None:
+    """Fail closed: a decision value outside APPROVE/EDIT/REJECT is INVALID_ARGUMENT wherever it arrives."""
+    session_id = await new_session(env.gateway, agent="careful")
+    paused = await stream(env.gateway.SendMessage(message(session_id, "What is 6 * 7?"), timeout=TIMEOUT_S))
+    interrupt_id = paused[-1].status.interrupt_id
+    turn_id = paused[0].turn_id
+
+    resolve = gateway_pb2.ResolveApprovalRequest(session_id=session_id, interrupt_id=interrupt_id, decision=99)  # type: ignore[arg-type]
+    error = await rpc_error(stream(env.gateway.ResolveApproval(resolve, timeout=TIMEOUT_S)))
+    _, violations = status_details(error)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violations == [("decision", "must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT, not 99")]
+
+    answer = gateway_pb2.AnswerInterruptRequest(
+        session_id=session_id,
+        interrupt_id=interrupt_id,
+        approval=runtime_pb2.ApprovalAnswer(decision=77),  # type: ignore[arg-type]
+    )
+    error = await rpc_error(stream(env.gateway.AnswerInterrupt(answer, timeout=TIMEOUT_S)))
+    _, violations = status_details(error)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and violations[0][0] == "approval.decision"
+
+    # Behind the gateway too: sessions will not record it, the runtime will not resume with it.
+    decide = sessions_pb2.DecideCheckpointRequest(
+        tenant_id=SUITE_SETTINGS.tenant_id,
+        session_id=session_id,
+        interrupt_id=interrupt_id,
+        decision=sessions_pb2.CheckpointDecision(approval=42),  # type: ignore[arg-type]
+    )
+    error = await rpc_error(env.stubs["sessions"].DecideCheckpoint(decide, timeout=TIMEOUT_S))
+    _, violations = status_details(error)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and violations[0][0] == "decision.approval"
+    resume = runtime_pb2.ResumeTurnRequest(
+        tenant_id=SUITE_SETTINGS.tenant_id,
+        session_id=session_id,
+        turn_id=turn_id,
+        interrupt_id=interrupt_id,
+        lease_token=1,
+        approval=runtime_pb2.ApprovalAnswer(decision=5),  # type: ignore[arg-type]
+    )
+    error = await rpc_error(stream(env.stubs["runtime"].ResumeTurn(resume, timeout=TIMEOUT_S)))
+    _, violations = status_details(error)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and violations[0][0] == "approval.decision"
+
+    # Nothing ran: the calculator was never called and the turn still waits for a real answer.
+    assert "tool_call_finished" not in kinds(await whole_log(env, session_id))
+    reject = gateway_pb2.ResolveApprovalRequest(
+        session_id=session_id, interrupt_id=interrupt_id, decision=events_pb2.APPROVAL_DECISION_REJECT, reason="no"
+    )
+    resumed = await stream(env.gateway.ResolveApproval(reject, timeout=TIMEOUT_S))
+    assert "rejected this call: no" in resumed[-1].final.text
+
+
 async def test_the_first_decision_wins(env: Env) -> None:
     session_id = await new_session(env.gateway, agent="careful")
     paused = await stream(env.gateway.SendMessage(message(session_id, "What is 4 * 4?"), timeout=TIMEOUT_S))

@@ -122,12 +122,17 @@ def bad_reply(**kwargs: Any) -> str:
     return "yes"
 
 
+def misspelt_deny(**kwargs: Any) -> dict[str, str]:
+    return {"decision": "Deny", "reason": "a typo must not let the call through"}
+
+
 @pytest.mark.parametrize(
     ("handler", "cause"),
     [
         (Slow(), "timed out after 50 ms"),
         (LocalHook(raising), "RuntimeError: hook crashed"),
         (LocalHook(bad_reply), "expected a dict"),
+        (LocalHook(misspelt_deny), "unknown decision 'Deny'"),
     ],
 )
 async def test_pre_tool_use_failure_fail_closed_denies(handler: Any, cause: str) -> None:

@@ -10,9 +10,11 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from google.protobuf import json_format
 
 from cogmesh.common.v1 import events_pb2
+from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.agents import AgentDefinition
 from services.runtime.budget import Limits
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
@@ -30,6 +32,7 @@ from services.runtime.loop import (
     interrupt_matcher,
     run_turn,
 )
+from services.runtime.servicer import decision_from
 from services.runtime.tools.base import answered_outside, builtin
 from services.runtime.tools.builtin import builtin_tools
 from tests.fakes.models import ScriptedModel, calls, text
@@ -309,3 +312,20 @@ async def test_snapshot_is_json_and_holds_no_callables() -> None:
     assert ChatMessage("user", "What is 3 + 3?") in [
         ChatMessage(m["role"], m["content"]) for m in snapshot["new_messages"]
     ]
+
+
+@pytest.mark.parametrize("value", [0, 4, 77, 99])
+def test_a_recorded_approval_outside_the_known_values_is_a_rejection(value: int) -> None:
+    """Fail closed: only an explicit APPROVE runs the call, whatever reached the checkpoint."""
+    checkpoint = sessions_pb2.Checkpoint(
+        approval=events_pb2.ApprovalRequired(action_name="calculator"),
+        decision=sessions_pb2.CheckpointDecision(approval=value),  # type: ignore[arg-type]
+    )
+    decision = decision_from(checkpoint)
+    assert decision is not None and decision.kind == "reject"
+    assert f"unknown approval decision {value}" in decision.text
+    approved = sessions_pb2.Checkpoint(
+        approval=events_pb2.ApprovalRequired(action_name="calculator"),
+        decision=sessions_pb2.CheckpointDecision(approval=events_pb2.APPROVAL_DECISION_APPROVE),
+    )
+    assert decision_from(approved).kind == "approve"  # type: ignore[union-attr]
