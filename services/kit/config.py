@@ -69,6 +69,9 @@ class Settings(BaseSettings):
         description="the built-in local model answers plain messages with exactly this many tokens, "
         "one delta each (benchmarks); default: its echo",
     )
+    local_delay_ms: float = Field(
+        0.0, ge=0, description="the built-in local model waits this long before each chunk: a slow model, for tests"
+    )
     token_counter: Literal["tiktoken", "script", "chars"] = Field(
         "tiktoken", description="context token counter: tiktoken (cl100k_base), script (estimate) or chars (len/4)"
     )
@@ -91,6 +94,12 @@ class Settings(BaseSettings):
         2.0, gt=0, description="seconds between lease renewals of a running turn (how fast an INTERRUPT reaches it)"
     )
     reaper_interval_s: float = Field(2.0, gt=0, description="seconds between a gateway's sweeps for orphaned turns")
+    event_log_outage_s: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a running turn waits for an unreachable event log (Redis) before it ends "
+        "with a retryable error",
+    )
     tenant_id: str = Field("default", description="tenant of unauthenticated (dev mode) callers")
     policy_dir: Path | None = Field(
         None, description="folder of policy.yaml, interceptors.yaml, role_router.yaml; default: the shipped policy"

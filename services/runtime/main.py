@@ -33,7 +33,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         clients,
         load_agents(settings.agents_dir),
         catalog,
-        LocalModel(reply_tokens=settings.local_reply_tokens),
+        LocalModel(delay_s=settings.local_delay_ms / 1000, reply_tokens=settings.local_reply_tokens),
         providers=providers,
         engines=engines,
         default_runtime=settings.runtime,
