@@ -81,7 +81,11 @@ class OpenTurn:
 
 class EventLog(Protocol):
     async def append(
-        self, session_id: str, events: Sequence[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
+        self,
+        session_id: str,
+        events: Sequence[events_pb2.RuntimeEvent],
+        opened: OpenTurn | None = None,
+        batch_id: str = "",
     ) -> None: ...
     async def keep_turn(self, turn: OpenTurn) -> None: ...
     async def expired_turns(self, limit: int = 100) -> list[OpenTurn]: ...
@@ -238,7 +242,11 @@ class MemoryEventLog:
         return not events or is_terminal(events[-1])
 
     async def append(
-        self, session_id: str, events: Sequence[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
+        self,
+        session_id: str,
+        events: Sequence[events_pb2.RuntimeEvent],
+        opened: OpenTurn | None = None,
+        batch_id: str = "",
     ) -> None:
         """Stamp each event with the session's next seq (and a time if unset), then publish."""
         log = self._log(session_id)

@@ -177,7 +177,11 @@ class RedisEventLog:
             ) from exc
 
     async def append(
-        self, session_id: str, events: Sequence[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
+        self,
+        session_id: str,
+        events: Sequence[events_pb2.RuntimeEvent],
+        opened: OpenTurn | None = None,
+        batch_id: str = "",
     ) -> None:
         if not events:
             return
