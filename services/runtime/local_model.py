@@ -14,7 +14,10 @@ b0. Otherwise, if the last user message mentions an offered tool as "@<name>" (a
    start or after a space), it calls that tool: with the JSON object that follows the
    mention as arguments, else, when the tool's schema has exactly one required string
    property (ask_user's "prompt"), with the rest of the message as that property,
-   else with {}. The id is "call_" + the first 12 hex digits of
+   else with {}. A rest of the message nested more than MAX_PARSE_DEPTH levels is not
+   parsed (Python's json fails near 1,000): the call gets {} and an arguments error
+   saying how deep, as from a provider adapter; shallower arguments are passed on as
+   they are, for the loop to bound. The id is "call_" + the first 12 hex digits of
    sha256("<number of messages>:<name>:<JSON arguments>"); no text. This makes the
    built-in model exercise any tool: ask_user, client-side tools, delegation
    ("@task {"agent": ..., "task": ...}").
@@ -43,12 +46,14 @@ rejected with ModelError(kind="invalid_request", retryable=False).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from services.kit.limits import depth_problem, json_text_depth
 from services.runtime.calculator import (
     CALCULATOR_SCHEMA,
     CalculatorError,
@@ -69,6 +74,7 @@ from services.runtime.llm import (
 
 LOCAL_MODEL_NAME = "cogmesh-local"
 WORDS_PER_DELTA = 3
+MAX_PARSE_DEPTH = 500  # far past the suite's bound (services.kit.limits), well within json's recursion
 
 _ERROR_PREFIX = "error:"
 _WORD_START = re.compile(r"(?<=\s)(?=\S)")
@@ -133,11 +139,15 @@ def _mentioned_call(text: str, tools: Sequence[ToolSchema], message_count: int) 
             continue
         rest = text[match.end() :].strip()
         arguments: dict[str, Any] = {}
+        error = ""
         if rest.startswith("{"):
-            try:
-                parsed, _ = json.JSONDecoder().raw_decode(rest)
-            except json.JSONDecodeError:
-                parsed = None
+            parsed: Any = None
+            depth = json_text_depth(rest)
+            if depth > MAX_PARSE_DEPTH:  # refused unparsed, as a provider adapter would (tool_args)
+                error = depth_problem(depth)
+            else:
+                with contextlib.suppress(json.JSONDecodeError):
+                    parsed, _ = json.JSONDecoder().raw_decode(rest)
             if isinstance(parsed, dict):
                 arguments = parsed
         elif rest:
@@ -145,7 +155,7 @@ def _mentioned_call(text: str, tools: Sequence[ToolSchema], message_count: int) 
             if single is not None:
                 arguments = {single: rest}
         digest = hashlib.sha256(f"{message_count}:{tool.name}:{_json(arguments)}".encode()).hexdigest()
-        return ToolCallRequest(id=f"call_{digest[:12]}", name=tool.name, arguments=arguments)
+        return ToolCallRequest(id=f"call_{digest[:12]}", name=tool.name, arguments=arguments, arguments_error=error)
     return None
 
 

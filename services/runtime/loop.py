@@ -11,10 +11,12 @@ against the cost budget, POST_THINK, then the step's tool calls: argument checks
 the tool budget, one policy round trip for the whole step, PRE_ACT interceptors,
 and up to `max_parallel_tools` calls at once, each bounded by its timeout, retried
 on transport failures and guarded by its server's circuit breaker. A failing tool's
-error goes back to the model as the tool result. Limits end the turn with a typed
-error or, for the tool budget, take the tools away and ask the model to answer
-(seed 004's toolLimitFinalize). Cancellation and the wall-clock limit interrupt
-whatever the turn awaits.
+error goes back to the model as the tool result; so does a call whose arguments are
+nested deeper than the suite's messages carry (`services.kit.limits`), whether from the
+model, the policy, an interceptor or a reviewer's edit: such arguments are dropped, not
+sent on. Limits end the turn with a typed error or, for the tool budget, take the
+tools away and ask the model to answer (seed 004's toolLimitFinalize). Cancellation
+and the wall-clock limit interrupt whatever the turn awaits.
 
 Some calls are not run but answered from outside, one after the other once the
 step's ordinary calls are done: a call the agent's `interrupt_on` names waits for
@@ -46,6 +48,7 @@ from google.protobuf import json_format, struct_pb2
 from jsonschema.exceptions import SchemaError
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
+from services.kit.limits import argument_depth_problem
 from services.kit.protos import dict_to_struct
 from services.runtime.budget import CostBudget, CostTracker, Limits, ToolBudget
 from services.runtime.llm import (
@@ -558,8 +561,8 @@ class _Run:
                     async for event in self._finish(text):
                         yield event
                     return
-                found, value = parse_json_text(text)
-                errors = turn.output.errors(value) if found else ["the answer is not JSON"]
+                found, value, why = parse_json_text(text)
+                errors = turn.output.errors(value) if found else [why]
                 if not errors:
                     async for event in self._finish(text, value):
                         yield event
@@ -799,7 +802,7 @@ class _Run:
                             turn.partial_text = text
                             yield _event(turn, assistant_delta=events_pb2.AssistantDelta(text=chunk.text))
                         elif isinstance(chunk, ToolCallChunk):
-                            calls.append(chunk.call)
+                            calls.append(_bounded(chunk.call))
                         elif isinstance(chunk, UsageChunk):
                             for event in self._usage(chunk):
                                 yield event
@@ -925,6 +928,11 @@ class _Run:
                     if verdict.stop:
                         self._stop_after_step(verdict.stop_kind, verdict.reason)
                     continue
+                problem = argument_depth_problem(verdict.arguments)
+                if problem:
+                    self.budget.release_call(item.tool.is_mcp)
+                    item.answer(f"error: the policy's arguments for {item.call.name} are invalid: {problem}")
+                    continue
                 item.arguments, item.wait_s, item.timeout_s = verdict.arguments, verdict.wait_s, verdict.timeout_s
         for item in items:
             if item.state != "check":
@@ -947,6 +955,11 @@ class _Run:
                     item.answer(change.skip, ok=True)
                     continue
                 if change.tool_args is not None:
+                    problem = argument_depth_problem(change.tool_args)
+                    if problem:
+                        self.budget.release_call(item.tool.is_mcp)
+                        item.answer(f"error: an interceptor's arguments for {item.call.name} are invalid: {problem}")
+                        continue
                     item.arguments = change.tool_args
             item.state = self._handling(item)
         return items
@@ -1170,7 +1183,7 @@ class _Run:
                 item.answer(f"error: a human reviewer rejected this call: {reason}")
             elif decision.kind == "edit" and decision.arguments is not None:
                 assert item.tool is not None
-                problems = _validate(item.tool, decision.arguments)
+                problems = argument_depth_problem(decision.arguments) or _validate(item.tool, decision.arguments)
                 if problems:
                     item.answer(f"error: the reviewer's edited arguments are invalid for {item.call.name}: {problems}")
                 else:
@@ -1490,6 +1503,15 @@ class _Run:
 
 
 _NOTHING = Intercept()
+
+
+def _bounded(call: ToolCallRequest) -> ToolCallRequest:
+    """A model's call as the loop takes it: arguments nested deeper than the suite's messages can
+    carry (services.kit.limits) are dropped, and the call is answered with why, like broken JSON."""
+    problem = argument_depth_problem(call.arguments) if call.arguments else ""
+    if not problem:
+        return call
+    return dataclasses.replace(call, arguments={}, arguments_error=call.arguments_error or problem)
 
 
 def _is_marker(message: ChatMessage) -> bool:

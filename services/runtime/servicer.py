@@ -17,6 +17,7 @@ from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.errors import FailedPrecondition, InvalidArgument, Violations
+from services.kit.limits import MAX_ARGUMENT_DEPTH, json_depth
 from services.kit.logging import bind_request, log
 from services.kit.protos import APPROVAL_DECISIONS, struct_to_dict
 from services.kit.streams import batched
@@ -170,6 +171,12 @@ def validate_resume(request: runtime_pb2.ResumeTurnRequest) -> str:
             request.approval.edited_arguments.ByteSize() <= MAX_SCHEMA_BYTES,
             "approval.edited_arguments",
             f"must be at most {MAX_SCHEMA_BYTES} bytes",
+        )
+        depth = json_depth(struct_to_dict(request.approval.edited_arguments))
+        problems.check(
+            depth <= MAX_ARGUMENT_DEPTH,
+            "approval.edited_arguments",
+            f"must be nested at most {MAX_ARGUMENT_DEPTH} levels deep, not {depth}",
         )
         problems.check(len(request.approval.reason) <= MAX_CONTENT, "approval.reason", "is too long")
     elif answer == "user_input":

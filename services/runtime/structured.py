@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import SchemaError
 
+from services.kit.limits import MAX_ARGUMENT_DEPTH, depth_problem, json_text_depth
 from services.runtime.llm import ToolSchema
 
 RESPOND_TOOL = "final_response"
@@ -69,17 +70,26 @@ class OutputSpec:
         return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in found[:10]]
 
 
-def parse_json_text(text: str) -> tuple[bool, Any]:
-    """(True, value) when the text is JSON or holds a fenced JSON block; (False, None) otherwise."""
+def parse_json_text(text: str) -> tuple[bool, Any, str]:
+    """(True, value, "") when the text is JSON or holds a fenced JSON block; (False, None, why) otherwise.
+
+    JSON nested deeper than MAX_ARGUMENT_DEPTH is not parsed: it could not travel as the
+    turn's structured output, and `json` cannot parse ~1,000 levels at all.
+    """
+    why = "the answer is not JSON"
     candidates = [text.strip(), *(m.group(1).strip() for m in _FENCED.finditer(text))]
     for candidate in candidates:
         if not candidate:
             continue
-        try:
-            return True, json.loads(candidate)
-        except json.JSONDecodeError:
+        depth = json_text_depth(candidate)
+        if depth > MAX_ARGUMENT_DEPTH:
+            why = depth_problem(depth, "the answer is")
             continue
-    return False, None
+        try:
+            return True, json.loads(candidate), ""
+        except (json.JSONDecodeError, RecursionError):
+            continue
+    return False, None, why
 
 
 def repair_message(errors: list[str]) -> str:

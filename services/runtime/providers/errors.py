@@ -98,6 +98,10 @@ def classify(provider: str, exc: BaseException) -> ModelError:
         return ModelError(
             f"{provider} sent a malformed stream chunk: {_one_line(exc)}", kind="provider_error", retryable=True
         )
+    if isinstance(exc, RecursionError):  # JSON nested ~1,000 levels (Gemini sends tool arguments parsed)
+        return ModelError(
+            f"{provider} sent a stream chunk nested too deep to parse", kind="provider_error", retryable=True
+        )
     return ModelError(f"{provider} call failed: {name}: {_one_line(exc)}", kind="provider_error", retryable=False)
 
 
