@@ -25,6 +25,7 @@ to sessions, and only a session with a pending interrupt pays for the checkpoint
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,13 +41,24 @@ from gateway import auth
 from gateway.event_log import OpenTurn
 from gateway.event_log import ends_stream as ends_stream  # re-exported for the servicers
 from gateway.event_log import is_paused as is_paused
-from gateway.turns import _ERROR_KINDS, _RETRYABLE, TurnRunner, error_event
+from gateway.turns import _ERROR_KINDS, _RETRYABLE, EventLogLost, TurnRunner, error_event
 from services.kit.clients import call
-from services.kit.errors import CogmeshError, FailedPrecondition, from_dependency
+from services.kit.errors import CogmeshError, FailedPrecondition, Unavailable, from_dependency
 from services.kit.logging import bind_request, log
 
 RESUME_MARK = ":resume:"
 HANDOVER_S = 5.0  # how long an answer waits for a just-paused turn to hand its lease back
+
+
+class _BatchIds:
+    """Ids of one pump's appends: a retried append repeats its id, so the log keeps it once."""
+
+    def __init__(self) -> None:
+        self.prefix, self.count = uuid.uuid4().hex[:16], 0
+
+    def next(self) -> str:
+        self.count += 1
+        return f"{self.prefix}:{self.count}"
 
 
 class Following(Exception):
@@ -113,16 +125,6 @@ class TurnDriver(TurnRunner):
                 strategy=strategy,
             ),
         )
-        if lease.pending_interrupt_ids:
-            await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
-        start_seq = await self.events.last_seq(session_id)
-        # Acknowledge at once: watchers learn the turn id and its first seq before the runtime answers.
-        accepted = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
-        await self.events.append(
-            session_id,
-            [events_pb2.RuntimeEvent(turn_id=turn_id, status=accepted)],
-            opened=self.open_turn(tenant_id, session_id, turn_id),
-        )
         request = runtime_pb2.RunTurnRequest(
             tenant_id=tenant_id,
             session_id=session_id,
@@ -131,6 +133,27 @@ class TurnDriver(TurnRunner):
             model=model,
             lease_token=lease.lease_token,
         )
+        if lease.pending_interrupt_ids:
+            await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
+        try:
+            start_seq = await self.events.last_seq(session_id)
+            # Acknowledge at once: watchers learn the turn id and its first seq before the runtime answers.
+            accepted = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
+            await self.append(
+                session_id,
+                [events_pb2.RuntimeEvent(turn_id=turn_id, status=accepted)],
+                opened=self.open_turn(tenant_id, session_id, turn_id),
+                batch_id=f"{turn_id}:accepted",
+                patience_s=self.settings.call_timeout_s,
+            )
+        except BaseException as exc:  # nothing started: hand the lease back at once
+            self.release_soon(request)
+            if isinstance(exc, EventLogLost):
+                raise Unavailable(
+                    f"event log (Redis) unavailable: {exc}; nothing was started, send the message again",
+                    metadata={"dependency": "redis", "retryable": "true"},
+                ) from exc
+            raise
         if options is not None:
             options.apply(request)
         timeout = self._timeout(deadline_s)
@@ -167,58 +190,94 @@ class TurnDriver(TurnRunner):
     async def _pump(
         self, request: TurnRequest, stream: Any, first: list[events_pb2.RuntimeEvent], opened: OpenTurn | None = None
     ) -> None:
-        """Log the turn's events; free the lease before its last event (final, error or pause) is visible."""
+        """Log the turn's events; free the lease before its last event (final, error or pause) is visible.
+
+        Every way out logs an end: the runtime's own, or an error saying what failed (the
+        runtime's status, a message that did not decode, a bug here). An event log that is
+        away is waited for (`append`); one away too long ends the turn once it is back.
+        """
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
-        released = False
+        released = ended = False
         keeper = asyncio.create_task(self._keep_lease(request))  # type: ignore[arg-type]
+        batch_ids = _BatchIds()
 
         async def release() -> None:
             nonlocal released
             if not released:
-                released = True
                 keeper.cancel()
-                await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+                released = True
+                # A sessions service that is away delays the end event by one call deadline at most.
+                await self.release_now(request)  # type: ignore[arg-type]
 
-        async def log_events(events: list[events_pb2.RuntimeEvent]) -> None:
-            nonlocal opened
+        async def log_events(events: list[events_pb2.RuntimeEvent], patience_s: float | None = None) -> None:
+            nonlocal opened, ended
             for event in events:
                 event.turn_id = request.turn_id
-            if any(ends_stream(e) for e in events):
+            closing = any(ends_stream(e) for e in events)
+            if closing:
                 await release()
-            await self.events.append(request.session_id, events, opened)
+            await self.append(request.session_id, events, opened, batch_ids.next(), patience_s)
             opened = None  # marked open once; `_keep_lease` renews the mark
+            ended = ended or closing
+
+        async def fail(kind: int, message: str, retryable: bool, patience_s: float | None = None) -> None:
+            if not ended:
+                await log_events([error_event(request.turn_id, kind, message, retryable)], patience_s)
 
         try:
             if first:
                 await log_events(first)
             async for response in stream:
+                if response is None:  # grpc logged "Exception deserializing message!" and gave us nothing
+                    stream.cancel()
+                    message = "runtime sent a message the gateway could not decode; the turn was stopped"
+                    await fail(events_pb2.ERROR_KIND_INTERNAL, message, True)
+                    return
                 await log_events(list(response.events))
-            if not released:
-                message = "runtime ended the turn without a final event"
-                await release()
-                await self.events.append(
-                    request.session_id, [error_event(request.turn_id, events_pb2.ERROR_KIND_INTERNAL, message, True)]
-                )
+            await fail(events_pb2.ERROR_KIND_INTERNAL, "runtime ended the turn without a final event", True)
         except grpc.aio.AioRpcError as exc:
             log.warning("turn failed", code=exc.code().name, details=exc.details())
             kind = _ERROR_KINDS.get(exc.code(), events_pb2.ERROR_KIND_INTERNAL)
-            message = f"runtime: {exc.code().name}: {exc.details()}"
-            await release()
-            await self.events.append(
-                request.session_id, [error_event(request.turn_id, kind, message, exc.code() in _RETRYABLE)]
-            )
+            await fail(kind, f"runtime: {exc.code().name}: {exc.details()}", exc.code() in _RETRYABLE)
         except asyncio.CancelledError:
-            await release()
             message = "gateway shut down during the turn"
-            error = error_event(request.turn_id, events_pb2.ERROR_KIND_UNAVAILABLE, message, True)
-            await asyncio.shield(self.events.append(request.session_id, [error]))
+            with contextlib.suppress(EventLogLost):  # one try: the gateway is on its way out
+                await asyncio.shield(fail(events_pb2.ERROR_KIND_UNAVAILABLE, message, True, patience_s=0))
             raise
-        except CogmeshError as exc:  # the event log itself failed (e.g. Redis away): nowhere to report it
-            log.error("turn aborted: cannot log its events", error=exc.message)
+        except EventLogLost as exc:
+            stream.cancel()
+            log.error("turn stopped: the event log stayed unavailable", error=str(exc))
+            if not ended:
+                self._finish_later(request, str(exc))
+        except Exception:  # noqa: BLE001 - a bug must still end the turn, not leave its watchers waiting
+            log.exception("turn failed in the gateway")
+            stream.cancel()
+            with contextlib.suppress(EventLogLost):
+                await fail(events_pb2.ERROR_KIND_INTERNAL, "the gateway failed while driving the turn", True)
         finally:
             keeper.cancel()
             if not released:  # never leave the session locked until the lease expires
-                await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+                self.release_soon(request)  # type: ignore[arg-type]
+
+    def _finish_later(self, request: TurnRequest, cause: str) -> None:
+        """End a turn the event log was away for: once it is back, free the lease, then log the error."""
+        outage_s = self.settings.event_log_outage_s
+
+        async def finish() -> None:
+            await self.release_soon(request)  # type: ignore[arg-type]
+            message = (
+                f"event log (Redis) unavailable for more than {outage_s:g}s, so the turn was stopped: {cause}; "
+                "send the message again"
+            )
+            error = error_event(request.turn_id, events_pb2.ERROR_KIND_UNAVAILABLE, message, True)
+            try:
+                await self.append(request.session_id, [error], patience_s=self.lease_ttl_s)
+            except EventLogLost:  # its mark lapses and any replica's reaper ends it
+                log.error("could not log the end of a turn stopped by an event log outage")
+
+        task = asyncio.create_task(finish())
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     # ------------------------------------------------------------------ paused turns
 
@@ -258,7 +317,6 @@ class TurnDriver(TurnRunner):
             lease = await call(
                 "sessions", lambda r: self.clients.sessions.AcquireTurnLease(r, timeout=HANDOVER_S), acquire
             )
-        start_seq = await self.events.last_seq(session_id)
         request = runtime_pb2.ResumeTurnRequest(
             tenant_id=tenant_id,
             session_id=session_id,
@@ -268,17 +326,23 @@ class TurnDriver(TurnRunner):
         )
         if abandon:
             request.abandon = True
+        try:
+            start_seq = await self.events.last_seq(session_id)
+        except BaseException:
+            self.release_soon(request)  # type: ignore[arg-type]
+            raise
         stream = self.clients.runtime.ResumeTurn(request, timeout=self._timeout(deadline_s))
         try:
             first = await stream.read()
         except grpc.aio.AioRpcError as exc:
-            await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+            await self.release_now(request)  # type: ignore[arg-type]
             raise from_dependency(exc, "runtime") from exc
         except BaseException:
             stream.cancel()
-            await asyncio.shield(self._release(request))  # type: ignore[arg-type]
+            await self.release_now(request)  # type: ignore[arg-type]
             raise
-        events = [] if first is grpc.aio.EOF else list(first.events)
+        # None: grpc could not decode it; the pump reads on and ends the turn with an error.
+        events = [] if first is grpc.aio.EOF or first is None else list(first.events)
         opened = self.open_turn(tenant_id, session_id, turn_id)
         task = asyncio.create_task(self._pump(request, stream, events, opened))
         self._track(session_id, turn_id, task)

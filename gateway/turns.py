@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import grpc
 
@@ -20,7 +21,7 @@ from gateway.event_log import EventLog, OpenTurn
 from gateway.reaper import Reaper
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError
+from services.kit.errors import CogmeshError, Unavailable
 from services.kit.logging import log
 
 _ERROR_KINDS = {
@@ -42,6 +43,10 @@ def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> event
     )
 
 
+class EventLogLost(Exception):
+    """The event log stayed unreachable longer than a turn may wait for it."""
+
+
 LEASE_TTL_S = Settings.model_fields["turn_lease_ttl_s"].default  # the default; settings.turn_lease_ttl_s rules
 
 
@@ -54,6 +59,7 @@ class TurnRunner:
         # Ends turns whose gateway replica died (only a shared log outlives its gateway).
         self.reaper = Reaper(events, clients, settings.reaper_interval_s)
         self.reaper.start()
+        self._releasing: set[asyncio.Task[Any]] = set()  # releases still retrying after their turn ended
 
     def open_turn(self, tenant_id: str, session_id: str, turn_id: str) -> OpenTurn:
         return OpenTurn(session_id, turn_id, tenant_id, self.lease_ttl_s)
@@ -88,15 +94,73 @@ class TurnRunner:
                 await self.cancel(request.session_id, request.turn_id)
                 return
 
-    async def _release(self, request: runtime_pb2.RunTurnRequest) -> None:
-        try:
-            await self.clients.sessions.ReleaseTurnLease(
-                sessions_pb2.ReleaseTurnLeaseRequest(
-                    tenant_id=request.tenant_id, session_id=request.session_id, lease_token=request.lease_token
+    async def _release(self, request: runtime_pb2.RunTurnRequest, patience_s: float | None = None) -> bool:
+        """Give the lease back, retrying while sessions is away (the release is idempotent under its token).
+
+        Gives up after `patience_s` (default: the lease's TTL, past which it has expired anyway).
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + (self.lease_ttl_s if patience_s is None else patience_s)
+        release = sessions_pb2.ReleaseTurnLeaseRequest(
+            tenant_id=request.tenant_id, session_id=request.session_id, lease_token=request.lease_token
+        )
+        delay = 0.05
+        while True:
+            left = give_up - loop.time()
+            try:
+                await self.clients.sessions.ReleaseTurnLease(
+                    release, timeout=max(0.05, min(self.settings.call_timeout_s, left)), wait_for_ready=True
                 )
-            )
-        except grpc.aio.AioRpcError as exc:  # the lease then expires on its own
-            log.warning("lease release failed", code=exc.code().name, details=exc.details())
+                return True
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in _RETRYABLE or left <= delay:
+                    # NOT_FOUND / FAILED_PRECONDITION: the session or the lease is gone already.
+                    log.warning("lease release failed", code=exc.code().name, details=exc.details())
+                    return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def release_soon(self, request: runtime_pb2.RunTurnRequest) -> asyncio.Task[bool]:
+        """Release in a task of its own that outlives the caller's cancellation."""
+        task = asyncio.create_task(self._release(request))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+        return task
+
+    async def release_now(self, request: runtime_pb2.RunTurnRequest) -> None:
+        """Release, waiting one call deadline at most; a release still retrying then goes on by itself."""
+        await asyncio.wait([self.release_soon(request)], timeout=self.settings.call_timeout_s)
+
+    async def append(
+        self,
+        session_id: str,
+        events: list[events_pb2.RuntimeEvent],
+        opened: OpenTurn | None = None,
+        batch_id: str = "",
+        patience_s: float | None = None,
+    ) -> None:
+        """Append to the event log, riding out an outage of up to `patience_s` (event_log_outage_s).
+
+        Retries carry the same batch id, so an append that did land before its reply was lost
+        is not logged twice. Raises EventLogLost when the log stays away longer.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + (self.settings.event_log_outage_s if patience_s is None else patience_s)
+        delay, failures = 0.05, 0
+        while True:
+            try:
+                await self.events.append(session_id, events, opened, batch_id=batch_id)
+                if failures:
+                    log.info("event log back; turn goes on", session_id=session_id, failed_appends=failures)
+                return
+            except Unavailable as exc:
+                failures += 1
+                if loop.time() + delay >= give_up:
+                    raise EventLogLost(exc.message) from exc
+                if failures == 1:
+                    log.warning("event log unavailable; holding the turn's events", error=exc.message)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def running_turn(self, session_id: str) -> str:
         return self._running.get(session_id, ("", None))[0]
@@ -139,3 +203,5 @@ class TurnRunner:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for release in list(self._releasing):
+            release.cancel()
