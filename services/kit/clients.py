@@ -1,9 +1,23 @@
-"""Channels to the other services: deadlines on every call, tracing, keepalive, retries."""
+"""Channels to the other services: deadlines on every call, tracing, keepalive, retries,
+and a bounded wait for a peer that is reconnecting.
+
+A peer that restarts is SERVING again before its callers' channels notice: they are
+still backing off from the failed reconnects (up to 1 s here). A call made then would
+fail at once with UNAVAILABLE ("connections to all backends failing"). So a call whose
+caller did not set `wait_for_ready` first waits for its channel to be READY, for at most
+half its deadline and half the internal call deadline (`ready_budget_s`: 2.5 s with the
+default COGMESH_CALL_TIMEOUT_S of 5 s), then goes out. A peer that is still not there
+fails the call fast with the channel's own UNAVAILABLE (e.g. "Connection refused"),
+which `call` reports as that dependency being unavailable. Once a wait has given up,
+calls on that channel in the next `READY_HOLDOFF_S` do not wait again: a down peer costs
+a request one wait, not one per hop (the gateway's `ready` before RunTurn, then RunTurn).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -67,28 +81,90 @@ SERVICE_CONFIG = json.dumps(
 )
 
 
-class _DefaultDeadline(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """Gives every call without an explicit timeout the configured deadline."""
+# A call waits for a reconnecting peer for at most this share of its deadline (and of the
+# internal call deadline), so a peer that stays down is reported with time to spare.
+READY_SHARE = 0.5
+# After a wait for READY gave up, calls on the channel within this many seconds fail fast.
+READY_HOLDOFF_S = 0.5
 
-    def __init__(self, unary_s: float, stream_s: float):
-        self._unary_s = unary_s
-        self._stream_s = stream_s
 
+def ready_budget_s(timeout_s: float, call_timeout_s: float) -> float:
+    """How long a call with deadline `timeout_s` waits for its channel to be READY."""
+    return min(timeout_s, call_timeout_s) * READY_SHARE
+
+
+class _Readiness:
+    """Waits, bounded, for one channel to be READY; remembers when a wait last gave up."""
+
+    def __init__(self) -> None:
+        self.channel: grpc.aio.Channel | None = None  # set once the channel exists
+        self._gave_up_at = -math.inf
+
+    async def wait(self, budget_s: float) -> bool:
+        """True when the channel is READY now or becomes READY within `budget_s`."""
+        channel = self.channel
+        if channel is None:
+            return False
+        if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+            return True
+        loop = asyncio.get_running_loop()
+        if budget_s <= 0 or loop.time() - self._gave_up_at < READY_HOLDOFF_S:
+            return False  # just found down: fail fast with the channel's own reason
+        try:
+            async with asyncio.timeout(budget_s):
+                await channel.channel_ready()
+        except TimeoutError:
+            self._gave_up_at = loop.time()
+            return False
+        return True
+
+
+class _CallDefaults:
+    """Gives a call without an explicit timeout the configured deadline and, unless the caller
+    set wait_for_ready, waits (bounded, within that deadline) for the channel to be READY."""
+
+    def __init__(self, default_s: float, call_timeout_s: float, readiness: _Readiness):
+        self._default_s = default_s
+        self._call_timeout_s = call_timeout_s
+        self._readiness = readiness
+
+    async def _prepared(self, details: Any) -> Any:
+        timeout = self._default_s if details.timeout is None else details.timeout
+        if details.wait_for_ready is None:  # an explicit choice either way is the caller's
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            if not await self._readiness.wait(ready_budget_s(timeout, self._call_timeout_s)):
+                details = details._replace(wait_for_ready=False)
+            timeout = max(timeout - (loop.time() - started), 0.0)
+        return details._replace(timeout=timeout)
+
+
+# Two objects, not one class with both methods: grpc.aio files an interceptor under the first
+# of its kinds it matches, so one object would never see server-streaming calls.
+class _UnaryDefaults(_CallDefaults, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
-        if details.timeout is None:
-            details = details._replace(timeout=self._unary_s)
-        return await continuation(details, request)
+        return await continuation(await self._prepared(details), request)
 
+
+class _StreamDefaults(_CallDefaults, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
-        if details.timeout is None:
-            details = details._replace(timeout=self._stream_s)
-        return await continuation(details, request)
+        return await continuation(await self._prepared(details), request)
+
+
+def _open(address: str, settings: Settings) -> tuple[grpc.aio.Channel, _Readiness]:
+    readiness = _Readiness()
+    interceptors = [
+        _UnaryDefaults(settings.call_timeout_s, settings.call_timeout_s, readiness),
+        _StreamDefaults(settings.turn_timeout_s, settings.call_timeout_s, readiness),
+        *aio_client_interceptors(),
+    ]
+    options = [*CHANNEL_OPTIONS, ("grpc.service_config", SERVICE_CONFIG), ("grpc.enable_retries", 1)]
+    readiness.channel = grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+    return readiness.channel, readiness
 
 
 def open_channel(address: str, settings: Settings) -> grpc.aio.Channel:
-    interceptors = [_DefaultDeadline(settings.call_timeout_s, settings.turn_timeout_s), *aio_client_interceptors()]
-    options = [*CHANNEL_OPTIONS, ("grpc.service_config", SERVICE_CONFIG), ("grpc.enable_retries", 1)]
-    return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+    return _open(address, settings)[0]
 
 
 class Clients:
@@ -97,6 +173,7 @@ class Clients:
     def __init__(self, settings: Settings):
         self._settings = settings
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._readiness: dict[str, _Readiness] = {}
         self._stubs: dict[str, Any] = {}
 
     @property
@@ -104,12 +181,15 @@ class Clients:
         """The deadline of an internal unary call (COGMESH_CALL_TIMEOUT_S)."""
         return self._settings.call_timeout_s
 
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if address not in self._channels:
+            self._channels[address], self._readiness[address] = _open(address, self._settings)
+        return self._channels[address]
+
     def _stub(self, address: str, stub_class: Callable[[grpc.aio.Channel], Any]) -> Any:
         key = f"{stub_class.__name__}@{address}"
         if key not in self._stubs:
-            if address not in self._channels:
-                self._channels[address] = open_channel(address, self._settings)
-            self._stubs[key] = stub_class(self._channels[address])
+            self._stubs[key] = stub_class(self._channel(address))
         return self._stubs[key]
 
     @property
@@ -135,25 +215,19 @@ class Clients:
     async def ready(self, service: str, timeout_s: float) -> bool:
         """Wait (bounded) until the channel to `service` is connected, e.g. after that service restarted.
 
-        Streams that must not be retried blindly call this first instead of failing fast on a
-        channel still backing off from the restart.
+        Every call without wait_for_ready now waits like this by itself (for part of its
+        deadline); this is the same wait, with the caller's bound. A wait that gives up here
+        spares the call that follows it a second one (READY_HOLDOFF_S).
         """
         address = getattr(self._settings, f"{service}_addr")
-        if address not in self._channels:
-            self._channels[address] = open_channel(address, self._settings)
-        channel = self._channels[address]
-        if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
-            return True
-        try:
-            await asyncio.wait_for(channel.channel_ready(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        self._channel(address)
+        return await self._readiness[address].wait(timeout_s)
 
     async def close(self) -> None:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._readiness.clear()
         self._stubs.clear()
 
 
