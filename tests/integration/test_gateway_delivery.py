@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -15,6 +15,8 @@ import pytest_asyncio
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
+from gateway import delivery
+from services.kit.errors import ResourceExhausted
 from tests.integration.conftest import (
     SUITE_SETTINGS,
     TIMEOUT_S,
@@ -47,6 +49,30 @@ async def gateway(gateway_address: str) -> AsyncIterator[gateway_pb2_grpc.Gatewa
         yield gateway_pb2_grpc.GatewayServiceStub(channel)
 
 
+@pytest.fixture
+def cut_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, asyncio.Event]]:
+    """Sessions whose stream the gateway ended for a stalled reader: `cut_off[session_id]` is set then.
+
+    The suite runs in this process, so the test waits for the cut-off itself, not for a guess of its time.
+    """
+    ended: dict[str, asyncio.Event] = {}
+    send = delivery.Outlet.send
+
+    async def watched(self: delivery.Outlet, message: Any, events: Any = ()) -> None:
+        try:
+            await send(self, message, events)
+        except ResourceExhausted:
+            ended.setdefault(self.session_id, asyncio.Event()).set()
+            raise
+
+    monkeypatch.setattr(delivery.Outlet, "send", watched)
+    yield ended
+
+
+async def gave_up(cut_off: dict[str, asyncio.Event], session_id: str) -> None:
+    await asyncio.wait_for(cut_off.setdefault(session_id, asyncio.Event()).wait(), STALL_S + TIMEOUT_S)
+
+
 async def read_all(call: Any) -> list[events_pb2.RuntimeEvent]:
     events: list[events_pb2.RuntimeEvent] = []
     while (message := await asyncio.wait_for(call.read(), TIMEOUT_S)) is not grpc.aio.EOF:
@@ -55,7 +81,7 @@ async def read_all(call: Any) -> list[events_pb2.RuntimeEvent]:
 
 
 async def test_a_stalled_subscriber_is_ended_and_resumes_from_its_cursor(
-    gateway_address: str, gateway: gateway_pb2_grpc.GatewayServiceStub
+    gateway_address: str, gateway: gateway_pb2_grpc.GatewayServiceStub, cut_off: dict[str, asyncio.Event]
 ) -> None:
     session_id = await new_session(gateway)
     healthy = subscribe(gateway, session_id)
@@ -74,7 +100,7 @@ async def test_a_stalled_subscriber_is_ended_and_resumes_from_its_cursor(
         assert seen == turn, "the healthy subscriber must get every event, in order"
         healthy.cancel()
 
-        await asyncio.sleep(STALL_S + 1.0)  # the server gives up on the stalled one meanwhile
+        await gave_up(cut_off, session_id)
         got: list[events_pb2.RuntimeEvent] = []
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             while (message := await asyncio.wait_for(stalled.read(), TIMEOUT_S)) is not grpc.aio.EOF:
@@ -86,7 +112,9 @@ async def test_a_stalled_subscriber_is_ended_and_resumes_from_its_cursor(
     resume = int(info.metadata["resume_after_seq"])
     assert len(got) < len(turn), "it must have been cut off before the end of the turn"
     assert [e.seq for e in got] == list(range(1, len(got) + 1))
-    assert resume <= (got[-1].seq if got else 0), "the cursor must not skip what the client has not got"
+    # The message in flight when the server gave up still reaches the client, before the status: the
+    # cursor names the last seq the client got (it was one whole batch behind, 60 events, before).
+    assert resume == (got[-1].seq if got else 0), "the cursor must be the last seq the client got"
     # Resuming from the cursor it was given misses nothing.
     rest = await read_all(
         gateway.Subscribe(gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=resume, stop_when_idle=True))
@@ -96,7 +124,7 @@ async def test_a_stalled_subscriber_is_ended_and_resumes_from_its_cursor(
 
 
 async def test_a_stalled_send_message_caller_does_not_stop_the_turn(
-    gateway_address: str, gateway: gateway_pb2_grpc.GatewayServiceStub
+    gateway_address: str, gateway: gateway_pb2_grpc.GatewayServiceStub, cut_off: dict[str, asyncio.Event]
 ) -> None:
     session_id = await new_session(gateway)
     async with grpc.aio.insecure_channel(gateway_address, options=TINY_WINDOW) as channel:
@@ -113,13 +141,15 @@ async def test_a_stalled_send_message_caller_does_not_stop_the_turn(
             TIMEOUT_S * 3,
         )
         assert payload(replay[-1]) == "final" and replay[-1].turn_id == turn_id
-        await asyncio.sleep(STALL_S + 1.0)
+        await gave_up(cut_off, session_id)
+        got = list(first.events)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            while await asyncio.wait_for(call.read(), TIMEOUT_S) is not grpc.aio.EOF:
-                pass
+            while (message := await asyncio.wait_for(call.read(), TIMEOUT_S)) is not grpc.aio.EOF:
+                got.extend(message.events)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     info, _ = status_details(caught.value)
     assert info is not None and info.reason == "SUBSCRIBER_TOO_SLOW"
+    assert int(info.metadata["resume_after_seq"]) == got[-1].seq
 
 
 @pytest.mark.parametrize("stop_when_idle", [False, True])
