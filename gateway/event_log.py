@@ -11,14 +11,26 @@ than retention is OUT_OF_RANGE.
 
 A turn being driven is marked open in the log (`append(..., opened=...)`, renewed
 with `keep_turn`) until its end or pause is appended; `expired_turns` and `reap` let
-any replica end a turn whose gateway died (gateway/reaper.py). The memory log dies
-with its gateway, so it has nothing to reap. Checking the log and starting to wait happen without an
-await in between, so there is no gap and no duplicate at the replay/tail seam.
+any replica end a turn whose gateway died (gateway/reaper.py). A turn's end is logged
+before the session's next turn starts: opening a turn while the session's mark is
+held by another turn whose mark has lapsed (its driver stopped renewing it: a dead
+gateway) first appends that turn's `lost_turn_event`, with the new events, at once.
+A mark that has not lapsed is set aside instead, because a live driver frees the
+session's lease just before it logs its end (gateway/interrupts.py): that end, or the
+reaper once the mark lapses, closes it. Checking the log and starting to wait happen
+without an await in between, so there is no gap and no duplicate at the replay/tail seam.
+
+`drop` deletes a session's log for good: an append for it afterwards raises NotFound
+(SESSION_NOT_FOUND) instead of starting the log again, so a turn still running stops,
+and its readers end with the same error. `append(..., batch_id=...)` makes a retried
+append a no-op when its first try did land (RedisEventLog; the memory log never fails
+halfway).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -77,6 +89,33 @@ class OpenTurn:
     @property
     def owner(self) -> str:
         return f"{self.turn_id}/{self.tenant_id}"
+
+
+def lost_turn_event(turn: OpenTurn) -> events_pb2.RuntimeEvent:
+    """The end of a turn whose driver stopped without logging one: a retryable UNAVAILABLE error.
+
+    Logged by the reaper (gateway/reaper.py) and by an append that opens the session's
+    next turn, whichever comes first; the log makes sure only one of them lands.
+    """
+    message = (
+        f"gateway lost: the gateway replica driving turn {turn.turn_id} stopped before the turn ended "
+        "and its lease expired; send the message again"
+    )
+    error = events_pb2.TurnError(kind=events_pb2.ERROR_KIND_UNAVAILABLE, message=message, retryable=True)
+    return events_pb2.RuntimeEvent(turn_id=turn.turn_id, error=error)
+
+
+def closed_turn(events: Sequence[events_pb2.RuntimeEvent]) -> str:
+    """The turn whose end (or pause) these events carry, or ""."""
+    return next((e.turn_id for e in events if ends_stream(e)), "")
+
+
+def session_gone(session_id: str) -> NotFound:
+    return NotFound(
+        f"session {session_id!r} was deleted",
+        reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND,
+        metadata={"session_id": session_id},
+    )
 
 
 class EventLog(Protocol):
@@ -149,6 +188,19 @@ class SessionLog:
             else:
                 self._due = loop.call_at(due, self.publish)
 
+    def prepend(self, events: Sequence[events_pb2.RuntimeEvent]) -> None:
+        """Add older events, the ones right before `first_seq`, already published (a replay's backfill)."""
+        self.events[:0] = events
+        self.wire[:0] = [wire_entry(e) for e in events]
+
+    def forget_before(self, seq: int) -> None:
+        """Drop the events older than `seq` (keeping the retained ones after it)."""
+        drop = min(len(self.events), seq - self.first_seq)
+        if drop > 0:
+            del self.events[:drop]
+            del self.wire[:drop]
+            self._batch = None
+
     def batch(self, cursor: int, max_batch: int) -> Batch:
         """The published events after `cursor`, at most `max_batch`; readers at one cursor share one Batch."""
         last = min(cursor + max_batch, self.published_seq)
@@ -198,7 +250,7 @@ async def tail(
     try:
         while True:
             if log.closed:
-                raise NotFound(f"session {session_id!r} was deleted", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
+                raise session_gone(session_id)
             if cursor < log.published_seq:
                 # Replaying retained history has no lag limit; a live reader that cannot keep up is cut off.
                 if (live and log.published_seq - cursor > max_lag) or cursor < log.first_seq - 1:
@@ -222,24 +274,47 @@ async def tail(
         log.readers -= 1
 
 
+DROPPED_KEPT = 100_000  # dropped session ids a memory log remembers (a few MB at most)
+
+
+@dataclass
+class _Mark:
+    turn: OpenTurn
+    expires: float  # time.monotonic()
+
+
 class MemoryEventLog:
-    def __init__(self, retention: int = 10_000, max_lag: int = 5_000, max_batch: int = 512, fanout_rate: float = 0.0):
+    def __init__(
+        self,
+        retention: int = 10_000,
+        max_lag: int = 5_000,
+        max_batch: int = 512,
+        fanout_rate: float = 0.0,
+        dropped_kept: int = DROPPED_KEPT,
+    ):
         self.retention, self.max_lag, self.max_batch, self.fanout_rate = retention, max_lag, max_batch, fanout_rate
         self._logs: dict[str, SessionLog] = {}
+        # Open turns by session id; a mark set aside by the session's next turn, by "session/turn".
+        self._marks: dict[str, _Mark] = {}
+        self._dropped: dict[str, None] = {}  # insertion-ordered; the oldest are forgotten past `dropped_kept`
+        self._dropped_kept = dropped_kept
 
     def _log(self, session_id: str) -> SessionLog:
+        if session_id in self._dropped:
+            raise session_gone(session_id)
         log = self._logs.get(session_id)
         if log is None:
             log = self._logs[session_id] = SessionLog(self.retention, rate=self.fanout_rate)
         return log
 
     async def last_seq(self, session_id: str) -> int:
-        return self._log(session_id).last_seq
+        log = self._logs.get(session_id)
+        return log.last_seq if log is not None else 0
 
     async def ends_with_turn_end(self, session_id: str) -> bool:
         """True when the log is empty or its last event ended a turn."""
-        events = self._log(session_id).events
-        return not events or is_terminal(events[-1])
+        log = self._logs.get(session_id)
+        return log is None or not log.events or is_terminal(log.events[-1])
 
     async def append(
         self,
@@ -248,8 +323,25 @@ class MemoryEventLog:
         opened: OpenTurn | None = None,
         batch_id: str = "",
     ) -> None:
-        """Stamp each event with the session's next seq (and a time if unset), then publish."""
+        """Stamp each event with the session's next seq (and a time if unset), then publish.
+
+        `batch_id` is ignored: an append here either happens whole or not at all.
+        """
+        if not events:
+            return
         log = self._log(session_id)
+        logged = list(events)
+        if opened is not None:
+            lost = self._open(opened)
+            if lost is not None:
+                logged.insert(0, lost_turn_event(lost))
+        self._stamp(session_id, log, logged)
+        log.add(logged)
+        closed = closed_turn(events)
+        if closed:
+            self._close(session_id, closed)
+
+    def _stamp(self, session_id: str, log: SessionLog, events: Sequence[events_pb2.RuntimeEvent]) -> None:
         seq = log.last_seq
         for event in events:
             seq += 1
@@ -257,18 +349,62 @@ class MemoryEventLog:
             event.session_id = session_id
             if not event.HasField("create_time"):
                 event.create_time.CopyFrom(now())
-        log.add(events)
 
-    async def keep_turn(self, turn: OpenTurn) -> None:
+    def _open(self, turn: OpenTurn) -> OpenTurn | None:
+        """Mark `turn` open; returns the turn that held the session's mark and must be ended first, if any."""
+        held = self._marks.get(turn.session_id)
+        clock = time.monotonic()
+        lost = None
+        if held is not None and held.turn.owner != turn.owner:
+            if held.expires > clock:  # its live driver may be about to log its end: keep its mark aside
+                self._marks[f"{turn.session_id}/{held.turn.turn_id}"] = held
+            else:
+                lost = held.turn
+        self._marks[turn.session_id] = _Mark(turn, clock + turn.ttl_s)
+        return lost
+
+    def _mark_key(self, turn: OpenTurn) -> str | None:
+        for key in (turn.session_id, f"{turn.session_id}/{turn.turn_id}"):
+            mark = self._marks.get(key)
+            if mark is not None and mark.turn.owner == turn.owner:
+                return key
         return None
 
+    def _close(self, session_id: str, turn_id: str) -> None:
+        held = self._marks.get(session_id)
+        if held is not None and held.turn.turn_id == turn_id:
+            del self._marks[session_id]
+        self._marks.pop(f"{session_id}/{turn_id}", None)
+
+    async def keep_turn(self, turn: OpenTurn) -> None:
+        key = self._mark_key(turn)
+        if key is not None:
+            self._marks[key].expires = time.monotonic() + turn.ttl_s
+
     async def expired_turns(self, limit: int = 100) -> list[OpenTurn]:
-        return []
+        clock = time.monotonic()
+        return [mark.turn for mark in self._marks.values() if mark.expires <= clock][:limit]
 
     async def reap(self, turn: OpenTurn, event: events_pb2.RuntimeEvent) -> bool:
-        return False
+        """Log `event` as the end of `turn` if its mark is still there and has lapsed; True if it did."""
+        key = self._mark_key(turn)
+        if key is None or self._marks[key].expires > time.monotonic():
+            return False
+        del self._marks[key]
+        if turn.session_id in self._dropped:  # nothing to end: the session is gone
+            return False
+        log = self._log(turn.session_id)
+        event.turn_id = turn.turn_id
+        self._stamp(turn.session_id, log, [event])
+        log.add([event])
+        return True
 
     async def drop(self, session_id: str) -> None:
+        self._dropped.pop(session_id, None)
+        self._dropped[session_id] = None
+        while len(self._dropped) > self._dropped_kept:
+            del self._dropped[next(iter(self._dropped))]
+        self._marks.pop(session_id, None)  # one set aside is removed when the reaper finds it
         log = self._logs.pop(session_id, None)
         if log is not None:
             log.close()

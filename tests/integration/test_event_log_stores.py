@@ -8,9 +8,11 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 import pytest_asyncio
+import redis
 
-from cogmesh.common.v1 import events_pb2
-from gateway.event_log import EventLog, MemoryEventLog
+from cogmesh.common.v1 import errors_pb2, events_pb2
+from gateway import redis_event_log
+from gateway.event_log import EventLog, MemoryEventLog, OpenTurn, lost_turn_event
 from gateway.redis_event_log import RedisEventLog
 from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted, Unavailable
 from tests.support.redis_server import RedisServer
@@ -192,4 +194,205 @@ async def test_an_append_right_after_a_redis_restart_succeeds_once() -> None:
         await log.append(sid, [delta("b")])  # the first command meets the stale connection
         events = await asyncio.wait_for(anext(log.read(sid, 0, 5)), 5) or []
         assert [(e.seq, e.assistant_delta.text) for e in events] == [(1, "a"), (2, "b")]
+        await log.close()
+
+
+# --------------------------------------------------------------------------- turns that lost their driver
+
+
+def accepted(turn_id: str) -> events_pb2.RuntimeEvent:
+    status = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
+    return events_pb2.RuntimeEvent(turn_id=turn_id, status=status)
+
+
+def ended(turn_id: str) -> events_pb2.RuntimeEvent:
+    return events_pb2.RuntimeEvent(turn_id=turn_id, final=events_pb2.FinalResult(text="done"))
+
+
+async def whole_log(log: EventLog, sid: str) -> list[tuple[int, str, str]]:
+    """(seq, turn, payload) of every event the session's log holds."""
+    last = await log.last_seq(sid)
+    found: list[tuple[int, str, str]] = []
+    if last:
+        async for batch in log.read(sid, 0, 5):
+            found += [(e.seq, e.turn_id, e.WhichOneof("payload") or "") for e in batch or []]
+            if found and found[-1][0] >= last:
+                break
+    return found
+
+
+async def expired(log: EventLog, sid: str) -> list[tuple[str, str]]:
+    return [(t.turn_id, t.tenant_id) for t in await log.expired_turns() if t.session_id == sid]
+
+
+async def test_a_turn_whose_mark_lapsed_is_ended_before_the_next_turn_starts(make_log: Factory) -> None:
+    log, sid = make_log(), uuid.uuid4().hex
+    lost = OpenTurn(sid, "a", "acme", ttl_s=0)  # its gateway died at once: the mark has lapsed
+    await log.append(sid, [accepted("a"), delta("a1")], opened=lost)
+    new = [accepted("b")]
+    await log.append(sid, new, opened=OpenTurn(sid, "b", "acme"))
+    assert await whole_log(log, sid) == [
+        (1, "a", "status"),
+        (2, "t", "assistant_delta"),
+        (3, "a", "error"),
+        (4, "b", "status"),
+    ]
+    assert new[0].seq == 4
+    end = (await anext(log.read(sid, 2, 5)) or [])[0]
+    assert end.error == lost_turn_event(lost).error and end.session_id == sid and end.create_time.seconds > 0
+    assert end.error.retryable and end.error.kind == events_pb2.ERROR_KIND_UNAVAILABLE
+    # Ended once: no replica's reaper finds it any more.
+    assert await expired(log, sid) == []
+    assert not await log.reap(lost, lost_turn_event(lost))
+    assert await log.last_seq(sid) == 4
+
+
+async def test_a_turn_already_reaped_is_not_ended_twice(make_log: Factory) -> None:
+    log, sid = make_log(), uuid.uuid4().hex
+    lost = OpenTurn(sid, "a", "acme", ttl_s=0)
+    await log.append(sid, [accepted("a")], opened=lost)
+    assert await expired(log, sid) == [("a", "acme")]
+    assert await log.reap(lost, lost_turn_event(lost))
+    await log.append(sid, [accepted("b")], opened=OpenTurn(sid, "b", "acme"))
+    assert await whole_log(log, sid) == [(1, "a", "status"), (2, "a", "error"), (3, "b", "status")]
+
+
+async def test_a_mark_that_has_not_lapsed_is_kept_aside_until_its_turn_logs_its_end(make_log: Factory) -> None:
+    # A live driver frees the lease just before it logs its end: the next turn may open in between.
+    log, sid = make_log(), uuid.uuid4().hex
+    await log.append(sid, [accepted("a")], opened=OpenTurn(sid, "a", "acme"))
+    await log.append(sid, [accepted("b")], opened=OpenTurn(sid, "b", "acme"))
+    await log.append(sid, [ended("a")])
+    assert await whole_log(log, sid) == [(1, "a", "status"), (2, "b", "status"), (3, "a", "final")]
+    await log.keep_turn(OpenTurn(sid, "a", "acme", ttl_s=0))  # would make its mark lapse, were it still there
+    await log.keep_turn(OpenTurn(sid, "b", "acme", ttl_s=0))
+    assert await expired(log, sid) == [("b", "acme")]
+
+
+async def test_a_mark_kept_aside_whose_turn_never_ends_is_reaped(make_log: Factory) -> None:
+    log, sid = make_log(), uuid.uuid4().hex
+    gone = OpenTurn(sid, "a", "acme")
+    await log.append(sid, [accepted("a")], opened=gone)
+    await log.append(sid, [accepted("b")], opened=OpenTurn(sid, "b", "acme"))
+    await log.keep_turn(OpenTurn(sid, "a", "acme", ttl_s=0))  # its driver stops renewing: the mark lapses
+    assert await expired(log, sid) == [("a", "acme")]
+    assert await log.reap(gone, lost_turn_event(gone))
+    assert not await log.reap(gone, lost_turn_event(gone))
+    assert await whole_log(log, sid) == [(1, "a", "status"), (2, "b", "status"), (3, "a", "error")]
+    assert await expired(log, sid) == []
+    await log.append(sid, [ended("b")])
+    await log.keep_turn(OpenTurn(sid, "b", "acme", ttl_s=0))
+    assert await expired(log, sid) == []
+
+
+# --------------------------------------------------------------------------- dropped sessions
+
+
+async def test_a_dropped_session_takes_no_more_events(make_log: Factory) -> None:
+    log, sid = make_log(), uuid.uuid4().hex
+    running = OpenTurn(sid, "a", "acme", ttl_s=0)
+    await log.append(sid, [accepted("a")], opened=running)
+    await log.drop(sid)
+    with pytest.raises(NotFound) as caught:
+        await log.append(sid, [delta("late")])  # the turn still runs: it must stop, not start the log anew
+    assert caught.value.reason == errors_pb2.ERROR_REASON_SESSION_NOT_FOUND
+    assert caught.value.metadata["session_id"] == sid
+    with pytest.raises(NotFound):
+        await log.append(sid, [accepted("b")], opened=OpenTurn(sid, "b", "acme"))
+    assert not await log.reap(running, lost_turn_event(running))
+    assert await expired(log, sid) == []
+    assert await log.last_seq(sid) == 0
+    assert await log.ends_with_turn_end(sid)
+    with pytest.raises(NotFound):
+        await anext(log.read(sid, 0, 5))
+
+
+async def test_dropping_a_session_ends_its_readers_on_every_replica(make_log: Factory) -> None:
+    a, b, sid = make_log(), make_log(), uuid.uuid4().hex
+    await a.append(sid, [delta("x")])
+    reader = b.read(sid, 0, 30)
+    assert seqs(await asyncio.wait_for(anext(reader), 5)) == [1]  # attached and tailing
+    waiting = asyncio.create_task(anext(reader))
+    await a.drop(sid)
+    with pytest.raises(NotFound) as caught:
+        await asyncio.wait_for(waiting, 10)
+    assert caught.value.reason == errors_pb2.ERROR_REASON_SESSION_NOT_FOUND
+
+
+async def test_a_dropped_session_leaves_only_a_tombstone_and_a_short_lived_marker(
+    redis_url: str, redis_prefix: str
+) -> None:
+    log, sid = RedisEventLog(redis_url, prefix=redis_prefix), uuid.uuid4().hex
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        await log.append(sid, [delta("x")], batch_id="1")
+        stream, seq_key, tombstone, batches = log._keys(sid)
+        await log.drop(sid)
+        with pytest.raises(NotFound):
+            await log.append(sid, [delta("late")])
+        assert admin.exists(seq_key, batches) == 0
+        assert 0 < int(admin.ttl(tombstone)) <= redis_event_log.DROPPED_TTL_S
+        assert 0 < int(admin.ttl(stream)) <= redis_event_log.DROP_WAKE_S
+        assert admin.xlen(stream) == 1  # the marker alone
+    finally:
+        admin.close()
+        await log.close()
+
+
+async def test_readers_end_even_when_their_replica_missed_the_drop_marker(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_event_log, "DROP_WAKE_S", 0)  # the marker is gone at once
+    monkeypatch.setattr(redis_event_log, "DROP_RECHECK_S", 0.1)
+    a, b = RedisEventLog(redis_url, prefix=redis_prefix), RedisEventLog(redis_url, prefix=redis_prefix)
+    sid = uuid.uuid4().hex
+    try:
+        await a.append(sid, [delta("x")])
+        reader = b.read(sid, 0, 30)
+        assert seqs(await asyncio.wait_for(anext(reader), 5)) == [1]
+        waiting = asyncio.create_task(anext(reader))
+        await a.drop(sid)
+        with pytest.raises(NotFound):
+            await asyncio.wait_for(waiting, 10)
+    finally:
+        await a.close()
+        await b.close()
+
+
+# --------------------------------------------------------------------------- retried appends
+
+
+async def test_an_append_retried_with_its_batch_id_is_logged_once(redis_url: str, redis_prefix: str) -> None:
+    log, sid = RedisEventLog(redis_url, prefix=redis_prefix), uuid.uuid4().hex
+    try:
+        await log.append(sid, [delta("a"), delta("b")], batch_id="turn:1")
+        retried = [delta("a"), delta("b")]
+        await log.append(sid, retried, batch_id="turn:1")  # its reply was lost: the driver sends it again
+        assert [e.seq for e in retried] == [1, 2] and await log.last_seq(sid) == 2
+        await log.append(sid, [delta("c")], batch_id="turn:2")
+        late = [delta("a"), delta("b")]
+        await log.append(sid, late, batch_id="turn:1")  # an earlier batch is remembered too
+        assert [e.seq for e in late] == [1, 2]
+        await log.append(sid, [delta("d")])  # no id: always appended
+        await log.append(sid, [delta("d")])
+        assert await log.last_seq(sid) == 5
+    finally:
+        await log.close()
+
+
+async def test_an_append_that_timed_out_but_ran_is_not_logged_twice_when_retried() -> None:
+    with RedisServer() as server:
+        log = RedisEventLog(server.url, prefix="p:", timeout_s=0.3)
+        sid = uuid.uuid4().hex
+        await log.append(sid, [delta("a")], batch_id="1")
+        server.pause()  # Redis takes the script but answers only once it runs again
+        with pytest.raises(Unavailable) as caught:
+            await log.append(sid, [delta("b")], batch_id="2")
+        assert caught.value.metadata["dependency"] == "redis"
+        server.resume()
+        retried = [delta("b")]
+        await log.append(sid, retried, batch_id="2")
+        events = await asyncio.wait_for(anext(log.read(sid, 0, 5)), 5) or []
+        assert [(e.seq, e.assistant_delta.text) for e in events] == [(1, "a"), (2, "b")]
+        assert retried[0].seq == 2
         await log.close()

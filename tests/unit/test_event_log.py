@@ -118,3 +118,22 @@ async def test_dropping_a_session_ends_its_readers() -> None:
     await log.drop("s")
     with pytest.raises(NotFound):
         await asyncio.wait_for(waiting, 1)
+
+
+async def test_a_dropped_session_stays_dropped_and_the_memory_of_drops_is_bounded() -> None:
+    log = MemoryEventLog(dropped_kept=3)
+    for i in range(5):
+        await log.append(f"s{i}", [delta("x")])
+        await log.drop(f"s{i}")
+    assert list(log._dropped) == ["s2", "s3", "s4"] and log._logs == {}
+    with pytest.raises(NotFound):
+        await log.append("s4", [delta("late")])
+    assert log._logs == {}
+
+
+async def test_asking_about_a_session_does_not_make_it_a_log() -> None:
+    log = MemoryEventLog()
+    assert await log.last_seq("unknown") == 0 and await log.ends_with_turn_end("unknown")
+    await log.drop("gone")
+    assert await log.last_seq("gone") == 0 and await log.ends_with_turn_end("gone")
+    assert log._logs == {}
