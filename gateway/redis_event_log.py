@@ -404,6 +404,8 @@ class RedisEventLog:
                 await self._backfill(session_id, follower, cursor)
             # Replay from Redis what the mirror does not hold, then tail the mirror.
             while cursor < follower.mirror.first_seq - 1:
+                if follower.mirror.closed:
+                    raise session_gone(session_id)
                 stop = min(cursor + self.max_batch, follower.mirror.first_seq - 1)
                 entries = await self._redis_call(
                     "replay", self._redis.xrange(self._keys(session_id)[0], f"{cursor + 1}-0", f"{stop}-0")
@@ -413,6 +415,9 @@ class RedisEventLog:
                     check_cursor(session_id, cursor, batch[0].seq if batch else last + 1, last)  # trimmed under us
                 cursor = batch[-1].seq
                 yield batch
+            if replaying and cursor >= follower.live_from - 1:
+                replaying = False
+                self._replayed(follower)
             async for item in tail(session_id, follower.mirror, cursor, heartbeat_s, self.max_lag, self.max_batch):
                 if replaying and item is not None and item[-1].seq >= follower.live_from - 1:
                     replaying = False

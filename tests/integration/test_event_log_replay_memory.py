@@ -58,3 +58,31 @@ async def test_concurrent_replays_share_one_copy_of_the_history(redis_url: str, 
     print(f"peak of one replay {one / 2**20:.2f} MiB, of {READERS} at once {many / 2**20:.2f} MiB")
     # Each replay holding its own decoded batches costs READERS times one (about 100x here).
     assert many < 4 * one, f"{READERS} replays at once peaked at {many / one:.1f} times one replay"
+
+
+async def test_the_shared_history_is_forgotten_once_no_reader_replays_it(redis_url: str, redis_prefix: str) -> None:
+    log, sid = RedisEventLog(redis_url, prefix=redis_prefix, max_batch=64), uuid.uuid4().hex
+    live = log.read(sid, 299, 30)  # a reader at the end, waiting for more
+    waiting: asyncio.Task[object] | None = None
+    try:
+        await log.append(sid, [delta(i) for i in range(300)])
+        assert [e.seq for e in await anext(live) or []] == [300]
+        waiting = asyncio.create_task(anext(live))
+        mirror = log._followers[sid].mirror
+        async with contextlib.aclosing(log.read(sid, 0, 30)) as old:
+            first = await anext(old)
+            assert first is not None and first[0].seq == 1
+            assert mirror.first_seq == 1 and first.wire, "the replay reads the mirror, encoded once"
+            seen = first[-1].seq
+            while seen < 300:
+                batch = await anext(old)
+                seen = batch[-1].seq if batch else seen
+            assert mirror.first_seq == 301 and not mirror.events, "kept while nobody replays it"
+        await log.append(sid, [delta(300)])
+        assert [e.seq for e in await asyncio.wait_for(waiting, 5) or []] == [301]
+    finally:
+        if waiting is not None:
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+        await live.aclose()  # type: ignore[attr-defined]
+        await log.close()
