@@ -17,11 +17,13 @@ from google.rpc import error_details_pb2
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.models.v1 import models_pb2
+from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.delivery import Outlet
 from gateway.event_log import Batch, EventLog
 from gateway.interrupts import TurnDriver, TurnOptions, ends_stream
+from services.kit import turn_options
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
@@ -38,9 +40,7 @@ from services.kit.protos import APPROVAL_DECISIONS
 
 MAX_CONTENT = 100_000
 MAX_ID = 256
-MAX_RUNTIME_NAME = 64
-MAX_CLIENT_TOOLS = 64
-MAX_SCHEMA_BYTES = 64_000
+MAX_SCHEMA_BYTES = turn_options.MAX_SCHEMA_BYTES
 # What each kind of paused turn waits for, by the Checkpoint.request field.
 _ANSWERS = {"approval": "approval", "user_input": "user_input", "client_tool": "tool_result"}
 _WAITS_FOR = {"approval": "an approval", "user_input": "user input", "client_tool": "a client tool result"}
@@ -160,26 +160,48 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         )
         problems.check(len(request.model) <= MAX_ID, f"{prefix}model", f"must be at most {MAX_ID} characters")
         problems.check(
-            len(request.runtime) <= MAX_RUNTIME_NAME,
-            f"{prefix}runtime",
-            f"must be at most {MAX_RUNTIME_NAME} characters",
-        )
-        problems.check(
-            request.output_schema.ByteSize() <= MAX_SCHEMA_BYTES,
-            f"{prefix}output_schema",
-            f"must be at most {MAX_SCHEMA_BYTES} bytes",
-        )
-        problems.check(
-            len(request.client_tools) <= MAX_CLIENT_TOOLS,
-            f"{prefix}client_tools",
-            f"must hold at most {MAX_CLIENT_TOOLS} tools",
-        )
-        problems.check(
             request.multitask_strategy in sessions_pb2.MultitaskStrategy.values(),
             f"{prefix}multitask_strategy",
             f"unknown value {request.multitask_strategy}",
         )
-        # Everything else about the options (limits, schemas, tool names) the runtime checks, naming the field.
+        # The turn's options: the runtime's own rules (limits, budget, output schema, client tools).
+        turn_options.check(request, problems, prefix)
+
+    async def _check_names(self, request: gateway_pb2.SendMessageRequest, prefix: str = "") -> None:
+        """Names that only another service knows, checked before the turn takes the lease.
+
+        A runtime engine the runtime does not have is INVALID_ARGUMENT naming `runtime`. A named
+        model is resolved strictly, as the runtime resolves it (a turn's model is never replaced
+        by the default), so one the catalogue lacks is NOT_FOUND (MODEL_NOT_FOUND) naming the
+        field. Nothing is cached: engines and the catalogue may change under a running suite.
+        """
+        checks = []
+        if request.runtime:
+            checks.append(self._check_runtime(request.runtime, f"{prefix}runtime"))
+        if request.model.strip():
+            checks.append(self._check_model(request.model, f"{prefix}model"))
+        failures = [r for r in await asyncio.gather(*checks, return_exceptions=True) if isinstance(r, BaseException)]
+        failures.sort(key=lambda exc: not isinstance(exc, InvalidArgument))  # bad input first, then not found
+        if failures:
+            raise failures[0]
+
+    async def _check_runtime(self, name: str, field: str) -> None:
+        reply = await call("runtime", self.clients.runtime.ListRuntimes, runtime_pb2.ListRuntimesRequest())
+        known = [engine.name for engine in reply.runtimes]
+        if name not in known:
+            raise InvalidArgument([(field, f"unknown runtime {name!r}; known runtimes: {', '.join(known)}")])
+
+    async def _check_model(self, name: str, field: str) -> None:
+        try:
+            await self.clients.models.ResolveModel(models_pb2.ResolveModelRequest(name=name, strict=True))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise from_dependency(exc, "models") from exc
+            raise NotFound(
+                f"{field}: model {name!r} is not in the catalogue (no alias, model id or id prefix matches)",
+                reason=errors_pb2.ERROR_REASON_MODEL_NOT_FOUND,
+                metadata={"field": field, "model": name},
+            ) from exc
 
     @staticmethod
     def _options(request: gateway_pb2.SendMessageRequest) -> TurnOptions:
@@ -226,6 +248,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._check_session_id(request.session_id, problems)
         self._check_message(request, problems)
         problems.raise_if_any()
+        await self._check_names(request)
         tenant = self._tenant(context)
         turn_id, start_seq = await self._start_turn(tenant, request, context.time_remaining())
         bind_request(session_id=request.session_id, turn_id=turn_id)
@@ -564,6 +587,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             message.session_id = session_id
             self._check_message(message, problems, "message.")
             problems.raise_if_any()
+            await self._check_names(message, "message.")
             turn_id, _ = await self._start_turn(tenant, message, deadline)
             return turn_id
         if kind == "approval":

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import turn_options
 from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.errors import FailedPrecondition, InvalidArgument, Violations
@@ -34,7 +34,7 @@ from services.runtime.loop import (
     decode_snapshot,
 )
 from services.runtime.providers.registry import ProviderRegistry
-from services.runtime.structured import InvalidSchema, OutputSpec
+from services.runtime.structured import OutputSpec
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog
 from services.runtime.turn_store import TurnStore
@@ -43,19 +43,8 @@ __all__ = ["RuntimeServicer", "builtin_tools"]
 
 MAX_CONTENT = 100_000
 MAX_MODEL_NAME = 256
-MAX_RUNTIME_NAME = 64
-MAX_SCHEMA_BYTES = 64_000
+MAX_SCHEMA_BYTES = turn_options.MAX_SCHEMA_BYTES
 MAX_ID = 256
-MAX_CLIENT_TOOLS = 64
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a function name
-_LIMIT_FIELDS = (
-    "max_iterations",
-    "max_tool_calls",
-    "max_mcp_calls",
-    "tool_timeout_ms",
-    "max_parallel_tools",
-    "max_wall_clock_ms",
-)
 
 
 class _Preparing:
@@ -80,73 +69,26 @@ def _cancelled_event(turn_id: str) -> events_pb2.RuntimeEvent:
     )
 
 
-def _check_client_tools(request: runtime_pb2.RunTurnRequest, problems: Violations) -> None:
-    problems.check(
-        len(request.client_tools) <= MAX_CLIENT_TOOLS, "client_tools", f"must hold at most {MAX_CLIENT_TOOLS} tools"
-    )
-    seen: set[str] = set()
-    for i, spec in enumerate(request.client_tools[:MAX_CLIENT_TOOLS]):
-        field = f"client_tools[{i}]"
-        problems.check(
-            TOOL_NAME.match(spec.name) is not None, f"{field}.name", "must be 1-64 letters, digits, '_' or '-'"
-        )
-        problems.check(spec.name not in seen, f"{field}.name", f"{spec.name!r} is declared twice")
-        seen.add(spec.name)
-        problems.check(
-            spec.parameters.ByteSize() <= MAX_SCHEMA_BYTES,
-            f"{field}.parameters",
-            f"must be at most {MAX_SCHEMA_BYTES} bytes",
-        )
-        if spec.HasField("parameters"):
-            try:
-                schema = struct_to_dict(spec.parameters)
-                OutputSpec.of(schema)  # any valid JSON Schema
-                problems.check(
-                    schema.get("type", "object") == "object", f"{field}.parameters", "must describe a JSON object"
-                )
-            except InvalidSchema as exc:
-                problems.check(False, f"{field}.parameters", str(exc))
-
-
 def validate_run_turn(request: runtime_pb2.RunTurnRequest) -> OutputSpec | None:
-    """Every field problem of a RunTurn request at once; returns the parsed output schema."""
+    """Every field problem of a RunTurn request at once; returns the parsed output schema.
+
+    The turn's options follow services/kit/turn_options.py, the rules the gateway applies too.
+    """
     problems = Violations()
     for name in ("tenant_id", "session_id", "turn_id", "content"):
         problems.require(getattr(request, name), name)
     problems.check(len(request.content) <= MAX_CONTENT, "content", f"must be at most {MAX_CONTENT} characters")
     problems.check(len(request.model) <= MAX_MODEL_NAME, "model", f"must be at most {MAX_MODEL_NAME} characters")
     problems.check(request.lease_token > 0, "lease_token", "is required: run turns while holding the lease")
-    problems.check(
-        len(request.runtime) <= MAX_RUNTIME_NAME, "runtime", f"must be at most {MAX_RUNTIME_NAME} characters"
-    )
-    for name in _LIMIT_FIELDS:
-        problems.check(getattr(request.limits, name) >= 0, f"limits.{name}", "must be >= 0 (0 keeps the default)")
-    budget = request.cost_budget
-    problems.check(
-        math.isfinite(budget.max_cost_usd) and budget.max_cost_usd >= 0,
-        "cost_budget.max_cost_usd",
-        "must be a finite number >= 0",
-    )
-    problems.check(budget.max_total_tokens >= 0, "cost_budget.max_total_tokens", "must be >= 0")
+    turn_options.check(request, problems)
     usage = request.session_usage
     problems.check(
         math.isfinite(usage.cost_usd) and usage.cost_usd >= 0 and usage.input_tokens >= 0 and usage.output_tokens >= 0,
         "session_usage",
         "must not be negative",
     )
-    _check_client_tools(request, problems)
-    output: OutputSpec | None = None
-    if request.HasField("output_schema"):
-        size = request.output_schema.ByteSize()
-        if size > MAX_SCHEMA_BYTES:
-            problems.check(False, "output_schema", f"must be at most {MAX_SCHEMA_BYTES} bytes, got {size}")
-        else:
-            try:
-                output = OutputSpec.of(struct_to_dict(request.output_schema))
-            except InvalidSchema as exc:
-                problems.check(False, "output_schema", str(exc))
     problems.raise_if_any()
-    return output
+    return OutputSpec.of(struct_to_dict(request.output_schema)) if request.HasField("output_schema") else None
 
 
 def validate_resume(request: runtime_pb2.ResumeTurnRequest) -> str:

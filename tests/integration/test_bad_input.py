@@ -16,11 +16,11 @@ import grpc
 import pytest
 import pytest_asyncio
 from google.protobuf import descriptor as pb_descriptor
-from google.protobuf import field_mask_pb2
+from google.protobuf import field_mask_pb2, json_format, struct_pb2
 from google.protobuf.message import Message
 
+from cogmesh.common.v1 import errors_pb2, messages_pb2
 from cogmesh.common.v1 import events_pb2 as E
-from cogmesh.common.v1 import messages_pb2
 from cogmesh.context.v1 import context_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.models.v1 import models_pb2
@@ -884,3 +884,121 @@ async def test_run_turn_with_a_stale_lease_token_stores_nothing(stubs: dict[str,
     )
     assert stored.session.message_count == 0
     assert stored.session.active_turn_id == HELD_TURN
+
+
+# ---------------------------------------------------------------------- bad per-turn options (issue 14, item 8)
+
+
+def _struct(value: dict[str, Any]) -> Any:
+    return json_format.ParseDict(value, struct_pb2.Struct())
+
+
+def _tool(name: str, parameters: dict[str, Any] | None = None) -> messages_pb2.ToolSpec:
+    spec = messages_pb2.ToolSpec(name=name, description="a client tool")
+    if parameters is not None:
+        spec.parameters.CopyFrom(_struct(parameters))
+    return spec
+
+
+OBJECT = {"type": "object", "properties": {"q": {"type": "string"}}}
+BAD_OPTIONS: list[Any] = [
+    pytest.param({"runtime": "warp"}, ("runtime",), id="unknown-runtime"),
+    pytest.param({"limits": R.TurnLimits(max_iterations=-1)}, ("limits.max_iterations",), id="limits"),
+    pytest.param(
+        {"limits": R.TurnLimits(tool_timeout_ms=-5, max_wall_clock_ms=-1)},
+        ("limits.tool_timeout_ms", "limits.max_wall_clock_ms"),
+        id="limits-two",
+    ),
+    pytest.param({"cost_budget": R.CostBudget(max_cost_usd=-1)}, ("cost_budget.max_cost_usd",), id="budget-cost"),
+    pytest.param(
+        {"cost_budget": R.CostBudget(max_cost_usd=float("nan"))}, ("cost_budget.max_cost_usd",), id="budget-nan"
+    ),
+    pytest.param(
+        {"cost_budget": R.CostBudget(max_total_tokens=-1)}, ("cost_budget.max_total_tokens",), id="budget-tokens"
+    ),
+    pytest.param({"output_schema": _struct({"type": "banana"})}, ("output_schema",), id="output-schema"),
+    pytest.param({"client_tools": [_tool("has space", OBJECT)]}, ("client_tools[0].name",), id="tool-name"),
+    pytest.param({"client_tools": [_tool("lookup"), _tool("lookup")]}, ("client_tools[1].name",), id="tool-twice"),
+    pytest.param(
+        {"client_tools": [_tool("lookup", {"type": "string"})]}, ("client_tools[0].parameters",), id="tool-not-object"
+    ),
+    pytest.param(
+        {"client_tools": [_tool("lookup", {"type": "object", "required": 5})]},
+        ("client_tools[0].parameters",),
+        id="tool-bad-schema",
+    ),
+    pytest.param({"client_tools": [_tool(f"t{i}") for i in range(65)]}, ("client_tools",), id="tools-too-many"),
+]
+
+
+async def _log_of(gateway: Any, session_id: str) -> list[Any]:
+    """Every event of the session's log (the stream ends once it is idle)."""
+    call = gateway.Subscribe(G.SubscribeRequest(session_id=session_id, stop_when_idle=True), timeout=TIMEOUT_S)
+    return [event async for response in call for event in response.events]
+
+
+async def _next_turn_runs_at_once(gateway: Any, session_id: str) -> None:
+    """The session is not locked: a good turn (naming a real runtime and model) runs to its end."""
+    request = G.SendMessageRequest(session_id=session_id, content="hello", runtime="single-shot", model="local")
+    events = [e async for r in gateway.SendMessage(request, timeout=TIMEOUT_S) for e in r.events]
+    assert events[0].status.text == "accepted" and events[-1].WhichOneof("payload") == "final", events[-1]
+
+
+@pytest.mark.parametrize(("options", "fields"), BAD_OPTIONS)
+async def test_bad_turn_options_are_refused_before_the_turn_starts(
+    options: dict[str, Any], fields: tuple[str, ...], gateway: Any
+) -> None:
+    session_id = await new_session(gateway)
+    request = G.SendMessageRequest(session_id=session_id, content="hi", **options)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await invoke(gateway, SERVICES["gateway"].methods_by_name["SendMessage"], request)
+    assert caught.value.code() == INVALID, caught.value.details()
+    info, violations = status_details(caught.value)
+    assert info is not None and info.reason == "INVALID_ARGUMENT"
+    assert sorted(field for field, _ in violations) == sorted(fields), violations
+    assert await _log_of(gateway, session_id) == [], "no turn was accepted"
+    await _next_turn_runs_at_once(gateway, session_id)
+
+
+async def test_an_unknown_model_is_not_found_before_the_turn_starts(gateway: Any) -> None:
+    """A turn's model is resolved strictly (the runtime never swaps it for the default): asked of models first."""
+    session_id = await new_session(gateway)
+    request = G.SendMessageRequest(session_id=session_id, content="hi", model="no-such-model")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await invoke(gateway, SERVICES["gateway"].methods_by_name["SendMessage"], request)
+    assert caught.value.code() == NOT_FOUND, caught.value.details()
+    info, _ = status_details(caught.value)
+    assert info is not None and info.reason == "MODEL_NOT_FOUND"
+    assert dict(info.metadata) == {"field": "model", "model": "no-such-model"}
+    assert "no-such-model" in (caught.value.details() or "")
+    assert await _log_of(gateway, session_id) == []
+    await _next_turn_runs_at_once(gateway, session_id)
+
+
+async def test_converse_refuses_a_frame_with_bad_options_and_keeps_the_stream(gateway: Any) -> None:
+    session_id = await new_session(gateway)
+    frames = [
+        G.ConverseRequest(frame_id="open", open=G.ConverseOpen(session_id=session_id)),
+        # Field problems are reported first; the names are asked of their services once the rest is valid.
+        G.ConverseRequest(
+            frame_id="bad",
+            message=G.SendMessageRequest(content="hi", runtime="warp", limits=R.TurnLimits(max_tool_calls=-1)),
+        ),
+        G.ConverseRequest(frame_id="warp", message=G.SendMessageRequest(content="hi", runtime="warp")),
+        G.ConverseRequest(frame_id="ghost-model", message=G.SendMessageRequest(content="hi", model="no-such-model")),
+        G.ConverseRequest(frame_id="good", message=G.SendMessageRequest(content="hello")),
+    ]
+    call = gateway.Converse(iter(frames), timeout=TIMEOUT_S)
+    replies = [reply async for reply in call]
+    rejected = {r.rejected.frame_id: r.rejected for r in replies if r.HasField("rejected")}
+    assert set(rejected) == {"bad", "warp", "ghost-model"}, replies
+    assert [(r.code, [v.field for v in r.violations]) for r in (rejected["bad"], rejected["warp"])] == [
+        ("INVALID_ARGUMENT", ["message.limits.max_tool_calls"]),
+        ("INVALID_ARGUMENT", ["message.runtime"]),
+    ]
+    missing_model = rejected["ghost-model"]
+    assert (missing_model.code, missing_model.reason) == ("NOT_FOUND", errors_pb2.ERROR_REASON_MODEL_NOT_FOUND)
+    assert missing_model.metadata["field"] == "message.model"
+    events = [e for r in replies if r.HasField("events") for e in r.events.events]
+    assert len({e.turn_id for e in events}) == 1, "only the good frame started a turn"
+    assert events[-1].WhichOneof("payload") == "final"

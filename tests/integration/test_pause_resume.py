@@ -437,10 +437,12 @@ async def test_send_message_options_reach_the_runtime(env: Env) -> None:
     over = await stream(env.gateway.SendMessage(message(session_id, "hi", cost_budget=budget), timeout=TIMEOUT_S))
     assert over[-1].error.kind == events_pb2.ERROR_KIND_BUDGET_EXCEEDED
 
-    # The turn started: the runtime's refusal, naming the field, is its error event.
-    refused = await stream(env.gateway.SendMessage(message(session_id, "hi", runtime="warp-drive"), timeout=TIMEOUT_S))
-    error = refused[-1].error
-    assert error.kind == events_pb2.ERROR_KIND_INVALID_REQUEST and "warp-drive" in error.message
+    # A runtime the runtime does not have is refused before any turn starts, naming the field.
+    refused = await rpc_error(
+        stream(env.gateway.SendMessage(message(session_id, "hi", runtime="warp-drive"), timeout=TIMEOUT_S))
+    )
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "warp-drive" in (refused.details() or "")
+    assert [field for field, _ in status_details(refused)[1]] == ["runtime"]
 
 
 async def test_sessions_are_only_opened_with_primary_agents(env: Env) -> None:

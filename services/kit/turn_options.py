@@ -1,0 +1,145 @@
+"""The per-turn options a client may set, and the rules they must follow.
+
+SendMessage (gateway) and RunTurn (runtime) carry the same options: `runtime`, `limits`,
+`cost_budget`, `output_schema` and `client_tools`. The gateway applies these rules before
+it takes the session's lease, so bad options are INVALID_ARGUMENT with field violations
+instead of a turn that starts and fails; the runtime applies the same ones to whoever
+calls it. Names only another service knows (the runtime engine, the model) are checked
+by asking that service; the clash of a client tool with the agent's own tools needs the
+agent's tool catalogue and stays with the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import jsonschema
+from google.protobuf import struct_pb2
+from jsonschema.exceptions import SchemaError
+
+from cogmesh.common.v1 import messages_pb2
+from cogmesh.runtime.v1 import runtime_pb2
+from services.kit.errors import Violations
+from services.kit.protos import struct_to_dict
+
+MAX_RUNTIME_NAME = 64
+MAX_SCHEMA_BYTES = 64_000
+MAX_CLIENT_TOOLS = 64
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a function name
+LIMIT_FIELDS = (
+    "max_iterations",
+    "max_tool_calls",
+    "max_mcp_calls",
+    "tool_timeout_ms",
+    "max_parallel_tools",
+    "max_wall_clock_ms",
+)
+_CHECKED_SCHEMAS = 256  # valid schemas remembered by content: a client sends the same ones turn after turn
+
+
+class TurnOptions(Protocol):
+    """What SendMessageRequest and RunTurnRequest have in common."""
+
+    runtime: str
+    limits: runtime_pb2.TurnLimits
+    cost_budget: runtime_pb2.CostBudget
+    output_schema: struct_pb2.Struct
+
+    @property
+    def client_tools(self) -> Sequence[messages_pb2.ToolSpec]: ...
+
+    def HasField(self, field_name: Any, /) -> bool: ...
+
+
+class InvalidSchema(ValueError):
+    """A schema that is not a valid JSON Schema."""
+
+
+_validators: OrderedDict[str, Any] = OrderedDict()
+
+
+def schema_validator(schema: Mapping[str, Any]) -> Any:
+    """The jsonschema validator class for `schema`, once the schema itself is checked valid.
+
+    Raises InvalidSchema naming where the schema is wrong. Checking a schema against its
+    metaschema takes milliseconds, so valid ones are remembered by content (a pure
+    function of it: nothing can go stale).
+    """
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        key = ""  # not plain JSON (e.g. from YAML): check it every time
+    if key and (known := _validators.get(key)) is not None:
+        _validators.move_to_end(key)
+        return known
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(dict(schema))
+    except SchemaError as exc:
+        location = "/".join(str(p) for p in exc.absolute_path)
+        raise InvalidSchema(f"not a valid JSON Schema{' at ' + location if location else ''}: {exc.message}") from exc
+    if key:
+        _validators[key] = validator_class
+        if len(_validators) > _CHECKED_SCHEMAS:
+            _validators.popitem(last=False)
+    return validator_class
+
+
+def check(options: TurnOptions, problems: Violations, prefix: str = "") -> None:
+    """Add every problem of the turn's options to `problems`, fields named `<prefix><field>`."""
+    problems.check(
+        len(options.runtime) <= MAX_RUNTIME_NAME,
+        f"{prefix}runtime",
+        f"must be at most {MAX_RUNTIME_NAME} characters",
+    )
+    for name in LIMIT_FIELDS:
+        problems.check(
+            getattr(options.limits, name) >= 0, f"{prefix}limits.{name}", "must be >= 0 (0 keeps the default)"
+        )
+    budget = options.cost_budget
+    problems.check(
+        math.isfinite(budget.max_cost_usd) and budget.max_cost_usd >= 0,
+        f"{prefix}cost_budget.max_cost_usd",
+        "must be a finite number >= 0",
+    )
+    problems.check(budget.max_total_tokens >= 0, f"{prefix}cost_budget.max_total_tokens", "must be >= 0")
+    _check_client_tools(options.client_tools, problems, prefix)
+    if options.HasField("output_schema"):
+        size = options.output_schema.ByteSize()
+        if size > MAX_SCHEMA_BYTES:
+            problems.check(False, f"{prefix}output_schema", f"must be at most {MAX_SCHEMA_BYTES} bytes, got {size}")
+        else:
+            try:
+                schema_validator(struct_to_dict(options.output_schema))
+            except InvalidSchema as exc:
+                problems.check(False, f"{prefix}output_schema", str(exc))
+
+
+def _check_client_tools(specs: Sequence[messages_pb2.ToolSpec], problems: Violations, prefix: str) -> None:
+    problems.check(
+        len(specs) <= MAX_CLIENT_TOOLS, f"{prefix}client_tools", f"must hold at most {MAX_CLIENT_TOOLS} tools"
+    )
+    seen: set[str] = set()
+    for i, spec in enumerate(specs[:MAX_CLIENT_TOOLS]):
+        field = f"{prefix}client_tools[{i}]"
+        problems.check(
+            TOOL_NAME.match(spec.name) is not None, f"{field}.name", "must be 1-64 letters, digits, '_' or '-'"
+        )
+        problems.check(spec.name not in seen, f"{field}.name", f"{spec.name!r} is declared twice")
+        seen.add(spec.name)
+        size = spec.parameters.ByteSize()
+        problems.check(size <= MAX_SCHEMA_BYTES, f"{field}.parameters", f"must be at most {MAX_SCHEMA_BYTES} bytes")
+        if spec.HasField("parameters") and size <= MAX_SCHEMA_BYTES:
+            try:
+                schema = struct_to_dict(spec.parameters)
+                schema_validator(schema)  # any valid JSON Schema...
+                problems.check(
+                    schema.get("type", "object") == "object", f"{field}.parameters", "must describe a JSON object"
+                )  # ...of a JSON object: the model's arguments
+            except InvalidSchema as exc:
+                problems.check(False, f"{field}.parameters", str(exc))
