@@ -1,0 +1,254 @@
+"""Faults in the middle of a turn that must cost it nothing or end it at once, with the right cause.
+
+A cluster of its own: the built-in model streams slowly (a turn that is still writing
+events when Redis goes away), the lease is short and the reaper never sweeps (so what
+ends a dead gateway's turn is the next turn's start, not the reaper), and a turn waits
+only a couple of seconds for an event log that is away. Every wait is on a condition
+(an event seen, a log line, a lease freed), bounded, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from cogmesh.common.v1 import events_pb2
+from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.agents import DEFAULT_AGENTS_DIR
+from tests.reliability.cluster import Cluster, base_env
+from tests.reliability.conftest import SLOW_AGENT, TOOLS, Suite
+from tests.reliability.helpers import (
+    TENANT,
+    Event,
+    Watcher,
+    calc_request,
+    finish,
+    gateway,
+    kind,
+    last_seq,
+    new_session,
+    run_turn,
+    sessions,
+    slow_request,
+)
+from tests.support.redis_server import RedisServer
+
+REPLY_TOKENS = 400  # a plain message streams this many deltas ...
+DELAY_MS = 10  # ... this far apart: four seconds of streaming
+OUTAGE_S = 2.0  # COGMESH_EVENT_LOG_OUTAGE_S of this cluster
+LEASE_TTL_S = 3  # COGMESH_TURN_LEASE_TTL_S of this cluster
+BOUND_S = 60.0  # every wait here: a generous upper bound for a loaded 2-core machine
+
+
+class Streaming:
+    """The cluster of this module and its private Redis."""
+
+    def __init__(self, cluster: Cluster, redis: RedisServer):
+        self.cluster, self.redis = cluster, redis
+
+    def log_has(self, service: str, text: str) -> bool:
+        return text in self.cluster.tail(service, 200)
+
+
+@pytest.fixture(scope="module")
+def streaming(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streaming]:
+    tmp = tmp_path_factory.mktemp("turn-faults")
+    agents = tmp / "agents"
+    shutil.copytree(DEFAULT_AGENTS_DIR, agents)
+    (agents / "slow.yaml").write_text(SLOW_AGENT)
+    (tmp / "tools.yaml").write_text(TOOLS)
+    redis = RedisServer(directory=tmp, appendonly=True).start()
+    env = base_env(
+        redis.url,
+        "cogmesh-turn-faults:",
+        agents_dir=str(agents),
+        tool_servers_file=str(tmp / "tools.yaml"),
+        local_reply_tokens=str(REPLY_TOKENS),
+        local_delay_ms=str(DELAY_MS),
+        event_log_outage_s=str(OUTAGE_S),
+        turn_lease_ttl_s=str(LEASE_TTL_S),
+        turn_lease_renew_s="1",
+        reaper_interval_s="100000",
+        call_timeout_s="3",
+    )
+    cluster = Cluster(env, tmp)
+    try:
+        cluster.start_all()
+        yield Streaming(cluster, redis)
+    finally:
+        cluster.stop()
+        redis.close()
+
+
+@pytest.fixture
+def whole(streaming: Streaming) -> Iterator[Streaming]:
+    yield streaming
+    if streaming.redis.process is None or streaming.redis.process.poll() is not None:
+        streaming.redis.start()
+    streaming.cluster.ensure_all()
+
+
+async def until(condition: Any, what: str, bound_s: float = BOUND_S) -> float:
+    """Wait for `condition()` (sync or async) to hold; returns the seconds it took."""
+    started = time.monotonic()
+    while True:
+        held = condition()
+        if asyncio.iscoroutine(held):
+            held = await held
+        if held:
+            return time.monotonic() - started
+        assert time.monotonic() - started < bound_s, f"{what}: not within {bound_s:g}s"
+        await asyncio.sleep(0.05)
+
+
+async def read_until(call: Any, events: list[Event], predicate: Any) -> None:
+    while not predicate(events):
+        response = await asyncio.wait_for(call.read(), BOUND_S)
+        assert response is not grpc.aio.EOF, f"stream ended early after {[kind(e) for e in events]}"
+        events.extend(response.events)
+
+
+def deltas(events: list[Event]) -> int:
+    return sum(1 for e in events if kind(e) == "assistant_delta")
+
+
+async def lease_holder(cluster: Cluster, session_id: str) -> str:
+    async with sessions(cluster) as stub:
+        reply = await stub.GetTurnLease(
+            sessions_pb2.GetTurnLeaseRequest(tenant_id=TENANT, session_id=session_id), timeout=10
+        )
+    return str(reply.lease.turn_id)
+
+
+@pytest.fixture
+async def caller(whole: Streaming) -> AsyncIterator[Any]:
+    async with gateway(whole.cluster) as stub:
+        yield stub
+
+
+# --------------------------------------------------------------------------- Redis away mid-stream
+
+
+async def test_a_redis_restart_mid_stream_costs_the_turn_nothing(whole: Streaming, caller: Any) -> None:
+    """Issue 14.2: a blip no longer discards the rest of the model's output."""
+    session_id = await new_session(whole.cluster)
+    started = time.monotonic()
+    call = caller.SendMessage(gateway_pb2.SendMessageRequest(session_id=session_id, content="talk"), timeout=BOUND_S)
+    events: list[Event] = []
+    await read_until(call, events, lambda got: deltas(got) >= 20)  # streaming, far from done
+    whole.redis.restart(crash=True)  # kill -9 and start again: its AOF keeps every acknowledged write
+    outcome = await finish(call, events, started)
+    assert outcome.code is None, (outcome.code, outcome.details)
+    assert outcome.end is not None and kind(outcome.end) == "final", [kind(e) for e in outcome.events[-3:]]
+    assert deltas(outcome.events) == REPLY_TOKENS  # nothing discarded
+    seqs = [e.seq for e in outcome.events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "gap or duplicate"
+    logged = await last_seq(whole.cluster, session_id)
+    assert logged == seqs[-1], "the log holds events the caller never got, or a batch twice"
+    again = await run_turn(whole.cluster, calc_request(session_id))
+    assert kind(again[-1]) == "final", again[-1]
+
+
+async def test_a_long_redis_outage_ends_the_turn_naming_redis_and_frees_the_session(
+    whole: Streaming, caller: Any
+) -> None:
+    """Issue 14.2: past COGMESH_EVENT_LOG_OUTAGE_S the turn ends with a retryable error that names Redis,
+    and the lease is released once Redis is back, not 30 s later."""
+    session_id = await new_session(whole.cluster)
+    started = time.monotonic()
+    call = caller.SendMessage(gateway_pb2.SendMessageRequest(session_id=session_id, content="talk"), timeout=BOUND_S)
+    events: list[Event] = []
+    await read_until(call, events, lambda got: deltas(got) >= 20)
+    turn_id = events[0].turn_id
+    whole.redis.kill()
+    await until(lambda: whole.log_has("gateway", "the event log stayed unavailable"), "the gateway gave up")
+    await asyncio.to_thread(whole.redis.start)
+    back = time.monotonic()
+    outcome = await finish(call, events, started)
+    assert outcome.code is None, (outcome.code, outcome.details)
+    end = outcome.end
+    assert end is not None and kind(end) == "error" and end.turn_id == turn_id, [kind(e) for e in events[-3:]]
+    assert end.error.kind == events_pb2.ERROR_KIND_UNAVAILABLE and end.error.retryable, end.error
+    assert "Redis" in end.error.message and "gateway lost" not in end.error.message, end.error.message
+    assert await lease_holder(whole.cluster, session_id) == ""
+    # The session takes the message again at once: REJECT would refuse it if the lease were still held.
+    again = await run_turn(whole.cluster, calc_request(session_id))
+    assert kind(again[-1]) == "final", again[-1]
+    assert time.monotonic() - back < BOUND_S
+
+
+# --------------------------------------------------------------------------- a dead gateway's turn
+
+
+async def test_a_dead_gateways_turn_ends_before_the_next_turn_starts(whole: Streaming, caller: Any) -> None:
+    """Issue 14.3: the reaper never sweeps in this cluster, so only the next turn's start can end the old
+    one; its watchers must see that end, before the new turn's first event."""
+    cluster = whole.cluster
+    session_id = await new_session(cluster)
+    cursor = await last_seq(cluster, session_id)
+    call = caller.SendMessage(slow_request(session_id, 30), timeout=BOUND_S)
+    events: list[Event] = []
+    await read_until(call, events, lambda got: any(kind(e) == "tool_call_started" for e in got))
+    old_turn = events[0].turn_id
+    cluster.kill("gateway")
+    await finish(call, events, time.monotonic())
+    await asyncio.to_thread(cluster.start, "gateway")
+
+    async def send_again() -> list[Event]:
+        """What a client retrying every half second does: busy until the dead turn's lease lapses."""
+        while True:
+            try:
+                return await run_turn(cluster, calc_request(session_id), timeout_s=BOUND_S)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
+                    raise
+            await asyncio.sleep(0.5)
+
+    new = await asyncio.wait_for(send_again(), BOUND_S)
+    assert kind(new[-1]) == "final", new[-1]
+    watcher = Watcher(cluster, session_id, cursor)
+    await watcher.follow(new[0].turn_id, BOUND_S)
+    watcher.check_contiguous(cursor)
+    turns = [(e.turn_id, kind(e)) for e in watcher.seen if kind(e) in ("final", "error") or e.seq == new[0].seq]
+    assert turns[0] == (old_turn, "error"), turns
+    assert turns[1][0] == new[0].turn_id, turns
+    old_end = next(e for e in watcher.seen if e.turn_id == old_turn and kind(e) == "error")
+    assert old_end.error.retryable and old_end.seq < new[0].seq
+
+
+# --------------------------------------------------------------------------- sessions away at the turn's end
+
+
+async def test_a_lease_release_that_meets_sessions_away_is_retried(healthy: Suite) -> None:
+    """Issue 14.5: sessions unreachable from the gateway just as the turn ends; the release is retried,
+    so the session is free long before its lease would have expired (30 s)."""
+    cluster = healthy.cluster
+    link = healthy.proxy("gateway", "sessions")
+    session_id = await new_session(cluster)
+    async with gateway(cluster) as stub:
+        started = time.monotonic()
+        call = stub.SendMessage(slow_request(session_id, 1.0), timeout=BOUND_S)
+        events: list[Event] = []
+        await read_until(call, events, lambda got: any(kind(e) == "tool_call_started" for e in got))
+        link.refuse = True  # new connections from the gateway to sessions are closed at once ...
+        healthy.host.cut(link)  # ... and the open ones reset: sessions looks down from the gateway
+        outcome = await finish(call, events, started)
+    assert outcome.end is not None and kind(outcome.end) == "final", (outcome.code, outcome.details)
+    assert await lease_holder(cluster, session_id) != "", "the release went through a refused link?"
+    link.refuse = False
+    healthy_at = time.monotonic()
+    waited = await until(lambda: _free(cluster, session_id), "lease released")
+    assert time.monotonic() - healthy_at < 20, f"freed after {waited:.1f}s: by expiry, not by the release"
+    again = await run_turn(cluster, calc_request(session_id))
+    assert kind(again[-1]) == "final", again[-1]
+
+
+async def _free(cluster: Cluster, session_id: str) -> bool:
+    return await lease_holder(cluster, session_id) == ""
