@@ -77,9 +77,17 @@ def ends_stream(event: events_pb2.RuntimeEvent) -> bool:
     return is_terminal(event) or is_paused(event)
 
 
+LAPSE_MARGIN_S = 1.0  # how much sooner than its lease a turn's mark lapses (at most a tenth of the ttl)
+
+
 @dataclass(frozen=True)
 class OpenTurn:
-    """A turn some gateway drives; its mark expires `ttl_s` after the last renewal."""
+    """A turn some gateway drives, under a lease of `ttl_s` that its driver renews just before the mark.
+
+    The mark lapses `mark_ttl_s` after its last renewal: a little before the lease, so the
+    session's next turn, which waits for the lease, finds the mark of a dead driver lapsed
+    and logs that turn's end first (the margin covers the moment between the two renewals).
+    """
 
     session_id: str
     turn_id: str
@@ -89,6 +97,10 @@ class OpenTurn:
     @property
     def owner(self) -> str:
         return f"{self.turn_id}/{self.tenant_id}"
+
+    @property
+    def mark_ttl_s(self) -> float:
+        return self.ttl_s - min(LAPSE_MARGIN_S, self.ttl_s / 10)
 
 
 def lost_turn_event(turn: OpenTurn) -> events_pb2.RuntimeEvent:
@@ -360,7 +372,7 @@ class MemoryEventLog:
                 self._marks[f"{turn.session_id}/{held.turn.turn_id}"] = held
             else:
                 lost = held.turn
-        self._marks[turn.session_id] = _Mark(turn, clock + turn.ttl_s)
+        self._marks[turn.session_id] = _Mark(turn, clock + turn.mark_ttl_s)
         return lost
 
     def _mark_key(self, turn: OpenTurn) -> str | None:
@@ -379,7 +391,7 @@ class MemoryEventLog:
     async def keep_turn(self, turn: OpenTurn) -> None:
         key = self._mark_key(turn)
         if key is not None:
-            self._marks[key].expires = time.monotonic() + turn.ttl_s
+            self._marks[key].expires = time.monotonic() + turn.mark_ttl_s
 
     async def expired_turns(self, limit: int = 100) -> list[OpenTurn]:
         clock = time.monotonic()

@@ -304,7 +304,7 @@ class RedisEventLog:
                 self.ttl_s,
                 session_id,
                 opened.owner if opened else "",
-                int(opened.ttl_s * 1000) if opened else 0,
+                int(opened.mark_ttl_s * 1000) if opened else 0,
                 closed_turn(events),
                 batch_id,
                 lost_owner,
@@ -331,7 +331,7 @@ class RedisEventLog:
         )
 
     async def keep_turn(self, turn: OpenTurn) -> None:
-        args: list[str | int] = [turn.session_id, turn.owner, int(turn.ttl_s * 1000), turn.turn_id]
+        args: list[str | int] = [turn.session_id, turn.owner, int(turn.mark_ttl_s * 1000), turn.turn_id]
         await self._redis_call("keep turn", self._keep_script(keys=self._open_keys, args=args))
 
     async def expired_turns(self, limit: int = 100) -> list[OpenTurn]:

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from cogmesh.common.v1 import events_pb2
-from gateway.event_log import MemoryEventLog
+from gateway.event_log import MemoryEventLog, OpenTurn
 from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 
 
@@ -137,3 +137,11 @@ async def test_asking_about_a_session_does_not_make_it_a_log() -> None:
     await log.drop("gone")
     assert await log.last_seq("gone") == 0 and await log.ends_with_turn_end("gone")
     assert log._logs == {}
+
+
+def test_a_turns_mark_lapses_a_little_before_its_lease() -> None:
+    # The lease is renewed just before the mark: a dead driver's mark lapses first, so the
+    # session's next turn, which waits for the lease, always finds it lapsed.
+    assert OpenTurn("s", "t", "acme", ttl_s=30).mark_ttl_s == 29
+    assert OpenTurn("s", "t", "acme", ttl_s=3).mark_ttl_s == pytest.approx(2.7)
+    assert OpenTurn("s", "t", "acme", ttl_s=0).mark_ttl_s == 0
