@@ -74,10 +74,11 @@ if ARGV[7] ~= '' then
   if done then return tonumber(done) end
 end
 local sid = ARGV[3]
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = 0
 local lost = false
 if ARGV[4] ~= '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
   local held = redis.call('HGET', KEYS[6], sid)
   if held and held ~= ARGV[4] then
     local expiry = tonumber(redis.call('ZSCORE', KEYS[5], sid) or '0')
