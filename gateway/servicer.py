@@ -22,7 +22,7 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.delivery import Outlet
 from gateway.event_log import Batch, EventLog
-from gateway.interrupts import TurnDriver, TurnOptions, ends_stream
+from gateway.interrupts import TurnDriver, TurnOptions, ends_stream, turn_of_lease
 from services.kit import turn_options
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
@@ -140,17 +140,59 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def DeleteSession(
         self, request: gateway_pb2.DeleteSessionRequest, context: Any
     ) -> gateway_pb2.DeleteSessionResponse:
+        """Stop the session's running turn, then delete the session and its event log.
+
+        The turn is cancelled first (here, or through the cancel relay on the replica driving
+        it) and its end waited for, briefly, so it does not keep working for a session that is
+        gone; an event it still tries to log after the drop is refused by the log, which ends
+        it. Only a session of the caller's tenant is touched: an unknown or foreign one is
+        `deleted: false`, as before.
+        """
         problems = Violations()
         self._check_session_id(request.session_id, problems)
         problems.raise_if_any()
+        tenant, session_id = self._tenant(context), request.session_id
+        try:
+            found = await self.clients.sessions.GetSession(
+                sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id)
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise from_dependency(exc, "sessions") from exc
+            return gateway_pb2.DeleteSessionResponse(deleted=False)
+        if found.session.active_turn_id or self.turns.running_turn(session_id):
+            await self._stop_turn(session_id, tenant)
         reply = await call(
             "sessions",
             self.clients.sessions.DeleteSession,
-            sessions_pb2.DeleteSessionRequest(tenant_id=self._tenant(context), session_id=request.session_id),
+            sessions_pb2.DeleteSessionRequest(tenant_id=tenant, session_id=session_id),
         )
         if reply.deleted:
-            await self.events.drop(request.session_id)
+            await self.events.drop(session_id)
         return gateway_pb2.DeleteSessionResponse(deleted=reply.deleted)
+
+    async def _stop_turn(self, session_id: str, tenant: str) -> None:
+        """Cancel the session's turn and give it (one call deadline at most) to log its end.
+
+        Its end then lands before the log is dropped, and its lease is released while the
+        session still exists. A turn that takes longer, or cannot be reached, is left to the
+        dropped log, which refuses its next event.
+        """
+        try:
+            after = await self.events.last_seq(session_id)
+            turn_id = turn_of_lease(await self.turns.cancel(session_id, "", tenant))
+            if not turn_id:
+                return
+            reading = self.events.read(session_id, after, self.settings.heartbeat_s)
+            try:
+                async with asyncio.timeout(self.settings.call_timeout_s):
+                    async for batch in reading:
+                        if batch and any(e.turn_id == turn_id and ends_stream(e) for e in batch):
+                            return
+            finally:
+                await aclose(reading)
+        except (CogmeshError, TimeoutError) as exc:  # e.g. the runtime away: delete the session all the same
+            log.warning("the turn of a session being deleted did not end in time", error=str(exc))
 
     @staticmethod
     def _check_message(request: gateway_pb2.SendMessageRequest, problems: Violations, prefix: str = "") -> None:
@@ -622,6 +664,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
 
 _HEARTBEAT = gateway_pb2.SubscribeResponse(heartbeat=True)
+
+
+async def aclose(iterator: AsyncIterator[Any]) -> None:
+    """Close an async generator left before its end (a log reader holds a reader slot)."""
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def encoded(events: list[events_pb2.RuntimeEvent]) -> bytes:
