@@ -1,12 +1,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2
 
+from cogmesh.common.v1 import messages_pb2
+from cogmesh.gateway.v1 import gateway_pb2
+from services.kit import turn_options
 from services.kit.config import Settings, load_settings
 from services.kit.errors import InvalidArgument, NotFound, Violations
 from services.kit.streams import batched
@@ -73,3 +78,35 @@ async def test_batched_reraises_the_source_error() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         async for _ in batched(failing()):
             pass
+
+
+def test_turn_options_name_each_field_with_the_callers_prefix() -> None:
+    request = gateway_pb2.SendMessageRequest(
+        runtime="r" * 65,
+        limits={"max_parallel_tools": -1},
+        cost_budget={"max_cost_usd": float("inf"), "max_total_tokens": -2},
+        output_schema=json_format.ParseDict({"type": "banana"}, struct_pb2.Struct()),
+        client_tools=[messages_pb2.ToolSpec(name="ok"), messages_pb2.ToolSpec(name="ok")],
+    )
+    problems = Violations()
+    turn_options.check(request, problems, "message.")
+    assert [field for field, _ in problems.items] == [
+        "message.runtime",
+        "message.limits.max_parallel_tools",
+        "message.cost_budget.max_cost_usd",
+        "message.cost_budget.max_total_tokens",
+        "message.client_tools[1].name",
+        "message.output_schema",
+    ]
+    fine = Violations()
+    turn_options.check(gateway_pb2.SendMessageRequest(runtime="single-shot"), fine)
+    assert fine.items == []
+
+
+def test_a_valid_schema_is_checked_once_by_content() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    first = turn_options.schema_validator(schema)
+    assert turn_options.schema_validator({"properties": {"n": {"type": "integer"}}, "type": "object"}) is first
+    assert json.dumps(schema, sort_keys=True, separators=(",", ":")) in turn_options._validators
+    with pytest.raises(turn_options.InvalidSchema, match="not a valid JSON Schema at properties/n/type"):
+        turn_options.schema_validator({"type": "object", "properties": {"n": {"type": 7}}})
