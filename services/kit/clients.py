@@ -8,9 +8,10 @@ caller did not set `wait_for_ready` first waits for its channel to be READY, for
 half its deadline and half the internal call deadline (`ready_budget_s`: 2.5 s with the
 default COGMESH_CALL_TIMEOUT_S of 5 s), then goes out. A peer that is still not there
 fails the call fast with the channel's own UNAVAILABLE (e.g. "Connection refused"),
-which `call` reports as that dependency being unavailable. Once a wait has given up,
-calls on that channel in the next `READY_HOLDOFF_S` do not wait again: a down peer costs
-a request one wait, not one per hop (the gateway's `ready` before RunTurn, then RunTurn).
+which `call` reports as that dependency being unavailable. A call right behind a
+`Clients.ready` that gave up (within `READY_HOLDOFF_S`) does not wait again: the gateway's
+ready-wait before RunTurn is not followed by a second one. Calls that give up leave no such
+mark: a peer can be back (a light service restarts in 0.3 s) before the next call.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ SERVICE_CONFIG = json.dumps(
 # A call waits for a reconnecting peer for at most this share of its deadline (and of the
 # internal call deadline), so a peer that stays down is reported with time to spare.
 READY_SHARE = 0.5
-# After a wait for READY gave up, calls on the channel within this many seconds fail fast.
+# After Clients.ready gave up, calls on the channel within this many seconds fail fast.
 READY_HOLDOFF_S = 0.5
 
 
@@ -94,14 +95,17 @@ def ready_budget_s(timeout_s: float, call_timeout_s: float) -> float:
 
 
 class _Readiness:
-    """Waits, bounded, for one channel to be READY; remembers when a wait last gave up."""
+    """Waits, bounded, for one channel to be READY; remembers when `Clients.ready` last gave up."""
 
     def __init__(self) -> None:
         self.channel: grpc.aio.Channel | None = None  # set once the channel exists
         self._gave_up_at = -math.inf
 
-    async def wait(self, budget_s: float) -> bool:
-        """True when the channel is READY now or becomes READY within `budget_s`."""
+    async def wait(self, budget_s: float, mark: bool = False) -> bool:
+        """True when the channel is READY now or becomes READY within `budget_s`.
+
+        With `mark`, a wait that gives up makes the calls of the next READY_HOLDOFF_S fail fast.
+        """
         channel = self.channel
         if channel is None:
             return False
@@ -114,7 +118,8 @@ class _Readiness:
             async with asyncio.timeout(budget_s):
                 await channel.channel_ready()
         except TimeoutError:
-            self._gave_up_at = loop.time()
+            if mark:
+                self._gave_up_at = loop.time()
             return False
         return True
 
@@ -221,7 +226,7 @@ class Clients:
         """
         address = getattr(self._settings, f"{service}_addr")
         self._channel(address)
-        return await self._readiness[address].wait(timeout_s)
+        return await self._readiness[address].wait(timeout_s, mark=True)
 
     async def close(self) -> None:
         for channel in self._channels.values():
