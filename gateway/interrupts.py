@@ -43,7 +43,7 @@ from gateway.event_log import ends_stream as ends_stream  # re-exported for the 
 from gateway.event_log import is_paused as is_paused
 from gateway.turns import _ERROR_KINDS, _RETRYABLE, EventLogLost, TurnRunner, error_event
 from services.kit.clients import call
-from services.kit.errors import CogmeshError, FailedPrecondition, Unavailable, from_dependency
+from services.kit.errors import CogmeshError, FailedPrecondition, NotFound, Unavailable, from_dependency
 from services.kit.logging import bind_request, log
 
 RESUME_MARK = ":resume:"
@@ -179,8 +179,7 @@ class TurnDriver(TurnRunner):
         task.add_done_callback(lambda _: self._forget(session_id, turn_id))
 
     async def _drive(self, request: TurnRequest, timeout_s: float) -> None:
-        # A runtime that just restarted: wait for the reconnect rather than fail the turn at once.
-        await self.clients.ready("runtime", self.settings.call_timeout_s)
+        # A runtime that just restarted is waited for by the kit's channel (a bounded ready-wait per call).
         if isinstance(request, runtime_pb2.ResumeTurnRequest):
             stream = self.clients.runtime.ResumeTurn(request, timeout=timeout_s)
         else:
@@ -249,6 +248,9 @@ class TurnDriver(TurnRunner):
             log.error("turn stopped: the event log stayed unavailable", error=str(exc))
             if not ended:
                 self._finish_later(request, str(exc))
+        except NotFound as exc:  # DeleteSession: the log refuses a deleted session's events, nobody is left to tell
+            stream.cancel()
+            log.info("turn stopped: its session was deleted", error=exc.message)
         except Exception:  # noqa: BLE001 - a bug must still end the turn, not leave its watchers waiting
             log.exception("turn failed in the gateway")
             stream.cancel()
@@ -272,6 +274,8 @@ class TurnDriver(TurnRunner):
             error = error_event(request.turn_id, events_pb2.ERROR_KIND_UNAVAILABLE, message, True)
             try:
                 await self.append(request.session_id, [error], patience_s=self.lease_ttl_s)
+            except NotFound:
+                pass  # the session was deleted meanwhile: nothing to end
             except EventLogLost:  # its mark lapses and any replica's reaper ends it
                 log.error("could not log the end of a turn stopped by an event log outage")
 

@@ -4,8 +4,9 @@ The gateway driving a turn marks it open in the event log and renews the mark wi
 the turn's lease. A replica that dies stops both. Every replica sweeps the log's
 expired marks every few seconds; for each one whose lease has also gone (asked of
 the sessions service, so a driver that is merely slow keeps its turn), it appends a
-retryable error event. `RedisEventLog.reap` does that atomically and only while the
-mark is still there, so with many replicas sweeping, exactly one event lands.
+retryable error event. `reap` does that atomically and only while the mark is still
+there, so with many replicas sweeping, exactly one event lands. The next turn of the
+session may get there first: opening it ends a lapsed mark's turn the same way.
 """
 
 from __future__ import annotations
@@ -16,21 +17,11 @@ import random
 
 import grpc
 
-from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway.event_log import EventLog, OpenTurn
+from gateway.event_log import EventLog, OpenTurn, lost_turn_event
 from services.kit.clients import Clients
 from services.kit.errors import CogmeshError
 from services.kit.logging import log
-
-
-def lost_turn_event(turn: OpenTurn) -> events_pb2.RuntimeEvent:
-    message = (
-        f"gateway lost: the gateway replica driving turn {turn.turn_id} stopped before the turn ended "
-        "and its lease expired; send the message again"
-    )
-    error = events_pb2.TurnError(kind=events_pb2.ERROR_KIND_UNAVAILABLE, message=message, retryable=True)
-    return events_pb2.RuntimeEvent(turn_id=turn.turn_id, error=error)
 
 
 class Reaper:

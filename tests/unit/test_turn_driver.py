@@ -120,7 +120,7 @@ async def drive(
         await asyncio.wait_for(asyncio.gather(*driver._releasing), 30)
     finally:
         await driver.close()
-    return driver, list(log._log(SESSION).events)
+    return driver, list(log._logs[SESSION].events) if SESSION in log._logs else []
 
 
 def ends(events: list[events_pb2.RuntimeEvent]) -> list[str]:
@@ -200,3 +200,13 @@ async def test_a_release_refused_for_good_is_not_retried(code: grpc.StatusCode) 
     sessions = Gone()
     await drive(Stream([response(FINAL)]), MemoryEventLog(), sessions)
     assert sessions.releases == 1
+
+
+async def test_a_deleted_session_stops_the_turn_quietly() -> None:
+    """DeleteSession drops the log; the turn's next append is NotFound: stop the runtime, log no end."""
+    log = MemoryEventLog()
+    await log.drop(SESSION)
+    stream = Stream([response(delta("a")), response(delta("never logged"))])
+    sessions = Sessions()
+    await drive(stream, log, sessions)
+    assert stream.cancelled and sessions.releases == 1
