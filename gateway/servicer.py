@@ -547,25 +547,28 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         async def read_frames() -> None:
             try:
                 async for frame in frames:
-                    outbox.put_nowait(await self._frame(tenant, session_id, frame, conversation, context))
+                    await outbox.put(await self._frame(tenant, session_id, frame, conversation, context))
             finally:
                 conversation.client_done = True
-                outbox.put_nowait(None)  # wake the writer: it may be time to end
+                await outbox.put(None)  # wake the writer: it may be time to end
 
         async def tail() -> None:
             try:
                 async for batch in self.events.read(session_id, after, self.settings.heartbeat_s):
                     if batch is None:
-                        outbox.put_nowait(gateway_pb2.ConverseResponse(heartbeat=True))
+                        await outbox.put(gateway_pb2.ConverseResponse(heartbeat=True))
                         continue
-                    outbox.put_nowait(gateway_pb2.ConverseResponse(events=gateway_pb2.EventBatch(events=batch)))
+                    # A full outbox holds the tail back, so a slow reader meets the log's lag cut-off
+                    # instead of growing this queue without bound.
+                    await outbox.put(gateway_pb2.ConverseResponse(events=gateway_pb2.EventBatch(events=batch)))
                     for event in batch:
                         if ends_stream(event):
                             conversation.in_flight.discard(event.turn_id)
-                    outbox.put_nowait(None)
+                    await outbox.put(None)
             except BaseException as exc:  # noqa: BLE001 - the writer re-raises it (e.g. a cursor too old)
                 conversation.failure = exc
-                outbox.put_nowait(None)
+                if not isinstance(exc, asyncio.CancelledError):
+                    await outbox.put(None)
 
         tasks = [asyncio.create_task(read_frames()), asyncio.create_task(tail())]
         out = self._outlet(context, session_id, after)
@@ -679,11 +682,14 @@ def encoded(events: list[events_pb2.RuntimeEvent]) -> bytes:
     return events.wire if isinstance(events, Batch) else b""
 
 
+OUTBOX_SIZE = 64  # responses (and wake-ups) a Converse stream holds for its writer
+
+
 class _Conversation:
     """What one Converse stream tracks: its outbox, the turns it waits for, whether the client is done."""
 
     def __init__(self) -> None:
-        self.outbox: asyncio.Queue[gateway_pb2.ConverseResponse | None] = asyncio.Queue()
+        self.outbox: asyncio.Queue[gateway_pb2.ConverseResponse | None] = asyncio.Queue(OUTBOX_SIZE)
         self.in_flight: set[str] = set()
         self.client_done = False
         self.failure: BaseException | None = None
