@@ -203,9 +203,19 @@ class Follower:
     """A background command whose output is read as it comes."""
 
     def __init__(self, command: str, env: dict[str, str]):
-        # exec: the signal reaches grpcurl itself, like Ctrl-C in a terminal.
+        # exec: the signal reaches grpcurl itself, like Ctrl-C in a terminal. SIGINT is set back to its
+        # default first: a suite started in the background of a non-interactive shell (`make test &`)
+        # inherits it ignored, bash cannot undo that, and grpcurl would then never see the interrupt.
+        trampoline = (
+            "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+            "os.execvp('bash', ['bash', '-c', 'exec ' + sys.argv[1]])"
+        )
         self.process = subprocess.Popen(
-            ["bash", "-c", f"exec {command}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", trampoline, command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         self.output = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -225,8 +235,12 @@ class Follower:
 
     def interrupt(self) -> None:
         self.process.send_signal(signal.SIGINT)
-        self.process.wait(10)
-        self._reader.join(10)
+        try:
+            self.process.wait(60)  # a bound for a hang, not a timing: grpcurl exits on SIGINT at once
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+        self._reader.join()
 
 
 def run(command: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
