@@ -10,7 +10,7 @@ NODE_DEPS := $(NODE)/node_modules/.installed
 TEST_NODE_DEPS := tests/node_tools/node_modules/.installed tests/node_hooks/node_modules/.installed
 DEPLOY_TOOLS := deploy/tools/node_modules/.installed
 
-.PHONY: demo up test check lint typecheck protos protos-check node-check breaking deploy-check unit clean
+.PHONY: demo up test test-under-load check lint typecheck protos protos-check node-check breaking deploy-check unit clean
 
 demo: $(VENV)/.installed  ## start the suite and stream a demo turn; Ctrl-C stops it
 	$(BIN)/cogmesh up --demo
@@ -20,6 +20,9 @@ up: $(VENV)/.installed  ## start the suite
 
 test: check $(TEST_NODE_DEPS) $(DEPLOY_TOOLS)  ## everything CI runs: lint, freshness, types, breaking, manifests, tests
 	$(BIN)/python -m pytest
+
+test-under-load:  ## make test 5 times in a row with every core kept busy (RUNS=n to change); for timing-sensitive changes
+	tools/test_under_load.sh $(or $(RUNS),5)
 
 check: lint typecheck protos-check node-check breaking deploy-check
 
