@@ -21,15 +21,19 @@ from services.policy.config import (
     ConversationPromptSpec,
     CustomSpec,
     FailoverSpec,
+    HITLSpec,
     HookSection,
     InterceptorSpec,
     LambdaPromptSpec,
     Layer,
+    LoggingSpec,
     PermissionGateSpec,
     PIIShieldSpec,
     PolicyConfig,
     RateLimiterSpec,
+    RoleGateSpec,
     RouterSection,
+    SafeGateSpec,
     SelectorSection,
     ThrottleSpec,
     TokenLimiterSpec,
@@ -234,6 +238,14 @@ def _interceptor(spec: InterceptorSpec, shared: Shared) -> icp.Interceptor:
             built = icp.PermissionGate(spec.tools, spec.by_role)
         case ConversationGateSpec():
             built = icp.ConversationGate(spec.stages)
+        case SafeGateSpec():
+            built = icp.SafeGate(spec.tools)
+        case RoleGateSpec():
+            built = icp.RoleGate(spec.tools, spec.admin_roles, spec.by_role, spec.role_key)
+        case LoggingSpec():
+            built = icp.LoggingInterceptor(spec.phases, spec.level, spec.include_args)
+        case HITLSpec():
+            built = icp.HITLInterceptor(spec.tools, spec.except_tools, spec.description)
         case RateLimiterSpec():
             built = icp.RateLimiter(
                 shared.windows,

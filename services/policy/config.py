@@ -274,6 +274,35 @@ class ConversationGateSpec(_Interceptor):
         return value
 
 
+class SafeGateSpec(_Interceptor):
+    type: Literal["SafeGate", "safe_gate"]
+    tools: list[str] = ["search", "read_file"]
+
+
+class RoleGateSpec(_Interceptor):
+    type: Literal["RoleGate", "role_gate"]
+    tools: list[str] = ["search", "read_file"]
+    admin_roles: list[str] = ["admin"]
+    by_role: dict[str, list[str]] = {}
+    role_key: str = Field("role", min_length=1)
+
+
+class LoggingSpec(_Interceptor):
+    type: Literal["LoggingInterceptor", "logging"]
+    phases: list[Literal["pre_run", "pre_think", "post_think", "pre_act", "post_act", "post_run", "on_error"]] = [
+        "pre_run", "pre_think", "post_think", "pre_act", "post_act", "post_run", "on_error",
+    ]  # fmt: skip
+    level: Literal["debug", "info", "warning"] = "info"
+    include_args: bool = False
+
+
+class HITLSpec(_Interceptor):
+    type: Literal["HITLInterceptor", "hitl"]
+    tools: list[str] = Field(["*"], min_length=1)
+    except_tools: list[str] = []
+    description: str = Field("{tool} needs a human's approval before it runs", min_length=1)
+
+
 RateScope = Literal["agent", "session", "tenant", "global"]
 
 
@@ -370,6 +399,10 @@ InterceptorSpec = Annotated[
     | ToolGateSpec
     | PermissionGateSpec
     | ConversationGateSpec
+    | SafeGateSpec
+    | RoleGateSpec
+    | LoggingSpec
+    | HITLSpec
     | RateLimiterSpec
     | ThrottleSpec
     | FailoverSpec
