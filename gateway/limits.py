@@ -1,4 +1,12 @@
-"""Per-tenant admission at the gateway: a token bucket for calls and a cap on open streams."""
+"""Per-tenant admission at the gateway: a token bucket for calls and a cap on open streams.
+
+A refusal is RESOURCE_EXHAUSTED (RATE_LIMITED) with a RetryInfo delay, and both its
+message and its ErrorInfo metadata name the setting that raises the limit
+(`setting`, and `burst_setting` for the bucket's size), so an operator who meets it
+in a load test knows what to change. Callers refused together are told to come back
+one token apart rather than all at the same instant, so clients that wait out the
+delay (the Python SDK and the Node client do) get through instead of colliding again.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,13 @@ from dataclasses import dataclass
 
 from services.kit.errors import RateLimited
 
+# The environment variables of services.kit.config.Settings behind each limit.
+RATE_SETTING = "COGMESH_TENANT_RATE_PER_S"
+BURST_SETTING = "COGMESH_TENANT_BURST"
+STREAMS_SETTING = "COGMESH_TENANT_MAX_STREAMS"
+STREAM_RETRY_S = 1.0
+MAX_SPREAD_S = 5.0  # how far out refused callers are spread, at most: beyond, they come back together
+
 
 @dataclass
 class TokenBucket:
@@ -16,15 +31,23 @@ class TokenBucket:
     burst: int
     tokens: float
     updated: float
+    # When the last caller refused was told to come back: the next refused one is sent a token later.
+    promised: float = float("-inf")
 
     def take(self, now: float) -> float:
-        """Take one token; returns 0, or the seconds until one is available (nothing taken)."""
+        """Take one token; returns 0, or the seconds to wait before trying again (nothing taken)."""
         self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate_per_s)
         self.updated = now
         if self.tokens >= 1:
             self.tokens -= 1
             return 0.0
-        return (1 - self.tokens) / self.rate_per_s
+        spacing = 1 / self.rate_per_s
+        first = (1 - self.tokens) * spacing  # until one token is back
+        # Behind those refused before, one token apart (within MAX_SPREAD_S).
+        queued = min(self.promised + spacing - now, MAX_SPREAD_S)
+        wait = max(first, queued)
+        self.promised = now + wait
+        return wait
 
 
 class TenantLimits:
@@ -41,9 +64,17 @@ class TenantLimits:
         wait = bucket.take(now)
         if wait:
             raise RateLimited(
-                f"tenant {tenant!r} exceeded {self.rate_per_s:g} requests/s (burst {self.burst}); retry in {wait:.3f}s",
+                f"tenant {tenant!r} exceeded {self.rate_per_s:g} requests/s (burst {self.burst}); "
+                f"retry in {wait:.3f}s, or raise {RATE_SETTING} / {BURST_SETTING} on the gateway",
                 retry_after_s=wait,
-                metadata={"tenant": tenant, "limit": "requests_per_second"},
+                metadata={
+                    "tenant": tenant,
+                    "limit": "requests_per_second",
+                    "setting": RATE_SETTING,
+                    "value": f"{self.rate_per_s:g}",
+                    "burst_setting": BURST_SETTING,
+                    "burst": str(self.burst),
+                },
             )
 
     @contextmanager
@@ -53,9 +84,14 @@ class TenantLimits:
         if open_now >= self.max_streams:
             raise RateLimited(
                 f"tenant {tenant!r} already has {open_now} open streams (limit {self.max_streams}); "
-                "close one or retry later",
-                retry_after_s=1.0,
-                metadata={"tenant": tenant, "limit": "concurrent_streams"},
+                f"close one or retry later, or raise {STREAMS_SETTING} on the gateway",
+                retry_after_s=STREAM_RETRY_S,
+                metadata={
+                    "tenant": tenant,
+                    "limit": "concurrent_streams",
+                    "setting": STREAMS_SETTING,
+                    "value": str(self.max_streams),
+                },
             )
         self._streams[tenant] = open_now + 1
         try:

@@ -162,7 +162,10 @@ async def test_statuses_become_typed_errors_with_their_details(tmp_path: Path) -
                 await stranger.list_agents()
             assert denied.value.code == grpc.StatusCode.UNAUTHENTICATED and isinstance(denied.value, GatewayError)
 
-        async with GatewayClient(suite.gateway_address, api_key="k-acme", timeout_s=TIMEOUT_S) as client:
+        # rate_limit_attempts=1: raise the refusal instead of waiting it out
+        async with GatewayClient(
+            suite.gateway_address, api_key="k-acme", timeout_s=TIMEOUT_S, rate_limit_attempts=1
+        ) as client:
             with pytest.raises(NotFound) as missing:
                 await client.get_session("missing")
             assert missing.value.reason == "SESSION_NOT_FOUND"

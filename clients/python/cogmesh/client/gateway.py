@@ -3,6 +3,10 @@
 - Auth: `api_key` is sent as `authorization: Bearer <key>`; `root_certificates` turns on TLS.
 - Deadlines: every unary call has `timeout_s`; turn streams take their own (`timeout_s=`).
 - Retries: idempotent calls are retried on UNAVAILABLE by gRPC itself (service config).
+- Rate limits: a call the gateway refuses with RESOURCE_EXHAUSTED and a RetryInfo delay
+  waits that delay and tries again (`rate_limit_attempts`, `rate_limit_wait_s`): reads
+  always, CreateSession and a turn's stream only when refused at admission, before
+  anything started (retry.py).
 - Resume: when a stream breaks, the client reconnects (to the next address, if several
   are given) with its last seq and hands each event over exactly once.
 - Pauses: a turn that waits for an approval, the user's input or a client tool ends its
@@ -28,6 +32,7 @@ import grpc
 from cogmesh.client import options
 from cogmesh.client.errors import ClientClosed, GatewayError, Unavailable
 from cogmesh.client.results import Pause, TurnResult, is_terminal
+from cogmesh.client.retry import RateLimitRetry
 from cogmesh.client.tools import ClientTool
 from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
@@ -73,6 +78,8 @@ class GatewayClient:
         root_certificates: bytes | None = None,
         timeout_s: float = 10.0,
         max_resumes: int = 5,
+        rate_limit_attempts: int = 3,
+        rate_limit_wait_s: float = 10.0,
     ):
         if isinstance(address, str):
             addresses = address.split(",")
@@ -88,6 +95,10 @@ class GatewayClient:
             raise TypeError(f"root_certificates: expected PEM bytes, got {type(root_certificates).__name__}")
         self.timeout_s = float(options.seconds("timeout_s", timeout_s) or 0)
         self.max_resumes = options.count("max_resumes", max_resumes)
+        attempts = options.count("rate_limit_attempts", rate_limit_attempts)
+        if attempts < 1:
+            raise ValueError("rate_limit_attempts: must be at least 1 (1 never waits), got 0")
+        self.rate_limit = RateLimitRetry(attempts, float(options.seconds("rate_limit_wait_s", rate_limit_wait_s) or 0))
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._credentials = grpc.ssl_channel_credentials(root_certificates) if root_certificates else None
         self._current = 0
@@ -143,15 +154,22 @@ class GatewayClient:
         return self._closed and (task is None or task.cancelling() == 0)
 
     async def _unary(self, method: str, request: Any) -> Any:
-        self._check_open()
-        try:
-            return await getattr(self._stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
-        except grpc.aio.AioRpcError as err:
-            raise self._error(err) from err
-        except asyncio.CancelledError:
-            if self._closed_under():
-                raise ClientClosed("the GatewayClient was closed while the call was in flight") from None
-            raise
+        waiter = self.rate_limit.start()
+        while True:
+            self._check_open()
+            try:
+                return await getattr(self._stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
+            except grpc.aio.AioRpcError as err:
+                error = self._error(err)
+                # CreateSession is not idempotent: it is sent again only when the gateway refused it at the door.
+                delay = waiter.delay(error, idempotent=method in IDEMPOTENT)
+                if delay is None:
+                    raise error from err
+            except asyncio.CancelledError:
+                if self._closed_under():
+                    raise ClientClosed("the GatewayClient was closed while the call was in flight") from None
+                raise
+            await asyncio.sleep(delay)
 
     async def wait_ready(self, timeout_s: float) -> None:
         """Wait until the gateway accepts connections, or raise Unavailable."""
@@ -437,27 +455,38 @@ class GatewayClient:
         self, method: str, request: Any, timeout_s: float | None
     ) -> AsyncIterator[events_pb2.RuntimeEvent]:
         """A turn's events from SendMessage, ResolveApproval or AnswerInterrupt; resumed by seq if it breaks."""
-        self._check_open()
         cursor, turn_id = 0, ""
-        try:
-            call = getattr(self._stub, method)(request, timeout=timeout_s, metadata=self._metadata)
-            async for response in call:
-                for event in response.events:
-                    cursor, turn_id = event.seq, event.turn_id
-                    yield event
-                    if is_terminal(event):
-                        return
-            if not turn_id:
-                return
-        except asyncio.CancelledError:
-            if self._closed_under():
-                raise ClientClosed("the GatewayClient was closed while the stream was open") from None
-            raise
-        except grpc.aio.AioRpcError as err:
-            error = self._error(err)
-            # Before the first event we cannot know whether the turn started: retrying could run it twice.
-            if not turn_id or not isinstance(error, GatewayError) or not error.resumable:
-                raise error from err
+        waiter = self.rate_limit.start()
+        while True:
+            self._check_open()
+            try:
+                call = getattr(self._stub, method)(request, timeout=timeout_s, metadata=self._metadata)
+                async for response in call:
+                    for event in response.events:
+                        cursor, turn_id = event.seq, event.turn_id
+                        yield event
+                        if is_terminal(event):
+                            return
+                if not turn_id:
+                    return
+                break
+            except asyncio.CancelledError:
+                if self._closed_under():
+                    raise ClientClosed("the GatewayClient was closed while the stream was open") from None
+                raise
+            except grpc.aio.AioRpcError as err:
+                error = self._error(err)
+                # Before the first event we cannot know whether the turn started: retrying could run it twice,
+                # unless the gateway refused the call at admission (rate limits), before any handler ran.
+                if not turn_id:
+                    delay = waiter.delay(error, idempotent=False)
+                    if delay is None:
+                        raise error from err
+                elif not isinstance(error, GatewayError) or not error.resumable:
+                    raise error from err
+                else:
+                    break
+            await asyncio.sleep(delay)
         async for event in self.subscribe(request.session_id, cursor):
             if event.turn_id == turn_id:
                 yield event
@@ -477,6 +506,7 @@ class GatewayClient:
         options.flag("stop_when_idle", stop_when_idle)
         self._check_open()
         resumes = 0
+        waiter = self.rate_limit.start()
         while True:
             request = gateway_pb2.SubscribeRequest(
                 session_id=session_id, after_seq=cursor, stop_when_idle=stop_when_idle
@@ -484,6 +514,7 @@ class GatewayClient:
             try:
                 async for response in self._stub.Subscribe(request, metadata=self._metadata):
                     resumes = 0
+                    waiter.reset()
                     for event in response.events:
                         if event.seq > cursor:
                             cursor = event.seq
@@ -495,6 +526,11 @@ class GatewayClient:
                 raise
             except grpc.aio.AioRpcError as err:
                 error = self._error(err)
+                delay = waiter.delay(error, idempotent=True)
+                if delay is not None:  # over the tenant's rate or stream cap: come back when told
+                    await asyncio.sleep(delay)
+                    self._check_open()
+                    continue
                 if not isinstance(error, GatewayError) or not error.resumable or resumes >= self.max_resumes:
                     raise error from err
                 resumes += 1
