@@ -9,7 +9,10 @@
   for the oldest and newest supported versions, Istio and Gateway API resources against
   their CRD schemas (deploy/tools, @kubernetes-models); then what the schemas cannot
   see: gRPC probes, requests and limits, PDBs, HPAs, NetworkPolicies, references to
-  ConfigMaps and Secrets, and mesh routes that never retry or time out a stream.
+  ConfigMaps and Secrets, and mesh routes that never retry or time out a stream; and that
+  agents, catalogue and policy come only from the image's defaults (services/defaults)
+  plus an overlay's override ConfigMaps, layered as the entry point does and loaded as
+  the services load them: a copy that could drift is a failure.
 * Grafana: the dashboard's PromQL parsed by Prometheus' grammar, metric names checked
   against what services/kit/metrics.py exports.
 
@@ -307,7 +310,11 @@ def _check_pod(workload: dict[str, Any], grpc_port: int | None, by_kind: dict[st
         for variable in container.get("env", []):
             problems += _missing_ref(variable.get("valueFrom", {}), by_kind)
     for volume in pod.get("volumes", []):
-        if "configMap" in volume and volume["configMap"]["name"] not in by_kind.get("ConfigMap", {}):
+        if (
+            "configMap" in volume
+            and not volume["configMap"].get("optional")
+            and volume["configMap"]["name"] not in by_kind.get("ConfigMap", {})
+        ):
             problems.append(f"volume {volume['name']}: no ConfigMap {volume['configMap']['name']}")
         if "configMap" in volume:
             data = by_kind.get("ConfigMap", {}).get(volume["configMap"]["name"], {}).get("data", {})
@@ -461,74 +468,126 @@ def _rpcs() -> tuple[set[str], set[str]]:
     return streams, unary
 
 
-CONFIG = KUBERNETES / "base" / "config"
 DEFAULTS = ROOT / "services" / "defaults"
+ENTRYPOINT = DEPLOY / "docker" / "entrypoint.py"
+# Each points a service at a folder or file in place of the image's defaults: a copy that drifts.
+CONFIG_VARIABLES = ("COGMESH_AGENTS_DIR", "COGMESH_MODELS_FILE", "COGMESH_POLICY_DIR")
+OVERRIDE_MAPS = {
+    "cogmesh-agent-overrides": "agents",
+    "cogmesh-policy-overrides": "policy",
+    "cogmesh-models-overrides": "models",
+}
 
 
-def check_config(docs: list[dict[str, Any]]) -> list[str]:
-    """The base's agents, catalogue and policy load as the services load them, and every agent
-    file is in the agents ConfigMap and mounted (keys flatten paths: default/identity.md ->
-    default.identity.md)."""
-    from services.kit.agents import AgentRegistry
-    from services.models.catalog import CatalogError, ModelCatalog
-    from services.policy.config import ConfigRejected, ConfigStore
+def _entrypoint() -> Any:
+    """The image's entry point as a module: its layer_config is what the pods run."""
+    import importlib.util
 
-    problems = [f"agents: {error}" for error in AgentRegistry.load_dir(CONFIG / "agents").errors]
-    try:
-        ModelCatalog.from_yaml(CONFIG / "models.yaml")
-    except CatalogError as exc:
-        problems.append(f"models.yaml: {exc}")
-    try:
-        ConfigStore(CONFIG / "policy")
-    except ConfigRejected as exc:
-        problems.append(f"policy: {exc}")
-    files = {
-        str(path.relative_to(CONFIG / "agents")): path for path in (CONFIG / "agents").rglob("*") if path.is_file()
-    }
-    maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
-    agents = next((m for name, m in maps.items() if name.startswith("cogmesh-agents")), None)
-    if agents is None:
-        return [*problems, "no cogmesh-agents ConfigMap"]
-    keys = {relative.replace("/", "."): relative for relative in files}
-    for key in sorted(set(keys) - set(agents.get("data", {}))):
-        problems.append(f"{CONFIG.relative_to(ROOT)}/agents/{keys[key]} is not in the cogmesh-agents ConfigMap")
-    for doc in docs:
-        if doc["kind"] != "Deployment":
-            continue
-        for volume in doc["spec"]["template"]["spec"].get("volumes", []):
-            if volume.get("configMap", {}).get("name") == agents["metadata"]["name"]:
-                mounted = {item["key"]: item["path"] for item in volume["configMap"].get("items", [])}
-                for key in sorted(set(keys) - set(mounted)):
-                    problems.append(f"Deployment/{doc['metadata']['name']}: agents volume does not mount {key}")
-                for key, path in mounted.items():
-                    if keys.get(key, path) != path:
-                        problems.append(f"Deployment/{doc['metadata']['name']}: {key} mounted at {path}")
+    spec = importlib.util.spec_from_file_location("cogmesh_entrypoint", ENTRYPOINT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_no_copies(tree: Path = KUBERNETES) -> list[str]:
+    """No file of the manifests is a copy of a shipped default (an override equal to the
+    default changes nothing and would drift from the next release's default)."""
+    shipped = {p.read_bytes(): p for p in DEFAULTS.rglob("*") if p.is_file()}
+    problems = []
+    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+        original = shipped.get(path.read_bytes())
+        if original is not None:
+            problems.append(
+                f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} is a copy of "
+                f"{original.relative_to(ROOT)}: "
+                "the image ships it; delete the copy"
+            )
     return problems
 
 
-def config_drift() -> list[str]:
-    """Where the base's configuration differs from the defaults shipped in the image (a note:
-    the base is a starting configuration; `--sync-defaults` copies the defaults over)."""
-    notes = []
-    for source in sorted(p for p in DEFAULTS.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".md")):
-        copy = CONFIG / source.relative_to(DEFAULTS)
-        if not copy.is_file():
-            notes.append(f"{copy.relative_to(ROOT)} is not in the base (new in {source.relative_to(ROOT)})")
-        elif copy.read_bytes() != source.read_bytes():
-            notes.append(f"{copy.relative_to(ROOT)} differs from {source.relative_to(ROOT)}")
-    return notes
+def check_config_source(docs: list[dict[str, Any]], label: str = "base") -> list[str]:
+    """Agents, catalogue and policy come from the image's defaults (services/defaults, what
+    `cogmesh up` reads) and nowhere else: anything that would put a copy in their place fails,
+    since a copy drifts. Overlays change them only through the override ConfigMaps."""
+    problems: list[str] = []
+    mounted = {
+        volume["configMap"]["name"]
+        for doc in docs
+        if doc["kind"] in ("Deployment", "StatefulSet")
+        for volume in doc["spec"]["template"]["spec"].get("volumes", [])
+        if "configMap" in volume
+    }
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        if doc["kind"] == "ConfigMap":
+            for variable in sorted(set(doc.get("data", {})) & set(CONFIG_VARIABLES)):
+                problems.append(
+                    f"{label}: ConfigMap/{name} sets {variable}: it replaces the image's defaults with a copy "
+                    "that drifts; change them with an override ConfigMap"
+                )
+            if any(name.startswith(m) for m in OVERRIDE_MAPS):
+                if label == "base":
+                    problems.append(f"{label}: ConfigMap/{name}: the base runs the shipped defaults unchanged")
+                elif name not in mounted:
+                    problems.append(
+                        f"{label}: ConfigMap/{name} is mounted by no pod, so it changes nothing "
+                        "(the overlay needs namespace: cogmesh for its generated name to reach the base's volumes)"
+                    )
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            where = f"{label}: {doc['kind']}/{name}: {container['name']}"
+            for variable in container.get("env", []):
+                if variable["name"] in CONFIG_VARIABLES:
+                    problems.append(f"{where} sets {variable['name']}: use an override ConfigMap instead")
+            for mount in container.get("volumeMounts", []):
+                if "/services/defaults" in mount["mountPath"]:
+                    problems.append(f"{where} mounts over the image's defaults at {mount['mountPath']}")
+    return problems
 
 
-def sync_defaults() -> list[str]:
-    """Copy the shipped defaults into the base's configuration; returns the files written."""
-    written = []
-    for source in sorted(p for p in DEFAULTS.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".md")):
-        copy = CONFIG / source.relative_to(DEFAULTS)
-        if not copy.is_file() or copy.read_bytes() != source.read_bytes():
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, copy)
-            written.append(str(copy.relative_to(ROOT)))
-    return written
+def check_config(docs: list[dict[str, Any]], label: str = "base") -> list[str]:
+    """What the pods run loads as the services load it: the shipped defaults with the override
+    ConfigMaps (if any) layered on top by the image's entry point."""
+    import tempfile
+
+    from services.kit.agents import AGENT_FILE_SUFFIXES, AgentRegistry
+    from services.models.catalog import CatalogError, ModelCatalog
+    from services.policy.config import ConfigRejected, ConfigStore
+
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        overrides = Path(scratch) / "overrides"
+        for doc in docs:
+            name = doc["metadata"]["name"]
+            kind = next(
+                (k for m, k in OVERRIDE_MAPS.items() if doc["kind"] == "ConfigMap" and name.startswith(m)), None
+            )
+            if kind is None:
+                continue
+            for key, text in doc.get("data", {}).items():
+                allowed = {
+                    "agents": Path(key).suffix in AGENT_FILE_SUFFIXES,
+                    "policy": key in {p.name for p in (DEFAULTS / "policy").iterdir()},
+                    "models": key == "models.yaml",
+                }
+                if not allowed[kind]:
+                    problems.append(f"{label}: ConfigMap/{name}: key {key} is not a {kind} file the services read")
+                (overrides / kind).mkdir(parents=True, exist_ok=True)
+                (overrides / kind / key).write_text(text)
+        variables = _entrypoint().layer_config({}, overrides=overrides, defaults=DEFAULTS, into=Path(scratch) / "run")
+        agents = Path(variables.get("COGMESH_AGENTS_DIR", DEFAULTS / "agents"))
+        problems += [f"{label}: agents: {error}" for error in AgentRegistry.load_dir(agents).errors]
+        try:
+            ModelCatalog.from_yaml(Path(variables.get("COGMESH_MODELS_FILE", DEFAULTS / "models.yaml")))
+        except CatalogError as exc:
+            problems.append(f"{label}: models.yaml: {exc}")
+        try:
+            ConfigStore(Path(variables.get("COGMESH_POLICY_DIR", DEFAULTS / "policy")))
+        except ConfigRejected as exc:
+            problems.append(f"{label}: policy: {exc}")
+    return problems
 
 
 def check_kubernetes(versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
@@ -542,8 +601,9 @@ def check_kubernetes(versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
             f"{label}: {p}" for p in check_workloads(docs) if "add a Redis component" not in p or label.name != "base"
         ]
         problems += [f"{label}: {p}" for p in check_mesh_routes(docs)]
-        if label.name == "base":
-            problems += check_config(docs)
+        problems += check_config_source(docs, str(label))
+        problems += check_config(docs, str(label))
+    problems += check_no_copies()
     problems += check_schemas(rendered, versions)
     problems += check_custom_resources(rendered)
     return problems
@@ -606,13 +666,7 @@ def exported_metric_names() -> set[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.validate", description=__doc__.split("\n")[0])
     parser.add_argument("--kubernetes-versions", default=",".join(K8S_VERSIONS), help="comma-separated, e.g. 1.30,1.37")
-    parser.add_argument(
-        "--sync-defaults", action="store_true", help="copy services/defaults into the base's ConfigMap sources first"
-    )
     args = parser.parse_args(argv)
-    if args.sync_defaults:
-        for path in sync_defaults():
-            print(f"wrote {path}")
     versions = str(args.kubernetes_versions).split(",")
     checks: dict[str, Callable[[], list[str]]] = {
         "Dockerfile": check_dockerfile,
@@ -628,8 +682,6 @@ def main(argv: list[str] | None = None) -> int:
             problems = [str(exc)]
         failed |= bool(problems)
         print(f"{'FAIL' if problems else 'ok  '} {title}" + "".join(f"\n     {p}" for p in problems))
-    for note in config_drift():
-        print(f"note {note}")
     return 1 if failed else 0
 
 

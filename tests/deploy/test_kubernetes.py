@@ -150,17 +150,6 @@ def test_the_no_mesh_overlay_dials_every_pod(rendered: dict[str, list[dict[str, 
         assert f"{name}-pods" in headless
 
 
-def test_base_configuration_loads_and_every_agent_file_is_mounted(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    # Agents, catalogue and policy load exactly as the services load them.
-    assert validate.check_config(rendered["base"]) == []
-    docs = copy.deepcopy(rendered["base"])
-    volume = next(
-        v for v in _deployment(docs, "context")["spec"]["template"]["spec"]["volumes"] if v["name"] == "agents"
-    )
-    volume["configMap"]["items"] = [i for i in volume["configMap"]["items"] if i["key"] != "default.identity.md"]
-    assert validate.check_config(docs) == ["Deployment/context: agents volume does not mount default.identity.md"]
-
-
 # --------------------------------------------------------------------------- the validators can fail
 
 
