@@ -477,6 +477,16 @@ OVERRIDE_MAPS = {
     "cogmesh-policy-overrides": "policy",
     "cogmesh-models-overrides": "models",
 }
+OVERRIDES = "/etc/cogmesh/overrides"  # where the entry point looks (deploy/docker/entrypoint.py)
+# Which services read which kind of file: each must mount that kind's overrides, or an
+# overlay's change would reach some services and not others.
+READS = {
+    "gateway": ("agents",),
+    "runtime": ("agents",),
+    "policy": ("agents", "policy"),
+    "context": ("agents",),
+    "models": ("models",),
+}
 
 
 def _entrypoint() -> Any:
@@ -536,6 +546,8 @@ def check_config_source(docs: list[dict[str, Any]], label: str = "base") -> list
                     )
         if doc["kind"] not in ("Deployment", "StatefulSet"):
             continue
+        if doc["kind"] == "Deployment" and name in READS:
+            problems += [f"{label}: Deployment/{name}: {p}" for p in _check_override_mounts(doc, READS[name])]
         for container in doc["spec"]["template"]["spec"]["containers"]:
             where = f"{label}: {doc['kind']}/{name}: {container['name']}"
             for variable in container.get("env", []):
@@ -544,6 +556,24 @@ def check_config_source(docs: list[dict[str, Any]], label: str = "base") -> list
             for mount in container.get("volumeMounts", []):
                 if "/services/defaults" in mount["mountPath"]:
                     problems.append(f"{where} mounts over the image's defaults at {mount['mountPath']}")
+    return problems
+
+
+def _check_override_mounts(deployment: dict[str, Any], kinds: Iterable[str]) -> list[str]:
+    """The override ConfigMap of every kind the service reads, optional, at the entry point's path."""
+    pod = deployment["spec"]["template"]["spec"]
+    sources = {v["name"]: v["configMap"] for v in pod.get("volumes", []) if "configMap" in v}
+    container = next(c for c in pod["containers"] if c["name"] == deployment["metadata"]["name"])
+    problems = []
+    for kind in kinds:
+        prefix = next(m for m, k in OVERRIDE_MAPS.items() if k == kind)
+        path = f"{OVERRIDES}/{kind}"
+        mount = next((m for m in container.get("volumeMounts", []) if m["mountPath"] == path), None)
+        source = sources.get(mount["name"], {}) if mount else {}
+        if not str(source.get("name", "")).startswith(prefix):
+            problems.append(f"does not mount ConfigMap {prefix} at {path}: it would miss an overlay's {kind} changes")
+        elif not source.get("optional"):
+            problems.append(f"ConfigMap {prefix} must be optional: without overrides the shipped defaults serve")
     return problems
 
 

@@ -10,8 +10,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from deploy import validate
 from services.kit.agents import AgentRegistry
 from tests.deploy.conftest import objects
@@ -124,7 +122,16 @@ def test_the_entry_point_layers_only_what_is_mounted(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("flag", ["--sync-defaults"])
-def test_there_is_no_copy_to_sync(flag: str) -> None:
-    with pytest.raises(SystemExit):
-        validate.main([flag])
+def test_every_service_mounts_the_overrides_of_what_it_reads(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert str(validate._entrypoint().OVERRIDES) == validate.OVERRIDES
+    docs = copy.deepcopy(rendered["overlays/linkerd"])
+    context = objects(docs, "Deployment")["context"]["spec"]["template"]["spec"]
+    context["volumes"] = [v for v in context["volumes"] if v["name"] != "agent-overrides"]
+    policy = objects(docs, "Deployment")["policy"]["spec"]["template"]["spec"]
+    next(v for v in policy["volumes"] if v["name"] == "policy-overrides")["configMap"].pop("optional")
+    assert set(validate.check_config_source(docs, "overlays/linkerd")) == {
+        "overlays/linkerd: Deployment/policy: ConfigMap cogmesh-policy-overrides must be optional: "
+        "without overrides the shipped defaults serve",
+        "overlays/linkerd: Deployment/context: does not mount ConfigMap cogmesh-agent-overrides at "
+        "/etc/cogmesh/overrides/agents: it would miss an overlay's agents changes",
+    }
