@@ -302,3 +302,19 @@ async def test_engine_returns_the_approval_decision_and_the_role_gate_verdicts(t
     assert asked.pre_act is not None and needs_approval(asked.pre_act.steps[-1])
     notice = next(n for n in asked.notices if n.metadata.get("kind") == APPROVAL_REQUIRED)
     assert notice.metadata["tool_call_id"] == "c9" and notice.metadata["arguments"] == {"x": 1}
+
+
+async def test_the_approval_request_reaches_the_wire_as_a_native_notice_and_a_marked_step() -> None:
+    from services.kit.protos import struct_to_dict
+    from services.policy.wire import events_to, outcome_to
+
+    c = ctx(tool_name="write_file", tool_call_id="c1", tool_args={"path": "a", "lines": [1, 2]})
+    outcome = await Chain([HITLInterceptor()]).run(Phase.PRE_ACT, c)
+    (event,) = events_to(c.notices, c.scope)
+    assert event.WhichOneof("payload") == "native_notice"
+    metadata = struct_to_dict(event.native_notice.metadata)
+    assert metadata["kind"] == APPROVAL_REQUIRED and metadata["tool_call_id"] == "c1"
+    assert metadata["arguments"] == {"path": "a", "lines": [1, 2]}
+    assert needs_approval(outcome.steps[0])
+    wire = outcome_to(outcome, None)
+    assert wire.steps[0].detail == f"{APPROVAL_REQUIRED}: write_file" and wire.reason == outcome.reason
