@@ -516,6 +516,39 @@ def check_no_copies(tree: Path = KUBERNETES) -> list[str]:
     return problems
 
 
+def check_image_ships_defaults(
+    pyproject: Path = ROOT / "pyproject.toml", dockerignore: Path = DEPLOY / "docker" / "Dockerfile.dockerignore"
+) -> list[str]:
+    """Every file of services/defaults is package data, so the image (which pip-installs the
+    package) holds what `cogmesh up` reads from the source tree; a file left out would be a
+    default that Kubernetes silently lacks."""
+    import fnmatch
+    import glob
+    import tomllib
+
+    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"].get("services", [])
+    package = DEFAULTS.parent
+    shipped = {Path(match) for pattern in patterns for match in glob.glob(pattern, root_dir=package, recursive=True)}
+    problems = [
+        f"{path.relative_to(ROOT)} is not in the image: no package-data pattern of pyproject.toml covers it"
+        for path in sorted(DEFAULTS.rglob("*"))
+        if path.is_file() and path.relative_to(package) not in shipped and "__pycache__" not in path.parts
+    ]
+    # The build context must carry them too: a .dockerignore pattern matching a file or a folder above it.
+    ignored = [
+        line.strip().lstrip("/")
+        for line in dockerignore.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith(("#", "!"))
+    ]
+    for path in sorted(p for p in DEFAULTS.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        relative = path.relative_to(ROOT)
+        prefixes = [relative, *relative.parents[:-1]]
+        for pattern in ignored:
+            if any(fnmatch.fnmatch(str(prefix), pattern) for prefix in prefixes):
+                problems.append(f"Dockerfile.dockerignore: {pattern} keeps {relative} out of the image")
+    return problems
+
+
 def check_config_source(docs: list[dict[str, Any]], label: str = "base") -> list[str]:
     """Agents, catalogue and policy come from the image's defaults (services/defaults, what
     `cogmesh up` reads) and nowhere else: anything that would put a copy in their place fails,
@@ -634,6 +667,7 @@ def check_kubernetes(versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
         problems += check_config_source(docs, str(label))
         problems += check_config(docs, str(label))
     problems += check_no_copies()
+    problems += check_image_ships_defaults()
     problems += check_schemas(rendered, versions)
     problems += check_custom_resources(rendered)
     return problems

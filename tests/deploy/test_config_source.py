@@ -135,3 +135,21 @@ def test_every_service_mounts_the_overrides_of_what_it_reads(rendered: dict[str,
         "overlays/linkerd: Deployment/context: does not mount ConfigMap cogmesh-agent-overrides at "
         "/etc/cogmesh/overrides/agents: it would miss an overlay's agents changes",
     }
+
+
+def test_the_image_carries_every_shipped_default(tmp_path: Path) -> None:
+    assert validate.check_image_ships_defaults() == []
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.setuptools.package-data]\nservices = ["defaults/*.yaml", "defaults/**/*.yaml"]\n')
+    dockerignore = tmp_path / ".dockerignore"
+    dockerignore.write_text("**/.git\n# the planner is ours\nservices/defaults/agents/planner*\n")
+    problems = validate.check_image_ships_defaults(pyproject, dockerignore)
+    assert (
+        "services/defaults/agents/arithmetic.md is not in the image: no package-data pattern of pyproject.toml "
+        "covers it" in problems
+    )
+    assert (
+        "Dockerfile.dockerignore: services/defaults/agents/planner* keeps services/defaults/agents/planner.yaml "
+        "out of the image" in problems
+    )
+    assert not any("careful.yaml" in p for p in problems)
