@@ -3,6 +3,10 @@
 // - Auth: `apiKey` goes out as `authorization: Bearer <key>` on every call.
 // - Deadlines: every unary call gets `timeoutMs`; streams run until they end or are aborted.
 // - Retries: idempotent unary calls are retried on UNAVAILABLE with backoff.
+// - Rate limits: a call refused with RESOURCE_EXHAUSTED and a RetryInfo delay waits that
+//   delay and tries again (`rateLimitAttempts`, `rateLimitWaitMs`): reads always;
+//   createSession and a turn's stream only when refused at admission, before anything
+//   started (retry.ts).
 // - Resume: when a stream breaks (network, gateway restart, slow-reader cut-off), the
 //   client reconnects with Subscribe from the last seq it handed out, so the caller
 //   sees every event once and in order.
@@ -23,6 +27,7 @@ import {
   SubscribeRequestSchema,
 } from "./gen/cogmesh/gateway/v1/gateway_pb.js";
 import { CogmeshError } from "./errors.js";
+import { RateLimitWait } from "./retry.js";
 import {
   interruptOf,
   is,
@@ -60,6 +65,13 @@ export interface ClientOptions {
   resumeAttempts?: number;
   /** First backoff between attempts in milliseconds (doubles, capped at 2 s). Default 100. */
   backoffMs?: number;
+  /**
+   * Attempts of a call the gateway refuses over a rate limit (RESOURCE_EXHAUSTED with a RetryInfo
+   * delay), waiting the delay in between; 1 never waits. Default 3.
+   */
+  rateLimitAttempts?: number;
+  /** Milliseconds one call may spend waiting out rate limits in all. Default 10 000. */
+  rateLimitWaitMs?: number;
   /** Extra Connect interceptors (tracing, logging), run after the auth header is set. */
   interceptors?: Interceptor[];
   /** Use this Connect transport instead of building one (the caller owns it and sets its auth and TLS). */
@@ -217,6 +229,8 @@ export class CogmeshClient {
   private readonly maxAttempts: number;
   private readonly resumeAttempts: number;
   private readonly backoffMs: number;
+  private readonly rateLimitAttempts: number;
+  private readonly rateLimitWaitMs: number;
   private readonly sessions?: Http2SessionManager;
   // Aborted by close(): ends every call and stream still open.
   private readonly lifetime = new AbortController();
@@ -233,6 +247,8 @@ export class CogmeshClient {
     this.maxAttempts = Math.max(1, options.maxAttempts ?? 4);
     this.resumeAttempts = Math.max(0, options.resumeAttempts ?? 5);
     this.backoffMs = options.backoffMs ?? 100;
+    this.rateLimitAttempts = Math.max(1, options.rateLimitAttempts ?? 3);
+    this.rateLimitWaitMs = Math.max(0, options.rateLimitWaitMs ?? 10_000);
     const interceptors: Interceptor[] = [];
     if (apiKey) {
       interceptors.push((next) => async (req) => {
@@ -442,23 +458,34 @@ export class CogmeshClient {
     open: (signal: AbortSignal) => AsyncIterable<{ events: RuntimeEvent[] }>,
   ): AsyncGenerator<RuntimeEvent> {
     const signal = this.signal(caller);
+    const limits = this.rateLimitWait();
     let turnId = "";
     let lastSeq = 0n;
-    try {
-      for await (const reply of open(signal)) {
-        for (const event of reply.events) {
-          turnId = event.turnId;
-          lastSeq = event.seq;
-          yield event;
-          if (isTerminal(event) || isPause(event)) return;
+    for (;;) {
+      try {
+        for await (const reply of open(signal)) {
+          for (const event of reply.events) {
+            turnId = event.turnId;
+            lastSeq = event.seq;
+            yield event;
+            if (isTerminal(event) || isPause(event)) return;
+          }
         }
+        // Ended without the turn's last event (a draining gateway): read the rest from the log.
+        if (!turnId) throw new CogmeshError(Code.Unavailable, "the turn's stream ended before its first event");
+        break;
+      } catch (err) {
+        const error = this.failure(err, signal);
+        if (turnId) {
+          if (!error.resumable) throw error;
+          break;
+        }
+        // Before the first event we cannot know whether the turn started, and sending again is not safe,
+        // unless the gateway refused the call at admission (rate limits), before any handler ran.
+        const wait = limits.delayMs(error, false);
+        if (wait === undefined) throw error;
+        await this.pause(wait, signal);
       }
-      // Ended without the turn's last event (a draining gateway): read the rest from the log.
-      if (!turnId) throw new CogmeshError(Code.Unavailable, "the turn's stream ended before its first event");
-    } catch (err) {
-      const error = this.failure(err, signal);
-      // Before the first event we cannot know whether the turn started, and sending again is not safe.
-      if (!turnId || !error.resumable) throw error;
     }
     for await (const event of this.follow(sessionId, lastSeq, false, signal, undefined, 1)) {
       if (event.turnId !== turnId) continue;
@@ -496,12 +523,16 @@ export class CogmeshClient {
     onHeartbeat: (() => void) | undefined,
     failures: number,
   ): AsyncGenerator<RuntimeEvent> {
+    const limits = this.rateLimitWait();
+    let limited = false;
     for (;;) {
-      if (failures > 0) await this.backoff(failures, signal);
+      if (failures > 0 && !limited) await this.backoff(failures, signal);
+      limited = false;
       try {
         const request = create(SubscribeRequestSchema, { sessionId, afterSeq: cursor, stopWhenIdle });
         for await (const reply of this.gateway.subscribe(request, { signal })) {
           failures = 0; // progress: the connection works again
+          limits.reset();
           if (reply.heartbeat) onHeartbeat?.();
           for (const event of reply.events) {
             if (event.seq <= cursor) continue; // at-least-once on the wire: drop what was handed out
@@ -514,6 +545,12 @@ export class CogmeshClient {
         throw new CogmeshError(Code.Unavailable, "Subscribe ended while following", { broken: true });
       } catch (err) {
         const error = this.failure(err, signal);
+        const wait = limits.delayMs(error, true); // over the tenant's rate or stream cap: come back when told
+        if (wait !== undefined) {
+          await this.pause(wait, signal);
+          limited = true;
+          continue;
+        }
         if (!error.resumable || failures >= this.resumeAttempts) throw error;
         failures += 1;
       }
@@ -525,15 +562,27 @@ export class CogmeshClient {
     call: (options: { signal: AbortSignal; timeoutMs: number }) => Promise<T>,
   ): Promise<T> {
     const signal = this.signal(undefined);
-    for (let attempt = 1; ; attempt++) {
+    const limits = this.rateLimitWait();
+    for (let attempt = 1; ;) {
       try {
         return await call({ signal, timeoutMs: this.timeoutMs });
       } catch (err) {
         const error = this.failure(err, signal);
+        // createSession is not idempotent: it is sent again only when the gateway refused it at the door.
+        const wait = limits.delayMs(error, idempotent !== false);
+        if (wait !== undefined) {
+          await this.pause(wait, signal);
+          continue;
+        }
         if (!idempotent || error.code !== Code.Unavailable || attempt >= this.maxAttempts) throw error;
         await this.backoff(attempt, signal);
+        attempt += 1;
       }
     }
+  }
+
+  private rateLimitWait(): RateLimitWait {
+    return new RateLimitWait(this.rateLimitAttempts, this.rateLimitWaitMs);
   }
 
   // The caller's signal joined with the client's lifetime; fails fast once closed.
@@ -550,7 +599,10 @@ export class CogmeshClient {
   }
 
   private async backoff(attempt: number, signal: AbortSignal): Promise<void> {
-    const delay = Math.min(this.backoffMs * 2 ** (attempt - 1), 2_000);
+    await this.pause(Math.min(this.backoffMs * 2 ** (attempt - 1), 2_000), signal);
+  }
+
+  private async pause(delay: number, signal: AbortSignal): Promise<void> {
     try {
       await sleep(delay, undefined, { signal });
     } catch (err) {
