@@ -233,6 +233,20 @@ class PolicyEngine:
         outcome = await bundle.chain.run(Phase.PRE_ACT, ctx)
         notices += ctx.notices
         state = ctx.state if outcome.state_changed else None
+        if outcome.action is Action.REQUIRE_APPROVAL:  # allowed, once a human says so (the runtime pauses)
+            args = outcome.args if outcome.args is not None else args
+            return ToolCallDecision(
+                True,
+                f"{outcome.decided_by} asks a human to approve tool {tool_name!r}: {outcome.reason}",
+                "interceptor_approval",
+                f"interceptor:{outcome.decided_by}",
+                args,
+                modified or outcome.args is not None,
+                outcome,
+                notices,
+                bundle.budget.timeout_per_call_ms if (mcp and bundle.budget is not None) else 0,
+                state,
+            )
         if outcome.action is not Action.OK:
             rule = "interceptor_stop" if outcome.action is Action.STOP else "interceptor_skip"
             verb = "stopped the turn at" if outcome.action is Action.STOP else "skipped"

@@ -123,6 +123,9 @@ class Verdict:
     wait_s: float = 0.0  # wait before running (rate limits); the slot is reserved
     timeout_s: float | None = None  # the call's deadline instead of the turn's default
     events: Sequence[events_pb2.RuntimeEvent] = ()
+    # Run only once a human approves (an interceptor's REQUIRE_APPROVAL): paused like `interrupt_on`.
+    needs_approval: bool = False
+    approval_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -424,6 +427,8 @@ class _Item:
     timeout_s: float | None = None
     internal: bool = False  # the structured-output tool: no events
     child: dict[str, Any] | None = None  # a paused subagent's snapshot
+    needs_approval: bool = False  # the policy asked for a human's yes ...
+    approval_reason: str = ""  # ... saying why
 
     def answer(self, result: str, ok: bool = False) -> None:
         self.result, self.ok, self.state = result, ok, "answered"
@@ -934,6 +939,7 @@ class _Run:
                     item.answer(f"error: the policy's arguments for {item.call.name} are invalid: {problem}")
                     continue
                 item.arguments, item.wait_s, item.timeout_s = verdict.arguments, verdict.wait_s, verdict.timeout_s
+                item.needs_approval, item.approval_reason = verdict.needs_approval, verdict.approval_reason
         for item in items:
             if item.state != "check":
                 continue
@@ -1006,7 +1012,7 @@ class _Run:
         assert tool is not None
         if tool.handling != "run":
             return tool.handling
-        return "approval" if self.turn.interrupt_on(item.call.name) else "run"
+        return "approval" if item.needs_approval or self.turn.interrupt_on(item.call.name) else "run"
 
     def _stop_after_step(self, kind: int, reason: str) -> None:
         if kind:
@@ -1227,7 +1233,8 @@ class _Run:
                     arguments=dict_to_struct(item.arguments),
                     allowed_decisions=ALLOWED_DECISIONS,
                     interrupt_id=interrupt_id,
-                    description=f"agent {turn.agent or 'the agent'} wants to run {item.call.name}, "
+                    description=item.approval_reason
+                    or f"agent {turn.agent or 'the agent'} wants to run {item.call.name}, "
                     "which needs a human's approval",
                     correlation_id=item.call.id,
                 ),

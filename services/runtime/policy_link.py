@@ -256,6 +256,7 @@ class PolicyLink:
         allowed = decision.verdict == policy_pb2.VERDICT_ALLOW
         pre_act = decision.pre_act
         stop = decision.HasField("pre_act") and pre_act.action == policy_pb2.INTERCEPT_ACTION_STOP
+        approval = allowed and pre_act.action == policy_pb2.INTERCEPT_ACTION_REQUIRE_APPROVAL
         return Verdict(
             allowed,
             decision.reason,
@@ -265,6 +266,8 @@ class PolicyLink:
             wait_s=pre_act.wait_ms / 1000 if allowed and pre_act.wait_ms > 0 else 0.0,
             timeout_s=decision.timeout_ms / 1000 if decision.timeout_ms > 0 else None,
             events=list(decision.events),
+            needs_approval=approval,
+            approval_reason=pre_act.reason if approval else "",
         )
 
     async def check_one(self, name: str, arguments: Mapping[str, Any]) -> Verdict:

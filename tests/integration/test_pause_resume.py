@@ -453,3 +453,39 @@ async def test_sessions_are_only_opened_with_primary_agents(env: Env) -> None:
     listed = await env.gateway.ListAgents(gateway_pb2.ListAgentsRequest(), timeout=TIMEOUT_S)
     modes = {a.name: a.mode for a in listed.agents}
     assert modes["helper"] != modes["boss"]
+
+
+async def test_an_interceptor_that_requires_approval_pauses_the_call_like_interrupt_on(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """HITLInterceptor (seed 002): the policy asks for a human; the same approval events and answers follow."""
+    tmp = tmp_path_factory.mktemp("hitl")
+    policy_dir = tmp / "policy"
+    shutil.copytree(Path(DEFAULT_AGENTS_DIR).parent / "policy", policy_dir)
+    (policy_dir / "interceptors.yaml").write_text(
+        "interceptors:\n  - {type: HITLInterceptor, tools: [calculator], description: 'ops must approve {tool}'}\n"
+    )
+    async with agents_suite(tmp, policy_dir=policy_dir) as hitl:
+        session_id = await new_session(hitl.gateway)  # the default agent: no interrupt_on of its own
+        paused = await stream(hitl.gateway.SendMessage(message(session_id, "What is 6 * 7?"), timeout=TIMEOUT_S))
+        assert kinds(paused)[-2:] == ["approval_required", "status"]
+        approval = paused[-2].approval_required
+        assert approval.action_name == "calculator" and approval.description == "ops must approve calculator"
+        assert "tool_call_finished" not in kinds(paused)  # nothing ran before the answer
+        reject = gateway_pb2.ResolveApprovalRequest(
+            session_id=session_id,
+            interrupt_id=approval.interrupt_id,
+            decision=events_pb2.APPROVAL_DECISION_REJECT,
+            reason="not now",
+        )
+        rejected = await stream(hitl.gateway.ResolveApproval(reject, timeout=TIMEOUT_S))
+        assert "rejected this call: not now" in rejected[-1].final.text
+        paused = await stream(hitl.gateway.SendMessage(message(session_id, "What is 6 * 7?"), timeout=TIMEOUT_S))
+        approve = gateway_pb2.ResolveApprovalRequest(
+            session_id=session_id,
+            interrupt_id=paused[-1].status.interrupt_id,
+            decision=events_pb2.APPROVAL_DECISION_APPROVE,
+        )
+        resumed = await stream(hitl.gateway.ResolveApproval(approve, timeout=TIMEOUT_S))
+        assert only(resumed, "tool_call_finished").result_summary == "42"
+        assert resumed[-1].final.text == "6 * 7 = 42."

@@ -23,7 +23,7 @@ from services.policy.interceptors import (
     RoleGate,
     SafeGate,
 )
-from services.policy.interceptors.hitl import APPROVAL_REQUIRED, needs_approval
+from services.policy.interceptors.hitl import needs_approval
 from services.policy.ratelimit import MemoryWindowStore
 
 TOOLS = [ToolInfo("search"), ToolInfo("read_file"), ToolInfo("write_file"), ToolInfo("delete_file")]
@@ -151,29 +151,17 @@ async def test_hitl_asks_for_approval_of_matching_calls() -> None:
     assert chain.phases() == {Phase.PRE_ACT}
     c = ctx(tool_name="delete_file", tool_call_id="call-7", tool_args={"path": "/tmp/x"})
     outcome = await chain.run(Phase.PRE_ACT, c)
-    assert outcome.action is Action.SKIP and outcome.decided_by == "HITLInterceptor"
-    assert "approval" in outcome.reason
-    step = outcome.steps[0]
-    assert step.detail == f"{APPROVAL_REQUIRED}: delete_file" and needs_approval(step)
-    # The notice carries what an approval_required event needs.
-    (notice,) = c.notices
-    assert notice.kind == "notice" and notice.text == "delete_file needs a human's approval before it runs"
-    assert notice.metadata == {
-        "interceptor": "HITLInterceptor",
-        "kind": APPROVAL_REQUIRED,
-        "tool_name": "delete_file",
-        "tool_call_id": "call-7",
-        "arguments": {"path": "/tmp/x"},
-    }
+    assert outcome.action is Action.REQUIRE_APPROVAL and outcome.decided_by == "HITLInterceptor"
+    assert outcome.reason == "delete_file needs a human's approval before it runs"
+    assert needs_approval(outcome.steps[0]) and c.notices == []
     ok = await chain.run(Phase.PRE_ACT, ctx(tool_name="search"))
     assert ok.action is Action.OK and ok.steps == []
 
 
 async def test_hitl_defaults_to_every_tool_with_exceptions_and_a_description() -> None:
     gate = HITLInterceptor(except_tools=["search", "read_*"], description="ask ops before {tool}")
-    c = ctx(tool_name="write_file")
-    outcome = await Chain([gate]).run(Phase.PRE_ACT, c)
-    assert outcome.action is Action.SKIP and c.notices[0].text == "ask ops before write_file"
+    outcome = await Chain([gate]).run(Phase.PRE_ACT, ctx(tool_name="write_file"))
+    assert outcome.action is Action.REQUIRE_APPROVAL and outcome.reason == "ask ops before write_file"
     for name in ("search", "read_file"):
         assert (await Chain([gate]).run(Phase.PRE_ACT, ctx(tool_name=name))).action is Action.OK
 
@@ -298,23 +286,19 @@ async def test_engine_returns_the_approval_decision_and_the_role_gate_verdicts(t
     assert (hidden.allowed, hidden.rule, hidden.source) == (False, "interceptor_skip", "interceptor:RoleGate")
     assert (await engine.check_tool_call(scope, "wipe", {}, admin)).allowed
     asked = await engine.check_tool_call(scope, "thinking", {"x": 1}, guest, tool_call_id="c9")
-    assert (asked.allowed, asked.rule, asked.source) == (False, "interceptor_skip", "interceptor:HITLInterceptor")
+    # Allowed on condition: the runtime pauses the call for a human, as for interrupt_on.
+    assert (asked.allowed, asked.rule, asked.source) == (True, "interceptor_approval", "interceptor:HITLInterceptor")
+    assert asked.arguments == {"x": 1} and "asks a human to approve" in asked.reason
     assert asked.pre_act is not None and needs_approval(asked.pre_act.steps[-1])
-    notice = next(n for n in asked.notices if n.metadata.get("kind") == APPROVAL_REQUIRED)
-    assert notice.metadata["tool_call_id"] == "c9" and notice.metadata["arguments"] == {"x": 1}
 
 
-async def test_the_approval_request_reaches_the_wire_as_a_native_notice_and_a_marked_step() -> None:
-    from services.kit.protos import struct_to_dict
-    from services.policy.wire import events_to, outcome_to
+async def test_the_approval_request_reaches_the_wire_as_its_own_action() -> None:
+    from cogmesh.policy.v1 import policy_pb2
+    from services.policy.wire import outcome_to
 
     c = ctx(tool_name="write_file", tool_call_id="c1", tool_args={"path": "a", "lines": [1, 2]})
     outcome = await Chain([HITLInterceptor()]).run(Phase.PRE_ACT, c)
-    (event,) = events_to(c.notices, c.scope)
-    assert event.WhichOneof("payload") == "native_notice"
-    metadata = struct_to_dict(event.native_notice.metadata)
-    assert metadata["kind"] == APPROVAL_REQUIRED and metadata["tool_call_id"] == "c1"
-    assert metadata["arguments"] == {"path": "a", "lines": [1, 2]}
-    assert needs_approval(outcome.steps[0])
     wire = outcome_to(outcome, None)
-    assert wire.steps[0].detail == f"{APPROVAL_REQUIRED}: write_file" and wire.reason == outcome.reason
+    assert wire.action == policy_pb2.INTERCEPT_ACTION_REQUIRE_APPROVAL
+    assert wire.steps[0].action == policy_pb2.INTERCEPT_ACTION_REQUIRE_APPROVAL
+    assert wire.reason == "write_file needs a human's approval before it runs"

@@ -28,6 +28,7 @@ class Action(enum.Enum):
     USE_MODEL = "use_model"
     MODIFY_PROMPT = "modify_prompt"
     MODIFY_TOOL_RESULT = "modify_tool_result"
+    REQUIRE_APPROVAL = "require_approval"
 
 
 # What each phase may ask for; anything else is a bug in the interceptor and is ignored.
@@ -39,7 +40,7 @@ ALLOWED_ACTIONS: dict[Phase, frozenset[Action]] = {
         {Action.OK, Action.STOP, Action.MODIFY_MESSAGES, Action.MODIFY_TOOLS, Action.USE_MODEL, Action.MODIFY_PROMPT}
     ),
     Phase.POST_THINK: frozenset({Action.OK, Action.STOP}),
-    Phase.PRE_ACT: frozenset({Action.OK, Action.STOP, Action.SKIP, Action.MODIFY_ARGS}),
+    Phase.PRE_ACT: frozenset({Action.OK, Action.STOP, Action.SKIP, Action.MODIFY_ARGS, Action.REQUIRE_APPROVAL}),
     Phase.POST_ACT: frozenset({Action.OK, Action.STOP, Action.MODIFY_TOOL_RESULT}),
     Phase.POST_RUN: frozenset({Action.OK}),
     Phase.ON_ERROR: frozenset({Action.OK, Action.STOP, Action.USE_MODEL}),
@@ -75,6 +76,11 @@ class InterceptResult:
     @classmethod
     def skip(cls, reason: str) -> InterceptResult:
         return cls(Action.SKIP, reason=reason, detail=reason)
+
+    @classmethod
+    def require_approval(cls, reason: str) -> InterceptResult:
+        """PRE_ACT: the call runs only once a human approves it; `reason` is what the reviewer reads."""
+        return cls(Action.REQUIRE_APPROVAL, reason=reason, detail=reason)
 
     @classmethod
     def modify_messages(cls, messages: Sequence[Msg], detail: str = "") -> InterceptResult:
@@ -169,7 +175,7 @@ class Step:
 class PhaseOutcome:
     """The merged result of one phase's chain, read off the context it mutated."""
 
-    action: Action = Action.OK  # OK, STOP or SKIP
+    action: Action = Action.OK  # OK, STOP, SKIP or REQUIRE_APPROVAL
     steps: list[Step] = field(default_factory=list)
     messages: list[Msg] | None = None
     tools: list[str] | None = None
@@ -226,7 +232,7 @@ class Chain:
             if result.action is not Action.OK:
                 outcome.steps.append(Step(interceptor.label, result.action, result.detail))
             _apply(result, ctx, outcome)
-            if result.action in (Action.STOP, Action.SKIP):
+            if result.action in (Action.STOP, Action.SKIP, Action.REQUIRE_APPROVAL):
                 outcome.action = result.action
                 outcome.reason = result.reason
                 outcome.error_kind = result.error_kind

@@ -1,14 +1,10 @@
 """HITLInterceptor: a human approves a tool call before it runs (PRE_ACT).
 
-The decision is "this call needs approval". The interceptor outcome model has no
-action for that yet (OK, STOP, SKIP and the modifications), so the interceptor
-answers with a SKIP whose step detail starts with APPROVAL_REQUIRED and a
-native notice carrying kind="approval_required", the tool, its call id, its
-arguments and the description a reviewer should read. A runtime that knows the
-marker routes the call to its approval step (the one `interrupt_on` uses: an
-approval_required event, then approve / edit / reject through ResolveApproval);
-one that does not leaves the call unrun and tells the model why, so a call that
-needs a human never runs without one.
+Its answer is REQUIRE_APPROVAL: the policy allows the call on condition of a human's
+yes, and the runtime pauses the turn exactly as for an agent's `interrupt_on` (an
+approval_required event carrying `description`, then approve / edit / reject through
+ResolveApproval or AnswerInterrupt). A reviewer's rejection, or any answer that is not
+an approval, means the call does not run.
 """
 
 from __future__ import annotations
@@ -19,13 +15,12 @@ from collections.abc import Sequence
 from services.policy.domain import TurnContext
 from services.policy.interceptors.base import Action, Interceptor, InterceptResult, Step
 
-APPROVAL_REQUIRED = "approval_required"
 DEFAULT_DESCRIPTION = "{tool} needs a human's approval before it runs"
 
 
 def needs_approval(step: Step) -> bool:
-    """Whether a PRE_ACT step is an approval request (the marker a runtime looks for)."""
-    return step.detail.startswith(f"{APPROVAL_REQUIRED}:")
+    """Whether a PRE_ACT step is an approval request."""
+    return step.action is Action.REQUIRE_APPROVAL
 
 
 class HITLInterceptor(Interceptor):
@@ -51,14 +46,4 @@ class HITLInterceptor(Interceptor):
     async def pre_act(self, ctx: TurnContext) -> InterceptResult:
         if not self.applies_to(ctx.tool_name):
             return InterceptResult.ok()
-        description = self.description.replace("{tool}", ctx.tool_name)
-        ctx.notify(
-            description,
-            interceptor=self.label,
-            kind=APPROVAL_REQUIRED,
-            tool_name=ctx.tool_name,
-            tool_call_id=ctx.tool_call_id,
-            arguments=dict(ctx.tool_args),
-        )
-        reason = f"{description}; no approval was given"
-        return InterceptResult(Action.SKIP, reason=reason, detail=f"{APPROVAL_REQUIRED}: {ctx.tool_name}")
+        return InterceptResult.require_approval(self.description.replace("{tool}", ctx.tool_name))

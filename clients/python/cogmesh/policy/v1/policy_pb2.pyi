@@ -39,6 +39,7 @@ class InterceptAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INTERCEPT_ACTION_USE_MODEL: _ClassVar[InterceptAction]
     INTERCEPT_ACTION_MODIFY_PROMPT: _ClassVar[InterceptAction]
     INTERCEPT_ACTION_MODIFY_TOOL_RESULT: _ClassVar[InterceptAction]
+    INTERCEPT_ACTION_REQUIRE_APPROVAL: _ClassVar[InterceptAction]
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_ALLOW: Verdict
 VERDICT_DENY: Verdict
@@ -60,6 +61,7 @@ INTERCEPT_ACTION_MODIFY_TOOLS: InterceptAction
 INTERCEPT_ACTION_USE_MODEL: InterceptAction
 INTERCEPT_ACTION_MODIFY_PROMPT: InterceptAction
 INTERCEPT_ACTION_MODIFY_TOOL_RESULT: InterceptAction
+INTERCEPT_ACTION_REQUIRE_APPROVAL: InterceptAction
 
 class CheckToolCallRequest(_message.Message):
     __slots__ = ("tenant_id", "agent", "role_id", "active_skill_ids", "tool_name", "arguments", "session_id", "turn_id", "context", "tool_call_id")
