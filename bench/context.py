@@ -32,11 +32,11 @@ from services.context.builder import ContextBuilder, ContextInput
 from services.context.prompt_files import PromptFiles
 from services.context.servicer import budget_from_proto
 from services.context.sessions_link import recalled_text
-from services.context.tokens import TokenCounter, make_counter
 from services.kit.agents import AgentRegistry
 from services.kit.config import Settings
 from services.kit.errors import Violations
 from services.kit.server import start
+from services.kit.tokens import TokenCounter, make_counter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "context.md"
 MESSAGES, SKILLS = 200, 20

@@ -25,9 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import Any
 
-from services.runtime.budget import Limits
-from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ModelChunk,
     TextDelta,
@@ -36,6 +34,8 @@ from services.runtime.llm import (
     ToolSchema,
     UsageChunk,
 )
+from services.runtime.budget import Limits
+from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.local_model import LocalModel
 from services.runtime.loop import (
     Decision,

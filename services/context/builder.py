@@ -55,8 +55,8 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from services.context.prompt_files import PromptFiles
-from services.context.tokens import CharRatioCounter, TokenCounter
 from services.kit.agents import AgentDefinition
+from services.kit.tokens import CharRatioCounter, TokenCounter
 
 TRUNCATION_MARKER = " …"
 PROMPT_HASH_CHARS = 16

@@ -38,7 +38,7 @@ from typing import Any, Literal
 from services.context.archive import ToolArchive, is_marker, marker
 from services.context.builder import truncate
 from services.context.summarizer import Summarizer
-from services.context.tokens import TokenCounter
+from services.kit.tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4
 SUMMARY_CONCURRENCY = 4

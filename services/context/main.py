@@ -12,11 +12,11 @@ from services.context.builder import ContextBuilder
 from services.context.compaction import Compactor
 from services.context.prompt_files import PromptFiles
 from services.context.servicer import ContextServicer
-from services.context.tokens import make_counter
 from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.server import App, mount, run
+from services.kit.tokens import make_counter
 
 
 async def build(settings: Settings, clients: Clients) -> App:

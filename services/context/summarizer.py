@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from services.context.builder import truncate
-from services.context.tokens import TokenCounter
-from services.runtime.llm import ChatMessage, ChatModel, ModelError, TextDelta
+from services.kit.llm import ChatMessage, ChatModel, ModelError, TextDelta
+from services.kit.tokens import TokenCounter
 
 CHUNK_INSTRUCTION = (
     "Summarize this part of a conversation between a user and an assistant for the assistant's own "

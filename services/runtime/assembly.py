@@ -30,12 +30,12 @@ from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound
+from services.kit.llm import ChatMessage, ChatModel, ToolSchema
 from services.kit.protos import struct_to_dict
 from services.runtime.budget import CostBudget, CostTracker, Limits, SessionCosts
 from services.runtime.context_link import GET_TOOL_RESPONSE, ContextLink, Memory, SessionMemory, archive_tool
 from services.runtime.delegation import TASK_TOOL, task_tool
 from services.runtime.engines import Engine, RuntimeRegistry, UnknownRuntime
-from services.runtime.llm import ChatMessage, ChatModel, ToolSchema
 from services.runtime.loop import ModelChoice, ModelInfo, ResumePoint, Turn, interrupt_matcher
 from services.runtime.phases import Phase
 from services.runtime.policy_link import FROM_PHASES, PHASES, PolicyLink, begin_turn, message_from_proto

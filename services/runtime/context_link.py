@@ -29,7 +29,7 @@ from cogmesh.context.v1 import context_pb2
 from services.kit.agents import AgentDefinition
 from services.kit.clients import Clients
 from services.kit.errors import CogmeshError, from_dependency
-from services.runtime.llm import ChatMessage, ToolSchema
+from services.kit.llm import ChatMessage, ToolSchema
 from services.runtime.loop import Compaction, CompactionFailed
 from services.runtime.policy_link import message_from_proto, message_to_proto
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from services.kit.agents import AgentDefinition
-from services.runtime.llm import ToolSchema
+from services.kit.llm import ToolSchema
 from services.runtime.tools.base import Tool, answered_outside
 
 TASK_TOOL = "task"

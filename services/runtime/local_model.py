@@ -54,14 +54,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from services.kit.limits import depth_problem, json_text_depth
-from services.runtime.calculator import (
-    CALCULATOR_SCHEMA,
-    CalculatorError,
-    evaluate,
-    find_expression,
-    format_number,
-)
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ModelChunk,
     ModelError,
@@ -70,6 +63,13 @@ from services.runtime.llm import (
     ToolCallRequest,
     ToolSchema,
     UsageChunk,
+)
+from services.runtime.calculator import (
+    CALCULATOR_SCHEMA,
+    CalculatorError,
+    evaluate,
+    find_expression,
+    format_number,
 )
 
 LOCAL_MODEL_NAME = "cogmesh-local"

@@ -49,9 +49,7 @@ from jsonschema.exceptions import SchemaError
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from services.kit.limits import argument_depth_problem
-from services.kit.protos import dict_to_struct
-from services.runtime.budget import CostBudget, CostTracker, Limits, ToolBudget
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ChatModel,
     ModelError,
@@ -61,6 +59,8 @@ from services.runtime.llm import (
     ToolSchema,
     UsageChunk,
 )
+from services.kit.protos import dict_to_struct
+from services.runtime.budget import CostBudget, CostTracker, Limits, ToolBudget
 from services.runtime.phases import Intercept, Interceptor, Phase, PhaseContext, merge, run_phase
 from services.runtime.structured import MAX_REPAIRS, RESPOND_TOOL, OutputSpec, parse_json_text, repair_message
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable, builtin

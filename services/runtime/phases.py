@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.runtime.llm import ChatMessage, ToolCallRequest, ToolSchema
+from services.kit.llm import ChatMessage, ToolCallRequest, ToolSchema
 
 
 class Phase(enum.Enum):

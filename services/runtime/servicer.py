@@ -18,6 +18,7 @@ from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.errors import FailedPrecondition, InvalidArgument, Violations
 from services.kit.limits import MAX_ARGUMENT_DEPTH, json_depth
+from services.kit.llm import ChatMessage, ChatModel
 from services.kit.logging import bind_request, log
 from services.kit.protos import APPROVAL_DECISIONS, struct_to_dict
 from services.kit.streams import batched
@@ -25,7 +26,6 @@ from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBui
 from services.runtime.budget import SessionCosts
 from services.runtime.context_link import SessionMemory
 from services.runtime.engines import Engine, RuntimeRegistry, default_registry
-from services.runtime.llm import ChatMessage, ChatModel
 from services.runtime.loop import (
     Decision,
     ResumePoint,

@@ -22,11 +22,11 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError
+from services.kit.llm import ChatMessage
 from services.kit.logging import log
 from services.kit.protos import dict_to_struct
 from services.runtime.assembly import CommandTurn
 from services.runtime.context_link import Memory, SessionMemory
-from services.runtime.llm import ChatMessage
 from services.runtime.loop import Turn, encode_snapshot
 
 _TO_ROLE = {

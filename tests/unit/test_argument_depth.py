@@ -30,10 +30,10 @@ from services.kit.limits import (
     json_depth,
     json_text_depth,
 )
+from services.kit.llm import ChatMessage, ToolCallChunk, ToolSchema
 from services.kit.protos import dict_to_struct
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.delegation import task_tool
-from services.runtime.llm import ChatMessage, ToolCallChunk, ToolSchema
 from services.runtime.local_model import MAX_PARSE_DEPTH, LocalModel
 from services.runtime.loop import Decision, ModelInfo, ResumePoint, Turn, Verdict, interrupt_matcher, run_turn
 from services.runtime.phases import Intercept, Phase, PhaseContext

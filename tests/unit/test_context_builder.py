@@ -18,8 +18,8 @@ from services.context.builder import (
     truncate,
 )
 from services.context.prompt_files import PromptFiles, read_utf8
-from services.context.tokens import CharRatioCounter
 from services.kit.agents import AgentDefinition
+from services.kit.tokens import CharRatioCounter
 
 
 class WordCounter:

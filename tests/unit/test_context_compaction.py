@@ -21,8 +21,8 @@ from services.context.summarizer import (
     SummarizerError,
     summarizer_for,
 )
-from services.context.tokens import TiktokenCounter
-from services.runtime.llm import ChatMessage, ModelChunk, ModelError, ToolSchema
+from services.kit.llm import ChatMessage, ModelChunk, ModelError, ToolSchema
+from services.kit.tokens import TiktokenCounter
 from services.runtime.local_model import LocalModel
 
 COUNTER = TiktokenCounter()

@@ -16,8 +16,8 @@ from services.context.builder import ContextBudget, ContextBuilder, ContextInput
 from services.context.prompt_files import PromptFiles, read_utf8
 from services.context.rehydration import RehydrationPayload, rehydrate
 from services.context.sessions_link import payload_from_proto, recalled_text
-from services.context.tokens import TiktokenCounter
 from services.kit.agents import AgentDefinition
+from services.kit.tokens import TiktokenCounter
 
 
 @pytest.fixture

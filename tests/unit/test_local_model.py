@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.runtime.calculator import CALCULATOR_SCHEMA
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ChatModel,
     ModelChunk,
@@ -19,6 +18,7 @@ from services.runtime.llm import (
     ToolSchema,
     UsageChunk,
 )
+from services.runtime.calculator import CALCULATOR_SCHEMA
 from services.runtime.local_model import LocalModel
 
 WEATHER = ToolSchema("weather", "Current weather for a city.", {"type": "object", "properties": {}})

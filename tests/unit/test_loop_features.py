@@ -15,10 +15,7 @@ import pytest
 from google.protobuf import json_format
 
 from cogmesh.common.v1 import events_pb2
-from services.runtime.budget import CostBudget, CostTracker, Limits
-from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
-from services.runtime.engines import Capabilities, RuntimeRegistry, UnknownRuntime, default_registry
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ModelError,
     TextDelta,
@@ -27,6 +24,9 @@ from services.runtime.llm import (
     ToolSchema,
     UsageChunk,
 )
+from services.runtime.budget import CostBudget, CostTracker, Limits
+from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
+from services.runtime.engines import Capabilities, RuntimeRegistry, UnknownRuntime, default_registry
 from services.runtime.local_model import LocalModel
 from services.runtime.loop import ModelChoice, ModelInfo, Turn, Verdict, run_turn
 from services.runtime.phases import Intercept, Phase, PhaseContext

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ChatModel,
     ModelChunk,

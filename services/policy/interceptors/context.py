@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from services.context.tokens import CharRatioCounter, TokenCounter
+from services.kit.tokens import CharRatioCounter, TokenCounter
 from services.policy.domain import Msg, Notice, Scope, TurnContext
 from services.policy.interceptors.base import Interceptor, InterceptResult
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import anthropic
 
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ModelChunk,
     TextDelta,

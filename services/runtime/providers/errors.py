@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pydantic
 
-from services.runtime.llm import ModelError
+from services.kit.llm import ModelError
 
 # Phrases providers use when the prompt does not fit the context window.
 _CONTEXT_LENGTH_HINTS = (

@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from services.runtime.llm import (
+from services.kit.llm import (
     ChatMessage,
     ModelChunk,
     TextDelta,

@@ -15,7 +15,7 @@ import openai
 from google import genai
 from google.genai import types as genai_types
 
-from services.runtime.llm import ChatModel
+from services.kit.llm import ChatModel
 from services.runtime.providers.anthropic_messages import AnthropicChatModel
 from services.runtime.providers.config import ProviderConfig, ProviderConfigError
 from services.runtime.providers.google_genai import GoogleChatModel

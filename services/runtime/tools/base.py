@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from services.runtime.llm import ToolSchema
+from services.kit.llm import ToolSchema
 
 ToolSource: TypeAlias = Literal["builtin", "mcp", "remote", "client", "internal"]
 # How the loop treats a call: "run" runs the tool; the others pause the turn for

@@ -6,8 +6,8 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from services.kit.llm import ToolSchema
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
-from services.runtime.llm import ToolSchema
 from services.runtime.tools.base import Tool, ToolError, answered_outside, builtin
 
 CURRENT_TIME_SCHEMA = ToolSchema(

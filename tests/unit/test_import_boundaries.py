@@ -1,0 +1,112 @@
+"""Services share code only through services/kit, never through another service's package.
+
+Every module under services/<name>/ (except kit, which is the shared library, and
+suite, which wires all services into one process) may import from services.kit
+and from its own package, but not from services.<other>. Imports anywhere in a
+module count, including function-local and TYPE_CHECKING ones.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SERVICES = Path(__file__).resolve().parents[2] / "services"
+EXEMPT = {"kit", "suite"}
+
+
+def _service_names() -> set[str]:
+    return {p.name for p in SERVICES.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+
+
+def _module_name(path: Path) -> list[str]:
+    parts = list(path.relative_to(SERVICES.parent).with_suffix("").parts)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def _package(path: Path) -> list[str]:
+    """The package a module's relative imports resolve against."""
+    return _module_name(path) if path.name == "__init__.py" else _module_name(path)[:-1]
+
+
+def _imported_modules(source: str, package: list[str]) -> list[tuple[int, str]]:
+    """(line, absolute dotted name) of everything ``source`` imports; ``from a import b`` yields a.b too."""
+    tree = ast.parse(source)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+            found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names)
+    return found
+
+
+def _other_service(module: str, service: str, services: set[str]) -> str | None:
+    """The other service's package ``module`` belongs to, if any (kit belongs to every service)."""
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[0] == "services" and parts[1] in services - {service, "kit"}:
+        return f"services.{parts[1]}"
+    return None
+
+
+def _violations(service: str, services: set[str]) -> list[str]:
+    problems: list[str] = []
+    for path in sorted((SERVICES / service).rglob("*.py")):
+        for line, module in _imported_modules(path.read_text(encoding="utf-8"), _package(path)):
+            if target := _other_service(module, service, services):
+                problems.append(f"{path.relative_to(SERVICES.parent)}:{line} imports {module} (from {target})")
+    return sorted(set(problems))
+
+
+SERVICE_NAMES = sorted(_service_names() - EXEMPT)
+
+
+def test_the_walk_finds_the_services() -> None:
+    assert {"context", "policy", "runtime", "sessions", "models"} <= set(SERVICE_NAMES)
+
+
+@pytest.mark.parametrize("service", SERVICE_NAMES)
+def test_a_service_imports_no_other_service(service: str) -> None:
+    problems = _violations(service, _service_names())
+    assert not problems, (
+        f"services/{service} imports another service's package; share the code through services/kit "
+        "instead:\n  " + "\n  ".join(problems)
+    )
+
+
+def test_the_check_resolves_absolute_relative_and_package_imports() -> None:
+    # The detector itself: each spelling of a cross-service import is caught, kit and own-package ones are not.
+    source = "\n".join(
+        [
+            "import services.context.tokens",
+            "from services.runtime.llm import ChatModel",
+            "from services import sessions",
+            "from ...context import builder",
+            "from services.kit.tokens import TokenCounter",
+            "from services.policy import engine",
+            "from . import sibling",
+            "def later():",
+            "    from services.models import x",
+        ]
+    )
+    package = _package(SERVICES / "policy" / "interceptors" / "probe.py")
+    assert package == ["services", "policy", "interceptors"]
+    services = _service_names()
+    offending = {
+        (line, _other_service(module, "policy", services)) for line, module in _imported_modules(source, package)
+    }
+    assert {line for line, target in offending if target} == {1, 2, 3, 4, 9}
+    assert {target for _, target in offending if target} == {
+        "services.context",
+        "services.runtime",
+        "services.sessions",
+        "services.models",
+    }
