@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -56,22 +57,21 @@ class Suite:
         return self.proxies[(caller, dependency)]
 
 
-@pytest.fixture(scope="session")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
-    tmp = tmp_path_factory.mktemp("reliability")
+def slow_agent_env(tmp: Path, redis: RedisServer, prefix: str, **settings: str) -> dict[str, str]:
+    """The environment of a fault-test cluster on `redis` whose agents include `slow`."""
     agents = tmp / "agents"
     shutil.copytree(DEFAULT_AGENTS_DIR, agents)
     (agents / "slow.yaml").write_text(SLOW_AGENT)
     (tmp / "tools.yaml").write_text(TOOLS)
+    return base_env(redis.url, prefix, agents_dir=str(agents), tool_servers_file=str(tmp / "tools.yaml"), **settings)
+
+
+@pytest.fixture(scope="session")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+    tmp = tmp_path_factory.mktemp("reliability")
     redis = RedisServer(directory=tmp, appendonly=True).start()
     host = ProxyHost()
-    env = base_env(
-        redis.url,
-        "cogmesh-reliability:",
-        agents_dir=str(agents),
-        tool_servers_file=str(tmp / "tools.yaml"),
-        call_timeout_s=str(CALL_TIMEOUT_S),
-    )
+    env = slow_agent_env(tmp, redis, "cogmesh-reliability:", call_timeout_s=str(CALL_TIMEOUT_S))
     cluster = Cluster(env, tmp)
     try:
         proxies = {}

@@ -10,7 +10,6 @@ only a couple of seconds for an event log that is away. Every wait is on a condi
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -21,9 +20,8 @@ import pytest
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR
-from tests.reliability.cluster import Cluster, base_env
-from tests.reliability.conftest import SLOW_AGENT, TOOLS, Suite
+from tests.reliability.cluster import Cluster
+from tests.reliability.conftest import Suite, slow_agent_env
 from tests.reliability.helpers import (
     TENANT,
     Event,
@@ -61,16 +59,11 @@ class Streaming:
 @pytest.fixture(scope="module")
 def streaming(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streaming]:
     tmp = tmp_path_factory.mktemp("turn-faults")
-    agents = tmp / "agents"
-    shutil.copytree(DEFAULT_AGENTS_DIR, agents)
-    (agents / "slow.yaml").write_text(SLOW_AGENT)
-    (tmp / "tools.yaml").write_text(TOOLS)
     redis = RedisServer(directory=tmp, appendonly=True).start()
-    env = base_env(
-        redis.url,
+    env = slow_agent_env(
+        tmp,
+        redis,
         "cogmesh-turn-faults:",
-        agents_dir=str(agents),
-        tool_servers_file=str(tmp / "tools.yaml"),
         local_reply_tokens=str(REPLY_TOKENS),
         local_delay_ms=str(DELAY_MS),
         event_log_outage_s=str(OUTAGE_S),
