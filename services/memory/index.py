@@ -1,0 +1,271 @@
+"""One namespace's memories, indexed for search: BM25 (bm25s), equality filters and vectors.
+
+BM25 comes from bm25s (method "lucene": its idf, log(1 + (N - n + 0.5) / (n + 0.5)), is
+positive for every term, so a term found in half of the memories, or a namespace of one
+or two memories, still ranks; rank_bm25's Okapi idf scores those zero, issues #39/#43).
+
+bm25s builds an immutable index, at about 50 µs a memory (5 s for 100,000), so the
+index here is a snapshot plus a tail:
+* the snapshot is built over every memory at some moment; memories changed or deleted
+  since are masked out of its scores (bm25s's weight_mask);
+* the changed memories (the tail) are scored by a small bm25s index of their own;
+* a namespace of at most INLINE_REBUILD memories rebuilds its snapshot at once, so its
+  ranking is exact; a larger one rebuilds in a worker thread in the background while
+  searches use the snapshot plus the tail, and waits for the rebuild only when the tail
+  grows past TAIL_MAX. A memory saved is therefore found by the very next search; its
+  score is from the tail's own statistics until the rebuild lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import bm25s
+import numpy as np
+
+from services.memory.model import Record
+
+INLINE_REBUILD = 256
+TAIL_MAX = 512
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    """Lower-cased word tokens without English stop words, as bm25s splits them."""
+    if not texts:
+        return []
+    return bm25s.tokenize(texts, return_ids=False, show_progress=False, stopwords="en")  # type: ignore[no-any-return]
+
+
+def canonical(value: Any) -> str:
+    """A filter value as a comparable string: 1 and 1.0 are equal (JSON numbers travel as doubles)."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return f"n:{float(value)!r}"
+    if isinstance(value, str):
+        return f"s:{value}"
+    return "j:" + json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class _Bm25:
+    """A bm25s index over some memories: row i is keys[i]."""
+
+    keys: list[str]
+    rows: dict[str, int]
+    retriever: bm25s.BM25 | None  # None: no memories
+
+    @classmethod
+    def build(cls, keys: list[str], corpus: list[list[str]]) -> _Bm25:
+        if not any(corpus):  # bm25s cannot index a corpus without a single token
+            return cls(keys, {key: row for row, key in enumerate(keys)}, None)
+        retriever = bm25s.BM25(method="lucene")
+        retriever.index(corpus, show_progress=False)
+        return cls(keys, {key: row for row, key in enumerate(keys)}, retriever)
+
+    def scores(self, query: list[str], mask: np.ndarray | None) -> list[tuple[str, float]]:
+        """(key, score) of every memory with a positive score."""
+        if self.retriever is None:
+            return []
+        scores = self.retriever.get_scores(query, weight_mask=mask)
+        hits = np.flatnonzero(scores > 0)
+        return [(self.keys[row], float(scores[row])) for row in hits]
+
+
+class NamespaceIndex:
+    """The live memories of one namespace and their search indexes; all on one event loop."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, Record] = {}
+        self.bytes = 0
+        self._tokens: dict[str, list[str]] = {}
+        self._vocab: dict[str, str] = {}  # one string object per distinct token
+        self._expiring: list[tuple[int, str]] = []  # heap of (expire_ms, key); stale entries skipped
+        self._sorted: list[str] | None = None
+        # BM25: the snapshot, what changed since (key -> change number), the tail's own index.
+        self._changes = 0
+        self._snapshot: _Bm25 | None = None
+        self._snapshot_as_of = 0
+        self._stale: dict[str, int] = {}
+        self._tail: tuple[int, _Bm25] | None = None
+        self._rebuild: asyncio.Task[None] | None = None
+        # Filters: field -> canonical value -> keys, built per field on its first use.
+        self._fields: dict[str, dict[str, set[str]]] = {}
+        # Vectors: the matrix of unit embeddings, rebuilt on the first vector search after a change.
+        self._matrix: tuple[list[str], np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    # ------------------------------------------------------------------ changes
+
+    def upsert(self, record: Record, tokens: list[str] | None = None) -> Record | None:
+        """Add or replace a memory; returns the one it replaced."""
+        old = self.remove(record.key, quiet=True)
+        key = record.key
+        self.records[key] = record
+        self.bytes += record.size
+        words = tokens if tokens is not None else tokenize([record.text])[0]
+        self._tokens[key] = [self._vocab.setdefault(word, word) for word in words]
+        if record.expire_ms:
+            heapq.heappush(self._expiring, (record.expire_ms, key))
+        for field, values in self._fields.items():
+            if field in record.value:
+                values.setdefault(canonical(record.value[field]), set()).add(key)
+        if old is None:
+            self._sorted = None
+        if record.embedding is not None or (old is not None and old.embedding is not None):
+            self._matrix = None
+        self._changed(key)
+        return old
+
+    def remove(self, key: str, *, quiet: bool = False) -> Record | None:
+        record = self.records.pop(key, None)
+        if record is None:
+            return None
+        self.bytes -= record.size
+        del self._tokens[key]
+        for field, values in self._fields.items():
+            if field in record.value:
+                values.get(canonical(record.value[field]), set()).discard(key)
+        if not quiet:
+            self._sorted = None
+            self._changed(key)
+            if record.embedding is not None:
+                self._matrix = None
+        return record
+
+    def expired(self, now_ms: int) -> list[str]:
+        """Keys of memories past their expiry (still held: the caller removes them)."""
+        due: list[str] = []
+        while self._expiring and self._expiring[0][0] <= now_ms:
+            expire_ms, key = heapq.heappop(self._expiring)
+            record = self.records.get(key)
+            if record is not None and record.expire_ms == expire_ms:
+                due.append(key)
+        return due
+
+    def _changed(self, key: str) -> None:
+        self._changes += 1
+        self._stale[key] = self._changes
+
+    # ------------------------------------------------------------------ reading
+
+    def sorted_keys(self, after: str = "") -> list[str]:
+        if self._sorted is None:
+            self._sorted = sorted(self.records)
+        return self._sorted[bisect.bisect_right(self._sorted, after) :] if after else self._sorted
+
+    def matching(self, filter: dict[str, Any]) -> set[str] | None:
+        """Keys whose value equals the filter on every field; None: no filter."""
+        if not filter:
+            return None
+        found: set[str] | None = None
+        for field, want in filter.items():
+            values = self._fields.get(field)
+            if values is None:
+                values = self._fields[field] = {}
+                for key, record in self.records.items():
+                    if field in record.value:
+                        values.setdefault(canonical(record.value[field]), set()).add(key)
+            keys = values.get(canonical(want), set())
+            found = set(keys) if found is None else found & keys
+            if not found:
+                return set()
+        return found
+
+    def newest(self, allowed: set[str] | None, limit: int) -> list[Record]:
+        candidates: Iterable[Record] = (
+            self.records.values() if allowed is None else (self.records[k] for k in allowed if k in self.records)
+        )
+        return heapq.nlargest(limit, candidates, key=lambda r: (r.updated_ms, r.key))
+
+    async def text_scores(self, query: list[str], allowed: set[str] | None) -> list[tuple[str, float]]:
+        """(key, BM25 score) of every memory sharing a term with the query and allowed by the filter."""
+        if not query or not self.records:
+            return []
+        snapshot = await self._fresh_snapshot()
+        mask = None
+        if allowed is not None or self._stale:
+            mask = np.zeros(len(snapshot.keys), dtype=np.float32)
+            if allowed is None:
+                mask[:] = 1
+            else:
+                rows = [row for key in allowed if (row := snapshot.rows.get(key)) is not None]
+                mask[rows] = 1
+            mask[[row for key in self._stale if (row := snapshot.rows.get(key)) is not None]] = 0
+        hits = snapshot.scores(query, mask)
+        if self._stale:
+            tail = self._tail_index()
+            hits += [(key, score) for key, score in tail.scores(query, None) if allowed is None or key in allowed]
+        return hits
+
+    def vector_scores(self, query: np.ndarray, allowed: set[str] | None) -> list[tuple[str, float]]:
+        """(key, cosine similarity) of every memory with an embedding and allowed by the filter."""
+        if self._matrix is None:
+            vectors = {key: record.embedding for key, record in self.records.items() if record.embedding is not None}
+            keys = list(vectors)
+            self._matrix = (
+                keys,
+                np.stack(list(vectors.values())) if vectors else np.zeros((0, len(query)), np.float32),
+            )
+        keys, matrix = self._matrix
+        if not keys or matrix.shape[1] != len(query):
+            return []
+        similarity = matrix @ query
+        return [
+            (key, float(score))
+            for key, score in zip(keys, similarity, strict=True)
+            if allowed is None or key in allowed
+        ]
+
+    # ------------------------------------------------------------------ BM25 snapshot
+
+    async def _fresh_snapshot(self) -> _Bm25:
+        if self._snapshot is not None and not self._stale:
+            return self._snapshot
+        if len(self.records) <= INLINE_REBUILD:
+            self._install(self._corpus())
+        elif self._snapshot is None or len(self._stale) > TAIL_MAX:
+            await asyncio.shield(self._start_rebuild())
+            if self._snapshot is None or len(self._stale) > TAIL_MAX:  # it changed again while that one ran
+                await asyncio.shield(self._start_rebuild())
+        else:
+            self._start_rebuild()  # searches use the snapshot and the tail until it lands
+        assert self._snapshot is not None
+        return self._snapshot
+
+    def _corpus(self) -> tuple[int, list[str], list[list[str]]]:
+        keys = list(self._tokens)
+        return self._changes, keys, [self._tokens[key] for key in keys]
+
+    def _install(self, corpus: tuple[int, list[str], list[list[str]]], built: _Bm25 | None = None) -> None:
+        as_of, keys, tokens = corpus
+        if self._snapshot is not None and as_of < self._snapshot_as_of:
+            return  # a newer snapshot landed meanwhile
+        self._snapshot = built if built is not None else _Bm25.build(keys, tokens)
+        self._snapshot_as_of = as_of
+        self._stale = {key: change for key, change in self._stale.items() if change > as_of}
+        self._tail = None
+
+    def _start_rebuild(self) -> asyncio.Task[None]:
+        if self._rebuild is None or self._rebuild.done():
+            self._rebuild = asyncio.create_task(self._rebuild_once())
+        return self._rebuild
+
+    async def _rebuild_once(self) -> None:
+        corpus = self._corpus()  # copied on the loop: the thread never sees a dict change under it
+        built = await asyncio.to_thread(_Bm25.build, corpus[1], corpus[2])
+        self._install(corpus, built)
+
+    def _tail_index(self) -> _Bm25:
+        if self._tail is None or self._tail[0] != self._changes:
+            keys = [key for key in self._stale if key in self.records]
+            self._tail = (self._changes, _Bm25.build(keys, [self._tokens[key] for key in keys]))
+        return self._tail[1]
