@@ -255,7 +255,7 @@ async def test_redis_keys_of_a_namespace_share_one_hash_tag(redis_url: str, redi
     try:
         await put(store, ALICE, "k", "hello", ttl_ms=60_000)
         await store.delete(ALICE, "k")
-        keys = sorted(k.decode() for k in await client.keys(f"{redis_prefix}*"))
+        keys = sorted(k.decode() if isinstance(k, bytes) else k for k in await client.keys(f"{redis_prefix}*"))
         tags = {key[key.index("{") : key.index("}") + 1] for key in keys}
         assert tags == {"{acme}", "{acme/alice/memories}"}, keys
         assert all(key.startswith(f"{redis_prefix}mem:") for key in keys)

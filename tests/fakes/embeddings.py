@@ -74,8 +74,8 @@ class FakeEmbeddings:
         self.requests.append(payload)
         if self._failures:
             status, message = self._failures.pop(0)
-            body = {"error": {"message": message, "type": "server_error", "code": None, "param": None}}
-            return Response(status, headers={"content-type": "application/json"}, body=json.dumps(body).encode())
+            error: dict[str, Any] = {"error": {"message": message, "type": "server_error", "code": None, "param": None}}
+            return Response(status, headers={"content-type": "application/json"}, body=json.dumps(error).encode())
         texts = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
         as_base64 = payload.get("encoding_format") == "base64"
         data = []
@@ -84,7 +84,7 @@ class FakeEmbeddings:
             encoded: Any = base64.b64encode(vector.astype("<f4").tobytes()).decode() if as_base64 else vector.tolist()
             data.append({"object": "embedding", "index": index, "embedding": encoded})
         tokens = sum(len(text.split()) for text in texts)
-        body = {
+        body: dict[str, Any] = {
             "object": "list",
             "data": data,
             "model": payload["model"],
