@@ -69,13 +69,17 @@ class _Bm25:
         retriever.index(corpus, show_progress=False)
         return cls(keys, {key: row for row, key in enumerate(keys)}, retriever)
 
-    def scores(self, query: list[str], mask: np.ndarray | None) -> list[tuple[str, float]]:
-        """(key, score) of every memory with a positive score."""
+    def scores(self, query: list[str], mask: np.ndarray | None, limit: int) -> list[tuple[str, float]]:
+        """(key, score) of the best `limit` memories with a positive score."""
         if self.retriever is None:
             return []
-        scores = self.retriever.get_scores(query, weight_mask=mask)
-        hits = np.flatnonzero(scores > 0)
-        return [(self.keys[row], float(scores[row])) for row in hits]
+        return top(self.keys, self.retriever.get_scores(query, weight_mask=mask), limit)
+
+
+def top(keys: list[str], scores: np.ndarray, limit: int) -> list[tuple[str, float]]:
+    """The `limit` best (key, score) pairs with a positive score, selected in numpy (no Python loop over all)."""
+    best = np.argpartition(-scores, limit - 1)[:limit] if len(scores) > limit else np.arange(len(scores))
+    return [(keys[row], float(scores[row])) for row in best if scores[row] > 0]
 
 
 class NamespaceIndex:
@@ -98,7 +102,7 @@ class NamespaceIndex:
         # Filters: field -> canonical value -> keys, built per field on its first use.
         self._fields: dict[str, dict[str, set[str]]] = {}
         # Vectors: the matrix of unit embeddings, rebuilt on the first vector search after a change.
-        self._matrix: tuple[list[str], np.ndarray] | None = None
+        self._matrix: tuple[list[str], dict[str, int], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.records)
@@ -186,8 +190,8 @@ class NamespaceIndex:
         )
         return heapq.nlargest(limit, candidates, key=lambda r: (r.updated_ms, r.key))
 
-    async def text_scores(self, query: list[str], allowed: set[str] | None) -> list[tuple[str, float]]:
-        """(key, BM25 score) of every memory sharing a term with the query and allowed by the filter."""
+    async def text_scores(self, query: list[str], allowed: set[str] | None, limit: int) -> list[tuple[str, float]]:
+        """(key, BM25 score) of the best `limit` memories sharing a term with the query, allowed by the filter."""
         if not query or not self.records:
             return []
         snapshot = await self._fresh_snapshot()
@@ -200,30 +204,32 @@ class NamespaceIndex:
                 rows = [row for key in allowed if (row := snapshot.rows.get(key)) is not None]
                 mask[rows] = 1
             mask[[row for key in self._stale if (row := snapshot.rows.get(key)) is not None]] = 0
-        hits = snapshot.scores(query, mask)
+        hits = snapshot.scores(query, mask, limit)
         if self._stale:
             tail = self._tail_index()
-            hits += [(key, score) for key, score in tail.scores(query, None) if allowed is None or key in allowed]
-        return hits
+            hits += [
+                (key, score)
+                for key, score in tail.scores(query, None, len(tail.keys))
+                if allowed is None or key in allowed
+            ]
+        return heapq.nlargest(limit, hits, key=lambda pair: pair[1])
 
-    def vector_scores(self, query: np.ndarray, allowed: set[str] | None) -> list[tuple[str, float]]:
-        """(key, cosine similarity) of every memory with an embedding and allowed by the filter."""
+    def vector_scores(self, query: np.ndarray, allowed: set[str] | None, limit: int) -> list[tuple[str, float]]:
+        """(key, cosine similarity) of the best `limit` memories with an embedding, allowed by the filter."""
         if self._matrix is None:
             vectors = {key: record.embedding for key, record in self.records.items() if record.embedding is not None}
-            keys = list(vectors)
-            self._matrix = (
-                keys,
-                np.stack(list(vectors.values())) if vectors else np.zeros((0, len(query)), np.float32),
-            )
-        keys, matrix = self._matrix
+            matrix = np.stack(list(vectors.values())) if vectors else np.zeros((0, len(query)), np.float32)
+            self._matrix = (list(vectors), {key: row for row, key in enumerate(vectors)}, matrix)
+        keys, rows, matrix = self._matrix
         if not keys or matrix.shape[1] != len(query):
             return []
-        similarity = matrix @ query
-        return [
-            (key, float(score))
-            for key, score in zip(keys, similarity, strict=True)
-            if allowed is None or key in allowed
-        ]
+        # Shifted to (0, 2]: `top` keeps positive scores, and a filtered-out row is 0.
+        similarity = matrix @ query + 1.0
+        if allowed is not None:
+            kept = np.zeros(len(keys), dtype=bool)
+            kept[[row for key in allowed if (row := rows.get(key)) is not None]] = True
+            similarity = np.where(kept, similarity, 0.0)
+        return [(key, score - 1.0) for key, score in top(keys, similarity, limit)]
 
     # ------------------------------------------------------------------ BM25 snapshot
 

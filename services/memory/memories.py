@@ -9,6 +9,7 @@ the two scores' scales against each other. Results of several namespaces merge b
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import enum
@@ -61,8 +62,8 @@ def decode_token(token: str, field: str = "page_token") -> Any:
         raise InvalidArgument([(field, "is not a token this service returned")]) from exc
 
 
-def _ranks(scored: list[tuple[str, float]], depth: int) -> dict[str, int]:
-    best = heapq.nlargest(depth, scored, key=lambda pair: pair[1])
+def _ranks(scored: list[tuple[str, float]]) -> dict[str, int]:
+    best = sorted(scored, key=lambda pair: -pair[1])
     return {key: rank for rank, (key, _) in enumerate(best, start=1)}
 
 
@@ -125,9 +126,10 @@ class Memories:
             if not (isinstance(position, list) and all(isinstance(label, str) for label in position)):
                 raise InvalidArgument([("page_token", "is not a token this service returned")])
             after = tuple(position)
-        found = sorted(
-            {ns.labels[:max_depth] if max_depth else ns.labels for ns in await self.store.namespaces(tenant, prefix)}
-        )
+        candidates = await self.store.namespaces(tenant, prefix)
+        counts = await asyncio.gather(*(self.store.count(ns) for ns in candidates))
+        held = [ns for ns, count in zip(candidates, counts, strict=True) if count]
+        found = sorted({ns.labels[:max_depth] if max_depth else ns.labels for ns in held})
         if after is not None:
             found = [labels for labels in found if labels > after]
         if len(found) <= page_size:
@@ -179,15 +181,15 @@ class Memories:
     ) -> Iterable[tuple[str, float]]:
         if not query:
             return [(record.key, 0.0) for record in index.newest(allowed, limit)]
-        text = await index.text_scores(words, allowed) if mode in (Mode.TEXT, Mode.HYBRID) else []
+        depth = limit if mode is not Mode.HYBRID else limit * FUSION_DEPTH
+        text = await index.text_scores(words, allowed, depth) if mode in (Mode.TEXT, Mode.HYBRID) else []
         if mode is Mode.TEXT:
-            return heapq.nlargest(limit, text, key=lambda pair: pair[1])
-        similar = index.vector_scores(vector, allowed)
+            return text
+        similar = index.vector_scores(vector, allowed, depth)
         if mode is Mode.VECTOR:
-            return heapq.nlargest(limit, similar, key=lambda pair: pair[1])
-        depth = limit * FUSION_DEPTH
+            return similar
         fused: dict[str, float] = {}
-        for ranks in (_ranks(text, depth), _ranks(similar, depth)):
+        for ranks in (_ranks(text), _ranks(similar)):
             for key, rank in ranks.items():
                 fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank)
         return heapq.nlargest(limit, fused.items(), key=lambda pair: pair[1])

@@ -268,9 +268,14 @@ class RedisMemoryStore:
         ttl_ms: int,
     ) -> tuple[Record, bool]:
         body = encode_body(value, text, embedding)
-        # Registered first: a namespace that holds a memory is always listed (an empty one is skipped).
-        await self._call(self._redis.zadd(self._registry(namespace.tenant), {"/".join(namespace.labels): 0}))
-        reply = await self._run("put", namespace, key, body, ttl_ms, self._limits.max_items, self._limits.max_bytes)
+        # One round trip: the namespace is registered with the tenant (a command on the tenant's slot, so
+        # a cluster client sends it to that node) and the put runs. Registered even when the put fails on a
+        # cap: a namespace without memories is never listed.
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zadd(self._registry(namespace.tenant), {"/".join(namespace.labels): 0})
+        limits = self._limits
+        await self._scripts["put"](self.keys(namespace), [key, body, ttl_ms, limits.max_items, limits.max_bytes], pipe)
+        _, reply = await self._call(pipe.execute())
         status = _s(reply[0])
         if status == "items":
             raise NamespaceFull(namespace, "items", MAX_ITEMS_SETTING, self._limits.max_items, int(reply[1]))
@@ -296,10 +301,11 @@ class RedisMemoryStore:
             members = await self._call(self._redis.zrangebylex(self._registry(tenant), low, high))
         else:
             members = await self._call(self._redis.zrange(self._registry(tenant), 0, -1))
-        found = [Namespace(tenant, tuple(_s(m).split("/"))) for m in members]
-        found = [ns for ns in found if ns.under(prefix)]
-        counts = await asyncio.gather(*(self._run("count", ns) for ns in found))
-        return sorted(ns for ns, count in zip(found, counts, strict=True) if int(count) > 0)
+        found = (Namespace(tenant, tuple(_s(m).split("/"))) for m in members)
+        return sorted(ns for ns in found if ns.under(prefix))
+
+    async def count(self, namespace: Namespace) -> int:
+        return int(await self._run("count", namespace))
 
     async def reader(self, namespace: Namespace) -> NamespaceIndex:
         cached = self._cache.get(namespace)

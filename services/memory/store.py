@@ -50,7 +50,12 @@ class MemoryStore(Protocol):
     async def delete(self, namespace: Namespace, key: str) -> bool: ...
 
     async def namespaces(self, tenant: str, prefix: tuple[str, ...]) -> list[Namespace]:
-        """The tenant's namespaces under `prefix` that hold memories, in label order."""
+        """The tenant's namespaces under `prefix`, in label order: every one that holds memories, and
+        perhaps some that held them once (`count` tells)."""
+        ...
+
+    async def count(self, namespace: Namespace) -> int:
+        """Live memories in the namespace."""
         ...
 
     async def reader(self, namespace: Namespace) -> NamespaceIndex:
@@ -118,8 +123,10 @@ class InProcessMemoryStore:
         return removed
 
     async def namespaces(self, tenant: str, prefix: tuple[str, ...]) -> list[Namespace]:
-        found = [ns for ns in self._namespaces if ns.tenant == tenant and ns.under(prefix)]
-        return sorted(ns for ns in found if len(self._live(ns)))
+        return sorted(ns for ns in self._namespaces if ns.tenant == tenant and ns.under(prefix))
+
+    async def count(self, namespace: Namespace) -> int:
+        return len(self._live(namespace))
 
     async def reader(self, namespace: Namespace) -> NamespaceIndex:
         return self._live(namespace)

@@ -59,7 +59,7 @@ async def put(store: MemoryStore, ns: Namespace, key: str, text: str, ttl_ms: in
 
 async def search(store: MemoryStore, ns: Namespace, query: str, **filter: object) -> list[str]:
     index = await store.reader(ns)
-    hits = await index.text_scores(tokenize([query])[0], index.matching(dict(filter)))
+    hits = await index.text_scores(tokenize([query])[0], index.matching(dict(filter)), 100)
     return [key for key, _ in sorted(hits, key=lambda pair: -pair[1])]
 
 
@@ -98,7 +98,9 @@ async def test_namespaces_are_per_tenant_and_filtered_by_prefix(make_store: Make
     ]
     assert [ns.labels for ns in await store.namespaces("globex", ())] == [("alice", "memories")]
     await store.delete(BOB, "k")
-    assert ("bob", "memories") not in [ns.labels for ns in await store.namespaces("acme", ())]
+    assert await store.count(BOB) == 0 and await store.count(ALICE) == 1
+    listed, _ = await Memories(store, Limits()).namespaces("acme", (), 0, 100, "")
+    assert ("bob", "memories") not in listed and ("alice", "memories") in listed
 
 
 async def test_search_sees_every_write_at_once(make_store: MakeStore) -> None:
@@ -121,11 +123,11 @@ async def test_tiny_namespaces_still_rank(make_store: MakeStore) -> None:
     store = await make_store()
     await put(store, ALICE, "only", "allergic to peanuts")
     index = await store.reader(ALICE)
-    (hit,) = await index.text_scores(tokenize(["peanuts"])[0], None)
+    (hit,) = await index.text_scores(tokenize(["peanuts"])[0], None, 10)
     assert hit[0] == "only" and hit[1] > 0
     await put(store, ALICE, "other", "likes hiking")
     index = await store.reader(ALICE)
-    hits = await index.text_scores(tokenize(["peanuts allergy hiking"])[0], None)
+    hits = await index.text_scores(tokenize(["peanuts allergy hiking"])[0], None, 10)
     assert {key for key, score in hits if score > 0} == {"only", "other"}  # each term in exactly half
 
 
