@@ -112,7 +112,9 @@ class Settings(BaseSettings):
     providers_file: Path | None = Field(None, description="YAML of model provider endpoints and key sources")
     tool_servers_file: Path | None = Field(None, description="YAML of MCP and ToolService tool servers")
 
-    redis_url: str = Field("", description="Redis URL of sessions, leases, checkpoints, event log; empty: memory")
+    redis_url: str = Field(
+        "", description="Redis URL of sessions, leases, checkpoints, event log, memories; empty: in process"
+    )
     redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes")
     redis_timeout_s: float = Field(2.0, gt=0, description="socket timeout of each Redis call, seconds")
     session_ttl_s: float = Field(86_400.0, ge=0, description="idle seconds before a session is evicted; 0: never")
