@@ -24,6 +24,7 @@ from services.memory.model import MAX_BYTES_SETTING, MAX_ITEMS_SETTING, MAX_VALU
 from tests.fakes.embeddings import FakeEmbeddings
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, running_suite, status_details
 from tests.integration.test_gateway_auth import bearer, keys_file
+from tests.support.redis_server import RedisServer
 
 
 def struct(**fields: Any) -> struct_pb2.Struct:
@@ -321,3 +322,40 @@ async def test_the_gateway_serves_memories_inside_the_callers_tenant(tmp_path: P
             )
         )
         assert code == grpc.StatusCode.INVALID_ARGUMENT and violations[0][0] == "namespace[0]"
+
+
+async def test_replicas_on_redis_share_memories(redis_url: str, redis_prefix: str) -> None:
+    """Two memory services on one Redis (COGMESH_REDIS_URL): a put on one is found by a search on the other."""
+    settings = SUITE_SETTINGS.model_copy(update={"redis_url": redis_url, "redis_key_prefix": redis_prefix})
+    async with memory_service(settings) as one, memory_service(settings) as two:
+        await one.PutMemory(put("seat", "prefers an aisle seat on long flights", kind="travel"), timeout=TIMEOUT_S)
+        found = await two.SearchMemories(search("aisle seat", filter=struct(kind="travel")), timeout=TIMEOUT_S)
+        assert [r.memory.key for r in found.results] == ["seat"]
+        await two.DeleteMemory(
+            memory_pb2.DeleteMemoryRequest(tenant_id="acme", namespace=["u1", "memories"], key="seat"),
+            timeout=TIMEOUT_S,
+        )
+        assert list((await one.SearchMemories(search("aisle"), timeout=TIMEOUT_S)).results) == []
+
+
+async def test_an_unreachable_redis_stops_the_service_at_boot() -> None:
+    settings = SUITE_SETTINGS.model_copy(update={"redis_url": "redis://127.0.0.1:1/0", "redis_timeout_s": 0.5})
+    with pytest.raises(SystemExit, match="memory: cannot reach Redis"):
+        await start(memory_main.build, settings, "127.0.0.1:0")
+
+
+async def test_redis_going_away_is_unavailable_and_retryable(private_redis: RedisServer) -> None:
+    settings = SUITE_SETTINGS.model_copy(update={"redis_url": private_redis.url, "redis_timeout_s": 1.0})
+    async with memory_service(settings) as memory:
+        await memory.PutMemory(put("k", "before the outage"), timeout=TIMEOUT_S)
+        private_redis.stop()
+        for call in (
+            memory.PutMemory(put("k2", "during the outage"), timeout=TIMEOUT_S),
+            memory.SearchMemories(search("outage"), timeout=TIMEOUT_S),
+        ):
+            code, info, _, message = await failure(call)
+            assert code == grpc.StatusCode.UNAVAILABLE and info.reason == "DEPENDENCY_UNAVAILABLE", message
+            assert info.metadata["retryable"] == "true" and "Redis" in message
+        private_redis.start()
+        found = await memory.SearchMemories(search("outage"), timeout=TIMEOUT_S)
+        assert [r.memory.key for r in found.results] == []  # a private Redis without persistence: a fresh start
