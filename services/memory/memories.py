@@ -27,6 +27,7 @@ from services.memory.model import JsonObject, Limits, MemoryNotFound, Namespace,
 from services.memory.store import MemoryStore
 
 RRF_K = 60
+MAX_SEARCH_NAMESPACES = 1_000  # a search reads every namespace under its prefix: a tenant-wide one is bounded
 FUSION_DEPTH = 4  # hybrid fuses the best limit * FUSION_DEPTH of each ranking
 
 
@@ -158,8 +159,15 @@ class Memories:
                     raise
                 log.warning("memory search falls back to text ranking", error=exc.message)
                 outcome.mode, outcome.fallback_reason = Mode.TEXT, exc.message
+        namespaces = await self.store.namespaces(tenant, prefix)
+        if len(namespaces) > MAX_SEARCH_NAMESPACES:
+            raise FailedPrecondition(
+                f"namespace_prefix {list(prefix)} covers {len(namespaces)} namespaces; a search reads at most "
+                f"{MAX_SEARCH_NAMESPACES}: give a longer prefix",
+                metadata={"namespaces": str(len(namespaces)), "limit": str(MAX_SEARCH_NAMESPACES)},
+            )
         hits: list[Hit] = []
-        for namespace in await self.store.namespaces(tenant, prefix):
+        for namespace in namespaces:
             index = await self.store.reader(namespace)
             allowed = index.matching(filter)
             if allowed is not None and not allowed:

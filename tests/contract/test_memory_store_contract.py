@@ -16,7 +16,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from services.kit.errors import FailedPrecondition
 from services.kit.redis_pool import pooled_client
+from services.memory import memories as memories_module
 from services.memory import redis_store
 from services.memory.index import tokenize
 from services.memory.memories import Memories, Mode
@@ -183,6 +185,19 @@ async def test_search_lists_and_filters_across_namespaces(make_store: MakeStore)
     assert [hit.record.key for hit in newest.hits] == [hit.record.key for hit in everything.hits[:2]]
     stamps = [(hit.record.updated_ms, hit.record.key) for hit in everything.hits]
     assert stamps == sorted(stamps, reverse=True)
+
+
+async def test_a_search_over_too_many_namespaces_asks_for_a_longer_prefix(
+    make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memories_module, "MAX_SEARCH_NAMESPACES", 2)
+    store = await make_store()
+    for user in ("u1", "u2", "u3"):
+        await put(store, Namespace("acme", (user, "memories")), "k", "hello")
+    memories = Memories(store, Limits())
+    with pytest.raises(FailedPrecondition, match="covers 3 namespaces; a search reads at most 2"):
+        await memories.search("acme", (), "hello", {}, 10, Mode.TEXT)
+    assert len((await memories.search("acme", ("u1",), "hello", {}, 10, Mode.TEXT)).hits) == 1
 
 
 async def test_list_pages_in_namespace_then_key_order(make_store: MakeStore) -> None:
