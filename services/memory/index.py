@@ -23,7 +23,7 @@ import bisect
 import heapq
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import bm25s
@@ -53,27 +53,60 @@ def canonical(value: Any) -> str:
     return "j:" + json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+Filter = dict[str, Any]  # top-level field -> the JSON value it must equal
+MAX_CACHED_MASKS = 64  # filter masks kept per snapshot (one per field and value)
+
+
 @dataclass
-class _Bm25:
-    """A bm25s index over some memories: row i is keys[i]."""
+class _Rows:
+    """Row i of a matrix (BM25 scores, embeddings) is keys[i]; filter masks over the rows, cached.
+
+    A mask is built once per snapshot and filter value: memories changed since the snapshot
+    are masked out of it anyway, so it stays right until the snapshot is replaced.
+    """
 
     keys: list[str]
     rows: dict[str, int]
+    masks: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, keys: list[str]) -> _Rows:
+        return cls(keys, {key: row for row, key in enumerate(keys)})
+
+    def mask(self, index: NamespaceIndex, filter: Filter) -> np.ndarray:
+        combined = np.ones(len(self.keys), dtype=bool)
+        for name, want in filter.items():
+            cached = self.masks.get((name, canonical(want)))
+            if cached is None:
+                if len(self.masks) >= MAX_CACHED_MASKS:
+                    self.masks.clear()
+                cached = np.zeros(len(self.keys), dtype=bool)
+                cached[[row for key in index.postings(name, want) if (row := self.rows.get(key)) is not None]] = True
+                self.masks[(name, canonical(want))] = cached
+            combined &= cached
+        return combined
+
+
+@dataclass
+class _Bm25:
+    """A bm25s index over some memories."""
+
+    rows: _Rows
     retriever: bm25s.BM25 | None  # None: no memories
 
     @classmethod
     def build(cls, keys: list[str], corpus: list[list[str]]) -> _Bm25:
         if not any(corpus):  # bm25s cannot index a corpus without a single token
-            return cls(keys, {key: row for row, key in enumerate(keys)}, None)
+            return cls(_Rows.of(keys), None)
         retriever = bm25s.BM25(method="lucene")
         retriever.index(corpus, show_progress=False)
-        return cls(keys, {key: row for row, key in enumerate(keys)}, retriever)
+        return cls(_Rows.of(keys), retriever)
 
     def scores(self, query: list[str], mask: np.ndarray | None, limit: int) -> list[tuple[str, float]]:
         """(key, score) of the best `limit` memories with a positive score."""
         if self.retriever is None:
             return []
-        return top(self.keys, self.retriever.get_scores(query, weight_mask=mask), limit)
+        return top(self.rows.keys, self.retriever.get_scores(query, weight_mask=mask), limit)
 
 
 def top(keys: list[str], scores: np.ndarray, limit: int) -> list[tuple[str, float]]:
@@ -102,7 +135,7 @@ class NamespaceIndex:
         # Filters: field -> canonical value -> keys, built per field on its first use.
         self._fields: dict[str, dict[str, set[str]]] = {}
         # Vectors: the matrix of unit embeddings, rebuilt on the first vector search after a change.
-        self._matrix: tuple[list[str], dict[str, int], np.ndarray] | None = None
+        self._matrix: tuple[_Rows, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.records)
@@ -119,9 +152,9 @@ class NamespaceIndex:
         self._tokens[key] = [self._vocab.setdefault(word, word) for word in words]
         if record.expire_ms:
             heapq.heappush(self._expiring, (record.expire_ms, key))
-        for field, values in self._fields.items():
-            if field in record.value:
-                values.setdefault(canonical(record.value[field]), set()).add(key)
+        for name, values in self._fields.items():
+            if name in record.value:
+                values.setdefault(canonical(record.value[name]), set()).add(key)
         if old is None:
             self._sorted = None
         if record.embedding is not None or (old is not None and old.embedding is not None):
@@ -135,9 +168,9 @@ class NamespaceIndex:
             return None
         self.bytes -= record.size
         del self._tokens[key]
-        for field, values in self._fields.items():
-            if field in record.value:
-                values.get(canonical(record.value[field]), set()).discard(key)
+        for name, values in self._fields.items():
+            if name in record.value:
+                values.get(canonical(record.value[name]), set()).discard(key)
         if not quiet:
             self._sorted = None
             self._changed(key)
@@ -166,70 +199,67 @@ class NamespaceIndex:
             self._sorted = sorted(self.records)
         return self._sorted[bisect.bisect_right(self._sorted, after) :] if after else self._sorted
 
-    def matching(self, filter: dict[str, Any]) -> set[str] | None:
+    def postings(self, name: str, want: Any) -> set[str]:
+        """Keys whose value has `name` equal to `want` (the field's index is built on first use)."""
+        values = self._fields.get(name)
+        if values is None:
+            values = self._fields[name] = {}
+            for key, record in self.records.items():
+                if name in record.value:
+                    values.setdefault(canonical(record.value[name]), set()).add(key)
+        return values.get(canonical(want), set())
+
+    def allows(self, key: str, filter: Filter) -> bool:
+        record = self.records.get(key)
+        return record is not None and all(
+            name in record.value and canonical(record.value[name]) == canonical(want) for name, want in filter.items()
+        )
+
+    def matching(self, filter: Filter) -> set[str] | None:
         """Keys whose value equals the filter on every field; None: no filter."""
         if not filter:
             return None
-        found: set[str] | None = None
-        for field, want in filter.items():
-            values = self._fields.get(field)
-            if values is None:
-                values = self._fields[field] = {}
-                for key, record in self.records.items():
-                    if field in record.value:
-                        values.setdefault(canonical(record.value[field]), set()).add(key)
-            keys = values.get(canonical(want), set())
-            found = set(keys) if found is None else found & keys
-            if not found:
-                return set()
-        return found
+        sets = sorted((self.postings(name, want) for name, want in filter.items()), key=len)
+        return {key for key in sets[0] if all(key in other for other in sets[1:])}
 
-    def newest(self, allowed: set[str] | None, limit: int) -> list[Record]:
+    def newest(self, filter: Filter, limit: int) -> list[Record]:
+        allowed = self.matching(filter)
         candidates: Iterable[Record] = (
             self.records.values() if allowed is None else (self.records[k] for k in allowed if k in self.records)
         )
         return heapq.nlargest(limit, candidates, key=lambda r: (r.updated_ms, r.key))
 
-    async def text_scores(self, query: list[str], allowed: set[str] | None, limit: int) -> list[tuple[str, float]]:
-        """(key, BM25 score) of the best `limit` memories sharing a term with the query, allowed by the filter."""
+    async def text_scores(self, query: list[str], filter: Filter, limit: int) -> list[tuple[str, float]]:
+        """(key, BM25 score) of the best `limit` memories sharing a term with the query and matching the filter."""
         if not query or not self.records:
             return []
         snapshot = await self._fresh_snapshot()
+        rows = snapshot.rows
         mask = None
-        if allowed is not None or self._stale:
-            mask = np.zeros(len(snapshot.keys), dtype=np.float32)
-            if allowed is None:
-                mask[:] = 1
-            else:
-                rows = [row for key in allowed if (row := snapshot.rows.get(key)) is not None]
-                mask[rows] = 1
-            mask[[row for key in self._stale if (row := snapshot.rows.get(key)) is not None]] = 0
+        if filter or self._stale:
+            mask = rows.mask(self, filter).astype(np.float32)
+            mask[[row for key in self._stale if (row := rows.rows.get(key)) is not None]] = 0
         hits = snapshot.scores(query, mask, limit)
         if self._stale:
             tail = self._tail_index()
-            hits += [
-                (key, score)
-                for key, score in tail.scores(query, None, len(tail.keys))
-                if allowed is None or key in allowed
-            ]
+            fresh = tail.scores(query, None, len(tail.rows.keys))
+            hits += [(key, score) for key, score in fresh if not filter or self.allows(key, filter)]
         return heapq.nlargest(limit, hits, key=lambda pair: pair[1])
 
-    def vector_scores(self, query: np.ndarray, allowed: set[str] | None, limit: int) -> list[tuple[str, float]]:
-        """(key, cosine similarity) of the best `limit` memories with an embedding, allowed by the filter."""
+    def vector_scores(self, query: np.ndarray, filter: Filter, limit: int) -> list[tuple[str, float]]:
+        """(key, cosine similarity) of the best `limit` memories with an embedding and matching the filter."""
         if self._matrix is None:
             vectors = {key: record.embedding for key, record in self.records.items() if record.embedding is not None}
             matrix = np.stack(list(vectors.values())) if vectors else np.zeros((0, len(query)), np.float32)
-            self._matrix = (list(vectors), {key: row for row, key in enumerate(vectors)}, matrix)
-        keys, rows, matrix = self._matrix
-        if not keys or matrix.shape[1] != len(query):
+            self._matrix = (_Rows.of(list(vectors)), matrix)
+        rows, matrix = self._matrix
+        if not rows.keys or matrix.shape[1] != len(query):
             return []
         # Shifted to (0, 2]: `top` keeps positive scores, and a filtered-out row is 0.
         similarity = matrix @ query + 1.0
-        if allowed is not None:
-            kept = np.zeros(len(keys), dtype=bool)
-            kept[[row for key in allowed if (row := rows.get(key)) is not None]] = True
-            similarity = np.where(kept, similarity, 0.0)
-        return [(key, score - 1.0) for key, score in top(keys, similarity, limit)]
+        if filter:
+            similarity = np.where(rows.mask(self, filter), similarity, 0.0)
+        return [(key, score - 1.0) for key, score in top(rows.keys, similarity, limit)]
 
     # ------------------------------------------------------------------ BM25 snapshot
 

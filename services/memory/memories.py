@@ -169,10 +169,7 @@ class Memories:
         hits: list[Hit] = []
         for namespace in namespaces:
             index = await self.store.reader(namespace)
-            allowed = index.matching(filter)
-            if allowed is not None and not allowed:
-                continue
-            scored = await self._rank(index, query, words, vector, allowed, limit, outcome.mode)
+            scored = await self._rank(index, query, words, vector, filter, limit, outcome.mode)
             hits.extend(Hit(namespace, index.records[key], score) for key, score in scored if key in index.records)
         outcome.hits = heapq.nlargest(limit, hits, key=lambda hit: (hit.score, hit.record.updated_ms, hit.record.key))
         return outcome
@@ -183,17 +180,17 @@ class Memories:
         query: str,
         words: list[str],
         vector: Any,
-        allowed: set[str] | None,
+        filter: JsonObject,
         limit: int,
         mode: Mode,
     ) -> Iterable[tuple[str, float]]:
         if not query:
-            return [(record.key, 0.0) for record in index.newest(allowed, limit)]
+            return [(record.key, 0.0) for record in index.newest(filter, limit)]
         depth = limit if mode is not Mode.HYBRID else limit * FUSION_DEPTH
-        text = await index.text_scores(words, allowed, depth) if mode in (Mode.TEXT, Mode.HYBRID) else []
+        text = await index.text_scores(words, filter, depth) if mode in (Mode.TEXT, Mode.HYBRID) else []
         if mode is Mode.TEXT:
             return text
-        similar = index.vector_scores(vector, allowed, depth)
+        similar = index.vector_scores(vector, filter, depth)
         if mode is Mode.VECTOR:
             return similar
         fused: dict[str, float] = {}

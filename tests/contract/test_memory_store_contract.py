@@ -61,7 +61,7 @@ async def put(store: MemoryStore, ns: Namespace, key: str, text: str, ttl_ms: in
 
 async def search(store: MemoryStore, ns: Namespace, query: str, **filter: object) -> list[str]:
     index = await store.reader(ns)
-    hits = await index.text_scores(tokenize([query])[0], index.matching(dict(filter)), 100)
+    hits = await index.text_scores(tokenize([query])[0], dict(filter), 100)
     return [key for key, _ in sorted(hits, key=lambda pair: -pair[1])]
 
 
@@ -125,11 +125,11 @@ async def test_tiny_namespaces_still_rank(make_store: MakeStore) -> None:
     store = await make_store()
     await put(store, ALICE, "only", "allergic to peanuts")
     index = await store.reader(ALICE)
-    (hit,) = await index.text_scores(tokenize(["peanuts"])[0], None, 10)
+    (hit,) = await index.text_scores(tokenize(["peanuts"])[0], {}, 10)
     assert hit[0] == "only" and hit[1] > 0
     await put(store, ALICE, "other", "likes hiking")
     index = await store.reader(ALICE)
-    hits = await index.text_scores(tokenize(["peanuts allergy hiking"])[0], None, 10)
+    hits = await index.text_scores(tokenize(["peanuts allergy hiking"])[0], {}, 10)
     assert {key for key, score in hits if score > 0} == {"only", "other"}  # each term in exactly half
 
 

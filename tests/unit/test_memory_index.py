@@ -17,8 +17,8 @@ def record(key: str, text: str, embedding: list[float] | None = None, **value: o
     return Record(key, dict(value), text, 1, 1, embedding=vector)
 
 
-async def keys_for(index: NamespaceIndex, query: str, allowed: set[str] | None = None, limit: int = 50) -> list[str]:
-    hits = await index.text_scores(tokenize([query])[0], allowed, limit)
+async def keys_for(index: NamespaceIndex, query: str, limit: int = 50, **filter: object) -> list[str]:
+    hits = await index.text_scores(tokenize([query])[0], filter, limit)
     return [key for key, _ in sorted(hits, key=lambda pair: (-pair[1], pair[0]))]
 
 
@@ -77,6 +77,22 @@ async def test_namespaces_without_any_token_have_no_hits() -> None:
     assert await keys_for(index, "anything") == []
 
 
+async def test_filters_hold_in_the_snapshot_the_tail_and_after_rebuilds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_module, "INLINE_REBUILD", 4)
+    index = NamespaceIndex()
+    for i in range(10):
+        index.upsert(record(f"k{i}", "shared words", kind="even" if i % 2 == 0 else "odd"))
+    assert await keys_for(index, "shared", kind="even") == ["k0", "k2", "k4", "k6", "k8"]
+    index.upsert(record("k1", "shared words", kind="even"))  # changed after the snapshot: served by the tail
+    index.upsert(record("k2", "shared words", kind="odd"))
+    assert sorted(await keys_for(index, "shared", kind="even")) == ["k0", "k1", "k4", "k6", "k8"]
+    assert index._rebuild is not None
+    await index._rebuild
+    assert sorted(await keys_for(index, "shared", kind="even")) == ["k0", "k1", "k4", "k6", "k8"]
+    assert await keys_for(index, "shared", kind="none") == []
+    assert len(await keys_for(index, "shared", kind="odd", missing="x")) == 0
+
+
 async def test_filters_follow_changes_and_compare_json_values() -> None:
     index = NamespaceIndex()
     index.upsert(record("a", "x", kind="pref", n=1, tags=["x", "y"]))
@@ -100,11 +116,12 @@ async def test_vectors_rank_by_cosine_within_the_filter() -> None:
     index.upsert(record("northeast", "ne", [1, 1], side="right"))
     index.upsert(record("none", "no vector"))
     query = np.asarray([1, 0.1], np.float32) / np.linalg.norm([1, 0.1])
-    ranked = sorted(index.vector_scores(query, None, 3), key=lambda pair: -pair[1])
+    ranked = sorted(index.vector_scores(query, {}, 3), key=lambda pair: -pair[1])
     assert [key for key, _ in ranked] == ["east", "northeast", "north"]
-    assert [key for key, _ in index.vector_scores(query, {"north", "none"}, 3)] == ["north"]
+    assert [key for key, _ in index.vector_scores(query, {"side": "up"}, 3)] == ["north"]
     index.remove("east")
-    assert "east" not in dict(index.vector_scores(query, None, 3))
+    assert "east" not in dict(index.vector_scores(query, {}, 3))
+    assert [key for key, _ in index.vector_scores(query, {"side": "right"}, 3)] == ["northeast"]
 
 
 def test_labels_and_index_text() -> None:
