@@ -8,12 +8,14 @@ bm25s builds an immutable index, at about 50 µs a memory (5 s for 100,000), so 
 index here is a snapshot plus a tail:
 * the snapshot is built over every memory at some moment; memories changed or deleted
   since are masked out of its scores (bm25s's weight_mask);
-* the changed memories (the tail) are scored by a small bm25s index of their own;
+* the changed memories (the tail) are scored by the same lucene formula with the
+  snapshot's statistics (N, document frequencies, average length), so a memory scores in
+  the tail what it would in the snapshot, up to those statistics' drift;
 * a namespace of at most INLINE_REBUILD memories rebuilds its snapshot at once, so its
-  ranking is exact; a larger one rebuilds in a worker thread in the background while
-  searches use the snapshot plus the tail, and waits for the rebuild only when the tail
-  grows past TAIL_MAX. A memory saved is therefore found by the very next search; its
-  score is from the tail's own statistics until the rebuild lands.
+  ranking is exact; a larger one rebuilds in a worker thread once its tail holds
+  1/1000 of it (at least 16 memories), searching meanwhile, and waits for a rebuild only
+  when the tail grows past TAIL_MAX. A memory saved is found by the very next search.
+  The rebuild is Python work holding the GIL between numpy calls, so it is rationed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import asyncio
 import bisect
 import heapq
 import json
+import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +36,9 @@ import numpy as np
 from services.memory.model import Record
 
 INLINE_REBUILD = 256
-TAIL_MAX = 512
+TAIL_MAX = 1024
+REBUILD_MIN, REBUILD_SHARE = 16, 1000  # a background rebuild once the tail holds max(16, N / 1000) memories
+K1, B = 1.5, 0.75  # bm25s's defaults, named: the tail is scored with them too
 
 
 def tokenize(texts: list[str]) -> list[list[str]]:
@@ -89,24 +95,47 @@ class _Rows:
 
 @dataclass
 class _Bm25:
-    """A bm25s index over some memories."""
+    """A bm25s index over some memories, and its corpus statistics for scoring the tail alike."""
 
     rows: _Rows
     retriever: bm25s.BM25 | None  # None: no memories
+    doc_freq: Counter[str]
+    avg_len: float
 
     @classmethod
     def build(cls, keys: list[str], corpus: list[list[str]]) -> _Bm25:
-        if not any(corpus):  # bm25s cannot index a corpus without a single token
-            return cls(_Rows.of(keys), None)
-        retriever = bm25s.BM25(method="lucene")
+        doc_freq = Counter(word for words in corpus for word in set(words))
+        avg_len = sum(map(len, corpus)) / len(corpus) if corpus else 0.0
+        if not doc_freq:  # bm25s cannot index a corpus without a single token
+            return cls(_Rows.of(keys), None, doc_freq, avg_len)
+        retriever = bm25s.BM25(k1=K1, b=B, method="lucene")
         retriever.index(corpus, show_progress=False)
-        return cls(_Rows.of(keys), retriever)
+        return cls(_Rows.of(keys), retriever, doc_freq, avg_len)
 
     def scores(self, query: list[str], mask: np.ndarray | None, limit: int) -> list[tuple[str, float]]:
         """(key, score) of the best `limit` memories with a positive score."""
         if self.retriever is None:
             return []
         return top(self.rows.keys, self.retriever.get_scores(query, weight_mask=mask), limit)
+
+    def tail_scores(self, query: list[str], docs: Iterable[tuple[str, list[str]]]) -> list[tuple[str, float]]:
+        """Scores of memories outside the snapshot, by bm25s's lucene formula with the snapshot's statistics.
+
+        idf(t) = log(1 + (N - df + 0.5) / (df + 0.5)), tf part = tf / (tf + k1 (1 - b + b dl / avgdl)):
+        the scores the snapshot would give them, but for the few memories changed since it was built.
+        """
+        n, avg = len(self.rows.keys), self.avg_len or 1.0
+        idf = {word: math.log(1 + (n - self.doc_freq[word] + 0.5) / (self.doc_freq[word] + 0.5)) for word in query}
+        hits = []
+        for key, words in docs:
+            counts = Counter(word for word in words if word in idf)
+            if not counts:
+                continue
+            norm = K1 * (1 - B + B * len(words) / avg)
+            hits.append(
+                (key, sum(idf[word] * counts[word] / (counts[word] + norm) for word in query if word in counts))
+            )
+        return hits
 
 
 def top(keys: list[str], scores: np.ndarray, limit: int) -> list[tuple[str, float]]:
@@ -130,7 +159,6 @@ class NamespaceIndex:
         self._snapshot: _Bm25 | None = None
         self._snapshot_as_of = 0
         self._stale: dict[str, int] = {}
-        self._tail: tuple[int, _Bm25] | None = None
         self._rebuild: asyncio.Task[None] | None = None
         # Filters: field -> canonical value -> keys, built per field on its first use.
         self._fields: dict[str, dict[str, set[str]]] = {}
@@ -241,8 +269,8 @@ class NamespaceIndex:
             mask[[row for key in self._stale if (row := rows.rows.get(key)) is not None]] = 0
         hits = snapshot.scores(query, mask, limit)
         if self._stale:
-            tail = self._tail_index()
-            fresh = tail.scores(query, None, len(tail.rows.keys))
+            tail = ((key, self._tokens[key]) for key in self._stale if key in self.records)
+            fresh = snapshot.tail_scores(query, tail)
             hits += [(key, score) for key, score in fresh if not filter or self.allows(key, filter)]
         return heapq.nlargest(limit, hits, key=lambda pair: pair[1])
 
@@ -272,7 +300,7 @@ class NamespaceIndex:
             await asyncio.shield(self._start_rebuild())
             if self._snapshot is None or len(self._stale) > TAIL_MAX:  # it changed again while that one ran
                 await asyncio.shield(self._start_rebuild())
-        else:
+        elif len(self._stale) >= min(TAIL_MAX // 2, max(REBUILD_MIN, len(self.records) // REBUILD_SHARE)):
             self._start_rebuild()  # searches use the snapshot and the tail until it lands
         assert self._snapshot is not None
         return self._snapshot
@@ -288,7 +316,6 @@ class NamespaceIndex:
         self._snapshot = built if built is not None else _Bm25.build(keys, tokens)
         self._snapshot_as_of = as_of
         self._stale = {key: change for key, change in self._stale.items() if change > as_of}
-        self._tail = None
 
     def _start_rebuild(self) -> asyncio.Task[None]:
         if self._rebuild is None or self._rebuild.done():
@@ -299,9 +326,3 @@ class NamespaceIndex:
         corpus = self._corpus()  # copied on the loop: the thread never sees a dict change under it
         built = await asyncio.to_thread(_Bm25.build, corpus[1], corpus[2])
         self._install(corpus, built)
-
-    def _tail_index(self) -> _Bm25:
-        if self._tail is None or self._tail[0] != self._changes:
-            keys = [key for key in self._stale if key in self.records]
-            self._tail = (self._changes, _Bm25.build(keys, [self._tokens[key] for key in keys]))
-        return self._tail[1]

@@ -27,6 +27,7 @@ async def test_large_namespaces_answer_from_snapshot_and_tail_while_rebuilding(
 ) -> None:
     monkeypatch.setattr(index_module, "INLINE_REBUILD", 4)
     monkeypatch.setattr(index_module, "TAIL_MAX", 3)
+    monkeypatch.setattr(index_module, "REBUILD_MIN", 1)
     index = NamespaceIndex()
     for i in range(10):
         index.upsert(record(f"k{i}", f"note {i} about gardening"))
@@ -52,8 +53,27 @@ async def test_large_namespaces_answer_from_snapshot_and_tail_while_rebuilding(
     assert len(index._stale) <= index_module.TAIL_MAX
 
 
+async def test_the_tail_scores_as_the_snapshot_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory rewritten with the same words (statistics unchanged) scores in the tail exactly what bm25s gave it."""
+    monkeypatch.setattr(index_module, "INLINE_REBUILD", 4)
+    index = NamespaceIndex()
+    texts = ["red apples and green apples", "green tea", "apples in tea", "blue sky", "red red wine", "tea time"]
+    for i, text in enumerate(texts):
+        index.upsert(record(f"k{i}", text))
+    query = tokenize(["red apples tea apples"])[0]  # a repeated query word counts twice, as in bm25s
+    before = dict(await index.text_scores(query, {}, 10))
+    index.upsert(record("k0", texts[0]))
+    index.upsert(record("k4", texts[4]))
+    after = dict(await index.text_scores(query, {}, 10))
+    assert set(index._stale) == {"k0", "k4"}  # below the rebuild threshold: served from the tail
+    assert after.keys() == before.keys()
+    for key, score in before.items():
+        assert after[key] == pytest.approx(score, rel=1e-5), key
+
+
 async def test_a_rebuild_never_installs_an_older_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_module, "INLINE_REBUILD", 4)
+    monkeypatch.setattr(index_module, "REBUILD_MIN", 1)
     index = NamespaceIndex()
     for i in range(6):
         index.upsert(record(f"k{i}", "old words"))
@@ -79,6 +99,7 @@ async def test_namespaces_without_any_token_have_no_hits() -> None:
 
 async def test_filters_hold_in_the_snapshot_the_tail_and_after_rebuilds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_module, "INLINE_REBUILD", 4)
+    monkeypatch.setattr(index_module, "REBUILD_MIN", 1)
     index = NamespaceIndex()
     for i in range(10):
         index.upsert(record(f"k{i}", "shared words", kind="even" if i % 2 == 0 else "odd"))
