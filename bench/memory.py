@@ -32,7 +32,9 @@ import platform
 import sys
 import time
 import tracemalloc
+import zlib
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import bm25s
@@ -75,16 +77,6 @@ def queries(count: int, seed: int = 11) -> list[str]:
     return [
         " ".join(f"w{min(int(r), VOCABULARY)}" for r in rng.zipf(1.15, size=rng.integers(2, 4))) for _ in range(count)
     ]
-
-
-async def timed(op: Callable[[str], Awaitable[object]], texts: list[str]) -> list[float]:
-    await op(texts[0])  # warm
-    latencies = []
-    for text in texts:
-        started = time.perf_counter()
-        await op(text)
-        latencies.append((time.perf_counter() - started) * 1000)
-    return latencies
 
 
 def raw_bm25(memories: list[tuple[str, dict[str, Any], str]]) -> tuple[Callable[[str], Awaitable[object]], float]:
@@ -141,73 +133,80 @@ def python_bytes(build: Callable[[], object]) -> tuple[object, int]:
     return made, after - before
 
 
+def query_vector(vectors: np.ndarray, query: str) -> np.ndarray:
+    """A stored memory's embedding as the query vector, picked by the query text (stable across runs)."""
+    return vectors[zlib.crc32(query.encode()) % len(vectors)]
+
+
+async def open_store(kind: str, limits: Limits, redis_url: str) -> MemoryStore:
+    if kind == "memory":
+        return InProcessMemoryStore(limits)
+    return RedisMemoryStore(pooled_client(redis_url, 10.0, Retry(NoBackoff(), 1)), "bench:", limits)
+
+
 async def measure(size: int, texts: list[str], redis_url: str) -> dict[str, Any]:
+    """Every search of every system per query, in turn: a busy machine slows them alike, so ratios hold."""
     memories = corpus(size)
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((size, DIMENSIONS)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     figures: dict[str, Any] = {"size": size}
-
-    # Baselines, on the same memories.
-    raw, figures["bm25s_build_s"] = raw_bm25(memories)
-    figures["raw_bm25"] = await timed(raw, texts)
-    figures["substring"] = await timed(substring_scan(memories), texts)
-    matrix = vectors.copy()
-
-    async def raw_vectors(query: str) -> object:
-        scores = matrix @ vectors[hash(query) % size]
-        return np.argpartition(-scores, LIMIT)[:LIMIT]
-
-    figures["raw_vectors"] = await timed(raw_vectors, texts)
     _, figures["plain_bytes"] = python_bytes(lambda: [(k, dict(v), t) for k, v, t in memories])
     figures["index_bytes"] = await index_bytes(memories)
-    del raw
 
+    raw, figures["bm25s_build_s"] = raw_bm25(memories)
+
+    async def raw_vectors(query: str) -> object:
+        scores = vectors @ query_vector(vectors, query)
+        return np.argpartition(-scores, LIMIT)[:LIMIT]
+
+    ops: dict[str, Callable[[str], Awaitable[object]]] = {
+        "raw_bm25": raw,
+        "substring": substring_scan(memories),
+        "raw_vectors": raw_vectors,
+    }
     limits = Limits(max_items=size + 100, max_bytes=2**40, max_value_bytes=2**20)
+    stores: dict[str, MemoryStore] = {}
+    admin = redis.Redis.from_url(redis_url)
+    admin.flushall()  # a private server of this bench alone
+    used_before = int(admin.info("memory")["used_memory"])
     for kind in ("memory", "redis"):
-        client = None
-        if kind == "memory":
-            store: MemoryStore = InProcessMemoryStore(limits)
-        else:
-            sync_client = redis.Redis.from_url(redis_url)
-            sync_client.flushall()  # a private server of this bench alone
-            used_before = int(sync_client.info("memory")["used_memory"])
-            client = pooled_client(redis_url, 10.0, Retry(NoBackoff(), 1))
-            store = RedisMemoryStore(client, "bench:", limits)
+        store = stores[kind] = await open_store(kind, limits, redis_url)
         started = time.perf_counter()
         await load(store, memories, vectors)
         figures[f"{kind}_load_s"] = time.perf_counter() - started
-        if kind == "redis":
-            figures["redis_bytes"] = int(sync_client.info("memory")["used_memory"]) - used_before
-            sync_client.close()
-
-        memories_api = Memories(store, limits)
         started = time.perf_counter()
         index = await store.reader(NAMESPACE)
-        await index.text_scores(tokenize(["w1"])[0], None, LIMIT)  # builds the BM25 snapshot
+        await index.text_scores(tokenize(["w1"])[0], {}, LIMIT)  # builds the BM25 snapshot
         figures[f"{kind}_first_search_s"] = time.perf_counter() - started
+        api = Memories(store, limits)
+        ops[f"{kind}_text"] = partial(api.search, "bench", (), filter={}, limit=LIMIT, mode=Mode.TEXT)
+        ops[f"{kind}_filtered"] = partial(api.search, "bench", (), filter={"kind": "fact"}, limit=LIMIT, mode=Mode.TEXT)
 
-        async def text_search(query: str, api: Memories = memories_api) -> object:
-            return await api.search("bench", (), query, {}, LIMIT, Mode.TEXT)
+        async def vector_search(query: str, store: MemoryStore = store) -> object:
+            return (await store.reader(NAMESPACE)).vector_scores(query_vector(vectors, query), {}, LIMIT)
 
-        async def filtered_search(query: str, api: Memories = memories_api) -> object:
-            return await api.search("bench", (), query, {"kind": "fact"}, LIMIT, Mode.TEXT)
+        ops[f"{kind}_vector"] = vector_search
+    figures["redis_bytes"] = int(admin.info("memory")["used_memory"]) - used_before
+    admin.close()
 
-        figures[f"{kind}_text"] = await timed(text_search, texts)
-        figures[f"{kind}_filtered"] = await timed(filtered_search, texts)
-        index = await store.reader(NAMESPACE)
+    latencies: dict[str, list[float]] = {name: [] for name in ops}
+    for op in ops.values():
+        await op(texts[0])  # warm
+    for text in texts:
+        for name, op in ops.items():
+            started = time.perf_counter()
+            await op(text)
+            latencies[name].append((time.perf_counter() - started) * 1000)
+    figures.update(latencies)
 
-        async def vector_search(query: str, index: Any = index) -> object:
-            return index.vector_scores(vectors[hash(query) % size], None, LIMIT)
-
-        figures[f"{kind}_vector"] = await timed(vector_search, texts)
-
-        # A write, then a search: the snapshot plus the changed memory's own index.
+    # A write, then a search: the snapshot plus the changed memory as its tail.
+    for kind, store in stores.items():
         after_write = []
         for i, query in enumerate(texts[:20]):
             await store.put(NAMESPACE, f"new{i}", {"kind": "fact"}, f"{query} fresh", None, 0)
             started = time.perf_counter()
-            await text_search(query)
+            await ops[f"{kind}_text"](query)
             after_write.append((time.perf_counter() - started) * 1000)
         figures[f"{kind}_after_write"] = after_write
         await store.close()
@@ -221,7 +220,7 @@ async def index_bytes(memories: list[tuple[str, dict[str, Any], str]]) -> int:
     before = tracemalloc.get_traced_memory()[0]
     store = InProcessMemoryStore(Limits(max_items=len(memories) + 1, max_bytes=2**40))
     await load(store, memories, None)
-    await (await store.reader(NAMESPACE)).text_scores(["w1"], None, LIMIT)
+    await (await store.reader(NAMESPACE)).text_scores(["w1"], {}, LIMIT)
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
@@ -293,7 +292,8 @@ async def main() -> None:
             f" both occur) over memories of {WORDS_PER_MEMORY} words from a {VOCABULARY:,}-word vocabulary, limit"
             f" {LIMIT}, text mode unless stated. Redis: a private redis-server {redis_version()}, no persistence."
             f" Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()},"
-            f" bm25s {bm25s.__version__}. Ratios are p50 against the raw bm25s call and against the substring scan.",
+            f" bm25s {bm25s.__version__}. Each query runs every search below in turn (interleaved), so a busy"
+            " machine slows them alike; ratios are p50 against the raw bm25s call and against the substring scan.",
             "",
             "## Search latency",
             "",

@@ -154,7 +154,7 @@ class NamespaceIndex:
         self._vocab: dict[str, str] = {}  # one string object per distinct token
         self._expiring: list[tuple[int, str]] = []  # heap of (expire_ms, key); stale entries skipped
         self._sorted: list[str] | None = None
-        # BM25: the snapshot, what changed since (key -> change number), the tail's own index.
+        # BM25: the snapshot and what changed since it (key -> change number), scored as its tail.
         self._changes = 0
         self._snapshot: _Bm25 | None = None
         self._snapshot_as_of = 0
