@@ -189,6 +189,12 @@ async def measure(size: int, texts: list[str], redis_url: str) -> dict[str, Any]
         ops[f"{kind}_vector"] = vector_search
     figures["redis_bytes"] = int(admin.info("memory")["used_memory"]) - used_before
     admin.close()
+    ping_client = pooled_client(redis_url, 10.0, Retry(NoBackoff(), 1))
+
+    async def ping(query: str) -> object:
+        return await ping_client.ping()
+
+    ops["redis_ping"] = ping
 
     latencies: dict[str, list[float]] = {name: [] for name in ops}
     for op in ops.values():
@@ -210,6 +216,7 @@ async def measure(size: int, texts: list[str], redis_url: str) -> dict[str, Any]
             after_write.append((time.perf_counter() - started) * 1000)
         figures[f"{kind}_after_write"] = after_write
         await store.close()
+    await ping_client.aclose()
     return figures
 
 
@@ -258,6 +265,7 @@ async def main() -> None:
             ("substring scan, no ranking (baseline)", "substring", "raw_bm25"),
             ("cogmesh BM25, in-process store", "memory_text", "raw_bm25"),
             ("cogmesh BM25 + filter, in-process store", "memory_filtered", "raw_bm25"),
+            ("Redis PING round trip, same client kind (baseline of the Redis rows)", "redis_ping", "raw_bm25"),
             ("cogmesh BM25, Redis store", "redis_text", "raw_bm25"),
             ("cogmesh BM25 + filter, Redis store", "redis_filtered", "raw_bm25"),
             ("first search after a write, in-process", "memory_after_write", "raw_bm25"),
