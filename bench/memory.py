@@ -24,10 +24,15 @@ write (served from the snapshot plus the changed memories' own small index).
 
 from __future__ import annotations
 
+import os
+
+# One BLAS thread: OpenBLAS's idle threads spin on the 2 shared cores after each matrix product and
+# would slow the Redis server and the rows measured after a vector search, not just the vector rows.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import argparse
 import asyncio
 import gc
-import os
 import platform
 import sys
 import time
