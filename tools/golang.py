@@ -71,8 +71,10 @@ def install() -> int:
     command = [*apt, "install", "--no-install-recommends", *absent]
     if subprocess.run(command, env=env).returncode != 0:
         # A fresh machine (a container image) may have no package lists yet.
-        subprocess.run([*apt, "update"], env=env, check=True)
-        subprocess.run(command, env=env, check=True)
+        subprocess.run([*apt, "update"], env=env)
+        if subprocess.run(command, env=env).returncode != 0:
+            print(f"Go toolchain: `{' '.join(command)}` failed (see above)", file=sys.stderr)
+            return 1
     print(f"Go toolchain: installed {' '.join(absent)}")
     return 0
 

@@ -235,6 +235,7 @@ def assert_prints(output: str, expected: str) -> None:
     assert re.fullmatch(pattern, output.rstrip("\n"), re.DOTALL), f"the page says it prints\n{expected}\ngot\n{output}"
 
 
+@pytest.mark.timeout(600)  # `go run` may compile grpc-go into an empty cache
 def test_go_quickstart_of_the_clients_page_runs_as_written(live: Live, tmp_path: Path) -> None:
     blocks = doc_blocks(CLIENTS_PAGE.read_text())
     assert [(b.language, b.path is not None) for b in blocks] == [("sh", False), ("go", True), ("sh", False)]
