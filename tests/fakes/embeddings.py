@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 from typing import Any
 
 import numpy as np
 
-from tests.fakes.http import HttpServer, Request, Response
+from tests.fakes.providers import FakeOpenAI, Request
 
 DIMENSIONS = 64
 CONCEPTS = {
@@ -47,35 +46,29 @@ def embed(text: str) -> np.ndarray:
     return vector
 
 
-class FakeEmbeddings:
+class FakeEmbeddings(FakeOpenAI):
+    """The OpenAI fake (chat completions) with POST /v1/embeddings beside it."""
+
     def __init__(self) -> None:
-        self.server = HttpServer(self._handle)
-        self.requests: list[dict[str, Any]] = []
+        super().__init__()
+        self.requests: list[dict[str, Any]] = []  # the embeddings requests' JSON bodies
         self._failures: list[tuple[int, str]] = []
 
     @property
-    def url(self) -> str:
-        return f"{self.server.url}/v1"
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
 
     def fail_next(self, status: int, message: str = "the embeddings backend is down", times: int = 1) -> None:
         self._failures.extend([(status, message)] * times)
 
-    async def __aenter__(self) -> FakeEmbeddings:
-        await self.server.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.server.stop()
-
-    async def _handle(self, request: Request) -> Response:
-        if request.method != "POST" or not request.path.endswith("/embeddings"):
-            return Response(404, body=b'{"error": {"message": "not found"}}')
+    def answer(self, request: Request) -> tuple[int, Any] | None:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/embeddings"):
+            return None
         payload = request.json()
         self.requests.append(payload)
         if self._failures:
             status, message = self._failures.pop(0)
-            error: dict[str, Any] = {"error": {"message": message, "type": "server_error", "code": None, "param": None}}
-            return Response(status, headers={"content-type": "application/json"}, body=json.dumps(error).encode())
+            return status, {"error": {"message": message, "type": "server_error", "code": None, "param": None}}
         texts = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
         as_base64 = payload.get("encoding_format") == "base64"
         data = []
@@ -84,10 +77,5 @@ class FakeEmbeddings:
             encoded: Any = base64.b64encode(vector.astype("<f4").tobytes()).decode() if as_base64 else vector.tolist()
             data.append({"object": "embedding", "index": index, "embedding": encoded})
         tokens = sum(len(text.split()) for text in texts)
-        body: dict[str, Any] = {
-            "object": "list",
-            "data": data,
-            "model": payload["model"],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-        return Response(200, headers={"content-type": "application/json"}, body=json.dumps(body).encode())
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return 200, {"object": "list", "data": data, "model": payload["model"], "usage": usage}

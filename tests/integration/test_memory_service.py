@@ -217,7 +217,7 @@ async def test_vector_and_hybrid_search_through_the_openai_sdk(tmp_path: Path) -
     async with FakeEmbeddings() as embeddings:
         settings = SUITE_SETTINGS.model_copy(
             update={
-                "providers_file": providers_file(tmp_path, embeddings.url),
+                "providers_file": providers_file(tmp_path, embeddings.base_url),
                 "memory_embedding_provider": "localembed",
                 "memory_embedding_model": "fake-embed-1",
             }
