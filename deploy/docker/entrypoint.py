@@ -1,6 +1,6 @@
 """Entry point of the cogmesh image: one image, one service per container.
 
-    entrypoint.py <service> [--flag value ...]   run gateway, runtime, policy, context, sessions or models
+    entrypoint.py <service> [--flag value ...]   run gateway, runtime, policy, context, sessions, models or memory
     entrypoint.py health [address] [service]     grpc.health.v1 check; exit 0 when SERVING
 
 The service replaces this process (exec), so it is PID 1 and gets SIGTERM directly

@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.kit.config import Settings
 
 # Start order: dependencies first, the public gateway last.
-ORDER = ["models", "sessions", "context", "policy", "runtime", "gateway"]
+ORDER = ["models", "sessions", "memory", "context", "policy", "runtime", "gateway"]
 MODULES = {name: f"services.{name}" for name in ORDER} | {"gateway": "gateway"}
 MAX_BACKOFF_S = 30.0
 

@@ -24,7 +24,7 @@ from services.kit.config import DEFAULT_PORTS
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway"]
+SERVICES = ["models", "policy", "context", "sessions", "memory", "runtime", "gateway"]
 
 
 def free_ports(n: int) -> list[int]:

@@ -137,6 +137,9 @@ class FakeProvider:
             path += "?" + scope["query_string"].decode("latin-1")
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
         request = Request(scope["method"], path, headers, body)
+        if (answer := self.answer(request)) is not None:  # a plain JSON endpoint of a subclass
+            await _respond(send, answer[0], {}, json.dumps(answer[1]).encode())
+            return
         if not self.is_model_request(request):
             await _respond(send, 404, {}, b'{"error": "not found"}')
             return
@@ -189,6 +192,10 @@ class FakeProvider:
 
     def malformed(self) -> bytes:
         return b'data: {"this is": not json\n\n'
+
+    def answer(self, request: Request) -> tuple[int, Any] | None:
+        """(status, JSON body) for a request that is not a model stream; None: not such a request."""
+        return None
 
     def is_model_request(self, request: Request) -> bool:
         raise NotImplementedError

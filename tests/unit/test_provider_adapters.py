@@ -21,7 +21,7 @@ from services.kit.llm import (
     ToolSchema,
     UsageChunk,
 )
-from services.runtime.providers.config import ProviderConfig
+from services.kit.providers import ProviderConfig
 from services.runtime.providers.registry import ProviderRegistry
 from tests.fakes.providers import Call, Fail, FakeAnthropic, FakeGoogle, FakeOpenAI, FakeProvider, Reply
 
