@@ -3,7 +3,9 @@
     python protos/generate.py          # regenerate
     python protos/generate.py --check  # exit 1 when the committed code is stale
 
-Generated modules are importable as cogmesh.<area>.v1.<file>_pb2(_grpc).
+Generated modules are importable as cogmesh.<area>.v1.<file>_pb2(_grpc). The public
+API (PUBLIC_PROTOS) also gets <file>_connect.py from protoc-gen-connectrpc (Google
+protobuf messages): the Connect and gRPC-Web service the browser edge (gateway/web) serves.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import importlib.resources
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
 OUT_ROOT = ROOT / "clients" / "python"
 PACKAGE = "cogmesh"
+PUBLIC_PROTOS = ["cogmesh/gateway/v1/gateway.proto"]
+
+
+def connect_plugin() -> str:
+    """protoc-gen-connectrpc from this virtualenv (pinned in pyproject's dev extra)."""
+    beside = Path(sys.executable).parent / "protoc-gen-connectrpc"
+    found = str(beside) if beside.exists() else shutil.which("protoc-gen-connectrpc")
+    if found is None:
+        raise SystemExit("protoc-gen-connectrpc not found: pip install -e '.[dev]'")
+    return found
 
 
 def generate(out: Path) -> None:
@@ -37,6 +50,16 @@ def generate(out: Path) -> None:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    connect = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{well_known}",
+        f"--plugin=protoc-gen-connectrpc={connect_plugin()}",
+        f"--connectrpc_out=protobuf=google:{out}",
+        *PUBLIC_PROTOS,
+    ]
+    if protoc.main(connect) != 0:
+        raise SystemExit("protoc (connectrpc) failed")
     # Every generated folder is a regular package so `cogmesh.<area>.v1` imports cleanly.
     for folder in (out / PACKAGE).rglob("*"):
         if folder.is_dir():
