@@ -12,7 +12,8 @@ import { fileURLToPath } from "node:url";
 // dist/test/suite.js -> clients/node -> repository root
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const repoRoot = resolve(packageRoot, "..", "..");
-const SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway"];
+// Every process `cogmesh up` starts, each on a free port (web: the browser edge, HTTP).
+const SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway", "web"];
 
 export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
