@@ -102,8 +102,10 @@ function openSession(): void {
   view = new SessionView(client, id, ui.events, {
     error: showError,
     running: (turnId) => {
+      const ended = runningTurn !== undefined && turnId === undefined;
       runningTurn = turnId;
       ui.cancel.hidden = !turnId;
+      if (ended) loadSessions().catch(showError); // message counts and "turn running" changed
     },
   });
   view.start();
