@@ -31,20 +31,6 @@ const FLAGS = [
   "--disable-sync",
 ];
 
-// Runs in the page before its scripts: records when each event's element appears (seq, kind, ms).
-function recordRenders() {
-  window.__rendered = [];
-  new MutationObserver((mutations) => {
-    for (const m of mutations)
-      for (const node of m.addedNodes) {
-        if (!(node instanceof Element)) continue;
-        for (const el of [node, ...node.querySelectorAll("[data-seq]")]) {
-          if (el.dataset?.seq) window.__rendered.push([Number(el.dataset.seq), el.dataset.kind, performance.now()]);
-        }
-      }
-  }).observe(document, { childList: true, subtree: true });
-}
-
 const renderedSeqs = (page) =>
   page.$$eval("#events [data-seq]", (els) => els.map((el) => Number(el.getAttribute("data-seq"))));
 
@@ -74,11 +60,10 @@ try {
   const page = context.pages()[0] ?? (await context.newPage());
   page.on("pageerror", (err) => result.errors.push(`pageerror: ${err.message}`));
   page.on("console", (msg) => msg.type() === "error" && result.errors.push(`console: ${msg.text()}`));
-  await page.addInitScript(recordRenders);
   await page.goto(url);
   await page.waitForSelector("#agent option[value=careful]", { state: "attached", timeout: STEP_MS });
 
-  // 1. The calculator turn, live: the tool call shows before the turn's end does.
+  // 1. The calculator turn.
   const calc = await newSession(page, "default");
   await send(page, "What is 17 * 23?");
   await page.waitForSelector("[data-kind=toolCallStarted]:has-text('calculator')", { timeout: STEP_MS });
@@ -90,7 +75,6 @@ try {
     toolResult: await page.textContent("[data-kind=toolCallFinished]"),
     answer: await page.textContent(".assistant"),
     final: await page.textContent("[data-kind=final]"),
-    appeared: await page.evaluate(() => window.__rendered),
     timelineBars: await page.$$eval(".timeline rect", (rects) => rects.map((r) => r.getAttribute("data-row"))),
   };
   await page.screenshot({ path: join(artifacts, "console-calculator.png"), fullPage: true });

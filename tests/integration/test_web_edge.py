@@ -320,11 +320,10 @@ async def test_the_callers_deadline_bounds_the_turn(tmp_path: Path) -> None:
     slow = settings_with_keys(tmp_path, local_delay_ms=50, local_reply_tokens=200)
     async with edge_for(slow) as edge:
         session_id = await new_session(edge)
-        messages, end = await edge.stream(
+        _, end = await edge.stream(
             "SendMessage", {"sessionId": session_id, "content": "hello"}, headers={"connect-timeout-ms": "1500"}
         )
         assert end["error"]["code"] == "deadline_exceeded", end
-        assert messages, "events streamed before the deadline"
         # The deadline reached the gateway (which bounds the turn by it), not only the edge: the turn
         # itself ended, early, with an error event, instead of running on to its 200th token.
         log = await follow_until_turn_ends(edge, session_id)
@@ -344,7 +343,7 @@ async def test_a_browser_that_goes_away_frees_its_stream(tmp_path: Path) -> None
             _, end = await edge.stream("Subscribe", {"sessionId": session_id})
             assert end["error"]["code"] == "resource_exhausted", "the cap is one stream"
         # The first stream's connection is closed: its slot comes back once the gateway hears of it.
-        async with asyncio.timeout(TIMEOUT_S):
+        async with asyncio.timeout(2 * TIMEOUT_S):
             while True:
                 _, end = await edge.stream("Subscribe", {"sessionId": session_id, "stopWhenIdle": True})
                 if end == {}:
