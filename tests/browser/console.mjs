@@ -4,8 +4,8 @@
 //
 //   node console.mjs <console url> <artifacts dir>
 //
-// Scenarios: a calculator turn streamed live; an approval on the `careful` agent; a reload in
-// the middle of a long streaming reply. Every wait is for a condition on the page, bounded by
+// Scenarios: a calculator turn streamed live, then a notice; an approval on the `careful` agent;
+// a reload in the middle of a long streaming reply. Every wait is for a condition on the page, bounded by
 // STEP_MS so a broken console fails instead of hanging.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -35,9 +35,12 @@ const renderedSeqs = (page) =>
   page.$$eval("#events [data-seq]", (els) => els.map((el) => Number(el.getAttribute("data-seq"))));
 
 async function newSession(page, agent) {
+  const before = await page.evaluate(() => location.hash);
   await page.selectOption("#agent", agent);
   await page.click("#new-session button");
-  await page.waitForFunction(() => /^#\/s\/\w+/.test(location.hash), null, { timeout: STEP_MS });
+  await page.waitForFunction((old) => /^#\/s\/\w+/.test(location.hash) && location.hash !== old, before, {
+    timeout: STEP_MS,
+  });
   const id = await page.evaluate(() => location.hash.slice("#/s/".length));
   await page.waitForSelector(`#sessions a[data-session="${id}"]`, { timeout: STEP_MS });
   return id;
@@ -77,6 +80,14 @@ try {
     final: await page.textContent("[data-kind=final]"),
     timelineBars: await page.$$eval(".timeline rect", (rects) => rects.map((r) => r.getAttribute("data-row"))),
   };
+  // A notice in the stream: a /model command the strict catalogue refuses says so in a native_notice.
+  await send(page, "/model nosuch-model");
+  await page.waitForSelector("[data-kind=nativeNotice]", { timeout: STEP_MS });
+  await page.waitForFunction(() => document.querySelectorAll("[data-kind=final]").length === 2, null, {
+    timeout: STEP_MS,
+  });
+  result.calculator.notice = await page.textContent("[data-kind=nativeNotice]");
+  result.calculator.renderedWithNotice = await renderedSeqs(page);
   await page.screenshot({ path: join(artifacts, "console-calculator.png"), fullPage: true });
 
   // 2. An approval on the careful agent, answered with the button.

@@ -43,6 +43,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     # A slow model: plain messages get 200 tokens 40 ms apart (8 s at least), so a reload after the
     # 10th token lands mid-turn however loaded the machine is (the delays only stretch).
     env |= {"COGMESH_LOCAL_DELAY_MS": "40", "COGMESH_LOCAL_REPLY_TOKENS": "200"}
+    env["COGMESH_MODELS_STRICT"] = "true"  # so `/model nosuch-model` is refused with a native_notice
     env.pop("COGMESH_API_KEYS_FILE", None)  # dev mode: the console needs no key
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(
@@ -94,7 +95,10 @@ def test_the_console_streams_approves_and_resumes_in_chromium(up: Up) -> None:
     # 1. The calculator call and 391 appeared, each event once, in the gateway's order.
     calc = seen["calculator"]
     log = replay(up, calc["session"])
-    assert calc["rendered"] == [e.seq for e in log]
+    first_turn = [e.seq for e in log if e.turn_id == log[0].turn_id]
+    assert calc["rendered"] == first_turn
+    assert calc["renderedWithNotice"] == [e.seq for e in log]
+    assert "[command] the session keeps its model" in calc["notice"] and "nosuch-model" in calc["notice"]
     assert "calculator" in calc["toolCall"] and '"17 * 23"' in calc["toolCall"]
     assert "391" in calc["toolResult"] and calc["answer"] == "17 * 23 = 391."
     assert "1 tool call(s)" in calc["final"] and "ms" in calc["final"]
