@@ -29,7 +29,7 @@ from gateway.auth import hash_key
 from services.kit.config import Settings
 from services.suite.chat import interactive, spin
 from services.suite.render import EventPrinter, agent_lines, message_json, model_lines
-from services.suite.supervisor import ORDER, StartupError, Supervisor
+from services.suite.supervisor import EDGES, ORDER, StartupError, Supervisor
 
 DEMO_MESSAGE = "What is 17 * 23?"
 out = Console(highlight=False, soft_wrap=True)
@@ -161,7 +161,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
         else:
             out.print(text)
 
-    supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout)
+    supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout, edges=EDGES)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,12 +85,14 @@ class Supervisor:
         log_dir: Path,
         report: Callable[[str], None],
         ready_timeout_s: float = 30.0,
+        edges: Sequence[str] = (),
     ):
+        """`edges`: which of EDGES to start after the gateway (`cogmesh up` starts the browser edge;
+        the benchmarks, which give only the gRPC services free ports, start none)."""
         self.settings, self.log_dir, self.report = settings, log_dir, report
         self.ready_timeout_s = ready_timeout_s
-        self.children = {
-            name: Child(name, address_of(settings, name), log_dir / f"{name}.log") for name in ORDER + EDGES
-        }
+        self.names = ORDER + [name for name in EDGES if name in edges]
+        self.children = {name: Child(name, address_of(settings, name), log_dir / f"{name}.log") for name in self.names}
         self._stopping = False
 
     def _env(self) -> dict[str, str]:
@@ -153,7 +155,7 @@ class Supervisor:
     async def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for name in ORDER + EDGES:
+            for name in self.names:
                 child = self.children[name]
                 await self._start_one(child)
                 self.report(
@@ -187,7 +189,7 @@ class Supervisor:
         """SIGTERM every child, the edge and gateway first; SIGKILL what is still alive after the grace period."""
         self._stopping = True
         grace = (self.settings.shutdown_grace_s if grace_s is None else grace_s) + 5.0
-        for name in reversed(ORDER + EDGES):
+        for name in reversed(self.names):
             child = self.children[name]
             if child.watcher is not None:
                 child.watcher.cancel()

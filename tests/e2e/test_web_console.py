@@ -74,7 +74,7 @@ def replay(up: Up, session_id: str) -> list[Any]:
         return [event for reply in stub.Subscribe(request, timeout=30) for event in reply.events]
 
 
-def test_the_console_streams_approves_and_resumes_in_chromium(up: Up) -> None:
+def test_the_console_streams_approves_and_resumes_in_chromium(up: Up, capsys: pytest.CaptureFixture[str]) -> None:
     if (why := missing_prerequisite()) is not None:
         pytest.skip(why)
     ARTIFACTS.mkdir(exist_ok=True)
@@ -87,7 +87,8 @@ def test_the_console_streams_approves_and_resumes_in_chromium(up: Up) -> None:
         timeout=400,
         cwd=DRIVER.parent,
     )
-    print(f"screenshots: {ARTIFACTS}/console-*.png")
+    with capsys.disabled():  # shown even when the test passes
+        print(f"\n    screenshots of the console: {ARTIFACTS}/console-*.png")
     assert driver.returncode == 0, driver.stderr[-5000:]
     seen = json.loads(driver.stdout.strip().splitlines()[-1])
     assert seen["errors"] == [], "\n".join(seen["errors"])
