@@ -7,7 +7,9 @@ Python modules are importable as cogmesh.<area>.v1.<file>_pb2(_grpc); they come 
 grpc_tools' bundled protoc (pinned on PyPI). Go packages are cogmesh.dev/go/gen/cogmesh/<area>/v1
 (package <area>v1, the `go_package` option every proto must carry); they come from Debian's
 protoc, protoc-gen-go and protoc-gen-go-grpc (`make go-toolchain` installs them). Where
-those are missing, Go is skipped with the reason, and the rest still runs.
+those are missing, Go is skipped with the reason, and the rest still runs. The public API
+(PUBLIC_PROTOS) also gets <file>_connect.py from protoc-gen-connectrpc (Google protobuf
+messages): the Connect and gRPC-Web service the browser edge (gateway/web) serves.
 """
 
 from __future__ import annotations
@@ -31,6 +33,16 @@ PROTO_ROOT = ROOT / "protos"
 PACKAGE = "cogmesh"
 GO_MODULE = "cogmesh.dev/go"
 GO_TOOLS = ("protoc", "protoc-gen-go", "protoc-gen-go-grpc")
+PUBLIC_PROTOS = ["cogmesh/gateway/v1/gateway.proto"]
+
+
+def connect_plugin() -> str:
+    """protoc-gen-connectrpc from this virtualenv (pinned in pyproject's dev extra)."""
+    beside = Path(sys.executable).parent / "protoc-gen-connectrpc"
+    found = str(beside) if beside.exists() else shutil.which("protoc-gen-connectrpc")
+    if found is None:
+        raise SystemExit("protoc-gen-connectrpc not found: pip install -e '.[dev]'")
+    return found
 
 
 def proto_files() -> list[str]:
@@ -50,6 +62,16 @@ def generate_python(out: Path) -> None:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    connect = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{well_known}",
+        f"--plugin=protoc-gen-connectrpc={connect_plugin()}",
+        f"--connectrpc_out=protobuf=google:{out}",
+        *PUBLIC_PROTOS,
+    ]
+    if protoc.main(connect) != 0:
+        raise SystemExit("protoc (connectrpc) failed")
     # Every generated folder is a regular package so `cogmesh.<area>.v1` imports cleanly.
     for folder in (out / PACKAGE).rglob("*"):
         if folder.is_dir():

@@ -19,6 +19,7 @@ DEFAULT_PORTS: dict[str, int] = {
     "sessions": 50055,
     "models": 50056,
     "memory": 50057,
+    "web": 50050,  # the browser edge (gateway/web): HTTP, not gRPC
 }
 
 
@@ -144,6 +145,18 @@ class Settings(BaseSettings):
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
     tls_client_ca_file: Path | None = Field(None, description="PEM CA bundle: require client certificates (mTLS)")
     a2a_url: str = Field("", description="address the A2A agent card advertises; empty: the gateway's listen address")
+    web_addr: str = Field(
+        f"127.0.0.1:{DEFAULT_PORTS['web']}",
+        description="HTTP address of the browser edge (Connect, gRPC-Web and the web console)",
+    )
+    web_cors_origins: str = Field(
+        "",
+        description="comma-separated origins (https://app.example.com) whose pages may call the browser edge, "
+        "or *; empty: the edge's own pages only",
+    )
+    web_console_dir: Path | None = Field(
+        None, description="folder of the built web console; default: gateway/web/console/dist (`make console`)"
+    )
 
     @model_validator(mode="after")
     def _renew_before_expiry(self) -> Settings:
