@@ -371,7 +371,7 @@ async def run_cases(systems: list[System], server: ModelServer, plan: list[Case]
 
 
 async def run_mode(
-    mode: str, server: ModelServer, plan: list[Case], peers: list[str], warmup: int, work: Path
+    mode: str, server: ModelServer, plan: list[Case], peers: list[str], warmup: int, work: Path, idle_s: float
 ) -> tuple[list[Row], dict[str, Any]]:
     """cogmesh with one kind of stores, and the peers (SDK, LangGraph) named, on the same cases."""
     agents, providers = write_agent(work / mode, server.url)
@@ -401,10 +401,18 @@ async def run_mode(
                 systems.append(System(peer, peer_driver, {"client": peer_driver.pid}))
             systems.append(cogmesh)
             await warm_up(systems, server, warmup)
+            idle = await idle_cpu(cogmesh, idle_s)
             print(f"== {mode} stores: {', '.join(s.name for s in systems)}", flush=True)
             rows = await run_cases(systems, server, plan)
     shown = {k: v for k, v in request.items() if k != "messages"} | {"messages": len(request["messages"])}
-    return rows, shown
+    return rows, {"request": shown, "idle_ms_per_s": idle}
+
+
+async def idle_cpu(system: System, seconds: float) -> dict[str, float]:
+    """CPU ms a second each process burns with no turn running (timers, health, reaper): background."""
+    before = {name: cpu_seconds(pid) for name, pid in system.pids.items()}
+    await asyncio.sleep(seconds)
+    return {name: (cpu_seconds(pid) - before[name]) * 1000 / seconds for name, pid in system.pids.items()}
 
 
 # --------------------------------------------------------------------------- the report
@@ -597,6 +605,14 @@ def report(data: dict[str, Any]) -> str:
         "",
         "### cogmesh's CPU per turn by process (ms)",
         "",
+        "With no turn running, cogmesh's processes burn (CPU ms a second, background timers, health and lease "
+        "sweeps): "
+        + "; ".join(
+            f"{mode} stores: " + ", ".join(f"{name} {ms:.1f}" for name, ms in idle.items())
+            for mode, idle in data["idle_ms_per_s"].items()
+        )
+        + ". A paced turn one at a time lasts about 1.2 s, so that background is part of its CPU per turn.",
+        "",
         table(["turn", "at once", "system", *services], split),
         "",
         "## Targets (issue 15), as ratios in this run",
@@ -611,18 +627,19 @@ def report(data: dict[str, Any]) -> str:
     return "\n".join(text)
 
 
-async def run(modes: list[str], plan: list[Case], with_peer: bool, warmup: int) -> dict[str, Any]:
+async def run(modes: list[str], plan: list[Case], with_peer: bool, warmup: int, idle_s: float) -> dict[str, Any]:
     peers = ["sdk", "langgraph"] if with_peer else ["sdk"]
     if with_peer:
         ensure_venv()
-    data: dict[str, Any] = {"load_start": load_average(), "rows": [], "requests": {}}
+    data: dict[str, Any] = {"load_start": load_average(), "rows": [], "requests": {}, "idle_ms_per_s": {}}
     with tempfile.TemporaryDirectory(prefix="cogmesh-hotpath-") as work:
         async with model_server() as server:
             for index, mode in enumerate(modes):
                 # The peers have no stores: measured once, beside cogmesh with the first kind of stores.
-                rows, request = await run_mode(mode, server, plan, peers if index == 0 else [], warmup, Path(work))
+                rows, seen = await run_mode(mode, server, plan, peers if index == 0 else [], warmup, Path(work), idle_s)
                 data["rows"] += [asdict(r) for r in rows]
-                data["requests"][mode] = request
+                data["requests"][mode] = seen["request"]
+                data["idle_ms_per_s"][mode] = seen["idle_ms_per_s"]
     data["load_end"] = load_average()
     data["time"] = time.time()
     data["plan"] = [{"workload": c.workload.name, "concurrency": c.concurrency, "turns": c.turns} for c in plan]
@@ -637,13 +654,14 @@ def main() -> None:
     parser.add_argument("--paced-turns", type=int, default=20, help="paced turns one at a time")
     parser.add_argument("--level-turns", type=int, default=50, help="paced turns at least, per level above 1")
     parser.add_argument("--warmup", type=int, default=20, help="untimed turns per system and zero-latency kind")
+    parser.add_argument("--idle", type=float, default=5.0, help="seconds cogmesh's idle CPU is read over")
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph (no peer venv needed)")
     args = parser.parse_args()
     modes = args.modes.split(",")
     if unknown := set(modes) - {"memory", "redis"}:
         parser.error(f"--modes: unknown {', '.join(sorted(unknown))} (use memory and/or redis)")
     plan = cases(args.turns, args.paced_turns, [int(n) for n in args.levels.split(",")], args.level_turns)
-    data = asyncio.run(run(modes, plan, not args.no_peer, args.warmup))
+    data = asyncio.run(run(modes, plan, not args.no_peer, args.warmup, args.idle))
     write_data("hotpath", data)
     text = report(data)
     print(text)

@@ -90,7 +90,7 @@ async def test_model_server_speaks_openai_streaming_with_tools_usage_and_pace() 
 def test_hotpath_runs_every_system_at_a_tiny_scale(tmp_path: Path) -> None:
     peer_args = [] if peer.venv_ready() else ["--no-peer"]
     command = [sys.executable, "-m", "bench.hotpath", "--levels", "1,3", "--turns", "2", "--paced-turns", "1"]
-    command += ["--level-turns", "3", "--warmup", "1", *peer_args]
+    command += ["--level-turns", "3", "--warmup", "1", "--idle", "0.5", *peer_args]
     done = subprocess.run(
         command,
         cwd=ROOT,
@@ -119,6 +119,8 @@ def test_hotpath_runs_every_system_at_a_tiny_scale(tmp_path: Path) -> None:
     assert all(r["ms"]["ttft_p50"] >= 200 for r in paced)  # the model's pace holds for every system
     report = (tmp_path / "hotpath.md").read_text()
     assert "## Targets (issue 15), as ratios in this run" in report
+    idle = json.loads((tmp_path / "hotpath.json").read_text())["idle_ms_per_s"]
+    assert set(idle) == {"memory", "redis"} and set(idle["redis"]) == services | {"redis"}
     assert "| time to first token p50, 100-token turn, one session at a time | <= SDK + 3 ms |" in report
     assert TOKENS.expect.startswith("tok0 tok1")
 
