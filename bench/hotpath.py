@@ -69,6 +69,7 @@ SUITE: dict[str, object] = {"tenant_rate_per_s": 1e6, "tenant_burst": 1_000_000,
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 COMMAND_TIMEOUT_S = 900.0  # one measurement, however large: a hung driver fails the run instead of hanging it
 SYSTEMS = ["sdk", "langgraph", "cogmesh", "cogmesh+redis"]
+READY_TIMEOUT_S = 120.0  # a service's start on a busy shared machine can take a while
 
 
 def reply_text(tokens: int) -> str:
@@ -379,7 +380,7 @@ async def run_mode(
         overrides = SUITE | {"agents_dir": agents, "providers_file": providers}
         overrides |= {"redis_url": redis_url} if redis_url else {}
         async with contextlib.AsyncExitStack() as stack:
-            settings, supervisor = await stack.enter_async_context(suite(**overrides))
+            settings, supervisor = await stack.enter_async_context(suite(READY_TIMEOUT_S, **overrides))
             name = "cogmesh+redis" if redis_url else "cogmesh"
             client = await stack.enter_async_context(
                 driver(name, {"system": "cogmesh", "gateway": settings.gateway_addr, "agent": AGENT})
