@@ -243,6 +243,10 @@ async def measure(system: Any, command: dict[str, Any], prepared: list[Any], lin
     async def one(slot: Any) -> None:
         try:
             timing, answer = await asyncio.wait_for(system.turn(command["text"], slot), TURN_TIMEOUT_S)
+        except TimeoutError:
+            errors["TimeoutError"] += 1
+            samples.setdefault("TimeoutError", f"the turn did not end within {TURN_TIMEOUT_S:.0f} s")
+            return
         except Exception as exc:  # noqa: BLE001 - every failure is counted by kind, with one message each
             kind = type(exc).__name__
             errors[kind] += 1

@@ -78,6 +78,7 @@ PROFILES = LOGS / "profile"
 OUR_CODE = ("services/", "gateway/", "clients/")  # folders of the repository: our own Python
 # Causes, by where a frame's code lives; the first match from the sample's leaf up names the cause.
 CAUSES: list[tuple[str, tuple[str, ...]]] = [
+    ("Python garbage collector", ("gc_collect_main", "gc_collect_with_callback")),
     ("protobuf encode/decode", ("google/protobuf", "upb", "_message.", "PyUpb", "/protobuf/")),
     ("gRPC (per call and per message)", ("grpc/", "cygrpc", "grpc_", "grpc::", "libgrpc", "_cython/")),
     ("openai SDK, pydantic, httpx", ("openai/", "pydantic", "httpx", "httpcore", "h11/", "anyio/", "jiter")),
