@@ -168,6 +168,7 @@ def plot_hotpath() -> Path | None:
     ]
     systems = [s for s in HOTPATH_COLOURS if any(r["system"] == s for r in rows)]
     width = 0.8 / max(1, len(systems))
+    tallest = 0.0
     shades = plt.get_cmap("Set3").colors  # services: pastel, apart from the systems' own colours
     for g, (workload, level, _) in enumerate(groups):
         for i, system in enumerate(systems):
@@ -183,6 +184,8 @@ def plot_hotpath() -> Path | None:
                 cpu.bar(g + i * width, value, width, bottom=bottom, color=colour, edgecolor="white", linewidth=0.5)
                 bottom += value
             cpu.text(g + i * width, bottom, system, rotation=90, ha="center", va="bottom", fontsize=7)
+            tallest = max(tallest, bottom)
+    cpu.set_ylim(0, tallest * 1.35)  # room for the labels above the bars
     cpu.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
     cpu.set_xticklabels([label for _, _, label in groups])
     cpu.set(ylabel="CPU ms per turn (all processes)", title="CPU per turn (client, then each service)")
