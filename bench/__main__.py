@@ -21,7 +21,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL = ["gateway", "runtime", "policy", "context", "sessions", "memory", "observability", "sdk", "peer", "concurrency"]
+ALL = [
+    "gateway",
+    "runtime",
+    "policy",
+    "context",
+    "sessions",
+    "memory",
+    "observability",
+    "sdk",
+    "peer",
+    "concurrency",
+    "hotpath",
+]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
 # Small sizes that exercise every code path; the peer is left out (its venv install is minutes).
@@ -30,8 +42,28 @@ QUICK = {
     "peer": ["--no-peer", "--turns", "8", "--rounds", "1", "--warmup", "2"],
     "concurrency": ["--levels", "4,12", "--warmup", "2", "--settle", "0.2"],
     "memory": ["--sizes", "1000", "--queries", "30"],
+    "hotpath": [
+        "--no-peer",
+        "--levels",
+        "1,4",
+        "--turns",
+        "4",
+        "--paced-turns",
+        "1",
+        "--level-turns",
+        "4",
+        "--warmup",
+        "2",
+        "--idle",
+        "0.5",
+    ],
 }
-PLOTS = {"latency": "TTFE and full turn", "fanout": "fan-out", "concurrency": "concurrency"}
+PLOTS = {
+    "latency": "TTFE and full turn",
+    "fanout": "fan-out",
+    "concurrency": "concurrency",
+    "hotpath": "hot path: cogmesh vs LangGraph vs the openai SDK",
+}
 
 
 def demote(markdown: str) -> str:

@@ -36,18 +36,20 @@ def free_ports(n: int) -> list[int]:
 
 
 @contextlib.asynccontextmanager
-async def suite(**overrides: object) -> AsyncIterator[tuple[Settings, Supervisor]]:
+async def suite(ready_timeout_s: float = 30.0, **overrides: object) -> AsyncIterator[tuple[Settings, Supervisor]]:
     """`cogmesh up` in miniature: every service its own process, as in production.
 
     Overrides are Settings fields; the children read them from COGMESH_* variables,
-    so they are exported to the children's environment too.
+    so they are exported to the children's environment too. `ready_timeout_s`: how long
+    each service may take to say SERVING (longer on a machine shared with other jobs).
     """
     ports = free_ports(len(ORDER))
     settings = Settings(
         **{f"{name}_addr": f"127.0.0.1:{port}" for name, port in zip(ORDER, ports, strict=True)},  # type: ignore[arg-type]
         **overrides,  # type: ignore[arg-type]
     )
-    supervisor = Supervisor(settings, Path(tempfile.mkdtemp(prefix="cogmesh-bench-")), lambda _: None)
+    log_dir = Path(tempfile.mkdtemp(prefix="cogmesh-bench-"))
+    supervisor = Supervisor(settings, log_dir, lambda _: None, ready_timeout_s=ready_timeout_s)
     with _exported(overrides):  # for the suite's lifetime: a restarted child must get them too
         await supervisor.start()
         try:

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 from bench import harness
 
@@ -22,6 +23,8 @@ from bench import harness
 FANOUT_TARGET = 200_000.0  # aggregate events/s to 100 subscribers
 LAG_TARGET_MS = 50.0  # p99 lag
 TTFE_TARGETS_MS = {"p50": 3.0, "p99": 10.0}
+HOTPATH_IDEAL_MS = 1180.0  # 200 ms to the first token, then 49 gaps of 20 ms
+HOTPATH_TTFE_TARGET_MS = 200.0
 SYSTEM_COLOURS = {
     "cogmesh": "tab:blue",
     "in-process": "tab:green",
@@ -132,9 +135,81 @@ def plot_concurrency() -> Path | None:
     return save(figure, "concurrency")
 
 
+HOTPATH_COLOURS = {"sdk": "tab:green", "langgraph": "tab:orange", "cogmesh": "tab:blue", "cogmesh+redis": "tab:purple"}
+HOTPATH_PROCESSES = ["client", "gateway", "runtime", "sessions", "context", "policy", "models", "redis"]
+
+
+def plot_hotpath() -> Path | None:
+    """Paced turns against sessions at once (full turn, first event), and CPU per turn by process."""
+    data = harness.read_data("hotpath")
+    if data is None:
+        return None
+    rows: list[dict[str, Any]] = data["rows"]
+    figure, (full, first, cpu) = plt.subplots(1, 3, figsize=(17, 4.8))
+    for system, colour in HOTPATH_COLOURS.items():
+        paced = sorted(
+            (r for r in rows if r["workload"] == "paced" and r["system"] == system), key=lambda r: r["concurrency"]
+        )
+        if not paced:
+            continue
+        levels = [r["concurrency"] for r in paced]
+        full.plot(levels, [r["ms"]["full_p50"] for r in paced], "o-", color=colour, label=f"{system} p50")
+        full.plot(levels, [r["ms"]["full_p99"] for r in paced], "x:", color=colour, label=f"{system} p99")
+        first.plot(levels, [r["ms"]["ttfe_p99"] for r in paced], "o-", color=colour, label=f"{system} p99")
+    full.axhline(HOTPATH_IDEAL_MS, color="grey", linestyle=":", label="ideal (the model's pace)")
+    first.axhline(HOTPATH_TTFE_TARGET_MS, color="grey", linestyle=":", label="target at 1,000 sessions")
+    full.set(xscale="log", yscale="log", xlabel="sessions at once", ylabel="ms", title="Paced turn: full turn")
+    first.set(xscale="log", yscale="log", xlabel="sessions at once", ylabel="ms", title="Paced turn: first event p99")
+    # CPU per turn: one group of bars per measurement, one bar per system, stacked by process.
+    groups = [
+        ("tokens", 1, "100 tokens\none at a time"),
+        ("paced", 1, "paced\none at a time"),
+        ("paced", 200, "paced\n200 at once"),
+    ]
+    systems = [s for s in HOTPATH_COLOURS if any(r["system"] == s for r in rows)]
+    width = 0.8 / max(1, len(systems))
+    tallest = 0.0
+    shades = plt.get_cmap("Set3").colors  # services: pastel, apart from the systems' own colours
+    for g, (workload, level, _) in enumerate(groups):
+        for i, system in enumerate(systems):
+            row = next(
+                (r for r in rows if (r["workload"], r["concurrency"], r["system"]) == (workload, level, system)), None
+            )
+            if row is None:
+                continue
+            bottom = 0.0
+            for k, process in enumerate(HOTPATH_PROCESSES):
+                value = row["cpu_ms"].get(process, 0.0)
+                colour = HOTPATH_COLOURS[system] if process == "client" else shades[k % len(shades)]
+                cpu.bar(g + i * width, value, width, bottom=bottom, color=colour, edgecolor="white", linewidth=0.5)
+                bottom += value
+            cpu.text(g + i * width, bottom, system, rotation=90, ha="center", va="bottom", fontsize=7)
+            tallest = max(tallest, bottom)
+    cpu.set_ylim(0, tallest * 1.35)  # room for the labels above the bars
+    cpu.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
+    cpu.set_xticklabels([label for _, _, label in groups])
+    cpu.set(ylabel="CPU ms per turn (all processes)", title="CPU per turn (client, then each service)")
+    cpu.legend(
+        handles=[plt.Rectangle((0, 0), 1, 1, color=shades[k % len(shades)]) for k in range(1, len(HOTPATH_PROCESSES))]
+        + [plt.Rectangle((0, 0), 1, 1, color="black")],
+        labels=[*HOTPATH_PROCESSES[1:], "client (the system's colour)"],
+        fontsize=7,
+    )
+    for ax in (full, first):
+        ax.set_xticks(sorted({r["concurrency"] for r in rows if r["workload"] == "paced"}))
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    cpu.grid(axis="y", alpha=0.3)
+    return save(figure, "hotpath")
+
+
 def main() -> list[Path]:
     harness.RESULTS.mkdir(parents=True, exist_ok=True)
-    written = [p for p in (plot_latency(), plot_fanout(), plot_concurrency()) if p is not None]
+    drawn = (plot_latency(), plot_fanout(), plot_concurrency(), plot_hotpath())
+    written = [p for p in drawn if p is not None]
     for path in written:
         print(f"written {path}")
     return written
