@@ -19,6 +19,7 @@ from typing import Any
 from bench.peer.timing import Timing as Timing  # the one timing code, shared with the peer's venv
 from bench.peer.timing import time_stream as time_stream
 from services.kit.config import Settings
+from services.suite import supervisor
 from services.suite.supervisor import ORDER, Supervisor
 
 RESULTS = Path(os.environ.get("COGMESH_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
@@ -35,6 +36,16 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def suite_addresses(runtime_workers: int = 0) -> dict[str, str]:
+    """`<service>_addr` settings on free loopback ports; the runtime's lists one port per worker,
+    as many as `cogmesh up` runs (`runtime_workers`, 0: one per core, at least 2)."""
+    workers = supervisor.runtime_workers(Settings(runtime_workers=runtime_workers))
+    ports = iter(free_ports(len(ORDER) + workers - 1))
+    addresses = {f"{name}_addr": f"127.0.0.1:{next(ports)}" for name in ORDER if name != "runtime"}
+    addresses["runtime_addr"] = ",".join(f"127.0.0.1:{next(ports)}" for _ in range(workers))
+    return addresses
+
+
 @contextlib.asynccontextmanager
 async def suite(**overrides: object) -> AsyncIterator[tuple[Settings, Supervisor]]:
     """`cogmesh up` in miniature: every service its own process, as in production.
@@ -42,11 +53,8 @@ async def suite(**overrides: object) -> AsyncIterator[tuple[Settings, Supervisor
     Overrides are Settings fields; the children read them from COGMESH_* variables,
     so they are exported to the children's environment too.
     """
-    ports = free_ports(len(ORDER))
-    settings = Settings(
-        **{f"{name}_addr": f"127.0.0.1:{port}" for name, port in zip(ORDER, ports, strict=True)},  # type: ignore[arg-type]
-        **overrides,  # type: ignore[arg-type]
-    )
+    workers = overrides.get("runtime_workers", 0)
+    settings = Settings(**suite_addresses(int(workers)), **overrides)  # type: ignore[arg-type]
     supervisor = Supervisor(settings, Path(tempfile.mkdtemp(prefix="cogmesh-bench-")), lambda _: None)
     with _exported(overrides):  # for the suite's lifetime: a restarted child must get them too
         await supervisor.start()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.harness import RESULTS, free_ports, median, percentile, table
+from bench.harness import RESULTS, median, percentile, suite_addresses, table
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.kit.config import Settings
 from services.suite.supervisor import ORDER, Supervisor
@@ -70,8 +70,7 @@ class Suite:
 @contextlib.asynccontextmanager
 async def suite_processes() -> AsyncIterator[Suite]:
     """Every service its own process under the supervisor, as `cogmesh up` runs them."""
-    ports = free_ports(len(ORDER))
-    addresses = {f"{name}_addr": f"127.0.0.1:{port}" for name, port in zip(ORDER, ports, strict=True)}
+    addresses = suite_addresses()
     saved = {key: os.environ.get(key) for key in SUITE_ENV}
     os.environ.update(SUITE_ENV)  # the supervisor hands its environment to the children
     supervisor = Supervisor(Settings(**addresses), Path(tempfile.mkdtemp(prefix="cogmesh-soak-")), print)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -44,6 +44,7 @@ class Up:
     addresses: dict[str, str]
     pids: dict[str, int]
     env: dict[str, str]
+    served: dict[str, str] = field(default_factory=dict)  # where each process said it is SERVING
 
     def lines_until(self, predicate, timeout_s: float) -> list[dict]:  # type: ignore[no-untyped-def]
         seen, deadline = [], time.monotonic() + timeout_s
@@ -59,11 +60,16 @@ class Up:
         raise AssertionError(f"timed out; output so far: {seen}")
 
 
+RUNTIME_WORKERS = ["runtime-1", "runtime-2"]
+
+
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
+    ports = dict(zip(SERVICES + RUNTIME_WORKERS[1:], free_ports(len(SERVICES) + 1), strict=True))
     addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
-    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": addresses[n] for n in SERVICES}
+    # Two runtime workers, on ports of the test's choosing (by default: one per core, 50052, 50062, ...).
+    env["COGMESH_RUNTIME_ADDR"] = f"{addresses['runtime']},{addresses.pop('runtime-2')}"
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(
         [str(BIN / "cogmesh"), "up", "--json", "--log-dir", str(log_dir)],
@@ -76,9 +82,10 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     try:
         lines = handle.lines_until(lambda item: item.get("event") == "ready", 60)
         for item in lines:
-            match = re.match(r"(\w+)\s+SERVING\s+\S+\s+\(pid (\d+)\)", item.get("text", ""))
+            match = re.match(r"([\w-]+)\s+SERVING\s+(\S+)\s+\(pid (\d+)\)", item.get("text", ""))
             if match:
-                handle.pids[match.group(1)] = int(match.group(2))
+                handle.pids[match.group(1)] = int(match.group(3))
+                handle.served[match.group(1)] = match.group(2)
         yield handle
     finally:
         if process.poll() is None:
@@ -101,8 +108,10 @@ def cli(up: Up, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[
 
 
 def test_every_service_reports_serving(up: Up) -> None:
-    assert set(up.pids) == set(SERVICES)
-    for name, address in up.addresses.items():
+    assert set(up.pids) == set(SERVICES) - {"runtime"} | set(RUNTIME_WORKERS)
+    workers = up.env["COGMESH_RUNTIME_ADDR"].split(",")
+    assert [up.served[name] for name in RUNTIME_WORKERS] == workers
+    for name, address in [*up.addresses.items(), ("runtime-2", workers[1])]:
         with grpc.insecure_channel(address) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING, name
@@ -210,17 +219,22 @@ def test_watch_replays_a_session_until_idle(up: Up) -> None:
     assert "3 * 3 = 9." in replay[-1]["final"]["text"]
 
 
-def test_supervisor_restarts_a_killed_service(up: Up) -> None:
-    os.kill(up.pids["runtime"], signal.SIGKILL)
-    lines = up.lines_until(lambda item: "runtime is SERVING again" in item.get("text", ""), 60)
-    assert any("runtime exited with code -9" in item.get("text", "") for item in lines)
+def test_turns_go_on_while_a_runtime_worker_restarts(up: Up) -> None:
+    os.kill(up.pids["runtime-1"], signal.SIGKILL)
+    lines = up.lines_until(lambda item: "runtime-1 exited with code -9" in item.get("text", ""), 60)
+    # The other worker takes every turn meanwhile: round_robin skips the one that is down.
+    for _ in range(2):
+        result = cli(up, "chat", "--json", "What is 6 * 7?")
+        assert result.returncode == 0, result.stderr
+        assert "42" in json.loads(result.stdout.splitlines()[-1])["final"]["text"]
+    lines += up.lines_until(lambda item: "runtime-1 is SERVING again" in item.get("text", ""), 60)
+    assert not any("runtime-2" in item.get("text", "") for item in lines)
     result = cli(up, "chat", "--json", "What is 6 * 7?")
     assert result.returncode == 0, result.stderr
-    assert "42" in json.loads(result.stdout.splitlines()[-1])["final"]["text"]
 
 
 def test_sigterm_stops_everything(up: Up) -> None:
-    children = [pid for name, pid in up.pids.items() if name != "runtime"]  # runtime was restarted: new pid
+    children = [pid for name, pid in up.pids.items() if name != "runtime-1"]  # restarted: a new pid
     up.process.send_signal(signal.SIGTERM)
     assert up.process.wait(30) == 0
     for pid in children:
