@@ -107,6 +107,7 @@ async def build(settings: Settings, clients: Clients) -> App:
             mount(a2a, a2a_pb2, a2a_pb2_grpc, "A2AService"),
         ],
         on_close=on_close,
+        on_drained=[servicer.hand_off_subscribers],
         interceptors=[guard],
         public=True,
     )

@@ -94,6 +94,9 @@ class App:
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
     # Faces clients: serves TLS when configured (internal hops get mTLS from the service mesh).
     public: bool = False
+    # Run when the drain ends, before calls in flight get their grace period: e.g. end streams
+    # whose clients resume them on another replica, rather than hold the stop until the grace ends.
+    on_drained: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # Whether a stream cut by the maximum connection age can be resumed by its client; the
     # runtime's cannot (a cut RunTurn ends its turn), so its old connections wait for them.
     streams_resume: bool = True
@@ -312,12 +315,15 @@ class RunningServer:
 
     async def stop(self, grace: float) -> None:
         """Drain, then stop: NOT_SERVING at once so probes and load balancers route new calls
-        elsewhere, still accepting calls for `drain_s` while they catch up, then no new RPCs and
-        `grace` seconds for in-flight ones (streams included) before they are cancelled."""
+        elsewhere, still accepting calls for `drain_s` while they catch up, then the app's
+        `on_drained` hand-offs, then no new RPCs and `grace` seconds for in-flight ones
+        (streams included) before they are cancelled."""
         await self._health.enter_graceful_shutdown()
         if self.drain_s > 0:
             log.info("draining", drain_s=self.drain_s, grace_s=grace)
             await asyncio.sleep(self.drain_s)
+        for hand_off in self.app.on_drained:
+            await hand_off()
         await self.server.stop(grace)
         for close in reversed(self.app.on_close):
             await close()
