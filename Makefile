@@ -10,7 +10,7 @@ NODE_DEPS := $(NODE)/node_modules/.installed
 TEST_NODE_DEPS := tests/node_tools/node_modules/.installed tests/node_hooks/node_modules/.installed
 DEPLOY_TOOLS := deploy/tools/node_modules/.installed
 
-.PHONY: demo up test test-under-load check lint typecheck protos protos-check node-check breaking deploy-check unit clean
+.PHONY: demo up test test-under-load check lint typecheck protos protos-check node-check breaking deploy-check unit proxies clean
 
 demo: $(VENV)/.installed  ## start the suite and stream a demo turn; Ctrl-C stops it
 	$(BIN)/cogmesh up --demo
@@ -18,7 +18,7 @@ demo: $(VENV)/.installed  ## start the suite and stream a demo turn; Ctrl-C stop
 up: $(VENV)/.installed  ## start the suite
 	$(BIN)/cogmesh up
 
-test: check $(TEST_NODE_DEPS) $(DEPLOY_TOOLS)  ## everything CI runs: lint, freshness, types, breaking, manifests, tests
+test: check $(TEST_NODE_DEPS) $(DEPLOY_TOOLS) proxies  ## everything CI runs: lint, freshness, types, breaking, manifests, tests
 	$(BIN)/python -m pytest
 
 test-under-load:  ## make test 5 times in a row with every core kept busy (RUNS=n to change); for timing-sensitive changes
@@ -54,6 +54,9 @@ breaking: $(BUF)  ## buf breaking against the last commit that changed protos/ (
 
 deploy-check: $(VENV)/.installed $(DEPLOY_TOOLS)  ## render every overlay and validate it against the schemas
 	$(BIN)/python -m deploy.validate
+
+proxies:  ## nginx and HAProxy from Debian's packages (as root with apt-get), for the load-balancer test
+	tools/install_proxies.sh
 
 unit: $(VENV)/.installed
 	$(BIN)/python -m pytest tests/unit -q
