@@ -38,6 +38,17 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def suite_addresses(extra: int = 0) -> tuple[dict[str, str], dict[str, str], list[int]]:
+    """Free ports for `cogmesh up`: each service's address, the COGMESH_<SERVICE>_ADDR variables
+    (two addresses for the runtime, whose two workers would otherwise take the first port + 10,
+    which may be in use), and `extra` more free ports."""
+    ports = free_ports(len(SERVICES) + 1 + extra)
+    addresses = {name: f"127.0.0.1:{port}" for name, port in zip(SERVICES, ports, strict=False)}
+    env = {f"COGMESH_{name.upper()}_ADDR": address for name, address in addresses.items()}
+    env["COGMESH_RUNTIME_ADDR"] = f"{addresses['runtime']},127.0.0.1:{ports[len(SERVICES)]}"
+    return addresses, env, ports[len(SERVICES) + 1 :]
+
+
 @dataclass
 class Up:
     process: subprocess.Popen[str]
@@ -65,11 +76,8 @@ RUNTIME_WORKERS = ["runtime-1", "runtime-2"]
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    ports = dict(zip(SERVICES + RUNTIME_WORKERS[1:], free_ports(len(SERVICES) + 1), strict=True))
-    addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
-    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": addresses[n] for n in SERVICES}
-    # Two runtime workers, on ports of the test's choosing (by default: one per core, 50052, 50062, ...).
-    env["COGMESH_RUNTIME_ADDR"] = f"{addresses['runtime']},{addresses.pop('runtime-2')}"
+    addresses, variables, _ = suite_addresses()
+    env = dict(os.environ) | variables
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(
         [str(BIN / "cogmesh"), "up", "--json", "--log-dir", str(log_dir)],
