@@ -38,7 +38,8 @@ def server_options(settings: Settings, streams_resume: bool = True) -> list[tupl
     """Keepalive matched to the suite's clients (clients.channel_options) and a maximum connection age.
 
     Clients ping every keepalive_time_s, with or without calls; the server accepts pings down to
-    half that (timers drift), so it never answers too_many_pings. After max_connection_age_s
+    half that (timers drift) and at least every 10 s (the shortest keepalive grpc-go allows, for
+    clients outside the suite), so it never answers too_many_pings. After max_connection_age_s
     (gRPC adds +-10% jitter, so replicas do not all reconnect at once) the server sends GOAWAY:
     new calls open a new connection, re-resolving a dns: address and reaching replicas that
     came up. Calls on the old connection get max_connection_age_grace_s, then are cut: streams
@@ -50,7 +51,7 @@ def server_options(settings: Settings, streams_resume: bool = True) -> list[tupl
         ("grpc.keepalive_time_ms", keepalive_ms),
         ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", keepalive_ms // 2),  # pings accepted this often
+        ("grpc.http2.min_ping_interval_without_data_ms", min(keepalive_ms // 2, 10_000)),  # pings accepted
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.so_reuseport", 0),  # a second process on the same port must fail, not share it
     ]
