@@ -1,5 +1,6 @@
 # Everything a fresh machine needs goes through these targets: a virtualenv in
-# .venv, the Python packages from PyPI, buf and the Node packages from npm.
+# .venv, the Python packages from PyPI, buf and the Node packages from npm, and
+# Go with its protobuf and gRPC packages from Debian's archive (go-toolchain).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ NODE_DEPS := $(NODE)/node_modules/.installed
 TEST_NODE_DEPS := tests/node_tools/node_modules/.installed tests/node_hooks/node_modules/.installed
 DEPLOY_TOOLS := deploy/tools/node_modules/.installed
 
-.PHONY: demo up test test-under-load check lint typecheck protos protos-check node-check breaking deploy-check unit proxies clean
+.PHONY: demo up test test-under-load check lint typecheck protos protos-check node-check go-toolchain go-check breaking deploy-check unit proxies clean
 
 demo: $(VENV)/.installed  ## start the suite and stream a demo turn; Ctrl-C stops it
 	$(BIN)/cogmesh up --demo
@@ -24,7 +25,7 @@ test: check $(TEST_NODE_DEPS) $(DEPLOY_TOOLS) proxies  ## everything CI runs: li
 test-under-load:  ## make test 5 times in a row with every core kept busy (RUNS=n to change); for timing-sensitive changes
 	tools/test_under_load.sh $(or $(RUNS),5)
 
-check: lint typecheck protos-check node-check breaking deploy-check
+check: lint typecheck protos-check node-check go-check breaking deploy-check
 
 lint: $(VENV)/.installed $(BUF)
 	$(BUF) lint
@@ -35,12 +36,12 @@ lint: $(VENV)/.installed $(BUF)
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy
 
-protos: $(VENV)/.installed $(BUF) $(NODE_DEPS)  ## regenerate Python, TypeScript and docs/api.md from protos/
+protos: $(VENV)/.installed $(BUF) $(NODE_DEPS) go-toolchain  ## regenerate Python, Go, TypeScript and docs/api.md from protos/
 	$(BIN)/python protos/generate.py
 	npm --prefix $(NODE) run --silent generate
 	$(BIN)/python tools/protodoc.py
 
-protos-check: $(VENV)/.installed $(BUF) $(NODE_DEPS)
+protos-check: $(VENV)/.installed $(BUF) $(NODE_DEPS) go-toolchain
 	$(BIN)/python protos/generate.py --check
 	npm --prefix $(NODE) run --silent generate:check
 	$(BIN)/python tools/protodoc.py --check
@@ -48,6 +49,14 @@ protos-check: $(VENV)/.installed $(BUF) $(NODE_DEPS)
 node-check: $(NODE_DEPS)
 	npm --prefix $(NODE) run --silent format:check
 	npm --prefix $(NODE) run --silent build
+
+# Idempotent: apt-get runs only for what is missing, and only as root (elsewhere the Go
+# generation, go-check and the Go tests say they are skipped and why).
+go-toolchain: $(VENV)/.installed  ## install Go, protoc and the Go gRPC packages from Debian's archive when missing
+	$(BIN)/python -m tools.golang install
+
+go-check: $(VENV)/.installed go-toolchain  ## gofmt and go vet over clients/go
+	$(BIN)/python -m tools.golang check
 
 breaking: $(BUF)  ## buf breaking against the last commit that changed protos/ (or the upstream merge base)
 	BUF=$(BUF) tools/buf_breaking.sh
