@@ -1,6 +1,10 @@
 """Channels to the other services: deadlines on every call, tracing, keepalive, retries,
 and a bounded wait for a peer that is reconnecting.
 
+An address may name several replicas (addresses.py: a list, or a dns: name): calls are then
+spread over them with gRPC's round_robin, skipping a replica whose grpc.health.v1 status is
+not SERVING, and RuntimeService.CancelTurn goes to all of them.
+
 A peer that restarts is SERVING again before its callers' channels notice: they are
 still backing off from the failed reconnects (up to 1 s here). A call made then would
 fail at once with UNAVAILABLE ("connections to all backends failing"). So a call whose
