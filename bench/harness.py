@@ -92,10 +92,12 @@ def rss_bytes(pid: int) -> int:
 
 
 def suite_rss(supervisor: Supervisor) -> dict[str, int]:
-    """RSS of every service process of a running suite."""
-    return {
-        name: rss_bytes(child.process.pid) for name, child in supervisor.children.items() if child.process is not None
-    }
+    """RSS of every service of a running suite, its processes together (the runtime's workers)."""
+    totals: dict[str, int] = {}
+    for child in supervisor.children.values():
+        if child.process is not None:
+            totals[child.service] = totals.get(child.service, 0) + rss_bytes(child.process.pid)
+    return totals
 
 
 def percentile(values: Sequence[float], p: float) -> float:
