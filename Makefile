@@ -20,7 +20,7 @@ CONSOLE_SOURCES := $(wildcard $(CONSOLE_DIR)/src/*.ts) $(CONSOLE_DIR)/index.html
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: demo up test test-under-load check lint typecheck protos protos-check node-check go-toolchain go-check breaking \
-	deploy-check unit clean console chromium
+	deploy-check unit clean console chromium proxies
 
 demo: $(VENV)/.installed $(CONSOLE)  ## start the suite and stream a demo turn; Ctrl-C stops it
 	$(BIN)/cogmesh up --demo
@@ -28,7 +28,7 @@ demo: $(VENV)/.installed $(CONSOLE)  ## start the suite and stream a demo turn; 
 up: $(VENV)/.installed $(CONSOLE)  ## start the suite
 	$(BIN)/cogmesh up
 
-test: check $(TEST_NODE_DEPS) $(DEPLOY_TOOLS) $(CONSOLE) chromium  ## everything CI runs: lint, freshness, types, breaking, manifests, tests
+test: check $(TEST_NODE_DEPS) $(DEPLOY_TOOLS) $(CONSOLE) chromium proxies  ## everything CI runs: lint, freshness, types, breaking, manifests, tests
 	$(BIN)/python -m pytest
 
 test-under-load:  ## make test 5 times in a row with every core kept busy (RUNS=n to change); for timing-sensitive changes
@@ -91,6 +91,9 @@ breaking: $(BUF)  ## buf breaking against the last commit that changed protos/ (
 
 deploy-check: $(VENV)/.installed $(DEPLOY_TOOLS)  ## render every overlay and validate it against the schemas
 	$(BIN)/python -m deploy.validate
+
+proxies:  ## nginx and HAProxy from Debian's packages (as root with apt-get), for the load-balancer test
+	tools/install_proxies.sh
 
 unit: $(VENV)/.installed
 	$(BIN)/python -m pytest tests/unit -q

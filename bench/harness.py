@@ -19,6 +19,7 @@ from typing import Any
 from bench.peer.timing import Timing as Timing  # the one timing code, shared with the peer's venv
 from bench.peer.timing import time_stream as time_stream
 from services.kit.config import Settings
+from services.suite import supervisor
 from services.suite.supervisor import ORDER, Supervisor
 
 RESULTS = Path(os.environ.get("COGMESH_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
@@ -35,6 +36,16 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def suite_addresses(runtime_workers: int = 0) -> dict[str, str]:
+    """`<service>_addr` settings on free loopback ports; the runtime's lists one port per worker,
+    as many as `cogmesh up` runs (`runtime_workers`, 0: one per core, at least 2)."""
+    workers = supervisor.runtime_workers(Settings(runtime_workers=runtime_workers))
+    ports = iter(free_ports(len(ORDER) + workers - 1))
+    addresses = {f"{name}_addr": f"127.0.0.1:{next(ports)}" for name in ORDER if name != "runtime"}
+    addresses["runtime_addr"] = ",".join(f"127.0.0.1:{next(ports)}" for _ in range(workers))
+    return addresses
+
+
 @contextlib.asynccontextmanager
 async def suite(ready_timeout_s: float = 30.0, **overrides: object) -> AsyncIterator[tuple[Settings, Supervisor]]:
     """`cogmesh up` in miniature: every service its own process, as in production.
@@ -43,11 +54,8 @@ async def suite(ready_timeout_s: float = 30.0, **overrides: object) -> AsyncIter
     so they are exported to the children's environment too. `ready_timeout_s`: how long
     each service may take to say SERVING (longer on a machine shared with other jobs).
     """
-    ports = free_ports(len(ORDER))
-    settings = Settings(
-        **{f"{name}_addr": f"127.0.0.1:{port}" for name, port in zip(ORDER, ports, strict=True)},  # type: ignore[arg-type]
-        **overrides,  # type: ignore[arg-type]
-    )
+    workers = overrides.get("runtime_workers", 0)
+    settings = Settings(**suite_addresses(int(workers)), **overrides)  # type: ignore[arg-type]
     log_dir = Path(tempfile.mkdtemp(prefix="cogmesh-bench-"))
     supervisor = Supervisor(settings, log_dir, lambda _: None, ready_timeout_s=ready_timeout_s)
     with _exported(overrides):  # for the suite's lifetime: a restarted child must get them too
@@ -86,10 +94,12 @@ def rss_bytes(pid: int) -> int:
 
 
 def suite_rss(supervisor: Supervisor) -> dict[str, int]:
-    """RSS of every service process of a running suite."""
-    return {
-        name: rss_bytes(child.process.pid) for name, child in supervisor.children.items() if child.process is not None
-    }
+    """RSS of every service of a running suite, its processes together (the runtime's workers)."""
+    totals: dict[str, int] = {}
+    for child in supervisor.children.values():
+        if child.process is not None:
+            totals[child.service] = totals.get(child.service, 0) + rss_bytes(child.process.pid)
+    return totals
 
 
 def percentile(values: Sequence[float], p: float) -> float:

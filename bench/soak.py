@@ -27,10 +27,10 @@ from pathlib import Path
 
 import grpc
 
-from bench.harness import RESULTS, free_ports, median, percentile, table
+from bench.harness import RESULTS, median, percentile, suite_addresses, table
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.kit.config import Settings
-from services.suite.supervisor import ORDER, Supervisor
+from services.suite.supervisor import Supervisor
 
 FLAT_MIB = 20.0  # growth after warm-up below this (and below FLAT_RATIO) counts as flat
 FLAT_RATIO = 0.10
@@ -70,8 +70,7 @@ class Suite:
 @contextlib.asynccontextmanager
 async def suite_processes() -> AsyncIterator[Suite]:
     """Every service its own process under the supervisor, as `cogmesh up` runs them."""
-    ports = free_ports(len(ORDER))
-    addresses = {f"{name}_addr": f"127.0.0.1:{port}" for name, port in zip(ORDER, ports, strict=True)}
+    addresses = suite_addresses()
     saved = {key: os.environ.get(key) for key in SUITE_ENV}
     os.environ.update(SUITE_ENV)  # the supervisor hands its environment to the children
     supervisor = Supervisor(Settings(**addresses), Path(tempfile.mkdtemp(prefix="cogmesh-soak-")), print)  # type: ignore[arg-type]
@@ -194,7 +193,7 @@ class Result:
     warmup: int
     stats: Stats
     wall_s: float
-    rss: dict[str, dict[str, float]]  # phase -> service -> MiB
+    rss: dict[str, dict[str, float]]  # phase -> process (service, or runtime-1, runtime-2...) -> MiB
     peak: dict[str, float]
     left_sessions: int
 
@@ -225,15 +224,15 @@ class Result:
                 f"{self.growth[name]:+.1f}",
                 "yes" if self.flat[name] else "**no**",
             ]
-            for name in ORDER
+            for name in self.rss["start"]  # every process: runtime-1, runtime-2, ...
         ]
         errors = ", ".join(f"{kind}: {n}" for kind, n in s.errors.most_common()) or "none"
         text = (
             f"# Soak\n\n`python -m bench.soak --sessions {self.sessions} --turns {self.turns} "
-            f"--concurrency {self.concurrency}`: every service its own process (in-memory stores), "
-            f"{self.concurrency} sessions at a time, each created, run turn after turn through SendMessage "
-            f"(echo and calculator-tool turns alternate), checked and deleted. The first {self.warmup} sessions "
-            "are the warm-up.\n\n"
+            f"--concurrency {self.concurrency}`: every service its own process, the runtime's workers one each "
+            f"(in-memory stores), {self.concurrency} sessions at a time, each created, run turn after turn "
+            f"through SendMessage (echo and calculator-tool turns alternate), checked and deleted. "
+            f"The first {self.warmup} sessions are the warm-up.\n\n"
             + table(
                 ["sessions", "turns", "errors", "sessions left", "wall s", "turns/s", "turn p50 ms", "turn p99 ms"],
                 [
@@ -251,7 +250,7 @@ class Result:
             )
             + f"\n\nErrors: {errors}.\n"
             + "".join(f"\n- {example}" for example in s.examples)
-            + "\n\n## RSS per service (MiB)\n\n"
+            + "\n\n## RSS per process (MiB)\n\n"
             + f"Flat: grew less than {FLAT_MIB:g} MiB and less than {FLAT_RATIO:.0%} from warm-up to end.\n\n"
             + table(["service", "start", "after warm-up", "end", "peak", "end - warm-up", "flat"], rows)
             + "\n"

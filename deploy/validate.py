@@ -3,13 +3,15 @@
 * Dockerfile: hadolint, plus the image's contract (multi-stage, non-root, health check,
   exec-form entry point, no secrets baked in).
 * Compose: the Compose specification's JSON schema, plus the suite's shape (Redis, two
-  gateway and two runtime replicas, hardened containers with health checks).
+  replicas of every service dialled by dns:/// names, hardened containers with health checks).
 * Kubernetes: every overlay (and the base) rendered with `kubectl kustomize`; built-in
   kinds validated strictly against the Kubernetes OpenAPI schemas (kubernetes-validate)
   for the oldest and newest supported versions, Istio and Gateway API resources against
   their CRD schemas (deploy/tools, @kubernetes-models); then what the schemas cannot
   see: gRPC probes, requests and limits, PDBs, HPAs, NetworkPolicies, references to
-  ConfigMaps and Secrets, and mesh routes that never retry or time out a stream; and that
+  ConfigMaps and Secrets, mesh routes that never retry or time out a stream, two or more
+  replicas of every service with a PodDisruptionBudget and a headless Service that every
+  dns:/// address of the configuration names (client-side round_robin); and that
   agents, catalogue and policy come only from the image's defaults (services/defaults)
   plus an overlay's override ConfigMaps, layered as the entry point does and loaded as
   the services load them: a copy that could drift is a failure.
@@ -53,6 +55,7 @@ PORTS = {
     "models": 50056,
     "memory": 50057,
 }
+MIN_REPLICAS = 2  # a drain, a rollout or a crash of one replica leaves another serving
 CRD_GROUPS = ("networking.istio.io", "security.istio.io", "gateway.networking.k8s.io")
 _DURATION = re.compile(r"^\d+(\.\d+)?(ms|s|m|h)$")
 _SECRET_NAME = re.compile(r"(?i)(api_?key|token|secret|password|passwd|credential)")
@@ -167,10 +170,9 @@ def check_compose(path: Path = COMPOSE) -> list[str]:
         if service is None:
             problems.append(f"compose: no {name} service")
             continue
-        want = 2 if name in ("gateway", "runtime") else 1
         replicas = int(service.get("deploy", {}).get("replicas", 1))
-        if replicas != want:
-            problems.append(f"compose: {name} has {replicas} replicas, expected {want}")
+        if replicas < MIN_REPLICAS:
+            problems.append(f"compose: {name} has {replicas} replicas, expected at least {MIN_REPLICAS}")
         if service.get("command") != [name]:
             problems.append(f"compose: {name} runs {service.get('command')}, expected [{name!r}]")
         if not service.get("read_only"):
@@ -184,8 +186,10 @@ def check_compose(path: Path = COMPOSE) -> list[str]:
             problems.append(f"compose: {name} must listen on 0.0.0.0:{PORTS[name]}")
         for other in SERVICES:
             address = str(env.get(f"COGMESH_{other.upper()}_ADDR", ""))
-            if address.removeprefix("dns:///") != f"{other}:{PORTS[other]}":
-                problems.append(f"compose: {name}: COGMESH_{other.upper()}_ADDR={address!r} is not {other}")
+            # Internal callers dial every replica (dns:///); clients reach the gateways as they like.
+            expected = f"{other}:{PORTS[other]}" if other == "gateway" else f"dns:///{other}:{PORTS[other]}"
+            if address != expected:
+                problems.append(f"compose: {name}: COGMESH_{other.upper()}_ADDR={address!r}, expected {expected}")
     for secret in document.get("secrets", {}).values():
         default = re.sub(r"\$\{[^:}]+:-([^}]*)\}", r"\1", str(secret.get("file", "")))
         if default and not (path.parent / default).is_file():
@@ -289,6 +293,71 @@ def check_workloads(docs: list[dict[str, Any]]) -> list[str]:
     for name, stateful in by_kind.get("StatefulSet", {}).items():
         problems += [f"StatefulSet/{name}: {p}" for p in _check_pod(stateful, None, by_kind)]
     problems += _check_network_policies(by_kind.get("NetworkPolicy", {}))
+    return problems
+
+
+def check_replicas(docs: list[dict[str, Any]]) -> list[str]:
+    """Replicas that can stand in for each other, and clients that can find all of them.
+
+    Every service runs at least two pods (Deployment and HPA), a PodDisruptionBudget lets a
+    voluntary disruption take at most all but one, and a headless `<service>-pods` Service
+    lists every ready pod's address for client-side round_robin. An address `dns:///name:port`
+    in the suite's configuration must name such a headless Service: a ClusterIP name resolves
+    to one virtual address, so gRPC would keep every call of a client on one pod.
+    """
+    problems: list[str] = []
+    by_kind: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
+    services = by_kind.get("Service", {})
+    for name, deployment in by_kind.get("Deployment", {}).items():
+        if name not in SERVICES:
+            continue
+        replicas = deployment["spec"].get("replicas", 1)
+        if isinstance(replicas, int) and replicas < MIN_REPLICAS:
+            problems.append(f"Deployment/{name}: {replicas} replica(s); run at least {MIN_REPLICAS}")
+        pods = deployment["spec"]["template"]["metadata"]["labels"]
+        for hpa in by_kind.get("HorizontalPodAutoscaler", {}).values():
+            if hpa["spec"]["scaleTargetRef"].get("name") == name and hpa["spec"].get("minReplicas", 1) < MIN_REPLICAS:
+                problems.append(f"HorizontalPodAutoscaler/{hpa['metadata']['name']}: minReplicas below {MIN_REPLICAS}")
+        for pdb in by_kind.get("PodDisruptionBudget", {}).values():
+            if pdb["spec"].get("selector", {}).get("matchLabels") != deployment["spec"]["selector"]["matchLabels"]:
+                continue
+            spec = pdb["spec"]
+            if spec.get("maxUnavailable") not in (None, 1) or spec.get("minAvailable", 1) in (0, "0%"):
+                problems.append(f"PodDisruptionBudget/{pdb['metadata']['name']}: lets every pod of {name} go at once")
+        problems += _check_headless(f"{name}-pods", services.get(f"{name}-pods"), pods, PORTS[name])
+    for config in by_kind.get("ConfigMap", {}).values():
+        for variable, address in config.get("data", {}).items():
+            match = re.fullmatch(r"COGMESH_([A-Z]+)_ADDR", variable)
+            if not match or not str(address).startswith("dns:"):
+                continue
+            service = match.group(1).lower()
+            host, _, port = str(address).removeprefix("dns:").lstrip("/").rpartition(":")
+            deployment = by_kind.get("Deployment", {}).get(service)
+            pods = deployment["spec"]["template"]["metadata"]["labels"] if deployment else {}
+            problems += [
+                f"ConfigMap/{config['metadata']['name']}: {variable}={address}: {problem}"
+                for problem in _check_headless(host, services.get(host), pods, int(port or 0))
+            ]
+    return problems
+
+
+def _check_headless(name: str, service: dict[str, Any] | None, pods: dict[str, str], port: int) -> list[str]:
+    """`name` is a headless Service that lists the pods' ready addresses on the gRPC `port`."""
+    if service is None:
+        return [f"no headless Service {name} for client-side round_robin"]
+    spec = service["spec"]
+    problems = []
+    if spec.get("clusterIP") != "None":
+        problems.append(f"Service/{name} is not headless (clusterIP: None): DNS gives one virtual address")
+    if spec.get("publishNotReadyAddresses"):
+        problems.append(f"Service/{name} publishes pods that are not ready (draining ones included)")
+    selector = spec.get("selector", {})
+    if not selector or any(pods.get(key) != value for key, value in selector.items()):
+        problems.append(f"Service/{name} does not select the service's pods")
+    if not any(p.get("port") == port and p.get("name") == "grpc" for p in spec.get("ports", [])):
+        problems.append(f"Service/{name} has no grpc port {port}")
     return problems
 
 
@@ -673,6 +742,7 @@ def check_kubernetes(versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
             f"{label}: {p}" for p in check_workloads(docs) if "add a Redis component" not in p or label.name != "base"
         ]
         problems += [f"{label}: {p}" for p in check_mesh_routes(docs)]
+        problems += [f"{label}: {p}" for p in check_replicas(docs)]
         problems += check_config_source(docs, str(label))
         problems += check_config(docs, str(label))
     problems += check_no_copies()

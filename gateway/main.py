@@ -110,6 +110,7 @@ async def build(settings: Settings, clients: Clients) -> App:
             mount(GatewayMemoryServicer(clients), memory_pb2, memory_pb2_grpc, "MemoryService"),
         ],
         on_close=on_close,
+        on_drained=[servicer.hand_off_subscribers],
         interceptors=[guard],
         public=True,
     )

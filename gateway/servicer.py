@@ -32,6 +32,7 @@ from services.kit.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    Unavailable,
     Violations,
     from_dependency,
 )
@@ -68,6 +69,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self.settings, self.clients, self.agents, self.events = settings, clients, agents, events
         self.turns = TurnDriver(settings, clients, events)
         self.stall_s = settings.subscriber_stall_s
+        self._subscribers: set[asyncio.Task[Any]] = set()  # the tasks of open Subscribe streams
+        self._handing_off = False
 
     def _outlet(self, context: Any, session_id: str, cursor: int) -> Outlet:
         return Outlet(context, self.stall_s, session_id, cursor)
@@ -481,15 +484,39 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         out = self._outlet(context, request.session_id, request.after_seq)
         if request.stop_when_idle and await self._idle(tenant, request.session_id, out.delivered):
             return
-        async for batch in self.events.read(request.session_id, request.after_seq, self.settings.heartbeat_s):
-            if batch is None:
-                await out.send(_HEARTBEAT)
-            else:
-                await out.send(encoded(batch) or gateway_pb2.SubscribeResponse(events=batch), batch)
-            if request.stop_when_idle and await self._idle(tenant, request.session_id, out.delivered):
-                return
+        if self._handing_off:  # arrived between the end of the drain and the stop
+            raise _shutting_down(out)
+        task = asyncio.current_task()
+        assert task is not None
+        self._subscribers.add(task)
+        try:
+            async for batch in self.events.read(request.session_id, request.after_seq, self.settings.heartbeat_s):
+                if batch is None:
+                    await out.send(_HEARTBEAT)
+                else:
+                    await out.send(encoded(batch) or gateway_pb2.SubscribeResponse(events=batch), batch)
+                if request.stop_when_idle and await self._idle(tenant, request.session_id, out.delivered):
+                    return
+        except asyncio.CancelledError:
+            if not self._handing_off:
+                raise
+            task.uncancel()
+            raise _shutting_down(out) from None
+        finally:
+            self._subscribers.discard(task)
         return
         yield  # a streaming handler: Outlet writes the messages
+
+    async def hand_off_subscribers(self) -> None:
+        """At the end of a drain: end every Subscribe stream with UNAVAILABLE (reason SHUTTING_DOWN).
+
+        Their clients resume by seq on another replica at once, and the stop does not wait
+        the whole grace period for streams that would never end by themselves. Turns and
+        their SendMessage streams are left their grace period to finish.
+        """
+        self._handing_off = True
+        for task in list(self._subscribers):
+            task.cancel()
 
     async def _idle(self, tenant: str, session_id: str, cursor: int) -> bool:
         if self.turns.running_turn(session_id) or cursor < await self.events.last_seq(session_id):
@@ -667,6 +694,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
 
 _HEARTBEAT = gateway_pb2.SubscribeResponse(heartbeat=True)
+
+
+def _shutting_down(out: Outlet) -> Unavailable:
+    return Unavailable(
+        f"this gateway is shutting down: resume after seq {out.delivered} on another replica",
+        reason=errors_pb2.ERROR_REASON_SHUTTING_DOWN,
+        metadata={"resume_after_seq": str(out.delivered), "session_id": out.session_id},
+    )
 
 
 async def aclose(iterator: AsyncIterator[Any]) -> None:

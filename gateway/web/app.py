@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
 from gateway.web.forward import GatewayForwarder
-from services.kit.clients import CHANNEL_OPTIONS
+from services.kit.clients import channel_options
 from services.kit.config import Settings
 
 SERVICE_PATH = "/cogmesh.gateway.v1.GatewayService/"
@@ -79,7 +79,7 @@ def create_app(settings: Settings) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         nonlocal channel
-        channel = grpc.aio.insecure_channel(settings.gateway_addr, options=CHANNEL_OPTIONS)
+        channel = grpc.aio.insecure_channel(settings.gateway_addr, options=channel_options(settings))
         forwarder.attach(channel)
         try:
             yield

@@ -1,6 +1,10 @@
 """Channels to the other services: deadlines on every call, tracing, keepalive, retries,
 and a bounded wait for a peer that is reconnecting.
 
+An address may name several replicas (addresses.py: a list, or a dns: name): calls are then
+spread over them with gRPC's round_robin, skipping a replica whose grpc.health.v1 status is
+not SERVING, and RuntimeService.CancelTurn goes to all of them.
+
 A peer that restarts is SERVING again before its callers' channels notice: they are
 still backing off from the failed reconnects (up to 1 s here). A call made then would
 fail at once with UNAVAILABLE ("connections to all backends failing"). So a call whose
@@ -29,21 +33,38 @@ from cogmesh.context.v1 import context_pb2_grpc
 from cogmesh.memory.v1 import memory_pb2_grpc
 from cogmesh.models.v1 import models_pb2_grpc
 from cogmesh.policy.v1 import policy_pb2_grpc
-from cogmesh.runtime.v1 import runtime_pb2_grpc
+from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2_grpc
+from services.kit import addresses
 from services.kit.config import Settings
 from services.kit.errors import from_dependency
 
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    # Internal peers come back within seconds of a restart: retry the connection quickly.
+# Channels to servers outside the suite (ToolService, HookService, in any language): keepalive as
+# a gRPC server with default settings accepts it (pings at most every 5 minutes, only with calls in
+# flight), or it would answer too_many_pings and drop the connection.
+PEER_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.keepalive_time_ms", 300_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 0),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+
+
+def channel_options(settings: Settings) -> list[tuple[str, Any]]:
+    """Keepalive as the servers expect it (server.server_options accepts these pings), fast reconnects."""
+    return [
+        ("grpc.keepalive_time_ms", int(settings.keepalive_time_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        # Internal peers come back within seconds of a restart: retry the connection quickly.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
 
 # Reads are idempotent, so gRPC may retry them on UNAVAILABLE; writes are not retried here.
 _RETRYABLE_READS = [
@@ -67,24 +88,27 @@ _RETRYABLE_READS = [
     {"service": "cogmesh.memory.v1.MemoryService", "method": "SearchMemories"},
     {"service": "cogmesh.memory.v1.MemoryService", "method": "ListNamespaces"},
 ]
-SERVICE_CONFIG = json.dumps(
-    {
-        # Spread calls over every address a name resolves to (dns:/// in compose or without a mesh).
-        "loadBalancingConfig": [{"round_robin": {}}],
-        "methodConfig": [
-            {
-                "name": _RETRYABLE_READS,
-                "retryPolicy": {
-                    "maxAttempts": 3,
-                    "initialBackoff": "0.05s",
-                    "maxBackoff": "0.5s",
-                    "backoffMultiplier": 2,
-                    "retryableStatusCodes": ["UNAVAILABLE"],
-                },
-            }
-        ],
-    }
-)
+_SERVICE_CONFIG: dict[str, Any] = {
+    # Spread calls over every replica the address names (a list, or dns:/// in compose or without a mesh).
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [
+        {
+            "name": _RETRYABLE_READS,
+            "retryPolicy": {
+                "maxAttempts": 3,
+                "initialBackoff": "0.05s",
+                "maxBackoff": "0.5s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        }
+    ],
+}
+SERVICE_CONFIG = json.dumps(_SERVICE_CONFIG)
+# Over several replicas, each connection also watches its server's grpc.health.v1 status: a replica
+# that drains (NOT_SERVING) gets no new calls at once, while its calls in flight finish. Not for one
+# address: behind a mesh's virtual address one pod's drain would stop calls to all of them.
+REPLICAS_SERVICE_CONFIG = json.dumps(_SERVICE_CONFIG | {"healthCheckConfig": {"serviceName": ""}})
 
 
 # A call waits for a reconnecting peer for at most this share of its deadline (and of the
@@ -168,8 +192,10 @@ def _open(address: str, settings: Settings) -> tuple[grpc.aio.Channel, _Readines
         _StreamDefaults(settings.turn_timeout_s, settings.call_timeout_s, readiness),
         *aio_client_interceptors(),
     ]
-    options = [*CHANNEL_OPTIONS, ("grpc.service_config", SERVICE_CONFIG), ("grpc.enable_retries", 1)]
-    readiness.channel = grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+    service_config = REPLICAS_SERVICE_CONFIG if addresses.names_replicas(address) else SERVICE_CONFIG
+    options = [*channel_options(settings), ("grpc.service_config", service_config), ("grpc.enable_retries", 1)]
+    target = addresses.channel_target(address)
+    readiness.channel = grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
     return readiness.channel, readiness
 
 
@@ -220,7 +246,14 @@ class Clients:
 
     @property
     def runtime(self) -> runtime_pb2_grpc.RuntimeServiceStub:
-        return self._stub(self._settings.runtime_addr, runtime_pb2_grpc.RuntimeServiceStub)  # type: ignore[no-any-return]
+        address = self._settings.runtime_addr
+        key = f"runtime@{address}"
+        if key not in self._stubs:
+            stub = runtime_pb2_grpc.RuntimeServiceStub(self._channel(address))
+            if addresses.names_replicas(address):
+                stub.CancelTurn = _CancelOnEveryReplica(self, address)
+            self._stubs[key] = stub
+        return self._stubs[key]  # type: ignore[no-any-return]
 
     @property
     def memory(self) -> memory_pb2_grpc.MemoryServiceStub:
@@ -237,12 +270,50 @@ class Clients:
         self._channel(address)
         return await self._readiness[address].wait(timeout_s, mark=True)
 
+    async def forget(self, address: str) -> None:
+        """Close the channel to `address` (a replica that went away)."""
+        self._stubs = {key: stub for key, stub in self._stubs.items() if not key.endswith(f"@{address}")}
+        self._readiness.pop(address, None)
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            await channel.close()
+
     async def close(self) -> None:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
         self._readiness.clear()
         self._stubs.clear()
+
+
+class _CancelOnEveryReplica:
+    """RuntimeService.CancelTurn when the runtime address names several replicas.
+
+    Only the replica running the turn can stop it, and round_robin would give the call to any
+    one of them; so it goes to each replica the address names now (a dns: name is resolved),
+    and the turn counts as cancelled when one of them had it. It fails only when no replica
+    answered. (Behind a mesh's one virtual address the mesh picks a pod: list the replicas or
+    use a headless Service's dns:/// name.)
+    """
+
+    def __init__(self, clients: Clients, address: str) -> None:
+        self._clients, self._address = clients, address
+        self._replicas: set[str] = set()
+
+    async def __call__(self, request: runtime_pb2.CancelTurnRequest, **options: Any) -> runtime_pb2.CancelTurnResponse:
+        replicas = await addresses.resolve(self._address)
+        for gone in self._replicas - set(replicas):
+            await self._clients.forget(gone)
+        self._replicas = set(replicas)
+        options.setdefault("wait_for_ready", False)  # a replica that is down runs no turn
+        stubs = [self._clients._stub(replica, runtime_pb2_grpc.RuntimeServiceStub) for replica in replicas]
+        answers = await asyncio.gather(*(stub.CancelTurn(request, **options) for stub in stubs), return_exceptions=True)
+        failures = [answer for answer in answers if isinstance(answer, BaseException)]
+        if any(not isinstance(answer, BaseException) and answer.cancelled for answer in answers):
+            return runtime_pb2.CancelTurnResponse(cancelled=True)
+        if failures and len(failures) == len(answers):
+            raise failures[0]
+        return runtime_pb2.CancelTurnResponse(cancelled=False)
 
 
 async def call(dependency: str, rpc: Callable[[Any], Awaitable[Any]], request: Any) -> Any:

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.kit import addresses
 
 # Default port of each service (DESIGN.md). Internal services bind loopback by default.
 DEFAULT_PORTS: dict[str, int] = {
@@ -23,6 +25,10 @@ DEFAULT_PORTS: dict[str, int] = {
 }
 
 
+# Every internal address may name several replicas (services/kit/addresses.py).
+_ADDRESS_FORMS = ": host:port, a list of replicas ip:port,ip:port, or dns:///name:port"
+
+
 class Settings(BaseSettings):
     """One settings model for the whole suite; each service reads the fields it needs."""
 
@@ -30,12 +36,14 @@ class Settings(BaseSettings):
 
     listen: str = Field("", description="host:port to bind; empty means 127.0.0.1:<service default port>")
     gateway_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['gateway']}", description="gateway address")
-    runtime_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['runtime']}", description="runtime service address")
-    policy_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['policy']}", description="policy service address")
-    context_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['context']}", description="context service address")
-    sessions_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['sessions']}", description="sessions service address")
-    models_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['models']}", description="models service address")
-    memory_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['memory']}", description="memory service address")
+    runtime_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['runtime']}", description="runtime service" + _ADDRESS_FORMS)
+    policy_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['policy']}", description="policy service" + _ADDRESS_FORMS)
+    context_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['context']}", description="context service" + _ADDRESS_FORMS)
+    sessions_addr: str = Field(
+        f"127.0.0.1:{DEFAULT_PORTS['sessions']}", description="sessions service" + _ADDRESS_FORMS
+    )
+    models_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['models']}", description="models service" + _ADDRESS_FORMS)
+    memory_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['memory']}", description="memory service" + _ADDRESS_FORMS)
 
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     log_format: Literal["json", "console"] = Field("json", description="log line format")
@@ -50,6 +58,31 @@ class Settings(BaseSettings):
     )
     drain_s: float = Field(
         0.0, ge=0, description="on shutdown, seconds NOT_SERVING is reported before new RPCs are refused"
+    )
+
+    keepalive_time_s: float = Field(
+        30.0, gt=0, description="seconds between HTTP/2 keepalive pings, from clients and servers alike"
+    )
+    keepalive_timeout_s: float = Field(
+        10.0, gt=0, description="seconds a keepalive ping may wait for its answer before the connection is dropped"
+    )
+    max_connection_age_s: float = Field(
+        300.0,
+        ge=0,
+        description="servers close each connection after this long (+-10% jitter), so clients reconnect and "
+        "spread over replicas that came up meanwhile; 0: never",
+    )
+    max_connection_age_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="then its calls get this long before they are cut (streams resume by seq); the runtime "
+        "waits at least turn_timeout_s, since a cut RunTurn would end its turn",
+    )
+    runtime_workers: int = Field(
+        0, ge=0, description="runtime processes `cogmesh up` runs, each on its own port; 0: one per core, at least 2"
+    )
+    replicas: int = Field(
+        1, ge=1, description="processes of every other service `cogmesh up` runs; above 1 needs redis_url"
     )
 
     call_timeout_s: float = Field(5.0, gt=0, description="deadline of internal unary calls, seconds")
@@ -157,6 +190,12 @@ class Settings(BaseSettings):
     web_console_dir: Path | None = Field(
         None, description="folder of the built web console; default: gateway/web/console/dist (`make console`)"
     )
+
+    @field_validator("runtime_addr", "policy_addr", "context_addr", "sessions_addr", "models_addr")
+    @classmethod
+    def _dialable(cls, value: str) -> str:
+        addresses.replicas(value)  # ValueError names the problem; pydantic names the field
+        return value
 
     @model_validator(mode="after")
     def _renew_before_expiry(self) -> Settings:

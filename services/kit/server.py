@@ -32,14 +32,38 @@ from services.kit.telemetry import configure_tracing
 
 HEALTH = health.SERVICE_NAME
 _HEALTH_PREFIX = f"/{HEALTH}/"
-SERVER_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.so_reuseport", 0),  # a second process on the same port must fail, not share it
-]
+
+
+def server_options(settings: Settings, streams_resume: bool = True) -> list[tuple[str, Any]]:
+    """Keepalive matched to the suite's clients (clients.channel_options) and a maximum connection age.
+
+    Clients ping every keepalive_time_s, with or without calls; the server accepts pings down to
+    half that (timers drift) and at least every 10 s (the shortest keepalive grpc-go allows, for
+    clients outside the suite), so it never answers too_many_pings. After max_connection_age_s
+    (gRPC adds +-10% jitter, so replicas do not all reconnect at once) the server sends GOAWAY:
+    new calls open a new connection, re-resolving a dns: address and reaching replicas that
+    came up. Calls on the old connection get max_connection_age_grace_s, then are cut: streams
+    that resume by seq (Subscribe, SendMessage) come back on any replica. A server whose
+    streams cannot resume (the runtime's RunTurn) waits at least a whole turn instead.
+    """
+    keepalive_ms = int(settings.keepalive_time_s * 1000)
+    options: list[tuple[str, Any]] = [
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", min(keepalive_ms // 2, 10_000)),  # pings accepted
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.so_reuseport", 0),  # a second process on the same port must fail, not share it
+    ]
+    if settings.max_connection_age_s > 0:
+        grace_s = settings.max_connection_age_grace_s
+        if not streams_resume:
+            grace_s = max(grace_s, settings.turn_timeout_s)
+        options += [
+            ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(grace_s * 1000)),
+        ]
+    return options
 
 
 @dataclass
@@ -71,6 +95,12 @@ class App:
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
     # Faces clients: serves TLS when configured (internal hops get mTLS from the service mesh).
     public: bool = False
+    # Run when the drain ends, before calls in flight get their grace period: e.g. end streams
+    # whose clients resume them on another replica, rather than hold the stop until the grace ends.
+    on_drained: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Whether a stream cut by the maximum connection age can be resumed by its client; the
+    # runtime's cannot (a cut RunTurn ends its turn), so its old connections wait for them.
+    streams_resume: bool = True
 
 
 Build = Callable[[Settings, Clients], Awaitable[App]]
@@ -286,12 +316,15 @@ class RunningServer:
 
     async def stop(self, grace: float) -> None:
         """Drain, then stop: NOT_SERVING at once so probes and load balancers route new calls
-        elsewhere, still accepting calls for `drain_s` while they catch up, then no new RPCs and
-        `grace` seconds for in-flight ones (streams included) before they are cancelled."""
+        elsewhere, still accepting calls for `drain_s` while they catch up, then the app's
+        `on_drained` hand-offs, then no new RPCs and `grace` seconds for in-flight ones
+        (streams included) before they are cancelled."""
         await self._health.enter_graceful_shutdown()
         if self.drain_s > 0:
             log.info("draining", drain_s=self.drain_s, grace_s=grace)
             await asyncio.sleep(self.drain_s)
+        for hand_off in self.app.on_drained:
+            await hand_off()
         await self.server.stop(grace)
         for close in reversed(self.app.on_close):
             await close()
@@ -324,7 +357,7 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
         ErrorMappingInterceptor(),
         *app.interceptors,
     ]
-    server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
+    server = grpc.aio.server(interceptors=interceptors, options=server_options(settings, app.streams_resume))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for mount in app.mounts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from cogmesh.policy.v1 import hooks_pb2, hooks_pb2_grpc
-from services.kit.clients import CHANNEL_OPTIONS
+from services.kit.clients import PEER_CHANNEL_OPTIONS
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.policy.hooks import HookError, HookEvent, HookPayload, HookReply
 
@@ -20,7 +20,7 @@ class HookChannels:
     def stub(self, address: str) -> hooks_pb2_grpc.HookServiceStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
             self._channels[address] = channel
             stub = self._stubs[address] = hooks_pb2_grpc.HookServiceStub(channel)  # type: ignore[no-untyped-call]
         return stub

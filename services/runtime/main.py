@@ -47,6 +47,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         "runtime",
         [mount(servicer, runtime_pb2, runtime_pb2_grpc, "RuntimeService")],
         on_close=[catalog.close, providers.close, unregister],
+        streams_resume=False,
     )
 
 

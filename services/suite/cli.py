@@ -152,6 +152,13 @@ async def cmd_agents_list(args: argparse.Namespace) -> int:
 async def cmd_up(args: argparse.Namespace) -> int:
     if args.redis_url:  # children read it from the environment, like every other setting
         os.environ["COGMESH_REDIS_URL"] = args.redis_url
+    if args.runtime_workers is not None:
+        os.environ["COGMESH_RUNTIME_WORKERS"] = str(args.runtime_workers)
+    if args.replicas is not None:
+        if args.replicas < 1:
+            err.print("error: --replicas must be at least 1", markup=False)
+            return 1
+        os.environ["COGMESH_REPLICAS"] = str(args.replicas)
     settings = Settings()
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="cogmesh-logs-"))
 
@@ -161,32 +168,37 @@ async def cmd_up(args: argparse.Namespace) -> int:
         else:
             out.print(text)
 
-    supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout, edges=EDGES)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    report(f"starting cogmesh: {len(ORDER)} services and the browser edge, logs in {log_dir}")
     try:
+        supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout, edges=EDGES)
+        report(
+            f"starting cogmesh: {len(ORDER)} services and the browser edge in {len(supervisor.children)} processes, "
+            f"logs in {log_dir}"
+        )
         await supervisor.start()
     except StartupError as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True)
         return 1
+    gateways = ",".join(supervisor.addresses["gateway"])
+    first = supervisor.addresses["gateway"][0]
     console = f"http://{settings.web_addr}/console/"
     if args.json:
-        ready = {"event": "ready", "gateway": settings.gateway_addr, "console": console, "log_dir": str(log_dir)}
+        ready = {"event": "ready", "gateway": gateways, "console": console, "log_dir": str(log_dir)}
         print(json.dumps(ready), flush=True)
     else:
-        out.print(f"[green]ready[/green]: gateway on {settings.gateway_addr} · Ctrl-C stops everything")
+        out.print(f"[green]ready[/green]: gateway on {gateways} · Ctrl-C stops everything")
         out.print(f"web console: {console}")
     if args.demo:
         report(f"demo turn: {DEMO_MESSAGE}")
-        async with GatewayClient(settings.gateway_addr) as client:
+        async with GatewayClient(gateways) as client:
             try:
                 await run_chat(client, DEMO_MESSAGE, EventPrinter(out, args.json), "", "default", "")
             except GatewayError as exc:
                 err.print(f"demo turn failed: {exc}", markup=False)
-        report(f'try: cogmesh chat "What is (2 + 3) * 4?"   ·   grpcurl -plaintext {settings.gateway_addr} list')
+        report(f'try: cogmesh chat "What is (2 + 3) * 4?"   ·   grpcurl -plaintext {first} list')
     await stop.wait()
     report("stopping all services")
     await supervisor.stop()
@@ -236,11 +248,23 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--api-key", default="", help="API key (default: $COGMESH_API_KEY; not needed in dev mode)")
         return p
 
-    up = command("up", "start the whole suite, one supervised process per service", cmd_up)
+    up = command("up", "start the whole suite as supervised processes", cmd_up)
     up.add_argument("--demo", action="store_true", help="once ready, run a demo turn that calls the calculator")
     up.add_argument("--log-dir", default="", help="folder for the services' logs (default: a new temp folder)")
     up.add_argument("--redis-url", default="", help="run on Redis (sessions, leases, event log): redis://host:6379/0")
     up.add_argument("--ready-timeout", type=_seconds, default=30.0, help="seconds each service gets to become SERVING")
+    up.add_argument(
+        "--runtime-workers",
+        type=_count,
+        default=None,
+        help="runtime processes, each on its own port (default: $COGMESH_RUNTIME_WORKERS, else one per core, min 2)",
+    )
+    up.add_argument(
+        "--replicas",
+        type=_count,
+        default=None,
+        help="processes of every other service (default: $COGMESH_REPLICAS or 1; more need --redis-url)",
+    )
 
     chat = with_gateway(command("chat", "send a message and watch the turn stream, or chat interactively", cmd_chat))
     chat.add_argument("message", nargs="?", default="", help="the message; omit it for an interactive session")

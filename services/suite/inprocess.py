@@ -28,24 +28,30 @@ ORDER: list[tuple[str, Build]] = [
 
 @dataclass
 class Suite:
-    servers: dict[str, RunningServer]
+    servers: dict[str, RunningServer]  # by service; replicas after the first as runtime-2, runtime-3, ...
 
     @property
     def gateway_address(self) -> str:
         return self.servers["gateway"].address
 
+    def replicas(self, service: str) -> list[RunningServer]:
+        return [server for name, server in self.servers.items() if name.partition("-")[0] == service]
+
     async def stop(self, grace: float = 0.5) -> None:
-        for name, _ in reversed(ORDER):
-            if name in self.servers:
-                await self.servers[name].stop(grace)
+        for name in reversed(self.servers):  # the gateway first, dependencies last
+            await self.servers[name].stop(grace)
 
 
-async def start_suite(settings: Settings | None = None, host: str = "127.0.0.1") -> Suite:
+async def start_suite(settings: Settings | None = None, host: str = "127.0.0.1", runtimes: int = 1) -> Suite:
+    """Every service on a port of its own; `runtimes` runtime replicas, which the gateway balances over."""
     settings = settings or Settings()
     if settings.api_keys_file is None:
         settings = settings.model_copy(update={"dev_mode": True})  # a local test suite: loopback, no keys
     servers: dict[str, RunningServer] = {}
     for name, build in ORDER:
-        servers[name] = await start(build, settings, f"{host}:0")
-        settings = settings.model_copy(update={f"{name}_addr": servers[name].address})
+        count = runtimes if name == "runtime" else 1
+        for k in range(count):
+            servers[name if k == 0 else f"{name}-{k + 1}"] = await start(build, settings, f"{host}:0")
+        listed = ",".join(server.address for server in servers.values() if server.app.name == name)
+        settings = settings.model_copy(update={f"{name}_addr": listed})
     return Suite(servers)

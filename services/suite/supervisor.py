@@ -1,8 +1,18 @@
-"""`cogmesh up`: one process per service, supervised.
+"""`cogmesh up`: the services as supervised processes.
 
 Starts the services in dependency order, waits until each health check says
-SERVING, restarts a service that crashes (with backoff) and stops them all
+SERVING, restarts a process that crashes (with backoff) and stops them all
 cleanly on Ctrl-C or SIGTERM.
+
+Replicas: the runtime runs as several workers, one per core and at least two by
+default (COGMESH_RUNTIME_WORKERS), every other service as COGMESH_REPLICAS processes
+(default 1; more need Redis, where replicas share their state). Each process has its
+own port: the addresses listed in COGMESH_<SERVICE>_ADDR, or else that address's port,
+port + 10, port + 20... (runtime workers on 50052, 50062, ...). Every process is told
+the whole list, and internal clients spread their calls over it with gRPC's
+round_robin. Not one port shared with SO_REUSEPORT: the kernel would spread
+connections, not calls, and each caller keeps one HTTP/2 connection, so all turns of a
+gateway would land on one worker.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.kit import addresses
 from services.kit.config import Settings
 
 # Start order: dependencies first, the public gateway last.
@@ -36,8 +47,50 @@ class StartupError(RuntimeError):
     pass
 
 
+REPLICA_PORT_STEP = 10  # replica k of a service listens on its port + 10 * k
+
+
 def address_of(settings: Settings, name: str) -> str:
     return str(getattr(settings, f"{name}_addr"))
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (its affinity mask), as `cogmesh up` counts them."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def runtime_workers(settings: Settings) -> int:
+    return settings.runtime_workers or max(2, cpu_count())
+
+
+def replica_addresses(settings: Settings, service: str) -> list[str]:
+    """Where `cogmesh up` runs each process of `service`: the addresses of a list, or port, port + 10, ..."""
+    variable = f"COGMESH_{service.upper()}_ADDR"
+    address = address_of(settings, service)
+    try:
+        listed = addresses.replicas(address)
+    except ValueError as exc:
+        raise StartupError(f"{variable}: {exc}") from None
+    if len(listed) == 1:
+        if address.startswith(addresses.DNS_PREFIXES):
+            raise StartupError(f"{variable}={address!r}: `cogmesh up` binds host:port addresses, not a dns: name")
+        count = runtime_workers(settings) if service == "runtime" else settings.replicas
+        host, _, port = address.rpartition(":")
+        listed = [f"{host}:{int(port) + REPLICA_PORT_STEP * k}" for k in range(count)]
+        if count > 1:
+            try:
+                addresses.replicas(",".join(listed))
+            except ValueError as exc:
+                raise StartupError(f"{variable}: {exc}") from None
+    if len(listed) > 1 and service != "runtime" and not settings.redis_url:
+        raise StartupError(
+            f"{len(listed)} {service} processes would each keep their own state: replicas share it only "
+            "through Redis (COGMESH_REDIS_URL or --redis-url)"
+        )
+    return listed
 
 
 async def wait_serving(address: str, timeout_s: float) -> None:
@@ -70,9 +123,11 @@ async def wait_http_ready(address: str, timeout_s: float) -> None:
 
 @dataclass
 class Child:
-    name: str
+    name: str  # the service, or service-N for one of its replicas
+    service: str
     address: str
     log_path: Path
+    metrics_offset: int
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
     watcher: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -91,14 +146,28 @@ class Supervisor:
         the benchmarks, which give only the gRPC services free ports, start none)."""
         self.settings, self.log_dir, self.report = settings, log_dir, report
         self.ready_timeout_s = ready_timeout_s
-        self.names = ORDER + [name for name in EDGES if name in edges]
-        self.children = {name: Child(name, address_of(settings, name), log_dir / f"{name}.log") for name in self.names}
+        self.addresses = {service: replica_addresses(settings, service) for service in ORDER}
+        self.children: dict[str, Child] = {}
+        extra = len(ORDER)  # /metrics ports: base + the service's place in ORDER, then extra replicas
+        for service in ORDER:
+            listed = self.addresses[service]
+            for k, address in enumerate(listed):
+                name = service if len(listed) == 1 else f"{service}-{k + 1}"
+                offset = ORDER.index(service) if k == 0 else extra
+                extra += k > 0
+                self.children[name] = Child(name, service, address, log_dir / f"{name}.log", offset)
+        for edge in [name for name in EDGES if name in edges]:  # no /metrics port: not a gRPC service
+            self.children[edge] = Child(edge, edge, address_of(settings, edge), log_dir / f"{edge}.log", -1)
         self._stopping = False
+
+    def of(self, service: str) -> list[Child]:
+        """The processes of one service."""
+        return [child for child in self.children.values() if child.service == service]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         for name in ORDER:
-            env[f"COGMESH_{name.upper()}_ADDR"] = address_of(self.settings, name)
+            env[f"COGMESH_{name.upper()}_ADDR"] = ",".join(self.addresses[name])
         env.pop("COGMESH_LISTEN", None)  # each child gets its own --listen
         if self.settings.api_keys_file is None:
             env["COGMESH_DEV_MODE"] = "true"  # `cogmesh up` without keys is the local dev suite
@@ -107,13 +176,13 @@ class Supervisor:
     async def _spawn(self, child: Child) -> None:
         log_file = child.log_path.open("ab")
         metrics: list[str] = []
-        if self.settings.metrics_port and child.name in ORDER:  # one /metrics port per gRPC child: base, base + 1, ...
-            metrics = ["--metrics-port", str(self.settings.metrics_port + ORDER.index(child.name))]
+        if self.settings.metrics_port and child.metrics_offset >= 0:  # one /metrics port per gRPC child
+            metrics = ["--metrics-port", str(self.settings.metrics_port + child.metrics_offset)]
         try:
             child.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                MODULES[child.name],
+                MODULES[child.service],
                 "--listen",
                 child.address,
                 *metrics,
@@ -137,7 +206,7 @@ class Supervisor:
         await self._spawn(child)
         assert child.process is not None
         exited = asyncio.create_task(child.process.wait())
-        ready = wait_http_ready if child.name in EDGES else wait_serving
+        ready = wait_http_ready if child.service in EDGES else wait_serving
         healthy = asyncio.create_task(ready(child.address, self.ready_timeout_s))
         done, _ = await asyncio.wait({exited, healthy}, return_when=asyncio.FIRST_COMPLETED)
         if exited in done:
@@ -155,12 +224,11 @@ class Supervisor:
     async def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for name in self.names:
-                child = self.children[name]
+            # One at a time, dependencies first: each gets its whole ready timeout, not shared with a sibling.
+            for child in self.children.values():
                 await self._start_one(child)
-                self.report(
-                    f"  {name:<9} SERVING  {child.address}  (pid {child.process.pid if child.process else '?'})"
-                )
+                pid = child.process.pid if child.process else "?"
+                self.report(f"  {child.name:<10} SERVING  {child.address}  (pid {pid})")
                 child.watcher = asyncio.create_task(self._watch(child))
         except BaseException:
             await self.stop()
@@ -189,19 +257,21 @@ class Supervisor:
         """SIGTERM every child, the edge and gateway first; SIGKILL what is still alive after the grace period."""
         self._stopping = True
         grace = (self.settings.shutdown_grace_s if grace_s is None else grace_s) + 5.0
-        for name in reversed(self.names):
-            child = self.children[name]
-            if child.watcher is not None:
-                child.watcher.cancel()
-            proc = child.process
-            if proc is None or proc.returncode is not None:
-                continue
+        for service in reversed(ORDER + EDGES):
+            await asyncio.gather(*(self._stop_one(child, grace) for child in self.of(service)))
+
+    async def _stop_one(self, child: Child, grace: float) -> None:
+        if child.watcher is not None:
+            child.watcher.cancel()
+        proc = child.process
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except TimeoutError:
+            self.report(f"! {child.name} did not stop within {grace:g}s; killing it")
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), grace)
-            except TimeoutError:
-                self.report(f"! {name} did not stop within {grace:g}s; killing it")
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+                proc.kill()
+            await proc.wait()

@@ -16,6 +16,7 @@ def test_compose_file_matches_the_spec_and_the_suite() -> None:
 def test_compose_check_catches_a_broken_suite(tmp_path: Path) -> None:
     document = yaml.safe_load(validate.COMPOSE.read_text())
     document["services"]["runtime"]["deploy"]["replicas"] = 1
+    document["services"]["policy"]["environment"]["COGMESH_SESSIONS_ADDR"] = "sessions:50055"  # one replica only
     document["services"]["gateway"]["read_onyl"] = True  # a typo the schema must reject
     document["services"]["sessions"]["user"] = "0:0"
     del document["services"]["redis"]
@@ -23,7 +24,13 @@ def test_compose_check_catches_a_broken_suite(tmp_path: Path) -> None:
     broken.write_text(yaml.safe_dump(document))
     (tmp_path / "dev-api-keys.yaml").write_text("keys: []\n")
     problems = "\n".join(validate.check_compose(broken))
-    for expected in ("runtime has 1 replicas", "read_onyl", "sessions runs as root", "no redis service"):
+    for expected in (
+        "runtime has 1 replicas",
+        "read_onyl",
+        "sessions runs as root",
+        "no redis service",
+        "COGMESH_SESSIONS_ADDR='sessions:50055', expected dns:///sessions:50055",
+    ):
         assert expected in problems
 
 

@@ -1,6 +1,7 @@
 """Rolling out without dropping streams: a draining gateway reports NOT_SERVING at once, keeps
-serving during its drain window, ends its streams at the grace period, and the client hands
-off to another replica by cursor (the event log is in Redis), missing nothing."""
+serving during its drain window, then hands its Subscribe streams off (UNAVAILABLE, reason
+SHUTTING_DOWN) instead of holding them for the grace period, and the client resumes on
+another replica by cursor (the event log is in Redis), missing nothing."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway import main as gateway_main
 from services.kit.server import start
 from services.suite.inprocess import start_suite
-from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, send
+from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, send, status_details
 
-DRAIN_S, GRACE_S = 0.6, 0.4
+DRAIN_S = 0.6
+GRACE_S = 600.0  # for calls in flight: none is left once the subscribers are handed off
 
 
 async def serving_status(channel: grpc.aio.Channel) -> int:
@@ -43,13 +45,14 @@ async def test_a_draining_gateway_finishes_then_hands_off_by_cursor(redis_url: s
         watcher = gateway_a.Subscribe(gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=0))
         seen: list[events_pb2.RuntimeEvent] = []
 
-        async def watch() -> grpc.StatusCode:
+        async def watch() -> tuple[grpc.StatusCode, str]:
             try:
                 async for message in watcher:
                     seen.extend(message.events)
             except grpc.aio.AioRpcError as exc:
-                return exc.code()
-            return grpc.StatusCode.OK
+                info, _ = status_details(exc)
+                return exc.code(), info.reason if info else ""
+            return grpc.StatusCode.OK, ""
 
         watching = asyncio.create_task(watch())
         async with asyncio.timeout(TIMEOUT_S):
@@ -66,10 +69,11 @@ async def test_a_draining_gateway_finishes_then_hands_off_by_cursor(redis_url: s
         async with asyncio.timeout(TIMEOUT_S):
             while seen[-1].seq < during[-1].seq:  # noqa: ASYNC110 - the open stream still delivers
                 await asyncio.sleep(0.01)
-        # 3. Then stop: the grace period ends the watcher's stream with UNAVAILABLE, which clients retry.
-        await asyncio.wait_for(stopping, TIMEOUT_S)
+        # 3. Then the drain ends: the watcher's stream is handed off with UNAVAILABLE, which clients
+        # resume on, and the stop does not wait its 600 s grace for a stream that would never end.
         code = await asyncio.wait_for(watching, TIMEOUT_S)
-        assert code == grpc.StatusCode.UNAVAILABLE, code  # what cogmesh.client resumes on
+        assert code == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN"), code
+        await asyncio.wait_for(stopping, TIMEOUT_S)
         cursor = seen[-1].seq
 
         # 4. Hand-off: the client resumes on another replica from its cursor; nothing is lost or repeated.

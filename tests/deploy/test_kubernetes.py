@@ -208,3 +208,32 @@ def test_route_checks_catch_a_stream_with_a_mesh_timeout_or_retries(rendered: di
     problems = validate.check_mesh_routes([service, reads])
     assert any("RunTurn lands in route streams-and-others" in p for p in problems)
     assert any("NoSuchRead" in p for p in problems)
+
+
+@pytest.mark.parametrize("overlay", ["base", *OVERLAYS])
+def test_every_service_has_replicas_a_budget_and_a_headless_service(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    assert validate.check_replicas(rendered[overlay]) == []
+    deployments = objects(rendered[overlay], "Deployment")
+    assert all(deployments[name]["spec"]["replicas"] >= 2 for name in ("gateway", "runtime"))
+
+
+def test_replica_checks_catch_one_pod_an_open_budget_and_a_dns_name_without_pods(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = copy.deepcopy(rendered["overlays/no-mesh"])
+    _deployment(docs, "runtime")["spec"]["replicas"] = 1
+    objects(docs, "PodDisruptionBudget")["gateway"]["spec"]["maxUnavailable"] = "100%"
+    docs = [d for d in docs if not (d["kind"] == "Service" and d["metadata"]["name"] == "policy-pods")]
+    config = next(m for name, m in objects(docs, "ConfigMap").items() if name.startswith("cogmesh-config"))
+    config["data"]["COGMESH_SESSIONS_ADDR"] = "dns:///sessions:50055"  # the ClusterIP: one virtual address
+    problems = "\n".join(validate.check_replicas(docs))
+    for expected in (
+        "Deployment/runtime: 1 replica(s)",
+        "PodDisruptionBudget/gateway: lets every pod of gateway go at once",
+        "no headless Service policy-pods",
+        "COGMESH_POLICY_ADDR=dns:///policy-pods:50053: no headless Service policy-pods",
+        "COGMESH_SESSIONS_ADDR=dns:///sessions:50055: Service/sessions is not headless",
+    ):
+        assert expected in problems, problems

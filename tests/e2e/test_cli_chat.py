@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_cogmesh_up import BIN, ROOT, SERVICES, Up, free_ports
+from tests.e2e.test_cogmesh_up import BIN, ROOT, Up, suite_addresses
 
 TIMEOUT_S = 60  # generous: the machine is shared and noisy; nothing here should take more than a few seconds
 
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    addresses = {n: f"127.0.0.1:{p}" for n, p in zip(SERVICES, free_ports(len(SERVICES)), strict=True)}
-    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    addresses, variables, _ = suite_addresses()
+    env = dict(os.environ) | variables
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(
         [str(BIN / "cogmesh"), "up", "--json", "--ready-timeout", "90", "--log-dir", str(log_dir)],

@@ -40,6 +40,17 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def suite_addresses(extra: int = 0) -> tuple[dict[str, str], dict[str, str], list[int]]:
+    """Free ports for `cogmesh up`: each service's address, the COGMESH_<SERVICE>_ADDR variables
+    (two addresses for the runtime, whose two workers would otherwise take the first port + 10,
+    which may be in use), and `extra` more free ports."""
+    ports = free_ports(len(SERVICES) + 1 + extra)
+    addresses = {name: f"127.0.0.1:{port}" for name, port in zip(SERVICES, ports, strict=False)}
+    env = {f"COGMESH_{name.upper()}_ADDR": address for name, address in addresses.items()}
+    env["COGMESH_RUNTIME_ADDR"] = f"{addresses['runtime']},127.0.0.1:{ports[len(SERVICES)]}"
+    return addresses, env, ports[len(SERVICES) + 1 :]
+
+
 @dataclass
 class Up:
     process: subprocess.Popen[str]
@@ -47,6 +58,7 @@ class Up:
     pids: dict[str, int]
     env: dict[str, str]
     ready: dict[str, str] = field(default_factory=dict)  # the "ready" line: gateway, console, log_dir
+    served: dict[str, str] = field(default_factory=dict)  # where each process said it is SERVING
 
     def lines_until(self, predicate, timeout_s: float) -> list[dict]:  # type: ignore[no-untyped-def]
         seen, deadline = [], time.monotonic() + timeout_s
@@ -62,11 +74,13 @@ class Up:
         raise AssertionError(f"timed out; output so far: {seen}")
 
 
+RUNTIME_WORKERS = ["runtime-1", "runtime-2"]
+
+
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
-    addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
-    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    addresses, variables, _ = suite_addresses()
+    env = dict(os.environ) | variables
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(
         [str(BIN / "cogmesh"), "up", "--json", "--log-dir", str(log_dir)],
@@ -80,9 +94,10 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         lines = handle.lines_until(lambda item: item.get("event") == "ready", 60)
         handle.ready = lines[-1]
         for item in lines:
-            match = re.match(r"(\w+)\s+SERVING\s+\S+\s+\(pid (\d+)\)", item.get("text", ""))
+            match = re.match(r"([\w-]+)\s+SERVING\s+(\S+)\s+\(pid (\d+)\)", item.get("text", ""))
             if match:
-                handle.pids[match.group(1)] = int(match.group(2))
+                handle.pids[match.group(1)] = int(match.group(3))
+                handle.served[match.group(1)] = match.group(2)
         yield handle
     finally:
         if process.poll() is None:
@@ -105,9 +120,12 @@ def cli(up: Up, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[
 
 
 def test_every_service_reports_serving(up: Up) -> None:
-    assert set(up.pids) == set(SERVICES)
-    for name in GRPC_SERVICES:
-        with grpc.insecure_channel(up.addresses[name]) as channel:
+    assert set(up.pids) == set(SERVICES) - {"runtime"} | set(RUNTIME_WORKERS)
+    workers = up.env["COGMESH_RUNTIME_ADDR"].split(",")
+    assert [up.served[name] for name in RUNTIME_WORKERS] == workers
+    grpc_addresses = [(name, up.addresses[name]) for name in GRPC_SERVICES]
+    for name, address in [*grpc_addresses, ("runtime-2", workers[1])]:
+        with grpc.insecure_channel(address) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING, name
     health = httpx.get(f"http://{up.addresses['web']}/healthz", timeout=5)
@@ -217,17 +235,22 @@ def test_watch_replays_a_session_until_idle(up: Up) -> None:
     assert "3 * 3 = 9." in replay[-1]["final"]["text"]
 
 
-def test_supervisor_restarts_a_killed_service(up: Up) -> None:
-    os.kill(up.pids["runtime"], signal.SIGKILL)
-    lines = up.lines_until(lambda item: "runtime is SERVING again" in item.get("text", ""), 60)
-    assert any("runtime exited with code -9" in item.get("text", "") for item in lines)
+def test_turns_go_on_while_a_runtime_worker_restarts(up: Up) -> None:
+    os.kill(up.pids["runtime-1"], signal.SIGKILL)
+    lines = up.lines_until(lambda item: "runtime-1 exited with code -9" in item.get("text", ""), 60)
+    # The other worker takes every turn meanwhile: round_robin skips the one that is down.
+    for _ in range(2):
+        result = cli(up, "chat", "--json", "What is 6 * 7?")
+        assert result.returncode == 0, result.stderr
+        assert "42" in json.loads(result.stdout.splitlines()[-1])["final"]["text"]
+    lines += up.lines_until(lambda item: "runtime-1 is SERVING again" in item.get("text", ""), 60)
+    assert not any("runtime-2" in item.get("text", "") for item in lines)
     result = cli(up, "chat", "--json", "What is 6 * 7?")
     assert result.returncode == 0, result.stderr
-    assert "42" in json.loads(result.stdout.splitlines()[-1])["final"]["text"]
 
 
 def test_sigterm_stops_everything(up: Up) -> None:
-    children = [pid for name, pid in up.pids.items() if name != "runtime"]  # runtime was restarted: new pid
+    children = [pid for name, pid in up.pids.items() if name != "runtime-1"]  # restarted: a new pid
     up.process.send_signal(signal.SIGTERM)
     assert up.process.wait(30) == 0
     for pid in children:

@@ -37,7 +37,7 @@ import pytest
 
 from services.kit.agents import DEFAULT_AGENTS_DIR
 from services.kit.config import DEFAULT_PORTS
-from tests.e2e.test_cogmesh_up import ROOT, SERVICES, free_ports
+from tests.e2e.test_cogmesh_up import ROOT, suite_addresses
 from tests.e2e.test_grpcurl_docs import start_gateway, start_up, stop
 from tools import golang
 
@@ -150,10 +150,9 @@ def deployment(tmp: Path, tools: GoServer, hooks: GoServer) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def live(go_binaries: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("go-suite")
-    ports = free_ports(len(SERVICES) + 1)
-    addresses = {name: f"127.0.0.1:{port}" for name, port in zip(SERVICES, ports, strict=False)}
+    addresses, variables, ports = suite_addresses(extra=1)
     env = {k: v for k, v in os.environ.items() if k not in ("COGMESH_API_KEYS_FILE", "COGMESH_DEV_MODE")}
-    env |= {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    env |= variables
     # A second gateway over the same services that lets one call through, then refuses for 1000 s.
     limited_address = f"127.0.0.1:{ports[-1]}"
     limits = {"COGMESH_TENANT_RATE_PER_S": "0.001", "COGMESH_TENANT_BURST": "1", "COGMESH_DEV_MODE": "true"}

@@ -35,7 +35,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cogmesh.gateway.v1 import gateway_pb2
 from gateway.servicer import GatewayServicer
 from services.kit.config import DEFAULT_PORTS
-from tests.e2e.test_cogmesh_up import SERVICES, free_ports
+from tests.e2e.test_cogmesh_up import suite_addresses
 from tools import protodoc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,10 +154,9 @@ def start_gateway(env: dict[str, str], address: str) -> subprocess.Popen[bytes]:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    ports = free_ports(len(SERVICES) + 1)
-    addresses = {name: f"127.0.0.1:{port}" for name, port in zip(SERVICES, ports, strict=False)}
+    addresses, variables, ports = suite_addresses(extra=1)
     base_env = {k: v for k, v in os.environ.items() if k not in ("COGMESH_API_KEYS_FILE", "COGMESH_DEV_MODE")}
-    env = base_env | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()} | {"COGMESH_HEARTBEAT_S": "1"}
+    env = base_env | variables | {"COGMESH_HEARTBEAT_S": "1"}
     tmp = tmp_path_factory.mktemp("grpcurl-docs")
     suite = start_up(env, tmp / "logs")
     keyed: subprocess.Popen[bytes] | None = None

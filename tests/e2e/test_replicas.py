@@ -1,5 +1,6 @@
 """Two gateways and two runtimes as real processes sharing one Redis: what a watcher, a
-canceller and a reconnecting client see does not depend on the replica they talk to."""
+canceller and a reconnecting client see does not depend on the replica they talk to. Each
+gateway spreads its turns over both runtimes (round_robin over the list of their addresses)."""
 
 from __future__ import annotations
 
@@ -18,16 +19,16 @@ from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.e2e.test_cogmesh_up import free_ports
 
-LONG = "w " * 45_000  # about 15,000 streamed deltas: long enough to act on a running turn
-PROCESSES = [  # name, module, which runtime it talks to
-    ("models", "services.models", ""),
-    ("sessions", "services.sessions", ""),
-    ("context", "services.context", ""),
-    ("policy", "services.policy", ""),
-    ("runtime_a", "services.runtime", ""),
-    ("runtime_b", "services.runtime", ""),
-    ("gateway_a", "gateway", "runtime_a"),
-    ("gateway_b", "gateway", "runtime_b"),
+LONG = "w " * 9_000  # about 3,000 streamed deltas, 1 ms apart: a turn still running when the test acts on it
+PROCESSES = [  # name, module
+    ("models", "services.models"),
+    ("sessions", "services.sessions"),
+    ("context", "services.context"),
+    ("policy", "services.policy"),
+    ("runtime_a", "services.runtime"),
+    ("runtime_b", "services.runtime"),
+    ("gateway_a", "gateway"),
+    ("gateway_b", "gateway"),
 ]
 
 
@@ -53,17 +54,18 @@ def replicas(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "COGMESH_REDIS_KEY_PREFIX": prefix,
         "COGMESH_DEV_MODE": "true",
         "COGMESH_LOG_LEVEL": "warning",
+        "COGMESH_LOCAL_DELAY_MS": "1",
         **{f"COGMESH_{n.upper()}_ADDR": addresses[n] for n in ("models", "sessions", "context", "policy")},
+        "COGMESH_RUNTIME_ADDR": f"{addresses['runtime_a']},{addresses['runtime_b']}",
     }
     logs = tmp_path_factory.mktemp("replica-logs")
     started: list[subprocess.Popen[bytes]] = []
     try:
-        for name, module, runtime in PROCESSES:
-            env = base | ({"COGMESH_RUNTIME_ADDR": addresses[runtime]} if runtime else {})
+        for name, module in PROCESSES:
             log = (logs / f"{name}.log").open("wb")
             started.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", module, "--listen", addresses[name]], env=env, stdout=log, stderr=log
+                    [sys.executable, "-m", module, "--listen", addresses[name]], env=base, stdout=log, stderr=log
                 )
             )
             wait_serving(addresses[name])

@@ -31,5 +31,8 @@ def test_quick_soak_has_no_errors(tmp_path: Path) -> None:
     assert "| 20 | 60 | 0 | 0 |" in report, report  # sessions, turns, errors, sessions left
     rss = report.split("## RSS")[1]
     for service in ("models", "sessions", "context", "policy", "runtime", "gateway"):
-        row = next(line for line in rss.splitlines() if line.startswith(f"| {service} |"))
-        assert all(float(cell) > 0 for cell in row.split("|")[2:6]), row  # start, warm-up, end, peak MiB
+        # One row per process: the runtime's workers are runtime-1, runtime-2, ...
+        rows = [line for line in rss.splitlines() if line.startswith((f"| {service} |", f"| {service}-"))]
+        assert rows, f"no RSS row for {service}"
+        for row in rows:
+            assert all(float(cell) > 0 for cell in row.split("|")[2:6]), row  # start, warm-up, end, peak MiB

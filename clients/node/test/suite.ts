@@ -70,6 +70,8 @@ async function spawnSuite(
   if (!existsSync(bin)) throw new Error(`${bin} not found: run \`make\` at the repository root (or set COGMESH_BIN)`);
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of SERVICES) env[`COGMESH_${name.toUpperCase()}_ADDR`] = `127.0.0.1:${await freePort()}`;
+  // Two runtime workers, as `cogmesh up` runs by default; the second would otherwise take port + 10.
+  env.COGMESH_RUNTIME_ADDR += `,127.0.0.1:${await freePort()}`;
   delete env.COGMESH_DEV_MODE;
   env.COGMESH_API_KEYS_FILE = keysFile;
   env.COGMESH_HEARTBEAT_S = "1"; // so a test sees idle heartbeats quickly

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 
 from cogmesh.tools.v1 import tools_pb2, tools_pb2_grpc
-from services.kit.clients import CHANNEL_OPTIONS
+from services.kit.clients import PEER_CHANNEL_OPTIONS
 from services.kit.llm import ToolSchema
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
@@ -46,7 +46,7 @@ class RemoteToolServer:
 
     def _service(self) -> tools_pb2_grpc.ToolServiceStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(self.address, options=PEER_CHANNEL_OPTIONS)
             self._stub = tools_pb2_grpc.ToolServiceStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub
 
