@@ -20,10 +20,6 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
@@ -238,16 +234,11 @@ class RedisEventLog:
         # A connection that a Redis restart closed fails its next command before Redis runs it:
         # retry that once on a fresh connection. Only on ConnectionError: after a timeout the
         # append may have run; a caller that retries it passes the same batch id.
-        once = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
-        self._redis = pooled_client(url, timeout_s, once, pool_size)
+        self._redis = pooled_client(url, timeout_s, retry_timeouts=False, pool_size=pool_size)
         # The watch loop's XREAD blocks up to BLOCK_MS, so it gets its own connection and a
         # socket timeout past that: a hung Redis is noticed, a quiet one is not mistaken for it.
-        self._blocking = aioredis.Redis.from_url(
-            url,
-            socket_timeout=BLOCK_MS / 1000 + timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=once,
-            max_connections=1,
+        self._blocking = pooled_client(
+            url, timeout_s, retry_timeouts=False, pool_size=1, socket_timeout_s=BLOCK_MS / 1000 + timeout_s
         )
         self._append_script = self._redis.register_script(_APPEND)
         self._keep_script = self._redis.register_script(_KEEP)

@@ -1,34 +1,267 @@
-"""The one way every service opens Redis for commands: a bounded pool that queues a burst.
+"""The one way every service opens Redis: standalone, Sentinel or Cluster, with a bounded pool.
 
-redis-py's default pool fails a call at once with "Too many connections" when all of
-its connections are busy (100 since redis-py 8), which turned a burst of 1,000 turns
-into UNAVAILABLE errors. This pool makes such a call wait for a free connection, up
-to `POOL_WAIT_FACTOR` socket timeouts, so a burst queues while a Redis that is down
-(refused at once) or hung (socket timeout) still fails every call in bounded time.
+`COGMESH_REDIS_URL` takes three forms:
+
+- `redis://[user:password@]host:port/db` (or `rediss://`, `unix://`): one Redis, as redis-py reads it;
+- `redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]`: the primary that the
+  Sentinels name `service`; the user/password are the primary's (`?sentinel_password=` for the
+  Sentinels' own);
+- `redis+cluster://[user:password@]host:port[,host:port...]`: a Redis Cluster, found from any of
+  the listed nodes (redis.asyncio.RedisCluster: MOVED/ASK and failover are followed by the library).
+
+`rediss+sentinel://` and `rediss+cluster://` use TLS. Query options (`?health_check_interval=15`,
+...) are redis-py's, for every form.
+
+redis-py's default pool fails a call at once with "Too many connections" when all of its
+connections are busy (100 since redis-py 8), which turned a burst of 1,000 turns into
+UNAVAILABLE errors. Every client made here makes such a call wait for a free connection,
+up to `POOL_WAIT_FACTOR` socket timeouts, so a burst queues while a Redis that is down
+(refused at once) or hung (socket timeout) still fails every call in bounded time. A
+cluster client bounds the calls in flight on all of its nodes together the same way.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode
 
 import redis.asyncio as aioredis
+from redis import exceptions as rex
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import BlockingConnectionPool, parse_url
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
+
+from services.kit.logging import log
 
 POOL_SIZE = 100  # connections per client; more calls at once wait for one
 POOL_WAIT_FACTOR = 5  # a call waits up to this many socket timeouts for a free connection
+SCHEMES = (
+    "redis://",
+    "rediss://",
+    "unix://",
+    "redis+sentinel://",
+    "rediss+sentinel://",
+    "redis+cluster://",
+    "rediss+cluster://",
+)
+
+# A client of any form: the commands the suite uses exist on both.
+Client = aioredis.Redis | aioredis.RedisCluster
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """What a COGMESH_REDIS_URL names: its form, its nodes, and a redis:// URL of its options."""
+
+    kind: Literal["standalone", "sentinel", "cluster"]
+    options_url: str  # credentials, TLS and query options, on the first node's address
+    nodes: tuple[tuple[str, int], ...] = ()
+    service: str = ""  # the Sentinel's name of the primary
+    sentinel_password: str = ""
+
+    def node_url(self, host: str, port: int) -> str:
+        """The options URL pointed at one node (a cluster's or a Sentinel's)."""
+        scheme, rest = self.options_url.split("://", 1)
+        authority, _, tail = rest.partition("/")
+        userinfo = authority.rpartition("@")[0]
+        return f"{scheme}://{userinfo + '@' if userinfo else ''}{_join(host, port)}/{tail}"
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _split_host(text: str, url: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise ValueError(f"Redis URL {redact(url)}: {text!r} is not host:port")
+    return host, int(port)
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """Read a COGMESH_REDIS_URL; ValueError names what is wrong with it."""
+    if not url.startswith(SCHEMES):
+        raise ValueError(f"Redis URL {redact(url)} must start with one of {', '.join(SCHEMES)}")
+    scheme, rest = url.split("://", 1)
+    if "+" not in scheme:
+        return RedisTarget("standalone", url)
+    base, kind = scheme.split("+", 1)
+    authority, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    userinfo, _, hosts = authority.rpartition("@")
+    nodes = tuple(_split_host(h, url) for h in hosts.split(",") if h)
+    if not nodes:
+        raise ValueError(f"Redis URL {redact(url)} names no host:port")
+    options = dict(parse_qsl(query))
+    sentinel_password = options.pop("sentinel_password", "")
+    service, db = "", ""
+    if kind == "sentinel":
+        service, _, db = path.strip("/").partition("/")
+        if not service:
+            raise ValueError(f"Redis URL {redact(url)} must name the Sentinel service: redis+sentinel://host:port/name")
+    elif path.strip("/") not in ("", "0"):
+        raise ValueError(f"Redis URL {redact(url)}: a cluster has database 0 only")
+    first = _join(*nodes[0])
+    options_url = f"{base}://{userinfo + '@' if userinfo else ''}{first}/{db or 0}"
+    if options:
+        options_url += "?" + urlencode(options)
+    return RedisTarget(kind, options_url, nodes, service, sentinel_password)  # type: ignore[arg-type]
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return scheme + sep + rest
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """Sentinel's pool (connections follow the primary through a failover) that queues a burst."""
+
+
+class BoundedCluster(aioredis.RedisCluster):
+    """A RedisCluster whose calls wait (boundedly) for one of `pool_size` places instead of failing.
+
+    redis-py's cluster client raises MaxConnectionsError when a node's connections are all
+    busy. Here at most `pool_size` calls are in flight on all nodes together (so no node
+    needs more connections than that); more wait up to `wait_s`, then fail like a Redis
+    that cannot be reached.
+    """
+
+    def __init__(self, *, pool_size: int, wait_s: float, **kwargs: Any):
+        kwargs["max_connections"] = pool_size + 1  # +1: a pipeline's own
+        super().__init__(**kwargs)
+        self._places = asyncio.Semaphore(pool_size)
+        self._wait_s = wait_s
+
+    @contextlib.asynccontextmanager
+    async def _place(self) -> Any:
+        try:
+            async with asyncio.timeout(self._wait_s):
+                await self._places.acquire()
+        except TimeoutError:
+            raise rex.ConnectionError(f"no Redis connection free within {self._wait_s:g}s") from None
+        try:
+            yield
+        finally:
+            self._places.release()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self._place():
+            return await super().execute_command(*args, **kwargs)
+
+
+class _ClusterNoTimeoutRetry(BoundedCluster):
+    # After a timeout the command may have run: only a caller that can tell (a batch id) retries it.
+    ERRORS_ALLOW_RETRY = (rex.ConnectionError, rex.ClusterDownError, rex.SlotNotCoveredError)  # type: ignore[assignment]
 
 
 def pooled_client(
-    url: str, timeout_s: float, retry: Retry, pool_size: int = POOL_SIZE, **options: Any
-) -> aioredis.Redis:
-    """A client whose calls wait boundedly for a connection and fail within `timeout_s` once sent."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=pool_size,
-        timeout=POOL_WAIT_FACTOR * timeout_s,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=retry,
+    url: str,
+    timeout_s: float,
+    retry_timeouts: bool = True,
+    pool_size: int = POOL_SIZE,
+    socket_timeout_s: float | None = None,
+    **options: Any,
+) -> Client:
+    """A client of `url`'s form whose calls wait boundedly for a connection and fail within `timeout_s` once sent.
+
+    A call that fails on a dropped connection is retried once at once (and, with
+    `retry_timeouts`, one that timed out), so every caller's commands must be safe to
+    run twice or carry their own way to tell. `socket_timeout_s` overrides the read
+    timeout (a blocking read waits longer than a call).
+    """
+    target = parse_redis_url(url)
+    errors: tuple[type[rex.RedisError], ...] = (rex.ConnectionError, rex.TimeoutError)
+    retry = Retry(NoBackoff(), 1, supported_errors=errors if retry_timeouts else (rex.ConnectionError,))
+    socket = {
+        "socket_timeout": socket_timeout_s or timeout_s,
+        "socket_connect_timeout": timeout_s,
         **options,
-    )
+    }
+    if target.kind == "cluster":
+        kwargs = parse_url(target.options_url)
+        kwargs.pop("host", None), kwargs.pop("port", None), kwargs.pop("db", None)
+        cluster_class = BoundedCluster if retry_timeouts else _ClusterNoTimeoutRetry
+        return cluster_class(
+            startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
+            pool_size=pool_size,
+            wait_s=POOL_WAIT_FACTOR * timeout_s,
+            retry=retry,
+            **(kwargs | socket),
+        )
+    pool_options = {"max_connections": pool_size, "timeout": POOL_WAIT_FACTOR * timeout_s, "retry": retry}
+    if target.kind == "sentinel":
+        kwargs = parse_url(target.options_url)
+        kwargs.pop("host", None), kwargs.pop("port", None)
+        sentinel_options = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+        if target.sentinel_password:
+            sentinel_options["password"] = target.sentinel_password  # type: ignore[assignment]
+        sentinel = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+        master_options: dict[str, Any] = kwargs | socket | pool_options
+        client: aioredis.Redis = sentinel.master_for(
+            target.service, connection_pool_class=_BlockingSentinelPool, **master_options
+        )
+        return client
+    pool = BlockingConnectionPool.from_url(url, **(socket | pool_options))
     return aioredis.Redis.from_pool(pool)
+
+
+def is_cluster(client: Client) -> bool:
+    return isinstance(client, aioredis.RedisCluster)
+
+
+async def broadcast_subscription(client: Client, channel: str) -> PubSub:
+    """A pub/sub connection subscribed to `channel`, on any topology.
+
+    PUBLISH reaches every node of a cluster, so any live node will do: a random one, so
+    that subscribers spread out and one that lost its node finds another.
+    """
+    if isinstance(client, aioredis.RedisCluster):
+        await client.initialize()
+        nodes = client.get_nodes()
+        pubsub: PubSub = client.pubsub(node=random.choice(nodes))
+    else:
+        pubsub = client.pubsub()
+    await pubsub.subscribe(channel)
+    return pubsub
+
+
+async def follow_broadcast(client: Client, channel: str, handle: Callable[[bytes], Awaitable[None]], what: str) -> None:
+    """Hand every message PUBLISHed on `channel` to `handle`, until cancelled.
+
+    A lost connection (Redis restarting, a cluster node failing over) is logged and the
+    subscription made again, on another node of a cluster if need be; messages published
+    meanwhile are missed, so listeners must only use them as hints.
+    """
+    backoff = 0.05
+    while True:
+        pubsub: PubSub | None = None
+        try:
+            pubsub = await broadcast_subscription(client, channel)
+            backoff = 0.05
+            while True:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is not None:
+                    await handle(message["data"])
+        except (rex.RedisError, OSError) as exc:
+            log.warning(f"{what} subscription lost redis; subscribing again", error=str(exc))
+            if isinstance(client, aioredis.RedisCluster):
+                with contextlib.suppress(rex.RedisError, OSError):
+                    await client.nodes_manager.initialize()  # forget a node that failed over
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+        finally:
+            if pubsub is not None:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
