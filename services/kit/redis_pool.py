@@ -158,6 +158,10 @@ class BoundedCluster(aioredis.RedisCluster):
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         async with self._place():
+            if self._initialize:
+                # Find the nodes before routing: calls made together while redis-py does it lazily
+                # race each other and close each other's connections (redis-py #3935).
+                await self.initialize()
             return await super().execute_command(*args, **kwargs)
 
 
