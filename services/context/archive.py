@@ -20,6 +20,9 @@ from typing import Protocol
 
 import redis.asyncio as redis
 
+from services.kit.redis_keys import SessionKeys, check_prefix
+from services.kit.redis_pool import Client
+
 MARKER_PREFIX = "SUMMARIZED executionId:"
 _MAX_SUFFIX = 1000
 
@@ -96,15 +99,18 @@ class MemoryToolArchive:
 
 
 class RedisToolArchive:
-    """One Redis hash per session, ``<prefix>context:archive:<tenant>:<session>``, expiring after ``ttl_s``."""
+    """One Redis hash per session and tenant, ``<prefix>{<session>}:archive:<tenant>``, expiring after ``ttl_s``.
 
-    def __init__(self, client: redis.Redis, prefix: str = "cogmesh:", ttl_s: int = 30 * 86_400) -> None:
+    The key is in its session's cluster slot, with the session's other keys (services/kit/redis_keys.py).
+    """
+
+    def __init__(self, client: Client, prefix: str = "cogmesh:", ttl_s: int = 30 * 86_400) -> None:
         self._redis = client
-        self._prefix = prefix
+        self._prefix = check_prefix(prefix)
         self._ttl_s = ttl_s
 
     def _key(self, tenant: str, session: str) -> str:
-        return f"{self._prefix}context:archive:{tenant}:{session}"
+        return SessionKeys(self._prefix, session).key(f"archive:{tenant}")
 
     async def put(
         self, tenant: str, session: str, preferred_id: str, tool_name: str, tool_call_id: str, content: str

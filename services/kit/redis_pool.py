@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -225,27 +224,46 @@ def is_cluster(client: Client) -> bool:
     return isinstance(client, aioredis.RedisCluster)
 
 
+async def _channel_node(client: aioredis.RedisCluster, channel: str) -> ClusterNode:
+    await client.initialize()
+    node = client.get_node_from_key(channel)
+    if node is None:
+        raise rex.SlotNotCoveredError(f"no primary serves the slot of channel {channel!r} yet")
+    return node
+
+
 async def broadcast_subscription(client: Client, channel: str) -> PubSub:
     """A pub/sub connection subscribed to `channel`, on any topology.
 
-    PUBLISH reaches every node of a cluster, so any live node will do: a random one, so
-    that subscribers spread out and one that lost its node finds another.
+    PUBLISH reaches every node of a cluster, but its reply counts only the subscribers of
+    the node it ran on: every subscriber and `publish` use the primary of the channel's slot.
     """
     if isinstance(client, aioredis.RedisCluster):
-        await client.initialize()
-        nodes = client.get_nodes()
-        pubsub: PubSub = client.pubsub(node=random.choice(nodes))
+        pubsub: PubSub = client.pubsub(node=await _channel_node(client, channel))
     else:
         pubsub = client.pubsub()
     await pubsub.subscribe(channel)
     return pubsub
 
 
-async def follow_broadcast(client: Client, channel: str, handle: Callable[[bytes], Awaitable[None]], what: str) -> None:
-    """Hand every message PUBLISHed on `channel` to `handle`, until cancelled.
+async def publish(client: Client, channel: str, message: str) -> int:
+    """PUBLISH; returns how many subscribers (see `broadcast_subscription`) heard it."""
+    if isinstance(client, aioredis.RedisCluster):
+        return int(await client.publish(channel, message, target_nodes=await _channel_node(client, channel)))
+    return int(await client.publish(channel, message))
+
+
+async def follow_broadcast(
+    client: Client,
+    channel: str,
+    handle: Callable[[bytes], Awaitable[None]],
+    what: str,
+    subscribed: asyncio.Event | None = None,
+) -> None:
+    """Hand every message PUBLISHed on `channel` to `handle`, until cancelled; `subscribed` is set once listening.
 
     A lost connection (Redis restarting, a cluster node failing over) is logged and the
-    subscription made again, on another node of a cluster if need be; messages published
+    subscription made again, on the channel's new primary if need be; messages published
     meanwhile are missed, so listeners must only use them as hints.
     """
     backoff = 0.05
@@ -253,6 +271,8 @@ async def follow_broadcast(client: Client, channel: str, handle: Callable[[bytes
         pubsub: PubSub | None = None
         try:
             pubsub = await broadcast_subscription(client, channel)
+            if subscribed is not None:
+                subscribed.set()
             backoff = 0.05
             while True:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
@@ -262,7 +282,7 @@ async def follow_broadcast(client: Client, channel: str, handle: Callable[[bytes
             log.warning(f"{what} subscription lost redis; subscribing again", error=str(exc))
             if isinstance(client, aioredis.RedisCluster):
                 with contextlib.suppress(rex.RedisError, OSError):
-                    await client.nodes_manager.initialize()  # forget a node that failed over
+                    await client.nodes_manager.initialize()  # the slot map after a failover
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
         finally:

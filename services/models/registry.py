@@ -33,6 +33,8 @@ import yaml
 from pydantic import ValidationError
 
 from services.kit.logging import log
+from services.kit.redis_keys import check_prefix, models_keys
+from services.kit.redis_pool import Client
 from services.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
@@ -125,14 +127,16 @@ class FileModelStore:
 
 
 class RedisModelStore:
-    """Added models in the hash ``<prefix>models:added`` (id -> JSON); ``<prefix>models:version`` counts changes."""
+    """Added models in the hash ``<prefix>{models}:added`` (id -> JSON); ``<prefix>{models}:version`` counts changes.
+
+    Both keys share one hash tag (one cluster slot), so a change and its count are one MULTI/EXEC.
+    """
 
     name = "redis"
 
-    def __init__(self, client: redis.Redis, prefix: str = "cogmesh:") -> None:
+    def __init__(self, client: Client, prefix: str = "cogmesh:") -> None:
         self._redis = client
-        self._hash = f"{prefix}models:added"
-        self._version = f"{prefix}models:version"
+        self._hash, self._version = models_keys(check_prefix(prefix))
 
     async def load(self) -> list[ModelSpec]:
         try:
