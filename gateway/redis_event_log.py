@@ -54,7 +54,8 @@ from services.kit.errors import Unavailable
 from services.kit.logging import log
 from services.kit.protos import now
 from services.kit.redis_keys import SessionKeys, check_prefix, open_turn_bucket, open_turn_buckets
-from services.kit.redis_pool import POOL_SIZE, Client, parse_redis_url, pooled_client
+from services.kit.redis_pool import POOL_SIZE, Client, pooled_client
+from services.kit.redis_url import parse_redis_url
 
 T = TypeVar("T")
 

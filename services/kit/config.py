@@ -7,8 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.kit.redis_keys import check_prefix
+from services.kit.redis_url import parse_redis_url
 
 # Default port of each service (DESIGN.md). Internal services bind loopback by default.
 DEFAULT_PORTS: dict[str, int] = {
@@ -24,7 +27,8 @@ DEFAULT_PORTS: dict[str, int] = {
 class Settings(BaseSettings):
     """One settings model for the whole suite; each service reads the fields it needs."""
 
-    model_config = SettingsConfigDict(env_prefix="COGMESH_", extra="ignore")
+    # Inputs stay out of error messages: a Redis URL may carry a password.
+    model_config = SettingsConfigDict(env_prefix="COGMESH_", extra="ignore", hide_input_in_errors=True)
 
     listen: str = Field("", description="host:port to bind; empty means 127.0.0.1:<service default port>")
     gateway_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['gateway']}", description="gateway address")
@@ -110,8 +114,13 @@ class Settings(BaseSettings):
     providers_file: Path | None = Field(None, description="YAML of model provider endpoints and key sources")
     tool_servers_file: Path | None = Field(None, description="YAML of MCP and ToolService tool servers")
 
-    redis_url: str = Field("", description="Redis URL of sessions, leases, checkpoints, event log; empty: memory")
-    redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes")
+    redis_url: str = Field(
+        "",
+        description="Redis of sessions, leases, checkpoints, event log: redis://host:port/db, "
+        "redis+sentinel://host:port[,host:port...]/service, or redis+cluster://host:port[,host:port...]; "
+        "empty: memory",
+    )
+    redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes (no braces)")
     redis_timeout_s: float = Field(2.0, gt=0, description="socket timeout of each Redis call, seconds")
     session_ttl_s: float = Field(86_400.0, ge=0, description="idle seconds before a session is evicted; 0: never")
 
@@ -124,6 +133,18 @@ class Settings(BaseSettings):
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
     tls_client_ca_file: Path | None = Field(None, description="PEM CA bundle: require client certificates (mTLS)")
     a2a_url: str = Field("", description="address the A2A agent card advertises; empty: the gateway's listen address")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_form(cls, url: str) -> str:
+        if url:
+            parse_redis_url(url)  # raises ValueError naming what is wrong
+        return url
+
+    @field_validator("redis_key_prefix")
+    @classmethod
+    def _prefix_without_braces(cls, prefix: str) -> str:
+        return check_prefix(prefix)
 
     @model_validator(mode="after")
     def _renew_before_expiry(self) -> Settings:

@@ -10,7 +10,7 @@ from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
-from services.kit.redis_pool import redact
+from services.kit.redis_url import redact
 from services.kit.server import App, mount, run
 from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore

@@ -35,7 +35,7 @@ import redis
 from redis.cluster import ClusterNode
 from redis.sentinel import Sentinel
 
-from services.kit.redis_pool import parse_redis_url
+from services.kit.redis_url import parse_redis_url
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
