@@ -35,6 +35,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
@@ -54,7 +55,7 @@ from services.kit.errors import Unavailable
 from services.kit.logging import log
 from services.kit.protos import now
 from services.kit.redis_keys import SessionKeys, check_prefix, open_turn_bucket, open_turn_buckets
-from services.kit.redis_pool import POOL_SIZE, Client, pooled_client
+from services.kit.redis_pool import POOL_SIZE, Client, ReplicaWait, eval_then_wait, pooled_client
 from services.kit.redis_url import parse_redis_url
 
 T = TypeVar("T")
@@ -312,12 +313,14 @@ class RedisEventLog:
         fanout_rate: float = 0.0,
         pool_size: int = POOL_SIZE,
         dropped_ttl_s: int = DROPPED_TTL_S,
+        wait: ReplicaWait | None = None,
     ):
         # A connection that a Redis restart closed fails its next command before Redis runs it:
         # retry that once on a fresh connection. Only on ConnectionError: after a timeout the
         # append may have run; a caller that retries it passes the same batch id.
         self._redis: Client = pooled_client(url, timeout_s, retry_timeouts=False, pool_size=pool_size)
         self._cluster = isinstance(self._redis, aioredis.RedisCluster)
+        self._wait = wait  # after appends, reaps and drops: until that many replicas have them
         self._notify = "1" if self._cluster else ""  # scripts SPUBLISH to the session's channel for the shard watch
         self._append_script = self._redis.register_script(_APPEND)
         self._keep_script = self._redis.register_script(_KEEP)
@@ -351,6 +354,12 @@ class RedisEventLog:
 
     def _keys(self, session_id: str) -> _LogKeys:
         return _LogKeys(self.prefix, session_id)
+
+    async def _write(self, script: AsyncScript, keys: list[str], args: Sequence[str | int | bytes]) -> Any:
+        """Run a writing script, then wait for replicas when so configured (COGMESH_REDIS_WAIT_REPLICAS)."""
+        if self._wait is None:
+            return await script(keys=keys, args=args)
+        return await eval_then_wait(self._redis, script, keys, list(args), self._wait)
 
     async def _redis_call(self, what: str, call: Awaitable[T]) -> T:
         try:
@@ -399,7 +408,7 @@ class RedisEventLog:
                 lost_payload,
                 *payloads,
             ]
-            reply = await self._redis_call("append", self._append_script(keys=script_keys, args=args))
+            reply = await self._redis_call("append", self._write(self._append_script, script_keys, args))
             if not isinstance(reply, list):
                 for offset, event in enumerate(events):
                     event.seq = int(reply) + offset
@@ -473,7 +482,7 @@ class RedisEventLog:
         script_keys = [keys.stream, keys.seq, keys.dropped, keys.marks, keys.owners, keys.channel]
         args: list[str | int | bytes] = [self.retention, self.ttl_s, self._notify, turn.owner]
         args += [event.SerializeToString(), turn.turn_id]
-        seq = await self._redis_call("reap", self._reap_script(keys=script_keys, args=args))
+        seq = await self._redis_call("reap", self._write(self._reap_script, script_keys, args))
         event.seq = int(seq)
         return bool(seq)
 
@@ -503,7 +512,7 @@ class RedisEventLog:
         keys = self._keys(session_id)
         script_keys = [keys.stream, keys.seq, keys.dropped, keys.batches, keys.marks, keys.owners, keys.channel]
         args: list[str | int] = [self.dropped_ttl_s, DROP_WAKE_S, self._notify]
-        await self._redis_call("drop", self._drop_script(keys=script_keys, args=args))
+        await self._redis_call("drop", self._write(self._drop_script, script_keys, args))
         follower = self._followers.get(session_id)
         if follower is not None:
             follower.mirror.close()

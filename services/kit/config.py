@@ -122,6 +122,18 @@ class Settings(BaseSettings):
     )
     redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes (no braces)")
     redis_timeout_s: float = Field(2.0, gt=0, description="socket timeout of each Redis call, seconds")
+    redis_wait_replicas: int = Field(
+        0,
+        ge=0,
+        description="after each write of a session (messages, lease, checkpoints, events), wait until this many "
+        "replicas have it (Redis WAIT), so a failover cannot lose it; 0: acknowledged once the primary has it",
+    )
+    redis_wait_timeout_ms: int = Field(
+        1000,
+        gt=0,
+        description="longest wait for redis_wait_replicas; past it the write fails as UNAVAILABLE (retryable), "
+        "though the primary has it",
+    )
     session_ttl_s: float = Field(86_400.0, ge=0, description="idle seconds before a session is evicted; 0: never")
 
     api_keys_file: Path | None = Field(None, description="YAML of hashed API keys -> tenant; enables auth")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -25,7 +26,9 @@ from redis.asyncio.connection import BlockingConnectionPool, parse_url
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 
+from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.redis_url import parse_redis_url
 
@@ -34,6 +37,21 @@ POOL_WAIT_FACTOR = 5  # a call waits up to this many socket timeouts for a free 
 
 # A client of any form: the commands the suite uses exist on both.
 Client = aioredis.Redis | aioredis.RedisCluster
+
+
+@dataclass(frozen=True)
+class ReplicaWait:
+    """Wait after a write until `replicas` replicas have it (Redis WAIT), at most `timeout_ms`."""
+
+    replicas: int
+    timeout_ms: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> ReplicaWait | None:
+        """COGMESH_REDIS_WAIT_REPLICAS / _TIMEOUT_MS; None when writes need no replica."""
+        return (
+            cls(settings.redis_wait_replicas, settings.redis_wait_timeout_ms) if settings.redis_wait_replicas else None
+        )
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
@@ -201,3 +219,82 @@ async def follow_broadcast(
             if pubsub is not None:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+class NotReplicated(rex.RedisError):
+    """A write was applied on the primary, but fewer replicas than asked confirmed it in time.
+
+    It may still reach them, or be lost if the primary fails first: the caller should
+    retry it (the suite's scripts are safe to run twice) or report it unconfirmed.
+    """
+
+
+async def eval_then_wait(
+    client: Client, script: AsyncScript, keys: list[str], args: list[Any], wait: ReplicaWait
+) -> Any:
+    """Run `script`, then WAIT on the same connection until `wait.replicas` replicas hold its writes.
+
+    WAIT only counts the writes of the connection it is sent on, so the two commands must
+    share one: a pipeline on a standalone Redis or Sentinel's primary, and on a cluster one
+    connection of the slot's primary (redis-py has no cluster pipeline that carries
+    EVALSHA). A cluster whose slot map is stale (a failover) is read again and the pair
+    sent once more; a node missing the script gets it (each node has its own cache).
+    """
+    for attempt in range(3):
+        if isinstance(client, aioredis.RedisCluster):
+            try:
+                reply, acked = await _cluster_eval_then_wait(client, script, keys, args, wait)
+            except rex.ConnectionError:
+                if attempt:
+                    raise
+                await client.nodes_manager.initialize()  # a dropped connection, or a primary gone: once more
+                continue
+        else:
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, rex.NoScriptError):
+            await client.script_load(script.script)
+            continue
+        if isinstance(reply, rex.MovedError | rex.AskError) and isinstance(client, aioredis.RedisCluster):
+            await client.nodes_manager.initialize()  # the slot moved (a failover): send the pair to its new primary
+            continue
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < wait.replicas:
+            raise NotReplicated(
+                f"written, but {acked} of {wait.replicas} replica(s) confirmed it within {wait.timeout_ms} ms "
+                "(COGMESH_REDIS_WAIT_REPLICAS)"
+            )
+        return reply
+    raise rex.ConnectionError("the cluster kept moving the slot while writing; try again")
+
+
+async def _cluster_eval_then_wait(
+    client: aioredis.RedisCluster, script: AsyncScript, keys: list[str], args: list[Any], wait: ReplicaWait
+) -> tuple[Any, Any]:
+    await client.initialize()
+    node = client.get_node_from_key(keys[0])
+    if node is None:
+        raise rex.SlotNotCoveredError(f"no primary serves the slot of {keys[0]!r} yet")
+    bounded = client._place() if isinstance(client, BoundedCluster) else contextlib.nullcontext()
+    async with bounded:
+        connection = node.acquire_connection()
+        try:
+            commands = [("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", wait.replicas, wait.timeout_ms)]
+            await connection.send_packed_command(connection.pack_commands(commands))
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except rex.ResponseError as exc:  # the error of one command; the next reply follows it
+                    replies.append(exc)
+        except (rex.ConnectionError, rex.TimeoutError, OSError):
+            await connection.disconnect()
+            raise
+        finally:
+            node.release(connection)
+    return replies[0], replies[1]

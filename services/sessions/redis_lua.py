@@ -17,6 +17,12 @@ acquire by the same turn, a consume with the same token all answer as the first 
 
 from __future__ import annotations
 
+# Scripts that write nothing (no WAIT after them; services/kit/redis_pool.py ReplicaWait).
+READS = frozenset(
+    {"GET", "LIST_MESSAGES", "LAST_MESSAGES", "LEASE_STATE", "LIST_GOALS", "GET_CHECKPOINT", "LIST_CHECKPOINTS"}
+    | {"REHYDRATE"}
+)
+
 # The names (services/kit/redis_keys.py SessionKeys) of KEYS[1..11]; KEYS[12] is the identity key.
 SESSION_KEYS = ("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al")
 

@@ -35,7 +35,16 @@ from redis import exceptions as rex
 from redis.commands.core import AsyncScript
 
 from services.kit.redis_keys import SessionKeys, TenantKeys, check_prefix, identity_key
-from services.kit.redis_pool import POOL_SIZE, Client, follow_broadcast, is_cluster, pooled_client
+from services.kit.redis_pool import (
+    POOL_SIZE,
+    Client,
+    NotReplicated,
+    ReplicaWait,
+    eval_then_wait,
+    follow_broadcast,
+    is_cluster,
+    pooled_client,
+)
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
     Acquired,
@@ -111,17 +120,18 @@ class AutoPipeline:
     scripts are called one by one (a cluster pipeline cannot carry EVALSHA).
     """
 
-    def __init__(self, client: Client):
+    def __init__(self, client: Client, wait: ReplicaWait | None = None):
         self._client = client
-        self._queue: list[tuple[str, list[str], list[Any], asyncio.Future[Any]]] = []
+        self._wait = wait
+        self._queue: list[tuple[str, list[str], list[Any], bool, asyncio.Future[Any]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
+    async def evalsha(self, sha: str, keys: list[str], args: list[Any], writes: bool) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
             loop.call_soon(self._flush)
-        self._queue.append((sha, keys, args, future))
+        self._queue.append((sha, keys, args, writes, future))
         return await future
 
     def _flush(self) -> None:
@@ -130,28 +140,42 @@ class AutoPipeline:
         self._tasks.add(task)  # keep a reference until it is done
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[tuple[str, list[str], list[Any], asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[tuple[str, list[str], list[Any], bool, asyncio.Future[Any]]]) -> None:
+        # One WAIT after the batch covers every write in it (WAIT counts the connection's writes so far).
+        wait = self._wait if any(writes for _, _, _, writes, _ in batch) else None
+        unconfirmed: NotReplicated | None = None
         try:
-            if len(batch) == 1:
-                sha, keys, args, _ = batch[0]
+            if len(batch) == 1 and wait is None:
+                sha, keys, args, _, _ = batch[0]
                 results: list[Any] = [await self._client.evalsha(sha, len(keys), *keys, *args)]
             else:
                 pipe = self._client.pipeline(transaction=False)
-                for sha, keys, args, _ in batch:
+                for sha, keys, args, _, _ in batch:
                     pipe.evalsha(sha, len(keys), *keys, *args)
+                if wait is not None:
+                    pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
                 results = await pipe.execute(raise_on_error=False)
+                if wait is not None:
+                    acked = results.pop()
+                    if isinstance(acked, Exception) or int(acked) < wait.replicas:
+                        unconfirmed = NotReplicated(
+                            f"written, but {acked} of {wait.replicas} replica(s) confirmed it within "
+                            f"{wait.timeout_ms} ms (COGMESH_REDIS_WAIT_REPLICAS)"
+                        )
         except BaseException as exc:  # every caller of the batch gets the failure, even a cancellation
-            for _, _, _, future in batch:
+            for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc if isinstance(exc, Exception) else rex.ConnectionError("store closed"))
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_, _, _, future), result in zip(batch, results, strict=True):
+        for (_, _, _, writes, future), result in zip(batch, results, strict=True):
             if future.done():  # the caller went away
                 continue
             if isinstance(result, BaseException):
                 future.set_exception(result)
+            elif writes and unconfirmed is not None:
+                future.set_exception(unconfirmed)
             else:
                 future.set_result(result)
 
@@ -163,8 +187,10 @@ class RedisSessionStore:
         prefix: str = "cogmesh:",
         session_ttl_s: float = 0.0,
         waiter_ttl_s: float = WAITER_TTL_S,
+        wait: ReplicaWait | None = None,
     ):
         self._redis = client
+        self._wait = wait
         self._waiter_ttl_ms = int(waiter_ttl_s * 1000)
         self._prefix = check_prefix(prefix)
         self._channel = f"{prefix}lease-free"
@@ -172,14 +198,20 @@ class RedisSessionStore:
         self._scripts: dict[str, AsyncScript] = {}
         self._changed: dict[str, asyncio.Event] = {}
         self._listener: asyncio.Task[None] | None = None
-        self._pipeline = None if is_cluster(client) else AutoPipeline(client)
+        self._pipeline = None if is_cluster(client) else AutoPipeline(client, wait)
         self._index_add = client.register_script(lua.INDEX_ADD)
 
     @classmethod
     def from_url(
-        cls, url: str, prefix: str, session_ttl_s: float, timeout_s: float, waiter_ttl_s: float = WAITER_TTL_S
+        cls,
+        url: str,
+        prefix: str,
+        session_ttl_s: float,
+        timeout_s: float,
+        waiter_ttl_s: float = WAITER_TTL_S,
+        wait: ReplicaWait | None = None,
     ) -> RedisSessionStore:
-        return cls(connect(url, timeout_s), prefix, session_ttl_s, waiter_ttl_s)
+        return cls(connect(url, timeout_s), prefix, session_ttl_s, waiter_ttl_s, wait)
 
     async def ping(self) -> None:
         await self._call(self._redis.ping())
@@ -201,7 +233,7 @@ class RedisSessionStore:
         """A plain command: connection failures, timeouts and Redis's "not now" replies become StoreUnavailable."""
         try:
             return await call
-        except (rex.ConnectionError, rex.TimeoutError) as exc:
+        except (rex.ConnectionError, rex.TimeoutError, NotReplicated) as exc:
             raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
         except rex.ResponseError as exc:
             if str(exc).startswith(_TRANSIENT_REPLIES):
@@ -212,12 +244,16 @@ class RedisSessionStore:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self._redis.register_script(lua.PREAMBLE + getattr(lua, name))
-        if self._pipeline is None:  # each cluster node has its own script cache: Script loads it where missing
-            return await script(keys=keys, args=argv)
+        wait = None if name in lua.READS else self._wait
+        if self._pipeline is None:
+            if wait is not None:
+                return await eval_then_wait(self._redis, script, keys, argv, wait)
+            return await script(keys=keys, args=argv)  # each cluster node has its own script cache: Script loads it
         try:
-            return await self._pipeline.evalsha(script.sha, keys, argv)
+            return await self._pipeline.evalsha(script.sha, keys, argv, wait is not None)
         except rex.NoScriptError:  # a restarted Redis forgot the scripts: load this one and go again
-            return await script(keys=keys, args=argv)
+            await self._redis.script_load(script.script)
+            return await self._pipeline.evalsha(script.sha, keys, argv, wait is not None)
 
     async def _run(
         self, name: str, tenant_id: str, session_id: str, *args: Any, more_keys: Sequence[str] = ()
