@@ -6,8 +6,9 @@ The suite runs as processes on a private 6-node cluster (3 primaries with a repl
 asynchronous). Clients keep running short turns (one calculator call: four stored
 messages and about ten events each) on sessions spread over the three shards, and a
 writer in this process appends messages straight through the session store as fast as
-it can, each append retried with its request id until it is acknowledged. Then the
-primary of one session's slot is killed; the cluster promotes its replica.
+it can, each append retried with its request id until it is acknowledged: one writer as
+configured by default, one with COGMESH_REDIS_WAIT_REPLICAS=1 (WAIT 1 after each write).
+Then the primary of one session's slot is killed; the cluster promotes its replica.
 
 Measured per run and printed (`-s`): the turns' outcomes and errors, the time from the
 kill to the cluster's failover and to the first turn that succeeds on the killed shard,
@@ -37,6 +38,7 @@ import pytest
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from services.kit.redis_keys import SessionKeys
+from services.kit.redis_pool import ReplicaWait
 from services.sessions.model import NewSession, StoreUnavailable, Strategy
 from services.sessions.redis_store import RedisSessionStore
 from tests.reliability.cluster import Cluster, base_env
@@ -52,6 +54,7 @@ TURN_TIMEOUT_S = 60.0  # a turn that takes longer than this counts as a hang
 RECOVERY_BOUND_S = 45.0  # kill -> a turn succeeds on the killed shard: node timeout + election + retries, loaded
 WARM_TURNS = 2  # successful turns per session before the kill
 CALC_MESSAGES = 4  # user, assistant tool call, tool result, answer
+WRITER_SESSIONS = 12  # sessions each direct writer appends to at once
 
 
 @dataclass
@@ -136,15 +139,18 @@ class Writer:
     acknowledged: dict[str, list[bytes]] = field(default_factory=dict)
     failures: Counter[str] = field(default_factory=Counter)
 
+    @property
+    def count(self) -> int:
+        return sum(len(sent) for sent in self.acknowledged.values())
+
     async def run(self, session_id: str, stop: asyncio.Event) -> None:
         sent = self.acknowledged.setdefault(session_id, [])
         while not stop.is_set():
             payload = f"{session_id}:{len(sent)}".encode()
             while True:  # the same request id until it is acknowledged: never stored twice
                 try:
-                    await self.store.append_messages(
-                        TENANT, session_id, [payload], self.sessions[session_id], payload.decode()
-                    )
+                    token = self.sessions[session_id]
+                    await self.store.append_messages(TENANT, session_id, [payload], token, payload.decode())
                     break
                 except StoreUnavailable as exc:
                     self.failures[exc.detail.split(":")[0][:60]] += 1
@@ -161,10 +167,11 @@ class Writer:
         return missing
 
 
-async def start_writer(failover: Failover) -> Writer:
-    store = RedisSessionStore.from_url(failover.servers.url, PREFIX, 0.0, 2.0)
+async def start_writer(failover: Failover, wait: ReplicaWait | None) -> Writer:
+    """A writer on WRITER_SESSIONS sessions of its own, spread over the three shards."""
+    store = RedisSessionStore.from_url(failover.servers.url, PREFIX, 0.0, 2.0, wait=wait)
     tokens: dict[str, int] = {}
-    while len({failover.primary_port(s) for s in tokens}) < 3 or len(tokens) < 6:
+    while len({failover.primary_port(s) for s in tokens}) < 3 or len(tokens) < WRITER_SESSIONS:
         record, _ = await store.create(TENANT, NewSession("", "", "default"))
         grant = await store.try_acquire(TENANT, record.session_id, "writer", 3600, Strategy.REJECT)
         tokens[record.session_id] = grant.token  # type: ignore[union-attr]
@@ -193,18 +200,25 @@ def lost_events(turns: list[Turn], log: list[Event]) -> tuple[int, int]:
 
 
 def clear(turn: Turn) -> bool:
-    """A failure a client can act on: retryable, and saying what was away."""
+    """A failure a client can act on: retryable and saying what was away, or "busy" naming the turn that runs.
+
+    A SendMessage whose own read of the event log failed answers UNAVAILABLE while its turn
+    goes on; the client's resend then meets that turn's lease (FAILED_PRECONDITION) until it ends.
+    """
     text = turn.detail.lower()
+    if turn.outcome == "rpc:FAILED_PRECONDITION":
+        return "is busy with turn" in text
     return turn.retryable and any(word in text for word in ("redis", "unavailable", "store", "lease", "event log"))
 
 
 async def one_run(failover: Failover, run: int) -> dict[str, object]:
     session_ids = await sessions_on_every_shard(failover)
-    writer = await start_writer(failover)
+    writers = {"plain": await start_writer(failover, None), "wait1": await start_writer(failover, ReplicaWait(1, 1000))}
     turns: list[Turn] = []
     stop = asyncio.Event()
     tasks = [asyncio.create_task(keep_turning(failover, sid, stop, turns)) for sid in session_ids]
-    tasks += [asyncio.create_task(writer.run(sid, stop)) for sid in writer.sessions]
+    tasks += [asyncio.create_task(w.run(sid, stop)) for w in writers.values() for sid in w.sessions]
+    started = time.monotonic()
     try:
 
         def finals_since(since: float, sid: str) -> list[Turn]:
@@ -219,7 +233,7 @@ async def one_run(failover: Failover, run: int) -> dict[str, object]:
         victim_port = failover.shard_of[session_ids[0]]
         victim = next(s for s in failover.servers.servers if s.port == victim_port)
         on_victim = [s for s, port in failover.shard_of.items() if port == victim_port]
-        acked_before = sum(len(v) for v in writer.acknowledged.values())
+        rates = {name: w.count / (time.monotonic() - started) for name, w in writers.items()}
         killed_at = time.monotonic()
         victim.kill()
         await until(lambda: all(finals_since(killed_at, s) for s in session_ids), RECOVERY_BOUND_S)
@@ -242,8 +256,9 @@ async def one_run(failover: Failover, run: int) -> dict[str, object]:
         missing_events, replaced_events = missing_events + missing, replaced_events + replaced
         stored = len(await messages(failover.cluster, session_id))
         missing_messages += max(0, CALC_MESSAGES * sum(1 for t in own if t.outcome == "final") - stored)
-    writer_lost = await writer.lost()
-    await writer.store.close()
+    lost = {name: await w.lost() for name, w in writers.items()}
+    for w in writers.values():
+        await w.store.close()
 
     failed = [t for t in turns if t.outcome != "final"]
     summary: dict[str, object] = {
@@ -257,10 +272,15 @@ async def one_run(failover: Failover, run: int) -> dict[str, object]:
         "missing_events": missing_events,
         "replaced_events": replaced_events,
         "missing_messages": missing_messages,
-        "store_appends_acknowledged": sum(len(v) for v in writer.acknowledged.values()),
-        "store_appends_before_kill": acked_before,
-        "store_appends_lost": writer_lost,
-        "store_failures": dict(writer.failures),
+        "writers": {
+            name: {
+                "acknowledged": w.count,
+                "lost": lost[name],
+                "appends_per_s_before_kill": round(rates[name], 1),
+                "failures": dict(w.failures),
+            }
+            for name, w in writers.items()
+        },
     }
     print(json.dumps(summary))
     assert all(t.outcome != "rpc:DEADLINE_EXCEEDED" for t in turns), "a turn hung"
@@ -289,6 +309,9 @@ async def test_a_primary_killed_mid_turns_fails_over_and_turns_go_on(failover: F
     report.write_text(json.dumps(summaries, indent=1))
     totals = Counter[str]()
     for summary in summaries:
-        for key in ("missing_events", "replaced_events", "missing_messages", "store_appends_lost"):
+        for key in ("missing_events", "replaced_events", "missing_messages"):
             totals[key] += int(summary[key])  # type: ignore[call-overload]
+        for name, writer in summary["writers"].items():  # type: ignore[attr-defined]
+            totals[f"{name}_acknowledged"] += writer["acknowledged"]
+            totals[f"{name}_lost"] += writer["lost"]
     print("totals over", len(summaries), "runs:", dict(totals))
