@@ -15,11 +15,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from services.kit.errors import Unavailable
 from services.kit.logging import log
-from services.kit.redis_pool import follow_broadcast, pooled_client, publish
+from services.kit.redis_pool import REDIS_ERRORS, follow_broadcast, pooled_client, publish
 
 OnCancel = Callable[[str, str], Awaitable[object]]
 
@@ -42,7 +40,7 @@ class CancelRelay:
         """Ask every replica to cancel `turn_id`; returns how many replicas heard it."""
         try:
             heard = await publish(self._redis, self.channel, json.dumps({"session_id": session_id, "turn_id": turn_id}))
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise Unavailable(f"cannot relay the cancel: {exc}", metadata={"dependency": "redis"}) from exc
         return heard
 

@@ -55,7 +55,15 @@ from services.kit.errors import Unavailable
 from services.kit.logging import log
 from services.kit.protos import now
 from services.kit.redis_keys import SessionKeys, check_prefix, open_turn_bucket, open_turn_buckets
-from services.kit.redis_pool import POOL_SIZE, Client, ReplicaWait, eval_then_wait, pooled_client
+from services.kit.redis_pool import (
+    POOL_SIZE,
+    REDIS_ERRORS,
+    Client,
+    ReplicaWait,
+    closed_under_us,
+    eval_then_wait,
+    pooled_client,
+)
 from services.kit.redis_url import parse_redis_url
 
 T = TypeVar("T")
@@ -364,7 +372,7 @@ class RedisEventLog:
     async def _redis_call(self, what: str, call: Awaitable[T]) -> T:
         try:
             return await call
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise Unavailable(
                 f"event log unavailable ({what}): {exc}", metadata={"dependency": "redis", "retryable": "true"}
             ) from exc
@@ -618,7 +626,7 @@ class RedisEventLog:
                 pipe.xadd(self._wake_key, {"w": 1}, maxlen=WAKE_LEN, approximate=False)
                 pipe.expire(self._wake_key, 60)  # a replica that died leaves nothing behind
                 await pipe.execute()
-        except RedisError as exc:  # the XREAD still ends within BLOCK_MS
+        except REDIS_ERRORS as exc:  # the XREAD still ends within BLOCK_MS
             log.warning("event log could not wake its watch loop", error=str(exc))
         finally:
             self._waking = None
@@ -673,7 +681,7 @@ class RedisEventLog:
                     continue
                 reply: Any = await self._blocking.xread(cursors, count=self.max_batch, block=BLOCK_MS)
                 backoff = 0.05
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 log.warning("event log watch lost redis; retrying", sessions=len(watched), error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -701,7 +709,7 @@ class RedisEventLog:
         if self._shards is not None:
             await self._shards.close()
         else:
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(*REDIS_ERRORS):
                 await self._redis.delete(self._wake_key)
         await self._redis.aclose()
         if self._blocking is not None:
@@ -765,7 +773,7 @@ class ShardWatch:
                     await self._place(session_id)
                 else:
                     await self._unplace(session_id)
-            except (RedisError, OSError) as exc:
+            except REDIS_ERRORS as exc:
                 log.warning("event log shard watch lost redis; placing again", error=str(exc))
                 await self._wait_for_topology("placing")
                 if what == "watch":
@@ -827,8 +835,23 @@ class ShardWatch:
             retry=Retry(NoBackoff(), 0),  # a lost connection ends the loop, which subscribes anew
         )
         pubsub = client.pubsub()
-        loop = asyncio.get_running_loop()
         try:
+            await self._subscribe_and_follow(shard, pubsub)
+        except REDIS_ERRORS as exc:
+            log.warning("event log shard watch lost its primary; placing again", shard=shard.name, error=str(exc))
+            self._retire(shard)
+            await self._wait_for_topology(shard.name)
+            self._disband(shard)
+        finally:
+            self._retire(shard)
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await client.aclose()
+
+    async def _subscribe_and_follow(self, shard: _Shard, pubsub: PubSub) -> None:
+        """Subscribe the shard's sessions, then fetch what each notice or confirmation says is new."""
+        loop = asyncio.get_running_loop()
+        with closed_under_us():
             await pubsub.connect()  # type: ignore[no-untyped-call]
             shard.pubsub = pubsub
             for session_id in list(shard.sessions):
@@ -842,16 +865,6 @@ class ShardWatch:
                 if loop.time() - checked >= DROP_RECHECK_S:
                     await self._events._close_dropped(list(shard.sessions))
                     checked = loop.time()
-        except (RedisError, OSError) as exc:
-            log.warning("event log shard watch lost its primary; placing again", shard=shard.name, error=str(exc))
-            self._retire(shard)
-            await self._wait_for_topology(shard.name)
-            self._disband(shard)
-        finally:
-            self._retire(shard)
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await client.aclose()
 
     def _retire(self, shard: _Shard) -> None:
         """No more subscriptions on this shard's connection; new sessions of its primary get a new one."""
@@ -864,7 +877,7 @@ class ShardWatch:
         backoff = self._backoff.get(name, 0.05)
         self._backoff[name] = min(backoff * 2, 2.0)
         await asyncio.sleep(backoff)
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*REDIS_ERRORS):
             await self._cluster.nodes_manager.initialize()
 
     async def _read(self, shard: _Shard, pubsub: PubSub) -> set[str]:

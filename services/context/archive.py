@@ -18,10 +18,8 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-import redis.asyncio as redis
-
 from services.kit.redis_keys import SessionKeys, check_prefix
-from services.kit.redis_pool import Client
+from services.kit.redis_pool import REDIS_ERRORS, Client
 
 MARKER_PREFIX = "SUMMARIZED executionId:"
 _MAX_SUFFIX = 1000
@@ -117,7 +115,7 @@ class RedisToolArchive:
     ) -> str:
         try:
             return await self._put(tenant, session, preferred_id, tool_name, tool_call_id, content)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ArchiveUnavailable(f"tool archive (Redis) unavailable: {exc}") from exc
 
     async def _put(
@@ -138,7 +136,7 @@ class RedisToolArchive:
     async def get(self, tenant: str, session: str, execution_id: str) -> ArchivedResult | None:
         try:
             return await self._load(self._key(tenant, session), execution_id)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ArchiveUnavailable(f"tool archive (Redis) unavailable: {exc}") from exc
 
     async def _load(self, key: str, execution_id: str) -> ArchivedResult | None:

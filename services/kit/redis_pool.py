@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.client import PubSub
-from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline
 from redis.asyncio.connection import BlockingConnectionPool, parse_url
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -37,6 +37,10 @@ POOL_WAIT_FACTOR = 5  # a call waits up to this many socket timeouts for a free 
 
 # A client of any form: the commands the suite uses exist on both.
 Client = aioredis.Redis | aioredis.RedisCluster
+
+# What redis-py raises when Redis, or a cluster node, is away, hung or failing over
+# (a cluster's SlotNotCoveredError is no RedisError).
+REDIS_ERRORS: tuple[type[Exception], ...] = (rex.RedisError, rex.RedisClusterException, OSError)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,23 @@ class ReplicaWait:
 
 class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """Sentinel's pool (connections follow the primary through a failover) that queues a burst."""
+
+
+@contextlib.contextmanager
+def closed_under_us() -> Iterator[None]:
+    """A ConnectionError for a command whose connection was closed under it.
+
+    redis-py's cluster client closes every connection when a node reports CLUSTERDOWN
+    during a failover, including those other calls are writing on, and a write on a
+    closed asyncio connection then fails as AttributeError/TypeError, which no retry
+    recognises (redis-py #4287, #3546).
+    """
+    try:
+        yield
+    except (AttributeError, TypeError) as exc:
+        if "NoneType" not in str(exc):
+            raise
+        raise rex.ConnectionError(f"connection closed under the command: {exc}") from exc
 
 
 class BoundedCluster(aioredis.RedisCluster):
@@ -87,11 +108,28 @@ class BoundedCluster(aioredis.RedisCluster):
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         async with self._place():
-            if self._initialize:
-                # Find the nodes before routing: calls made together while redis-py does it lazily
-                # race each other and close each other's connections (redis-py #3935).
-                await self.initialize()
-            return await super().execute_command(*args, **kwargs)
+            with closed_under_us():
+                if self._initialize:
+                    # Find the nodes before routing: calls made together while redis-py does it lazily
+                    # race each other and close each other's connections (redis-py #3935).
+                    await self.initialize()
+                return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            raise rex.RedisClusterException("shard_hint is deprecated in cluster mode")
+        return _BoundedPipeline(self, transaction)  # type: ignore[abstract]
+
+
+class _BoundedPipeline(ClusterPipeline):
+    """A cluster pipeline that takes one of its client's places, and fails like Redis when closed under it."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        client = self.cluster_client
+        assert isinstance(client, BoundedCluster)
+        async with client._place():
+            with closed_under_us():
+                return await super().execute(raise_on_error, allow_redirections)
 
 
 class _ClusterNoTimeoutRetry(BoundedCluster):
@@ -208,10 +246,10 @@ async def follow_broadcast(
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if message is not None:
                     await handle(message["data"])
-        except (rex.RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             log.warning(f"{what} subscription lost redis; subscribing again", error=str(exc))
             if isinstance(client, aioredis.RedisCluster):
-                with contextlib.suppress(rex.RedisError, OSError):
+                with contextlib.suppress(*REDIS_ERRORS):
                     await client.nodes_manager.initialize()  # the slot map after a failover
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
@@ -227,6 +265,18 @@ class NotReplicated(rex.RedisError):
     It may still reach them, or be lost if the primary fails first: the caller should
     retry it (the suite's scripts are safe to run twice) or report it unconfirmed.
     """
+
+
+# Of REDIS_ERRORS, the ones that mean "not now": the same call may succeed later (a write may have run).
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    rex.ConnectionError,
+    rex.TimeoutError,
+    rex.ClusterError,  # CLUSTERDOWN, MASTERDOWN
+    rex.TryAgainError,
+    rex.AskError,  # MOVED/ASK left after the client's redirections
+    rex.RedisClusterException,
+    NotReplicated,
+)
 
 
 async def eval_then_wait(
@@ -281,17 +331,18 @@ async def _cluster_eval_then_wait(
     if node is None:
         raise rex.SlotNotCoveredError(f"no primary serves the slot of {keys[0]!r} yet")
     bounded = client._place() if isinstance(client, BoundedCluster) else contextlib.nullcontext()
+    commands = [("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", wait.replicas, wait.timeout_ms)]
+    replies: list[Any] = []
     async with bounded:
         connection = node.acquire_connection()
         try:
-            commands = [("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", wait.replicas, wait.timeout_ms)]
-            await connection.send_packed_command(connection.pack_commands(commands))
-            replies = []
-            for _ in commands:
-                try:
-                    replies.append(await connection.read_response())
-                except rex.ResponseError as exc:  # the error of one command; the next reply follows it
-                    replies.append(exc)
+            with closed_under_us():
+                await connection.send_packed_command(connection.pack_commands(commands))
+                for _ in commands:
+                    try:
+                        replies.append(await connection.read_response())
+                    except rex.ResponseError as exc:  # the error of one command; the next reply follows it
+                        replies.append(exc)
         except (rex.ConnectionError, rex.TimeoutError, OSError):
             await connection.disconnect()
             raise

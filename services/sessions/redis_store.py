@@ -37,6 +37,7 @@ from redis.commands.core import AsyncScript
 from services.kit.redis_keys import SessionKeys, TenantKeys, check_prefix, identity_key
 from services.kit.redis_pool import (
     POOL_SIZE,
+    UNAVAILABLE_ERRORS,
     Client,
     NotReplicated,
     ReplicaWait,
@@ -233,7 +234,7 @@ class RedisSessionStore:
         """A plain command: connection failures, timeouts and Redis's "not now" replies become StoreUnavailable."""
         try:
             return await call
-        except (rex.ConnectionError, rex.TimeoutError, NotReplicated) as exc:
+        except UNAVAILABLE_ERRORS as exc:
             raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
         except rex.ResponseError as exc:
             if str(exc).startswith(_TRANSIENT_REPLIES):
