@@ -10,7 +10,9 @@ Fixtures (registered for the whole suite by tests/conftest.py):
   that kill, pause or restart it.
 
 `RedisServer` can also be used directly (e.g. `RedisServer(appendonly=True)` for data
-that must survive `kill()` + `start()`).
+that must survive `kill()` + `start()`). `admin_client(url)` is a synchronous client of
+any COGMESH_REDIS_URL form; Sentinel and cluster setups are in redis_sentinel.py and
+redis_cluster.py, and redis_topologies.py runs a test once per form (`any_redis`).
 """
 
 from __future__ import annotations
