@@ -197,6 +197,7 @@ class RedisSessionStore:
         self._channel = f"{prefix}lease-free"
         self._ttl_ms = int(session_ttl_s * 1000)
         self._scripts: dict[str, AsyncScript] = {}
+        self._loading: dict[str, asyncio.Future[Any]] = {}  # script sha -> its SCRIPT LOAD under way
         self._changed: dict[str, asyncio.Event] = {}
         self._listener: asyncio.Task[None] | None = None
         self._pipeline = None if is_cluster(client) else AutoPipeline(client, wait)
@@ -253,8 +254,16 @@ class RedisSessionStore:
         try:
             return await self._pipeline.evalsha(script.sha, keys, argv, wait is not None)
         except rex.NoScriptError:  # a restarted Redis forgot the scripts: load this one and go again
-            await self._redis.script_load(script.script)
+            await self._load(script)
             return await self._pipeline.evalsha(script.sha, keys, argv, wait is not None)
+
+    async def _load(self, script: AsyncScript) -> None:
+        """SCRIPT LOAD once for all the calls that found the script missing together (a batch fails as one)."""
+        loading = self._loading.get(script.sha)
+        if loading is None:
+            loading = self._loading[script.sha] = asyncio.ensure_future(self._redis.script_load(script.script))
+            loading.add_done_callback(lambda _: self._loading.pop(script.sha, None))
+        await asyncio.shield(loading)
 
     async def _run(
         self, name: str, tenant_id: str, session_id: str, *args: Any, more_keys: Sequence[str] = ()

@@ -17,7 +17,8 @@ from tests.support.redis_topologies import RedisUnderTest
 async def test_concurrent_calls_share_round_trips_and_keep_their_own_answers(private_redis: RedisServer) -> None:
     store = RedisSessionStore.from_url(private_redis.url, "p:", 0.0, 2.0)
     assert store._pipeline is not None
-    await store.create("acme", NewSession("", "", "default"))  # loads the script: a NOSCRIPT retry is a batch too
+    warm = (await store.create("acme", NewSession("", "", "default")))[0]
+    await store.get("acme", warm.session_id)  # loads the scripts: a retry after NOSCRIPT is a batch of its own
     batches: list[int] = []
     send = store._pipeline._send
 
