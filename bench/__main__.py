@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL = ["gateway", "runtime", "policy", "context", "sessions", "observability", "sdk", "peer", "concurrency"]
+ALL = ["gateway", "runtime", "policy", "context", "sessions", "memory", "observability", "sdk", "peer", "concurrency"]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
 # Small sizes that exercise every code path; the peer is left out (its venv install is minutes).
@@ -29,6 +29,7 @@ QUICK = {
     "gateway": ["--subscribers", "1,4", "--words", "150", "--turns", "10"],
     "peer": ["--no-peer", "--turns", "8", "--rounds", "1", "--warmup", "2"],
     "concurrency": ["--levels", "4,12", "--warmup", "2", "--settle", "0.2"],
+    "memory": ["--sizes", "1000", "--queries", "30"],
 }
 PLOTS = {"latency": "TTFE and full turn", "fanout": "fan-out", "concurrency": "concurrency"}
 

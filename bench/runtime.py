@@ -37,19 +37,11 @@ from services.kit.llm import (
 from services.runtime.budget import Limits
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.local_model import LocalModel
-from services.runtime.loop import (
-    Decision,
-    ModelInfo,
-    ResumePoint,
-    Turn,
-    Verdict,
-    decode_snapshot,
-    encode_snapshot,
-    interrupt_matcher,
-    run_turn,
-)
+from services.runtime.loop import run_turn
 from services.runtime.phases import Intercept, Phase, PhaseContext
+from services.runtime.steps.state import decode_snapshot, encode_snapshot
 from services.runtime.tools.base import builtin
+from services.runtime.turn import Decision, ModelInfo, ResumePoint, Turn, Verdict, interrupt_matcher
 
 RESULTS = Path(__file__).resolve().parent / "results" / "runtime.md"
 INFO = ModelInfo("cogmesh-local", "local", 1.0, 2.0)

@@ -43,8 +43,16 @@ KUBERNETES = DEPLOY / "kubernetes"
 DASHBOARD = DEPLOY / "grafana" / "cogmesh-dashboard.json"
 TOOLS = DEPLOY / "tools"
 K8S_VERSIONS = ("1.30", "1.37")  # oldest and newest Kubernetes the manifests are checked against
-SERVICES = ("gateway", "runtime", "policy", "context", "sessions", "models")
-PORTS = {"gateway": 50051, "runtime": 50052, "policy": 50053, "context": 50054, "sessions": 50055, "models": 50056}
+SERVICES = ("gateway", "runtime", "policy", "context", "sessions", "models", "memory")
+PORTS = {
+    "gateway": 50051,
+    "runtime": 50052,
+    "policy": 50053,
+    "context": 50054,
+    "sessions": 50055,
+    "models": 50056,
+    "memory": 50057,
+}
 CRD_GROUPS = ("networking.istio.io", "security.istio.io", "gateway.networking.k8s.io")
 _DURATION = re.compile(r"^\d+(\.\d+)?(ms|s|m|h)$")
 _SECRET_NAME = re.compile(r"(?i)(api_?key|token|secret|password|passwd|credential)")
@@ -453,6 +461,7 @@ def _rpcs() -> tuple[set[str], set[str]]:
     """(server-streaming RPC paths, unary RPC paths) of the six services, from the protos."""
     from cogmesh.context.v1 import context_pb2
     from cogmesh.gateway.v1 import gateway_pb2
+    from cogmesh.memory.v1 import memory_pb2
     from cogmesh.models.v1 import models_pb2
     from cogmesh.policy.v1 import policy_pb2
     from cogmesh.runtime.v1 import runtime_pb2
@@ -460,7 +469,7 @@ def _rpcs() -> tuple[set[str], set[str]]:
 
     streams: set[str] = set()
     unary: set[str] = set()
-    for module in (gateway_pb2, runtime_pb2, policy_pb2, context_pb2, sessions_pb2, models_pb2):
+    for module in (gateway_pb2, runtime_pb2, policy_pb2, context_pb2, sessions_pb2, models_pb2, memory_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 path = f"/{service.full_name}/{method.name}"

@@ -14,8 +14,12 @@ from gateway import auth
 from gateway.limits import TenantLimits
 from services.kit.logging import bind_request
 
-# The public services: the gateway's own API and its A2A binding.
-PROTECTED_PREFIXES = ("/cogmesh.gateway.v1.GatewayService/", "/lf.a2a.v1.A2AService/")
+# The public services: the gateway's own API, its A2A binding and the memory API.
+PROTECTED_PREFIXES = (
+    "/cogmesh.gateway.v1.GatewayService/",
+    "/lf.a2a.v1.A2AService/",
+    "/cogmesh.memory.v1.MemoryService/",
+)
 
 
 class GatewayGuard(grpc.aio.ServerInterceptor):

@@ -8,12 +8,14 @@ from collections.abc import Awaitable, Callable
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from gateway.a2a.servicer import A2AServicer
 from gateway.auth import Authenticator, load_keys
 from gateway.cancel_relay import CancelRelay
 from gateway.event_log import EventLog, MemoryEventLog
 from gateway.guard import GatewayGuard
 from gateway.limits import TenantLimits
+from gateway.memory import GatewayMemoryServicer
 from gateway.redis_event_log import RedisEventLog
 from gateway.servicer import GatewayServicer
 from services.kit.agents import load_agents
@@ -107,6 +109,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         [
             mount(servicer, gateway_pb2, gateway_pb2_grpc, "GatewayService"),
             mount(a2a, a2a_pb2, a2a_pb2_grpc, "A2AService"),
+            mount(GatewayMemoryServicer(clients), memory_pb2, memory_pb2_grpc, "MemoryService"),
         ],
         on_close=on_close,
         interceptors=[guard],

@@ -1,9 +1,15 @@
-"""Generate the Python code for every proto under protos/ into clients/python.
+"""Generate the code for every proto under protos/: Python into clients/python, Go into clients/go.
 
     python protos/generate.py          # regenerate
     python protos/generate.py --check  # exit 1 when the committed code is stale
 
-Generated modules are importable as cogmesh.<area>.v1.<file>_pb2(_grpc).
+Python modules are importable as cogmesh.<area>.v1.<file>_pb2(_grpc); they come from
+grpc_tools' bundled protoc (pinned on PyPI). Go packages are cogmesh.dev/go/gen/cogmesh/<area>/v1
+(package <area>v1, the `go_package` option every proto must carry); they come from Debian's
+protoc, protoc-gen-go and protoc-gen-go-grpc (`make go-toolchain` installs them). Where
+those are missing, Go is skipped with the reason, and the rest still runs. The public API
+(PUBLIC_PROTOS) also gets <file>_connect.py from protoc-gen-connectrpc (Google protobuf
+messages): the Connect and gRPC-Web service the browser edge (gateway/web) serves.
 """
 
 from __future__ import annotations
@@ -11,20 +17,39 @@ from __future__ import annotations
 import argparse
 import filecmp
 import importlib.resources
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
-OUT_ROOT = ROOT / "clients" / "python"
 PACKAGE = "cogmesh"
+GO_MODULE = "cogmesh.dev/go"
+GO_TOOLS = ("protoc", "protoc-gen-go", "protoc-gen-go-grpc")
+PUBLIC_PROTOS = ["cogmesh/gateway/v1/gateway.proto"]
 
 
-def generate(out: Path) -> None:
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE).rglob("*.proto"))
+def connect_plugin() -> str:
+    """protoc-gen-connectrpc from this virtualenv (pinned in pyproject's dev extra)."""
+    beside = Path(sys.executable).parent / "protoc-gen-connectrpc"
+    found = str(beside) if beside.exists() else shutil.which("protoc-gen-connectrpc")
+    if found is None:
+        raise SystemExit("protoc-gen-connectrpc not found: pip install -e '.[dev]'")
+    return found
+
+
+def proto_files() -> list[str]:
+    return sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE).rglob("*.proto"))
+
+
+def generate_python(out: Path) -> None:
     well_known = str(importlib.resources.files("grpc_tools") / "_proto")
     args = [
         "grpc_tools.protoc",
@@ -33,17 +58,27 @@ def generate(out: Path) -> None:
         f"--python_out={out}",
         f"--pyi_out={out}",
         f"--grpc_python_out={out}",
-        *protos,
+        *proto_files(),
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    connect = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{well_known}",
+        f"--plugin=protoc-gen-connectrpc={connect_plugin()}",
+        f"--connectrpc_out=protobuf=google:{out}",
+        *PUBLIC_PROTOS,
+    ]
+    if protoc.main(connect) != 0:
+        raise SystemExit("protoc (connectrpc) failed")
     # Every generated folder is a regular package so `cogmesh.<area>.v1` imports cleanly.
     for folder in (out / PACKAGE).rglob("*"):
         if folder.is_dir():
             (folder / "__init__.py").touch()
 
 
-def generated_files(root: Path) -> set[Path]:
+def python_files(root: Path) -> set[Path]:
     """Files the generator owns: everything in cogmesh/<area>/v1/ plus each area's marker."""
     owned: set[Path] = set()
     for area in (PROTO_ROOT / PACKAGE).iterdir():
@@ -52,27 +87,111 @@ def generated_files(root: Path) -> set[Path]:
     return owned
 
 
+def go_package(proto_package: str) -> str:
+    """The go_package of a proto package: cogmesh.gateway.v1 -> cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1."""
+    parts = proto_package.split(".")
+    return f"{GO_MODULE}/gen/{'/'.join(parts)};{''.join(parts[1:])}"
+
+
+def go_package_problems() -> list[str]:
+    """Every proto file whose go_package option is missing or not the one its package implies."""
+    problems = []
+    for name in proto_files():
+        text = (PROTO_ROOT / name).read_text()
+        package = re.search(r"^package\s+([\w.]+)\s*;", text, re.MULTILINE)
+        option = re.search(r'^option\s+go_package\s*=\s*"([^"]*)"\s*;', text, re.MULTILINE)
+        if package is None:
+            problems.append(f"protos/{name}: no package statement")
+            continue
+        want = go_package(package.group(1))
+        if option is None or option.group(1) != want:
+            have = f'has "{option.group(1)}"' if option else "has none"
+            problems.append(f'protos/{name}: needs `option go_package = "{want}";` ({have})')
+    return problems
+
+
+def go_tools_missing() -> str | None:
+    absent = [tool for tool in GO_TOOLS if shutil.which(tool) is None]
+    if absent:
+        return f"{', '.join(absent)} not on PATH (`make go-toolchain` installs them from Debian's packages)"
+    return None
+
+
+def generate_go(out: Path) -> None:
+    problems = go_package_problems()
+    if problems:
+        raise SystemExit("\n".join(problems))
+    out.mkdir(parents=True, exist_ok=True)
+    module = f"module={GO_MODULE}"  # files land under out/gen/..., as the import path says
+    args = ["protoc", f"-I{PROTO_ROOT}", f"--go_out={out}", f"--go_opt={module}"]
+    args += [f"--go-grpc_out={out}", f"--go-grpc_opt={module}", *proto_files()]
+    if subprocess.run(args, cwd=PROTO_ROOT).returncode != 0:
+        raise SystemExit("protoc failed for Go")
+
+
+def go_files(root: Path) -> set[Path]:
+    """Everything under gen/ is generated."""
+    return {p.relative_to(root) for p in (root / "gen").rglob("*") if p.is_file()}
+
+
+@dataclass(frozen=True)
+class Target:
+    language: str
+    out: Path
+    generate: Callable[[Path], None]
+    owned: Callable[[Path], set[Path]]
+    missing: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
+
+
+TARGETS = [
+    Target("Python", ROOT / "clients" / "python", generate_python, python_files),
+    Target("Go", ROOT / "clients" / "go", generate_go, go_files, go_tools_missing),
+]
+
+
+def regenerate(target: Target) -> None:
+    for path in target.owned(target.out):
+        (target.out / path).unlink()
+    target.generate(target.out)
+    print(f"{target.language}: generated {len(target.owned(target.out))} files under {target.out.relative_to(ROOT)}")
+
+
+def stale_files(target: Target) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp)
+        target.generate(fresh)
+        want, have = target.owned(fresh), target.owned(target.out)
+        stale = sorted(str(p) for p in want ^ have)
+        stale += sorted(str(p) for p in want & have if not filecmp.cmp(fresh / p, target.out / p, shallow=False))
+    return stale
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="fail if committed generated code is stale")
     opts = parser.parse_args()
-    if not opts.check:
-        for path in generated_files(OUT_ROOT):
-            (OUT_ROOT / path).unlink()
-        generate(OUT_ROOT)
-        print(f"generated {len(generated_files(OUT_ROOT))} files under {OUT_ROOT.relative_to(ROOT)}")
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        fresh = Path(tmp)
-        generate(fresh)
-        want, have = generated_files(fresh), generated_files(OUT_ROOT)
-        stale = sorted(str(p) for p in want ^ have)
-        stale += sorted(str(p) for p in want & have if not filecmp.cmp(fresh / p, OUT_ROOT / p, shallow=False))
+    # A proto without its go_package fails everywhere, not only where Go is installed.
+    problems = go_package_problems()
+    if problems:
+        print(*problems, sep="\n", file=sys.stderr)
+        return 1
+    failed = False
+    for target in TARGETS:
+        reason = target.missing()
+        if reason is not None:
+            print(f"{target.language}: SKIPPED, {reason}", file=sys.stderr)
+            continue
+        if not opts.check:
+            regenerate(target)
+            continue
+        stale = stale_files(target)
         if stale:
-            print("generated code is stale; run `python protos/generate.py`:", *stale, sep="\n  ", file=sys.stderr)
-            return 1
-    print("generated code is up to date")
-    return 0
+            print(f"{target.language}: generated code is stale; run `python protos/generate.py`:", file=sys.stderr)
+            print(*(f"  {target.out.relative_to(ROOT) / p}" for p in stale), sep="\n", file=sys.stderr)
+            failed = True
+        else:
+            print(f"{target.language}: generated code is up to date")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Entry point of the cogmesh image: one image, one service per container.
 
-    entrypoint.py <service> [--flag value ...]   run gateway, runtime, policy, context, sessions or models
+    entrypoint.py <service> [--flag value ...]   run gateway, runtime, policy, context, sessions, models, memory or web
     entrypoint.py health [address] [service]     grpc.health.v1 check; exit 0 when SERVING
+    entrypoint.py health http://host:port/healthz   the browser edge's check (web); exit 0 on 200
 
 The service replaces this process (exec), so it is PID 1 and gets SIGTERM directly
 to drain. Inside a container a service binds all interfaces on its default port
 unless COGMESH_LISTEN says otherwise. The health check asks COGMESH_HEALTH_ADDR,
-else the port of COGMESH_LISTEN on loopback, else the gateway's port.
+else the port of COGMESH_LISTEN on loopback, else the gateway's port; on the browser edge's
+port (50050, HTTP) it asks GET /healthz instead of grpc.health.v1.
 
 Configuration is the defaults shipped in the image (services/defaults, the same files
 `cogmesh up` reads), with a deployment's changes layered on top: files mounted in
@@ -44,12 +46,30 @@ def health_address(environ: dict[str, str]) -> str:
     return f"127.0.0.1:{port}"
 
 
+def http_health(url: str) -> int:
+    """The browser edge's check: GET /healthz answers 200 while the gateway behind it is SERVING."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as reply:
+            print(f"{url}: {reply.status}")
+            return 0
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"{url}: {exc}", file=sys.stderr)
+        return 1
+
+
 def health(args: list[str]) -> int:
     """Exit 0 when the server (or `service`) answers SERVING, 1 otherwise: Docker's HEALTHCHECK contract."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     address = args[0] if args else health_address(dict(os.environ))
+    if address.startswith("http://"):
+        return http_health(address)
+    if address.rsplit(":", 1)[-1] == str(PORTS["web"]):
+        return http_health(f"http://{address}/healthz")
     service = args[1] if len(args) > 1 else ""
     with grpc.insecure_channel(address) as channel:
         try:

@@ -26,6 +26,7 @@ import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from cogmesh.context.v1 import context_pb2_grpc
+from cogmesh.memory.v1 import memory_pb2_grpc
 from cogmesh.models.v1 import models_pb2_grpc
 from cogmesh.policy.v1 import policy_pb2_grpc
 from cogmesh.runtime.v1 import runtime_pb2_grpc
@@ -61,6 +62,10 @@ _RETRYABLE_READS = [
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "GetCheckpoint"},
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "ListCheckpoints"},
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "GetRehydrationPayload"},
+    {"service": "cogmesh.memory.v1.MemoryService", "method": "GetMemory"},
+    {"service": "cogmesh.memory.v1.MemoryService", "method": "ListMemories"},
+    {"service": "cogmesh.memory.v1.MemoryService", "method": "SearchMemories"},
+    {"service": "cogmesh.memory.v1.MemoryService", "method": "ListNamespaces"},
 ]
 SERVICE_CONFIG = json.dumps(
     {
@@ -216,6 +221,10 @@ class Clients:
     @property
     def runtime(self) -> runtime_pb2_grpc.RuntimeServiceStub:
         return self._stub(self._settings.runtime_addr, runtime_pb2_grpc.RuntimeServiceStub)  # type: ignore[no-any-return]
+
+    @property
+    def memory(self) -> memory_pb2_grpc.MemoryServiceStub:
+        return self._stub(self._settings.memory_addr, memory_pb2_grpc.MemoryServiceStub)  # type: ignore[no-any-return]
 
     async def ready(self, service: str, timeout_s: float) -> bool:
         """Wait (bounded) until the channel to `service` is connected, e.g. after that service restarted.

@@ -21,6 +21,8 @@ DEFAULT_PORTS: dict[str, int] = {
     "context": 50054,
     "sessions": 50055,
     "models": 50056,
+    "memory": 50057,
+    "web": 50050,  # the browser edge (gateway/web): HTTP, not gRPC
 }
 
 
@@ -37,6 +39,7 @@ class Settings(BaseSettings):
     context_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['context']}", description="context service address")
     sessions_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['sessions']}", description="sessions service address")
     models_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['models']}", description="models service address")
+    memory_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['memory']}", description="memory service address")
 
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     log_format: Literal["json", "console"] = Field("json", description="log line format")
@@ -116,9 +119,9 @@ class Settings(BaseSettings):
 
     redis_url: str = Field(
         "",
-        description="Redis of sessions, leases, checkpoints, event log: redis://host:port/db, "
+        description="Redis of sessions, leases, checkpoints, event log, memories: redis://host:port/db, "
         "redis+sentinel://host:port[,host:port...]/service, or redis+cluster://host:port[,host:port...]; "
-        "empty: memory",
+        "empty: in process",
     )
     redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes (no braces)")
     redis_timeout_s: float = Field(2.0, gt=0, description="socket timeout of each Redis call, seconds")
@@ -136,6 +139,22 @@ class Settings(BaseSettings):
     )
     session_ttl_s: float = Field(86_400.0, ge=0, description="idle seconds before a session is evicted; 0: never")
 
+    memory_ttl_s: float = Field(0.0, ge=0, description="seconds a memory lives when its put names no TTL; 0: forever")
+    memory_max_items: int = Field(10_000, gt=0, description="memories one namespace may hold")
+    memory_max_bytes: int = Field(
+        32 * 2**20, gt=0, description="bytes (values, texts, embeddings) one namespace may hold"
+    )
+    memory_max_value_bytes: int = Field(64 * 2**10, gt=0, description="bytes of one memory's value and text together")
+    memory_embedding_model: str = Field(
+        "", description="embedding model for vector search, e.g. text-embedding-3-small; empty: BM25 only"
+    )
+    memory_embedding_provider: str = Field(
+        "openai", description="provider (of providers_file) serving memory_embedding_model; an OpenAI-compatible one"
+    )
+    memory_cache_items: int = Field(
+        1_000_000, gt=0, description="memories a memory replica keeps indexed from Redis (least recently used go first)"
+    )
+
     api_keys_file: Path | None = Field(None, description="YAML of hashed API keys -> tenant; enables auth")
     dev_mode: bool = Field(False, description="no auth: every caller is tenant_id; loopback only")
     tenant_rate_per_s: float = Field(200.0, gt=0, description="requests per second per tenant at the gateway")
@@ -145,6 +164,18 @@ class Settings(BaseSettings):
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
     tls_client_ca_file: Path | None = Field(None, description="PEM CA bundle: require client certificates (mTLS)")
     a2a_url: str = Field("", description="address the A2A agent card advertises; empty: the gateway's listen address")
+    web_addr: str = Field(
+        f"127.0.0.1:{DEFAULT_PORTS['web']}",
+        description="HTTP address of the browser edge (Connect, gRPC-Web and the web console)",
+    )
+    web_cors_origins: str = Field(
+        "",
+        description="comma-separated origins (https://app.example.com) whose pages may call the browser edge, "
+        "or *; empty: the edge's own pages only",
+    )
+    web_console_dir: Path | None = Field(
+        None, description="folder of the built web console; default: gateway/web/console/dist (`make console`)"
+    )
 
     @field_validator("redis_url")
     @classmethod

@@ -36,13 +36,13 @@ from services.runtime.budget import CostBudget, CostTracker, Limits, SessionCost
 from services.runtime.context_link import GET_TOOL_RESPONSE, ContextLink, Memory, SessionMemory, archive_tool
 from services.runtime.delegation import TASK_TOOL, task_tool
 from services.runtime.engines import Engine, RuntimeRegistry, UnknownRuntime
-from services.runtime.loop import ModelChoice, ModelInfo, ResumePoint, Turn, interrupt_matcher
 from services.runtime.phases import Phase
 from services.runtime.policy_link import FROM_PHASES, PHASES, PolicyLink, begin_turn, message_from_proto
 from services.runtime.providers.registry import ProviderRegistry, ProviderUnavailable
 from services.runtime.structured import RESPOND_TOOL, OutputSpec
 from services.runtime.tools.base import Tool, ToolContext, answered_outside
 from services.runtime.tools.catalog import ToolCatalog
+from services.runtime.turn import ModelChoice, ModelInfo, ResumePoint, Turn, interrupt_matcher
 
 # The live transcript loaded for a turn: at most this many messages after the rolling summary.
 # Compaction keeps them within the token budget; a longer window costs every turn a bigger

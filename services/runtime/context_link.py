@@ -30,9 +30,9 @@ from services.kit.agents import AgentDefinition
 from services.kit.clients import Clients
 from services.kit.errors import CogmeshError, from_dependency
 from services.kit.llm import ChatMessage, ToolSchema
-from services.runtime.loop import Compaction, CompactionFailed
 from services.runtime.policy_link import message_from_proto, message_to_proto
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
+from services.runtime.turn import Compaction, CompactionFailed
 
 # Compact once the estimate reaches this share of the threshold: the context service counts
 # tokens exactly (tiktoken by default) and decides; the margin covers text that tokenizes

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from cogmesh.common.v1 import events_pb2
-from services.runtime.loop import Turn, run_turn
+from services.runtime.loop import run_turn
+from services.runtime.turn import Turn
 
 DEFAULT_RUNTIME = "cogmesh"
 

@@ -7,10 +7,10 @@ from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.metrics import BREAKERS, register_breakers
+from services.kit.providers import ProviderConfigError, load_providers
 from services.kit.server import App, mount, run
 from services.runtime.engines import default_registry
 from services.runtime.local_model import LocalModel
-from services.runtime.providers.config import ProviderConfigError, load_providers
 from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.servicer import RuntimeServicer
 from services.runtime.tools.builtin import builtin_tools

@@ -21,8 +21,8 @@ from services.kit.clients import Clients, call
 from services.kit.errors import Unavailable
 from services.kit.llm import ChatMessage, ToolCallRequest, ToolSchema
 from services.kit.protos import dict_to_struct, struct_to_dict
-from services.runtime.loop import Verdict
 from services.runtime.phases import Intercept, Phase, PhaseContext
+from services.runtime.turn import Verdict
 
 PHASES = {
     Phase.PRE_RUN: policy_pb2.PHASE_PRE_RUN,

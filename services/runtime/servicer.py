@@ -26,17 +26,13 @@ from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBui
 from services.runtime.budget import SessionCosts
 from services.runtime.context_link import SessionMemory
 from services.runtime.engines import Engine, RuntimeRegistry, default_registry
-from services.runtime.loop import (
-    Decision,
-    ResumePoint,
-    Turn,
-    close_open_calls,
-    decode_snapshot,
-)
 from services.runtime.providers.registry import ProviderRegistry
+from services.runtime.steps.finish import close_open_calls
+from services.runtime.steps.state import decode_snapshot
 from services.runtime.structured import OutputSpec
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog
+from services.runtime.turn import Decision, ResumePoint, Turn
 from services.runtime.turn_store import TurnStore
 
 __all__ = ["RuntimeServicer", "builtin_tools"]

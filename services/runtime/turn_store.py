@@ -27,7 +27,8 @@ from services.kit.logging import log
 from services.kit.protos import dict_to_struct
 from services.runtime.assembly import CommandTurn
 from services.runtime.context_link import Memory, SessionMemory
-from services.runtime.loop import Turn, encode_snapshot
+from services.runtime.steps.state import encode_snapshot
+from services.runtime.turn import Turn
 
 _TO_ROLE = {
     "user": messages_pb2.ROLE_USER,

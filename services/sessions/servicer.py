@@ -1,19 +1,26 @@
-"""SessionsService over a SessionStore: validation, paging tokens, proto <-> domain mapping.
+"""SessionsService over a SessionStore, as two tables: RPC -> store call, domain error -> status.
 
-Domain errors become statuses in one place (`_status_error`): a foreign tenant's
-session is NOT_FOUND like a missing one, a busy session FAILED_PRECONDITION naming
-the running turn, an unreachable store UNAVAILABLE with retryable=true.
+Each row of `RPCS` says what one RPC checks in its request (every field problem at once,
+as BadRequest violations), which store call it makes, and how the response is built from
+what the store returned; `SessionsServicer` answers every RPC from its row. `STATUSES`
+turns each domain error into the status a client sees: a foreign tenant's session is
+NOT_FOUND like a missing one, a busy session FAILED_PRECONDITION naming the running turn,
+an unreachable store UNAVAILABLE with retryable=true.
+
+A new RPC is a store method plus a row in RPCS (tests/unit/test_sessions_tables.py fails
+while an RPC of the proto, or a domain error, has no row).
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
@@ -37,10 +44,12 @@ from services.sessions.model import (
     GoalStatus,
     InvalidValue,
     LeaseHeld,
+    LeaseState,
     LimitExceeded,
     NewCheckpoint,
     NewSession,
     Phase,
+    Rehydration,
     SessionError,
     SessionNotFound,
     SessionRecord,
@@ -97,69 +106,44 @@ class AlreadyExists(CogmeshError):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
-# --------------------------------------------------------------------------- errors
+# --------------------------------------------------------------------------- domain error -> status
+
+# Keyed by the exact class the store raises; an error without a row is INTERNAL.
+STATUSES: dict[type[SessionError], Callable[[Any], CogmeshError]] = {
+    SessionNotFound: lambda e: NotFound(
+        str(e), reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND, metadata={"session_id": e.session_id}
+    ),
+    LeaseHeld: lambda e: FailedPrecondition(
+        str(e),
+        reason=errors_pb2.ERROR_REASON_TURN_IN_PROGRESS,
+        metadata={"session_id": e.session_id, "turn_id": e.turn_id, "waited_seconds": f"{e.waited_s:.3f}"},
+    ),
+    StaleLease: lambda e: FailedPrecondition(
+        str(e),
+        reason=errors_pb2.ERROR_REASON_TURN_NOT_FOUND,
+        metadata={"session_id": e.session_id, "lease_token": str(e.token)},
+    ),
+    # A paused turn that does not exist (or was already resumed).
+    CheckpointNotFound: lambda e: NotFound(
+        str(e),
+        reason=errors_pb2.ERROR_REASON_TURN_NOT_FOUND,
+        metadata={"session_id": e.session_id, "interrupt_id": e.interrupt_id},
+    ),
+    CheckpointExists: lambda e: AlreadyExists(
+        str(e), metadata={"session_id": e.session_id, "interrupt_id": e.interrupt_id}
+    ),
+    CheckpointConflict: lambda e: FailedPrecondition(
+        str(e), metadata={"session_id": e.session_id, "interrupt_id": e.interrupt_id, "conflict": e.why}
+    ),
+    InvalidValue: lambda e: InvalidArgument([(e.field_name, str(e))]),
+    LimitExceeded: lambda e: ResourceExhausted(str(e)),
+    StoreUnavailable: lambda e: Unavailable(str(e), metadata={"dependency": "session-store", "retryable": "true"}),
+}
 
 
-def _status_error(exc: SessionError) -> CogmeshError:
-    if isinstance(exc, SessionNotFound):
-        return NotFound(
-            str(exc), reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND, metadata={"session_id": exc.session_id}
-        )
-    if isinstance(exc, LeaseHeld):
-        return FailedPrecondition(
-            str(exc),
-            reason=errors_pb2.ERROR_REASON_TURN_IN_PROGRESS,
-            metadata={"session_id": exc.session_id, "turn_id": exc.turn_id, "waited_seconds": f"{exc.waited_s:.3f}"},
-        )
-    if isinstance(exc, StaleLease):
-        return FailedPrecondition(
-            str(exc),
-            reason=errors_pb2.ERROR_REASON_TURN_NOT_FOUND,
-            metadata={"session_id": exc.session_id, "lease_token": str(exc.token)},
-        )
-    if isinstance(exc, CheckpointNotFound):
-        # A paused turn that does not exist (or was already resumed).
-        return NotFound(
-            str(exc),
-            reason=errors_pb2.ERROR_REASON_TURN_NOT_FOUND,
-            metadata={"session_id": exc.session_id, "interrupt_id": exc.interrupt_id},
-        )
-    if isinstance(exc, CheckpointExists):
-        return AlreadyExists(str(exc), metadata={"session_id": exc.session_id, "interrupt_id": exc.interrupt_id})
-    if isinstance(exc, CheckpointConflict):
-        return FailedPrecondition(
-            str(exc), metadata={"session_id": exc.session_id, "interrupt_id": exc.interrupt_id, "conflict": exc.why}
-        )
-    if isinstance(exc, InvalidValue):
-        return InvalidArgument([(exc.field_name, str(exc))])
-    if isinstance(exc, LimitExceeded):
-        return ResourceExhausted(str(exc))
-    if isinstance(exc, StoreUnavailable):
-        return Unavailable(str(exc), metadata={"dependency": "session-store", "retryable": "true"})
-    return CogmeshError(str(exc))
-
-
-R = TypeVar("R")
-Resp = TypeVar(
-    "Resp",
-    sessions_pb2.CreateSessionResponse,
-    sessions_pb2.GetSessionResponse,
-    sessions_pb2.LookupSessionResponse,
-    sessions_pb2.UpdateSessionResponse,
-)
-
-
-def _mapped(method: Callable[[Any, Any, Any], Awaitable[R]]) -> Callable[[Any, Any, Any], Awaitable[R]]:
-    """Turn the domain errors a handler raises into statuses."""
-
-    @functools.wraps(method)
-    async def handler(self: Any, request: Any, context: Any) -> R:
-        try:
-            return await method(self, request, context)
-        except SessionError as exc:
-            raise _status_error(exc) from exc
-
-    return handler
+def status_of(error: SessionError) -> CogmeshError:
+    to_status = STATUSES.get(type(error))
+    return to_status(error) if to_status is not None else CogmeshError(str(error))
 
 
 # --------------------------------------------------------------------------- conversions
@@ -325,454 +309,179 @@ def _decision_bytes(decision: sessions_pb2.CheckpointDecision) -> bytes:
     return stored.SerializeToString(deterministic=True)
 
 
-class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
-    def __init__(self, store: SessionStore):
-        self.store = store
+# --------------------------------------------------------------------------- what each RPC checks
 
-    @staticmethod
-    def _with_state(response: Resp, record: SessionRecord) -> Resp:
-        response.session.CopyFrom(session_to_proto(record))
-        response.state.CopyFrom(state_to_proto(record))
-        return response
 
-    # ----------------------------------------------------------------- sessions
+def _check_create(r: sessions_pb2.CreateSessionRequest, problems: Violations) -> None:
+    _check_id(r.tenant_id, "tenant_id", problems)
+    _check_id(r.agent, "agent", problems)
+    for name in ("user_id", "topic_id", "role_id", "delegated_from"):
+        _check_id(getattr(r, name), name, problems, required=False)
+    _check_skills(r.active_skill_ids, "active_skill_ids", problems)
+    _check_json(r.runtime_config, "runtime_config", problems)
+    problems.check(
+        not r.reuse_existing or bool(r.user_id or r.topic_id),
+        "reuse_existing",
+        "needs user_id or topic_id to find the existing session",
+    )
 
-    @_mapped
-    async def CreateSession(
-        self, request: sessions_pb2.CreateSessionRequest, context: Any
-    ) -> sessions_pb2.CreateSessionResponse:
-        problems = Violations()
-        _check_id(request.tenant_id, "tenant_id", problems)
-        _check_id(request.agent, "agent", problems)
-        for name in ("user_id", "topic_id", "role_id", "delegated_from"):
-            _check_id(getattr(request, name), name, problems, required=False)
-        _check_skills(request.active_skill_ids, "active_skill_ids", problems)
-        _check_json(request.runtime_config, "runtime_config", problems)
+
+def _check_lookup(r: sessions_pb2.LookupSessionRequest, problems: Violations) -> None:
+    _check_id(r.tenant_id, "tenant_id", problems)
+    _check_id(r.user_id, "user_id", problems, required=False)
+    _check_id(r.topic_id, "topic_id", problems, required=False)
+    problems.check(bool(r.user_id or r.topic_id), "user_id", "user_id or topic_id is required")
+
+
+def _check_list_sessions(r: sessions_pb2.ListSessionsRequest, problems: Violations) -> int:
+    _check_id(r.tenant_id, "tenant_id", problems)
+    return page_size(r.page_size, 50, problems)
+
+
+def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    paths = list(r.update_mask.paths)
+    problems.check(bool(paths), "update_mask", f"must name at least one of {', '.join(_UPDATE_PATHS)}")
+    for path in paths:
+        problems.check(path in _UPDATE_PATHS, "update_mask", f"unknown path {path!r}")
+    _check_id(r.role_id, "role_id", problems, required=False)
+    _check_id(r.prompt_hash, "prompt_hash", problems, required=False)
+    _check_id(r.delegated_from, "delegated_from", problems, required=False)
+    _check_skills(r.active_skill_ids, "active_skill_ids", problems)
+    _check_json(r.runtime_config, "runtime_config", problems)
+    problems.check(r.delegation_turn_count >= 0, "delegation_turn_count", "must not be negative")
+
+
+def _check_close_all(r: sessions_pb2.CloseAllSessionsRequest, problems: Violations) -> None:
+    _check_id(r.tenant_id, "tenant_id", problems)
+    _check_id(r.user_id, "user_id", problems, required=False)
+
+
+def _stored_messages(r: sessions_pb2.AppendMessagesRequest, problems: Violations) -> list[bytes]:
+    """The messages as stored: stamped with the time they arrived, each within the size limit."""
+    _identify(r, problems)
+    problems.check(len(r.messages) > 0, "messages", "must not be empty")
+    problems.check(
+        len(r.messages) <= MAX_MESSAGES_PER_APPEND, "messages", f"must hold at most {MAX_MESSAGES_PER_APPEND} messages"
+    )
+    problems.check(r.lease_token > 0, "lease_token", "is required: append while holding the turn lease")
+    problems.check(len(r.request_id) <= 128, "request_id", "must be at most 128 characters")
+    stamp = now()
+    payloads = []
+    for i, message in enumerate(r.messages):
+        problems.check(message.role != messages_pb2.ROLE_UNSPECIFIED, f"messages[{i}].role", "must be set")
+        stored = messages_pb2.Message()
+        stored.CopyFrom(message)
+        stored.create_time.CopyFrom(stamp)
+        payload = stored.SerializeToString()
+        problems.check(len(payload) <= MAX_MESSAGE_BYTES, f"messages[{i}]", "must be at most 1 MiB")
+        payloads.append(payload)
+    return payloads
+
+
+def _check_last_n(
+    r: sessions_pb2.ListMessagesRequest | sessions_pb2.GetRehydrationPayloadRequest, problems: Violations
+) -> None:
+    problems.check(0 <= r.last_n <= MAX_PAGE, "last_n", f"must be between 0 and {MAX_PAGE}")
+
+
+def _check_list_messages(r: sessions_pb2.ListMessagesRequest, problems: Violations) -> int:
+    _identify(r, problems)
+    size = page_size(r.page_size, 100, problems)
+    _check_last_n(r, problems)
+    return size
+
+
+def _check_rehydrate(r: sessions_pb2.GetRehydrationPayloadRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    _check_last_n(r, problems)
+
+
+def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations) -> float:
+    _identify(r, problems)
+    _check_id(r.turn_id, "turn_id", problems)
+    ttl = _lease_ttl(r.ttl_seconds, problems)
+    problems.check(r.strategy in _STRATEGIES, "strategy", "must be REJECT, ENQUEUE or INTERRUPT")
+    return ttl
+
+
+def _check_holder(
+    r: sessions_pb2.ReleaseTurnLeaseRequest | sessions_pb2.RenewTurnLeaseRequest, problems: Violations
+) -> None:
+    _identify(r, problems)
+    problems.check(r.lease_token > 0, "lease_token", "is required")
+
+
+def _check_renew(r: sessions_pb2.RenewTurnLeaseRequest, problems: Violations) -> float:
+    _check_holder(r, problems)
+    return _lease_ttl(r.ttl_seconds, problems)
+
+
+def _check_summary(r: sessions_pb2.UpdateSummaryRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    problems.check(len(r.text.encode()) <= MAX_SUMMARY_BYTES, "text", f"must be at most {MAX_SUMMARY_BYTES >> 10} KiB")
+    problems.check(r.covered_message_count >= 0, "covered_message_count", "must not be negative")
+
+
+def _check_goal(r: sessions_pb2.SaveGoalRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    goal = r.goal
+    problems.check(r.HasField("goal"), "goal", "is required")
+    problems.require(goal.text, "goal.text")
+    problems.check(len(goal.text.encode()) <= MAX_GOAL_TEXT, "goal.text", "must be at most 16 KiB")
+    _check_id(goal.goal_id, "goal.goal_id", problems, required=False)
+    problems.check(goal.status in _GOAL_STATUS, "goal.status", "must be ACTIVE, COMPLETED or ABANDONED")
+    _check_json(goal.data, "goal.data", problems)
+
+
+def _check_phase(r: sessions_pb2.SetPhaseRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    problems.check(r.HasField("phase"), "phase", "is required")
+    _check_id(r.phase.phase, "phase.phase", problems)
+    _check_json(r.phase.data, "phase.data", problems)
+
+
+def _check_write_checkpoint(r: sessions_pb2.WriteCheckpointRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    _check_token(r.lease_token, problems)
+    checkpoint = r.checkpoint
+    problems.check(r.HasField("checkpoint"), "checkpoint", "is required")
+    _check_id(checkpoint.interrupt_id, "checkpoint.interrupt_id", problems)
+    _check_id(checkpoint.turn_id, "checkpoint.turn_id", problems)
+    kind = checkpoint.WhichOneof("request")
+    problems.check(kind is not None, "checkpoint.request", "must be approval, user_input or client_tool")
+    problems.check(
+        len(checkpoint.payload) <= MAX_PAYLOAD_BYTES,
+        "checkpoint.payload",
+        f"must be at most {MAX_PAYLOAD_BYTES >> 20} MiB",
+    )
+    if kind is not None:
         problems.check(
-            not request.reuse_existing or bool(request.user_id or request.topic_id),
-            "reuse_existing",
-            "needs user_id or topic_id to find the existing session",
-        )
-        problems.raise_if_any()
-        new = NewSession(
-            user_id=request.user_id,
-            topic_id=request.topic_id,
-            agent=request.agent,
-            role_id=request.role_id,
-            active_skill_ids=tuple(request.active_skill_ids),
-            runtime_config=struct_to_dict(request.runtime_config),
-            delegated_from=request.delegated_from,
-        )
-        record, reused = await self.store.create(request.tenant_id, new, request.reuse_existing)
-        return self._with_state(sessions_pb2.CreateSessionResponse(reused=reused), record)
-
-    @_mapped
-    async def GetSession(
-        self, request: sessions_pb2.GetSessionRequest, context: Any
-    ) -> sessions_pb2.GetSessionResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.raise_if_any()
-        record = await self.store.get(request.tenant_id, request.session_id)
-        return self._with_state(sessions_pb2.GetSessionResponse(), record)
-
-    @_mapped
-    async def LookupSession(
-        self, request: sessions_pb2.LookupSessionRequest, context: Any
-    ) -> sessions_pb2.LookupSessionResponse:
-        problems = Violations()
-        _check_id(request.tenant_id, "tenant_id", problems)
-        _check_id(request.user_id, "user_id", problems, required=False)
-        _check_id(request.topic_id, "topic_id", problems, required=False)
-        problems.check(bool(request.user_id or request.topic_id), "user_id", "user_id or topic_id is required")
-        problems.raise_if_any()
-        record = await self.store.lookup(request.tenant_id, request.user_id, request.topic_id)
-        return self._with_state(sessions_pb2.LookupSessionResponse(), record)
-
-    @_mapped
-    async def ListSessions(
-        self, request: sessions_pb2.ListSessionsRequest, context: Any
-    ) -> sessions_pb2.ListSessionsResponse:
-        problems = Violations()
-        _check_id(request.tenant_id, "tenant_id", problems)
-        size = page_size(request.page_size, 50, problems)
-        problems.raise_if_any()
-        cursor = decode_page_token(request.page_token, "c")
-        page = await self.store.list_sessions(request.tenant_id, cursor, size)
-        return sessions_pb2.ListSessionsResponse(
-            sessions=[session_to_proto(r) for r in page.items],
-            next_page_token=encode_page_token("c", page.next_cursor),
+            getattr(checkpoint, kind).interrupt_id in ("", checkpoint.interrupt_id),
+            f"checkpoint.{kind}.interrupt_id",
+            "must be empty or equal checkpoint.interrupt_id",
         )
 
-    @_mapped
-    async def UpdateSession(
-        self, request: sessions_pb2.UpdateSessionRequest, context: Any
-    ) -> sessions_pb2.UpdateSessionResponse:
-        problems = Violations()
-        _identify(request, problems)
-        paths = list(request.update_mask.paths)
-        problems.check(bool(paths), "update_mask", f"must name at least one of {', '.join(_UPDATE_PATHS)}")
-        for path in paths:
-            problems.check(path in _UPDATE_PATHS, "update_mask", f"unknown path {path!r}")
-        _check_id(request.role_id, "role_id", problems, required=False)
-        _check_id(request.prompt_hash, "prompt_hash", problems, required=False)
-        _check_id(request.delegated_from, "delegated_from", problems, required=False)
-        _check_skills(request.active_skill_ids, "active_skill_ids", problems)
-        _check_json(request.runtime_config, "runtime_config", problems)
-        problems.check(request.delegation_turn_count >= 0, "delegation_turn_count", "must not be negative")
-        problems.raise_if_any()
-        update = SessionUpdate(
-            role_id=request.role_id if "role_id" in paths else None,
-            active_skill_ids=tuple(request.active_skill_ids) if "active_skill_ids" in paths else None,
-            prompt_hash=request.prompt_hash if "prompt_hash" in paths else None,
-            runtime_config=struct_to_dict(request.runtime_config) if "runtime_config" in paths else None,
-            delegated_from=request.delegated_from if "delegated_from" in paths else None,
-            delegation_turn_count=request.delegation_turn_count if "delegation_turn_count" in paths else None,
-        )
-        record = await self.store.update(request.tenant_id, request.session_id, update, request.lease_token)
-        return self._with_state(sessions_pb2.UpdateSessionResponse(), record)
 
-    @_mapped
-    async def DeleteSession(
-        self, request: sessions_pb2.DeleteSessionRequest, context: Any
-    ) -> sessions_pb2.DeleteSessionResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.raise_if_any()
-        return sessions_pb2.DeleteSessionResponse(
-            deleted=await self.store.delete(request.tenant_id, request.session_id)
-        )
+def _check_interrupt(
+    r: sessions_pb2.GetCheckpointRequest | sessions_pb2.DecideCheckpointRequest | sessions_pb2.ConsumeCheckpointRequest,
+    problems: Violations,
+) -> None:
+    _identify(r, problems)
+    _check_id(r.interrupt_id, "interrupt_id", problems)
 
-    @_mapped
-    async def CloseAllSessions(
-        self, request: sessions_pb2.CloseAllSessionsRequest, context: Any
-    ) -> sessions_pb2.CloseAllSessionsResponse:
-        problems = Violations()
-        _check_id(request.tenant_id, "tenant_id", problems)
-        _check_id(request.user_id, "user_id", problems, required=False)
-        problems.raise_if_any()
-        closed = await self.store.close_all(request.tenant_id, request.user_id)
-        return sessions_pb2.CloseAllSessionsResponse(closed_count=closed)
 
-    # ----------------------------------------------------------------- messages
+def _check_decide(r: sessions_pb2.DecideCheckpointRequest, problems: Violations) -> None:
+    _check_interrupt(r, problems)
+    problems.check(r.HasField("decision"), "decision", "is required")
+    _check_id(r.decision.decided_by, "decision.decided_by", problems, required=False)
+    _check_json(r.decision.edited_arguments, "decision.edited_arguments", problems)
+    problems.check(r.decision.ByteSize() <= MAX_MESSAGE_BYTES, "decision", "must be at most 1 MiB")
 
-    @_mapped
-    async def AppendMessages(
-        self, request: sessions_pb2.AppendMessagesRequest, context: Any
-    ) -> sessions_pb2.AppendMessagesResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.check(len(request.messages) > 0, "messages", "must not be empty")
-        problems.check(
-            len(request.messages) <= MAX_MESSAGES_PER_APPEND,
-            "messages",
-            f"must hold at most {MAX_MESSAGES_PER_APPEND} messages",
-        )
-        problems.check(request.lease_token > 0, "lease_token", "is required: append while holding the turn lease")
-        problems.check(len(request.request_id) <= 128, "request_id", "must be at most 128 characters")
-        stamp = now()
-        payloads = []
-        for i, message in enumerate(request.messages):
-            problems.check(message.role != messages_pb2.ROLE_UNSPECIFIED, f"messages[{i}].role", "must be set")
-            stored = messages_pb2.Message()
-            stored.CopyFrom(message)
-            stored.create_time.CopyFrom(stamp)
-            payload = stored.SerializeToString()
-            problems.check(len(payload) <= MAX_MESSAGE_BYTES, f"messages[{i}]", "must be at most 1 MiB")
-            payloads.append(payload)
-        problems.raise_if_any()
-        result = await self.store.append_messages(
-            request.tenant_id, request.session_id, payloads, request.lease_token, request.request_id
-        )
-        return sessions_pb2.AppendMessagesResponse(message_count=result.message_count, deduplicated=result.deduplicated)
 
-    @_mapped
-    async def ListMessages(
-        self, request: sessions_pb2.ListMessagesRequest, context: Any
-    ) -> sessions_pb2.ListMessagesResponse:
-        problems = Violations()
-        _identify(request, problems)
-        size = page_size(request.page_size, 100, problems)
-        problems.check(0 <= request.last_n <= MAX_PAGE, "last_n", f"must be between 0 and {MAX_PAGE}")
-        problems.raise_if_any()
-        next_offset: int | None = None
-        if request.last_n:
-            last = await self.store.last_messages(request.tenant_id, request.session_id, request.last_n)
-            payloads = _fit(last, MAX_PAGE_BYTES, newest=True)
-        else:
-            offset = decode_page_token(request.page_token, "o") or 0
-            page = await self.store.list_messages(request.tenant_id, request.session_id, offset, size)
-            payloads = _fit(page.items, MAX_PAGE_BYTES)
-            trimmed = len(payloads) < len(page.items)
-            next_offset = offset + len(payloads) if trimmed else page.next_cursor
-        return sessions_pb2.ListMessagesResponse(
-            messages=[messages_pb2.Message.FromString(p) for p in payloads],
-            next_page_token=encode_page_token("o", next_offset),
-        )
-
-    # ----------------------------------------------------------------- the turn lease
-
-    @_mapped
-    async def AcquireTurnLease(
-        self, request: sessions_pb2.AcquireTurnLeaseRequest, context: Any
-    ) -> sessions_pb2.AcquireTurnLeaseResponse:
-        problems = Violations()
-        _identify(request, problems)
-        _check_id(request.turn_id, "turn_id", problems)
-        ttl = _lease_ttl(request.ttl_seconds, problems)
-        strategy = _STRATEGIES.get(request.strategy)
-        problems.check(strategy is not None, "strategy", "must be REJECT, ENQUEUE or INTERRUPT")
-        problems.raise_if_any()
-        assert strategy is not None
-        grant = await leases.acquire(
-            self.store, request.tenant_id, request.session_id, request.turn_id, ttl, strategy, _max_wait(context)
-        )
-        return sessions_pb2.AcquireTurnLeaseResponse(
-            lease_token=grant.token,
-            interrupted_turn_id=grant.interrupted_turn_id,
-            expire_time=_timestamp(grant.expires_at),
-            waited_seconds=grant.waited_s,
-            pending_interrupt_ids=grant.pending_interrupt_ids,
-        )
-
-    @_mapped
-    async def ReleaseTurnLease(
-        self, request: sessions_pb2.ReleaseTurnLeaseRequest, context: Any
-    ) -> sessions_pb2.ReleaseTurnLeaseResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.check(request.lease_token > 0, "lease_token", "is required")
-        problems.raise_if_any()
-        released = await self.store.release_lease(request.tenant_id, request.session_id, request.lease_token)
-        return sessions_pb2.ReleaseTurnLeaseResponse(released=released)
-
-    @_mapped
-    async def RenewTurnLease(
-        self, request: sessions_pb2.RenewTurnLeaseRequest, context: Any
-    ) -> sessions_pb2.RenewTurnLeaseResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.check(request.lease_token > 0, "lease_token", "is required")
-        ttl = _lease_ttl(request.ttl_seconds, problems)
-        problems.raise_if_any()
-        info = await self.store.renew_lease(request.tenant_id, request.session_id, request.lease_token, ttl)
-        return sessions_pb2.RenewTurnLeaseResponse(
-            expire_time=_timestamp(info.expires_at), interrupt_requested_by=info.interrupt_requested_by
-        )
-
-    @_mapped
-    async def GetTurnLease(
-        self, request: sessions_pb2.GetTurnLeaseRequest, context: Any
-    ) -> sessions_pb2.GetTurnLeaseResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.raise_if_any()
-        state = await self.store.lease_state(request.tenant_id, request.session_id)
-        response = sessions_pb2.GetTurnLeaseResponse(queued_turn_ids=list(state.queued_turn_ids))
-        if state.lease is not None:
-            response.lease.CopyFrom(
-                sessions_pb2.TurnLease(
-                    turn_id=state.lease.turn_id,
-                    lease_token=state.lease.token,
-                    expire_time=_timestamp(state.lease.expires_at),
-                    interrupt_requested_by=state.lease.interrupt_requested_by,
-                )
-            )
-        return response
-
-    # ----------------------------------------------------------------- summary, goals, phase
-
-    @_mapped
-    async def UpdateSummary(
-        self, request: sessions_pb2.UpdateSummaryRequest, context: Any
-    ) -> sessions_pb2.UpdateSummaryResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.check(
-            len(request.text.encode()) <= MAX_SUMMARY_BYTES, "text", f"must be at most {MAX_SUMMARY_BYTES >> 10} KiB"
-        )
-        problems.check(request.covered_message_count >= 0, "covered_message_count", "must not be negative")
-        problems.raise_if_any()
-        summary = await self.store.update_summary(
-            request.tenant_id, request.session_id, request.text, request.covered_message_count, request.lease_token
-        )
-        return sessions_pb2.UpdateSummaryResponse(summary=summary_to_proto(summary))
-
-    @_mapped
-    async def SaveGoal(self, request: sessions_pb2.SaveGoalRequest, context: Any) -> sessions_pb2.SaveGoalResponse:
-        problems = Violations()
-        _identify(request, problems)
-        goal = request.goal
-        problems.check(request.HasField("goal"), "goal", "is required")
-        problems.require(goal.text, "goal.text")
-        problems.check(len(goal.text.encode()) <= MAX_GOAL_TEXT, "goal.text", "must be at most 16 KiB")
-        _check_id(goal.goal_id, "goal.goal_id", problems, required=False)
-        status = _GOAL_STATUS.get(goal.status)
-        problems.check(status is not None, "goal.status", "must be ACTIVE, COMPLETED or ABANDONED")
-        _check_json(goal.data, "goal.data", problems)
-        problems.raise_if_any()
-        assert status is not None
-        saved = await self.store.save_goal(
-            request.tenant_id,
-            request.session_id,
-            goal.goal_id,
-            goal.text,
-            status,
-            struct_to_dict(goal.data),
-            request.lease_token,
-        )
-        return sessions_pb2.SaveGoalResponse(goal=goal_to_proto(saved))
-
-    @_mapped
-    async def ListGoals(self, request: sessions_pb2.ListGoalsRequest, context: Any) -> sessions_pb2.ListGoalsResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.raise_if_any()
-        goals = await self.store.list_goals(request.tenant_id, request.session_id)
-        return sessions_pb2.ListGoalsResponse(goals=[goal_to_proto(g) for g in goals])
-
-    @_mapped
-    async def SetPhase(self, request: sessions_pb2.SetPhaseRequest, context: Any) -> sessions_pb2.SetPhaseResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.check(request.HasField("phase"), "phase", "is required")
-        _check_id(request.phase.phase, "phase.phase", problems)
-        _check_json(request.phase.data, "phase.data", problems)
-        problems.raise_if_any()
-        phase = await self.store.set_phase(
-            request.tenant_id,
-            request.session_id,
-            request.phase.phase,
-            struct_to_dict(request.phase.data),
-            request.lease_token,
-        )
-        return sessions_pb2.SetPhaseResponse(phase=phase_to_proto(phase))
-
-    # ----------------------------------------------------------------- checkpoints
-
-    @_mapped
-    async def WriteCheckpoint(
-        self, request: sessions_pb2.WriteCheckpointRequest, context: Any
-    ) -> sessions_pb2.WriteCheckpointResponse:
-        problems = Violations()
-        _identify(request, problems)
-        _check_token(request.lease_token, problems)
-        checkpoint = request.checkpoint
-        problems.check(request.HasField("checkpoint"), "checkpoint", "is required")
-        _check_id(checkpoint.interrupt_id, "checkpoint.interrupt_id", problems)
-        _check_id(checkpoint.turn_id, "checkpoint.turn_id", problems)
-        kind = checkpoint.WhichOneof("request")
-        problems.check(kind is not None, "checkpoint.request", "must be approval, user_input or client_tool")
-        problems.check(
-            len(checkpoint.payload) <= MAX_PAYLOAD_BYTES,
-            "checkpoint.payload",
-            f"must be at most {MAX_PAYLOAD_BYTES >> 20} MiB",
-        )
-        request_message: Any = getattr(checkpoint, kind) if kind else None
-        if request_message is not None:
-            quoted = request_message.interrupt_id
-            problems.check(
-                quoted in ("", checkpoint.interrupt_id),
-                f"checkpoint.{kind}.interrupt_id",
-                "must be empty or equal checkpoint.interrupt_id",
-            )
-        problems.raise_if_any()
-        assert kind is not None
-        stored_request = type(request_message)()
-        stored_request.CopyFrom(request_message)
-        stored_request.interrupt_id = checkpoint.interrupt_id
-        new = NewCheckpoint(
-            interrupt_id=checkpoint.interrupt_id,
-            turn_id=checkpoint.turn_id,
-            kind=kind,
-            request=stored_request.SerializeToString(deterministic=True),
-            payload=checkpoint.payload,
-        )
-        written = await self.store.write_checkpoint(request.tenant_id, request.session_id, new, request.lease_token)
-        return sessions_pb2.WriteCheckpointResponse(checkpoint=checkpoint_to_proto(written))
-
-    @_mapped
-    async def GetCheckpoint(
-        self, request: sessions_pb2.GetCheckpointRequest, context: Any
-    ) -> sessions_pb2.GetCheckpointResponse:
-        problems = Violations()
-        _identify(request, problems)
-        _check_id(request.interrupt_id, "interrupt_id", problems)
-        problems.raise_if_any()
-        found = await self.store.get_checkpoint(request.tenant_id, request.session_id, request.interrupt_id)
-        return sessions_pb2.GetCheckpointResponse(checkpoint=checkpoint_to_proto(found))
-
-    @_mapped
-    async def ListCheckpoints(
-        self, request: sessions_pb2.ListCheckpointsRequest, context: Any
-    ) -> sessions_pb2.ListCheckpointsResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.raise_if_any()
-        found = await self.store.list_checkpoints(request.tenant_id, request.session_id)
-        return sessions_pb2.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in found])
-
-    @_mapped
-    async def DecideCheckpoint(
-        self, request: sessions_pb2.DecideCheckpointRequest, context: Any
-    ) -> sessions_pb2.DecideCheckpointResponse:
-        problems = Violations()
-        _identify(request, problems)
-        _check_id(request.interrupt_id, "interrupt_id", problems)
-        problems.check(request.HasField("decision"), "decision", "is required")
-        _check_id(request.decision.decided_by, "decision.decided_by", problems, required=False)
-        _check_json(request.decision.edited_arguments, "decision.edited_arguments", problems)
-        problems.check(request.decision.ByteSize() <= MAX_MESSAGE_BYTES, "decision", "must be at most 1 MiB")
-        problems.raise_if_any()
-        # The kind of a checkpoint never changes, so checking the answer against it first is safe.
-        pending = await self.store.get_checkpoint(request.tenant_id, request.session_id, request.interrupt_id)
-        _check_decision(pending.kind, request.decision)
-        decided = await self.store.decide_checkpoint(
-            request.tenant_id, request.session_id, request.interrupt_id, _decision_bytes(request.decision)
-        )
-        return sessions_pb2.DecideCheckpointResponse(checkpoint=checkpoint_to_proto(decided))
-
-    @_mapped
-    async def ConsumeCheckpoint(
-        self, request: sessions_pb2.ConsumeCheckpointRequest, context: Any
-    ) -> sessions_pb2.ConsumeCheckpointResponse:
-        problems = Violations()
-        _identify(request, problems)
-        _check_id(request.interrupt_id, "interrupt_id", problems)
-        _check_token(request.lease_token, problems)
-        problems.raise_if_any()
-        consumed = await self.store.consume_checkpoint(
-            request.tenant_id, request.session_id, request.interrupt_id, request.lease_token, request.allow_undecided
-        )
-        return sessions_pb2.ConsumeCheckpointResponse(checkpoint=checkpoint_to_proto(consumed))
-
-    # ----------------------------------------------------------------- rehydration
-
-    @_mapped
-    async def GetRehydrationPayload(
-        self, request: sessions_pb2.GetRehydrationPayloadRequest, context: Any
-    ) -> sessions_pb2.GetRehydrationPayloadResponse:
-        problems = Violations()
-        _identify(request, problems)
-        problems.check(0 <= request.last_n <= MAX_PAGE, "last_n", f"must be between 0 and {MAX_PAGE}")
-        problems.raise_if_any()
-        payload = await self.store.rehydrate(
-            request.tenant_id, request.session_id, request.last_n or DEFAULT_REHYDRATION_MESSAGES
-        )
-        response = sessions_pb2.GetRehydrationPayloadResponse(
-            session=session_to_proto(payload.session),
-            state=state_to_proto(payload.session),
-            last_messages=[
-                messages_pb2.Message.FromString(p) for p in _fit(payload.last_messages, MAX_PAGE_BYTES, newest=True)
-            ],
-        )
-        if payload.summary is not None:
-            response.summary.CopyFrom(summary_to_proto(payload.summary))
-        if payload.goal is not None:
-            response.goal.CopyFrom(goal_to_proto(payload.goal))
-        if payload.phase is not None:
-            response.phase.CopyFrom(phase_to_proto(payload.phase))
-        return response
+def _check_consume(r: sessions_pb2.ConsumeCheckpointRequest, problems: Violations) -> None:
+    _check_interrupt(r, problems)
+    _check_token(r.lease_token, problems)
 
 
 def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> None:
@@ -794,3 +503,368 @@ def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> Non
     elif kind == "client_tool":
         problems.check(decision.HasField("tool_result"), "decision.tool_result", "is required to answer a client tool")
     problems.raise_if_any()
+
+
+# --------------------------------------------------------------------------- requests -> domain values
+
+
+def _new_session(r: sessions_pb2.CreateSessionRequest) -> NewSession:
+    return NewSession(
+        user_id=r.user_id,
+        topic_id=r.topic_id,
+        agent=r.agent,
+        role_id=r.role_id,
+        active_skill_ids=tuple(r.active_skill_ids),
+        runtime_config=struct_to_dict(r.runtime_config),
+        delegated_from=r.delegated_from,
+    )
+
+
+def _session_update(r: sessions_pb2.UpdateSessionRequest) -> SessionUpdate:
+    """Only the fields the mask names change."""
+    paths = set(r.update_mask.paths)
+    return SessionUpdate(
+        role_id=r.role_id if "role_id" in paths else None,
+        active_skill_ids=tuple(r.active_skill_ids) if "active_skill_ids" in paths else None,
+        prompt_hash=r.prompt_hash if "prompt_hash" in paths else None,
+        runtime_config=struct_to_dict(r.runtime_config) if "runtime_config" in paths else None,
+        delegated_from=r.delegated_from if "delegated_from" in paths else None,
+        delegation_turn_count=r.delegation_turn_count if "delegation_turn_count" in paths else None,
+    )
+
+
+def _new_checkpoint(checkpoint: sessions_pb2.Checkpoint) -> NewCheckpoint:
+    """The checkpoint as stored: its request names the checkpoint's interrupt id."""
+    kind = checkpoint.WhichOneof("request")
+    assert kind is not None  # _check_write_checkpoint refused the request otherwise
+    asked = getattr(checkpoint, kind)
+    stored_request = type(asked)()
+    stored_request.CopyFrom(asked)
+    stored_request.interrupt_id = checkpoint.interrupt_id
+    return NewCheckpoint(
+        interrupt_id=checkpoint.interrupt_id,
+        turn_id=checkpoint.turn_id,
+        kind=kind,
+        request=stored_request.SerializeToString(deterministic=True),
+        payload=checkpoint.payload,
+    )
+
+
+# --------------------------------------------------------------------------- RPCs of more than one store call
+
+
+async def _list_messages(
+    store: SessionStore, r: sessions_pb2.ListMessagesRequest, size: int
+) -> sessions_pb2.ListMessagesResponse:
+    """The last n messages, or a page from an offset; either way no more than fits in one response."""
+    next_offset: int | None = None
+    if r.last_n:
+        last = await store.last_messages(r.tenant_id, r.session_id, r.last_n)
+        payloads = _fit(last, MAX_PAGE_BYTES, newest=True)
+    else:
+        offset = decode_page_token(r.page_token, "o") or 0
+        page = await store.list_messages(r.tenant_id, r.session_id, offset, size)
+        payloads = _fit(page.items, MAX_PAGE_BYTES)
+        trimmed = len(payloads) < len(page.items)
+        next_offset = offset + len(payloads) if trimmed else page.next_cursor
+    return sessions_pb2.ListMessagesResponse(
+        messages=[messages_pb2.Message.FromString(p) for p in payloads],
+        next_page_token=encode_page_token("o", next_offset),
+    )
+
+
+async def _decide(store: SessionStore, r: sessions_pb2.DecideCheckpointRequest) -> CheckpointRecord:
+    # The kind of a checkpoint never changes, so checking the answer against it first is safe.
+    pending = await store.get_checkpoint(r.tenant_id, r.session_id, r.interrupt_id)
+    _check_decision(pending.kind, r.decision)
+    return await store.decide_checkpoint(r.tenant_id, r.session_id, r.interrupt_id, _decision_bytes(r.decision))
+
+
+# --------------------------------------------------------------------------- store results -> responses
+
+WithState = TypeVar(
+    "WithState",
+    sessions_pb2.CreateSessionResponse,
+    sessions_pb2.GetSessionResponse,
+    sessions_pb2.LookupSessionResponse,
+    sessions_pb2.UpdateSessionResponse,
+)
+
+
+def _with_state(response: WithState, record: SessionRecord) -> WithState:
+    response.session.CopyFrom(session_to_proto(record))
+    response.state.CopyFrom(state_to_proto(record))
+    return response
+
+
+def _lease_response(state: LeaseState) -> sessions_pb2.GetTurnLeaseResponse:
+    response = sessions_pb2.GetTurnLeaseResponse(queued_turn_ids=list(state.queued_turn_ids))
+    if state.lease is not None:
+        response.lease.CopyFrom(
+            sessions_pb2.TurnLease(
+                turn_id=state.lease.turn_id,
+                lease_token=state.lease.token,
+                expire_time=_timestamp(state.lease.expires_at),
+                interrupt_requested_by=state.lease.interrupt_requested_by,
+            )
+        )
+    return response
+
+
+def _rehydration_response(payload: Rehydration) -> sessions_pb2.GetRehydrationPayloadResponse:
+    response = sessions_pb2.GetRehydrationPayloadResponse(
+        session=session_to_proto(payload.session),
+        state=state_to_proto(payload.session),
+        last_messages=[
+            messages_pb2.Message.FromString(p) for p in _fit(payload.last_messages, MAX_PAGE_BYTES, newest=True)
+        ],
+    )
+    if payload.summary is not None:
+        response.summary.CopyFrom(summary_to_proto(payload.summary))
+    if payload.goal is not None:
+        response.goal.CopyFrom(goal_to_proto(payload.goal))
+    if payload.phase is not None:
+        response.phase.CopyFrom(phase_to_proto(payload.phase))
+    return response
+
+
+# --------------------------------------------------------------------------- RPC -> store call
+
+Req = TypeVar("Req", bound=Message)
+Parsed = TypeVar("Parsed")
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class Rpc:
+    """One RPC over the store (build it with `rpc`, which type-checks the parts against each other).
+
+    `check` records every problem of the request and returns what it worked out on the way
+    (a page size, a TTL, the messages as stored); nothing is called while a problem stands.
+    `call(store, request, parsed, context)` makes the store call; `answer` builds the
+    response from its result. A domain error on the way becomes its status (STATUSES).
+    """
+
+    request: type[Message]
+    check: Callable[[Any, Violations], Any]
+    call: Callable[[SessionStore, Any, Any, Any], Awaitable[Any]]
+    answer: Callable[[Any], Message]
+
+    async def handle(self, store: SessionStore, request: Message, context: Any) -> Message:
+        try:
+            problems = Violations()
+            parsed = self.check(request, problems)
+            problems.raise_if_any()
+            return self.answer(await self.call(store, request, parsed, context))
+        except SessionError as exc:
+            raise status_of(exc) from exc
+
+
+def rpc(
+    request: type[Req],
+    check: Callable[[Req, Violations], Parsed],
+    call: Callable[[SessionStore, Req, Parsed, Any], Awaitable[Result]],
+    answer: Callable[[Result], Message],
+) -> Rpc:
+    return Rpc(request, check, call, answer)
+
+
+RPCS: dict[str, Rpc] = {
+    # sessions
+    "CreateSession": rpc(
+        sessions_pb2.CreateSessionRequest,
+        _check_create,
+        lambda store, r, _, __: store.create(r.tenant_id, _new_session(r), r.reuse_existing),
+        lambda made: _with_state(sessions_pb2.CreateSessionResponse(reused=made[1]), made[0]),
+    ),
+    "GetSession": rpc(
+        sessions_pb2.GetSessionRequest,
+        _identify,
+        lambda store, r, _, __: store.get(r.tenant_id, r.session_id),
+        lambda record: _with_state(sessions_pb2.GetSessionResponse(), record),
+    ),
+    "LookupSession": rpc(
+        sessions_pb2.LookupSessionRequest,
+        _check_lookup,
+        lambda store, r, _, __: store.lookup(r.tenant_id, r.user_id, r.topic_id),
+        lambda record: _with_state(sessions_pb2.LookupSessionResponse(), record),
+    ),
+    "ListSessions": rpc(
+        sessions_pb2.ListSessionsRequest,
+        _check_list_sessions,
+        lambda store, r, size, _: store.list_sessions(r.tenant_id, decode_page_token(r.page_token, "c"), size),
+        lambda page: sessions_pb2.ListSessionsResponse(
+            sessions=[session_to_proto(s) for s in page.items],
+            next_page_token=encode_page_token("c", page.next_cursor),
+        ),
+    ),
+    "UpdateSession": rpc(
+        sessions_pb2.UpdateSessionRequest,
+        _check_update,
+        lambda store, r, _, __: store.update(r.tenant_id, r.session_id, _session_update(r), r.lease_token),
+        lambda record: _with_state(sessions_pb2.UpdateSessionResponse(), record),
+    ),
+    "DeleteSession": rpc(
+        sessions_pb2.DeleteSessionRequest,
+        _identify,
+        lambda store, r, _, __: store.delete(r.tenant_id, r.session_id),
+        lambda deleted: sessions_pb2.DeleteSessionResponse(deleted=deleted),
+    ),
+    "CloseAllSessions": rpc(
+        sessions_pb2.CloseAllSessionsRequest,
+        _check_close_all,
+        lambda store, r, _, __: store.close_all(r.tenant_id, r.user_id),
+        lambda closed: sessions_pb2.CloseAllSessionsResponse(closed_count=closed),
+    ),
+    # messages
+    "AppendMessages": rpc(
+        sessions_pb2.AppendMessagesRequest,
+        _stored_messages,
+        lambda store, r, payloads, _: store.append_messages(
+            r.tenant_id, r.session_id, payloads, r.lease_token, r.request_id
+        ),
+        lambda result: sessions_pb2.AppendMessagesResponse(
+            message_count=result.message_count, deduplicated=result.deduplicated
+        ),
+    ),
+    "ListMessages": rpc(
+        sessions_pb2.ListMessagesRequest,
+        _check_list_messages,
+        lambda store, r, size, _: _list_messages(store, r, size),
+        lambda response: response,
+    ),
+    # the turn lease
+    "AcquireTurnLease": rpc(
+        sessions_pb2.AcquireTurnLeaseRequest,
+        _check_acquire,
+        lambda store, r, ttl, context: leases.acquire(
+            store, r.tenant_id, r.session_id, r.turn_id, ttl, _STRATEGIES[r.strategy], _max_wait(context)
+        ),
+        lambda grant: sessions_pb2.AcquireTurnLeaseResponse(
+            lease_token=grant.token,
+            interrupted_turn_id=grant.interrupted_turn_id,
+            expire_time=_timestamp(grant.expires_at),
+            waited_seconds=grant.waited_s,
+            pending_interrupt_ids=grant.pending_interrupt_ids,
+        ),
+    ),
+    "ReleaseTurnLease": rpc(
+        sessions_pb2.ReleaseTurnLeaseRequest,
+        _check_holder,
+        lambda store, r, _, __: store.release_lease(r.tenant_id, r.session_id, r.lease_token),
+        lambda released: sessions_pb2.ReleaseTurnLeaseResponse(released=released),
+    ),
+    "RenewTurnLease": rpc(
+        sessions_pb2.RenewTurnLeaseRequest,
+        _check_renew,
+        lambda store, r, ttl, _: store.renew_lease(r.tenant_id, r.session_id, r.lease_token, ttl),
+        lambda info: sessions_pb2.RenewTurnLeaseResponse(
+            expire_time=_timestamp(info.expires_at), interrupt_requested_by=info.interrupt_requested_by
+        ),
+    ),
+    "GetTurnLease": rpc(
+        sessions_pb2.GetTurnLeaseRequest,
+        _identify,
+        lambda store, r, _, __: store.lease_state(r.tenant_id, r.session_id),
+        _lease_response,
+    ),
+    # summary, goals, phase
+    "UpdateSummary": rpc(
+        sessions_pb2.UpdateSummaryRequest,
+        _check_summary,
+        lambda store, r, _, __: store.update_summary(
+            r.tenant_id, r.session_id, r.text, r.covered_message_count, r.lease_token
+        ),
+        lambda summary: sessions_pb2.UpdateSummaryResponse(summary=summary_to_proto(summary)),
+    ),
+    "SaveGoal": rpc(
+        sessions_pb2.SaveGoalRequest,
+        _check_goal,
+        lambda store, r, _, __: store.save_goal(
+            r.tenant_id,
+            r.session_id,
+            r.goal.goal_id,
+            r.goal.text,
+            _GOAL_STATUS[r.goal.status],
+            struct_to_dict(r.goal.data),
+            r.lease_token,
+        ),
+        lambda goal: sessions_pb2.SaveGoalResponse(goal=goal_to_proto(goal)),
+    ),
+    "ListGoals": rpc(
+        sessions_pb2.ListGoalsRequest,
+        _identify,
+        lambda store, r, _, __: store.list_goals(r.tenant_id, r.session_id),
+        lambda goals: sessions_pb2.ListGoalsResponse(goals=[goal_to_proto(g) for g in goals]),
+    ),
+    "SetPhase": rpc(
+        sessions_pb2.SetPhaseRequest,
+        _check_phase,
+        lambda store, r, _, __: store.set_phase(
+            r.tenant_id, r.session_id, r.phase.phase, struct_to_dict(r.phase.data), r.lease_token
+        ),
+        lambda phase: sessions_pb2.SetPhaseResponse(phase=phase_to_proto(phase)),
+    ),
+    # checkpoints of paused turns
+    "WriteCheckpoint": rpc(
+        sessions_pb2.WriteCheckpointRequest,
+        _check_write_checkpoint,
+        lambda store, r, _, __: store.write_checkpoint(
+            r.tenant_id, r.session_id, _new_checkpoint(r.checkpoint), r.lease_token
+        ),
+        lambda written: sessions_pb2.WriteCheckpointResponse(checkpoint=checkpoint_to_proto(written)),
+    ),
+    "GetCheckpoint": rpc(
+        sessions_pb2.GetCheckpointRequest,
+        _check_interrupt,
+        lambda store, r, _, __: store.get_checkpoint(r.tenant_id, r.session_id, r.interrupt_id),
+        lambda found: sessions_pb2.GetCheckpointResponse(checkpoint=checkpoint_to_proto(found)),
+    ),
+    "ListCheckpoints": rpc(
+        sessions_pb2.ListCheckpointsRequest,
+        _identify,
+        lambda store, r, _, __: store.list_checkpoints(r.tenant_id, r.session_id),
+        lambda found: sessions_pb2.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in found]),
+    ),
+    "DecideCheckpoint": rpc(
+        sessions_pb2.DecideCheckpointRequest,
+        _check_decide,
+        lambda store, r, _, __: _decide(store, r),
+        lambda decided: sessions_pb2.DecideCheckpointResponse(checkpoint=checkpoint_to_proto(decided)),
+    ),
+    "ConsumeCheckpoint": rpc(
+        sessions_pb2.ConsumeCheckpointRequest,
+        _check_consume,
+        lambda store, r, _, __: store.consume_checkpoint(
+            r.tenant_id, r.session_id, r.interrupt_id, r.lease_token, r.allow_undecided
+        ),
+        lambda consumed: sessions_pb2.ConsumeCheckpointResponse(checkpoint=checkpoint_to_proto(consumed)),
+    ),
+    # rehydration
+    "GetRehydrationPayload": rpc(
+        sessions_pb2.GetRehydrationPayloadRequest,
+        _check_rehydrate,
+        lambda store, r, _, __: store.rehydrate(r.tenant_id, r.session_id, r.last_n or DEFAULT_REHYDRATION_MESSAGES),
+        _rehydration_response,
+    ),
+}
+
+
+class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
+    """Answers every RPC of SessionsService from its row of RPCS (the methods are added below)."""
+
+    def __init__(self, store: SessionStore):
+        self.store = store
+
+
+def _method(name: str, rpc: Rpc) -> Callable[[SessionsServicer, Any, Any], Awaitable[Message]]:
+    async def method(self: SessionsServicer, request: Any, context: Any) -> Message:
+        return await rpc.handle(self.store, request, context)
+
+    method.__name__ = name
+    method.__qualname__ = f"{SessionsServicer.__qualname__}.{name}"
+    return method
+
+
+for _name, _rpc in RPCS.items():
+    setattr(SessionsServicer, _name, _method(_name, _rpc))

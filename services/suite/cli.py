@@ -29,7 +29,7 @@ from gateway.auth import hash_key
 from services.kit.config import Settings
 from services.suite.chat import interactive, spin
 from services.suite.render import EventPrinter, agent_lines, message_json, model_lines
-from services.suite.supervisor import ORDER, StartupError, Supervisor
+from services.suite.supervisor import EDGES, ORDER, StartupError, Supervisor
 
 DEMO_MESSAGE = "What is 17 * 23?"
 out = Console(highlight=False, soft_wrap=True)
@@ -161,21 +161,24 @@ async def cmd_up(args: argparse.Namespace) -> int:
         else:
             out.print(text)
 
-    supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout)
+    supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout, edges=EDGES)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    report(f"starting cogmesh: {len(ORDER)} services, logs in {log_dir}")
+    report(f"starting cogmesh: {len(ORDER)} services and the browser edge, logs in {log_dir}")
     try:
         await supervisor.start()
     except StartupError as exc:
         err.print(f"[red]error:[/red] {exc}", markup=True)
         return 1
+    console = f"http://{settings.web_addr}/console/"
     if args.json:
-        print(json.dumps({"event": "ready", "gateway": settings.gateway_addr, "log_dir": str(log_dir)}), flush=True)
+        ready = {"event": "ready", "gateway": settings.gateway_addr, "console": console, "log_dir": str(log_dir)}
+        print(json.dumps(ready), flush=True)
     else:
         out.print(f"[green]ready[/green]: gateway on {settings.gateway_addr} · Ctrl-C stops everything")
+        out.print(f"web console: {console}")
     if args.demo:
         report(f"demo turn: {DEMO_MESSAGE}")
         async with GatewayClient(settings.gateway_addr) as client:

@@ -8,6 +8,7 @@ from gateway import main as gateway_main
 from services.context import main as context_main
 from services.kit.config import Settings
 from services.kit.server import Build, RunningServer, start
+from services.memory import main as memory_main
 from services.models import main as models_main
 from services.policy import main as policy_main
 from services.runtime import main as runtime_main
@@ -17,6 +18,7 @@ from services.sessions import main as sessions_main
 ORDER: list[tuple[str, Build]] = [
     ("models", models_main.build),
     ("sessions", sessions_main.build),
+    ("memory", memory_main.build),
     ("context", context_main.build),  # calls models and sessions
     ("policy", policy_main.build),  # calls context (ContextCompressor)
     ("runtime", runtime_main.build),

@@ -13,19 +13,22 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.kit.config import Settings
 
 # Start order: dependencies first, the public gateway last.
-ORDER = ["models", "sessions", "context", "policy", "runtime", "gateway"]
-MODULES = {name: f"services.{name}" for name in ORDER} | {"gateway": "gateway"}
+ORDER = ["models", "sessions", "memory", "context", "policy", "runtime", "gateway"]
+# HTTP processes in front of the gateway, started after it: ready when GET /healthz answers 200.
+EDGES = ["web"]
+MODULES = {name: f"services.{name}" for name in ORDER} | {"gateway": "gateway", "web": "gateway.web"}
 MAX_BACKOFF_S = 30.0
 
 
@@ -52,6 +55,19 @@ async def wait_serving(address: str, timeout_s: float) -> None:
             await asyncio.sleep(0.05)
 
 
+async def wait_http_ready(address: str, timeout_s: float) -> None:
+    """Poll http://address/healthz until it answers 200 (the edge and the gateway behind it are up)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=1.0) as http:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(f"http://{address}/healthz")).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"http://{address}/healthz not ready after {timeout_s:g}s")
+            await asyncio.sleep(0.05)
+
+
 @dataclass
 class Child:
     name: str
@@ -69,10 +85,14 @@ class Supervisor:
         log_dir: Path,
         report: Callable[[str], None],
         ready_timeout_s: float = 30.0,
+        edges: Sequence[str] = (),
     ):
+        """`edges`: which of EDGES to start after the gateway (`cogmesh up` starts the browser edge;
+        the benchmarks, which give only the gRPC services free ports, start none)."""
         self.settings, self.log_dir, self.report = settings, log_dir, report
         self.ready_timeout_s = ready_timeout_s
-        self.children = {name: Child(name, address_of(settings, name), log_dir / f"{name}.log") for name in ORDER}
+        self.names = ORDER + [name for name in EDGES if name in edges]
+        self.children = {name: Child(name, address_of(settings, name), log_dir / f"{name}.log") for name in self.names}
         self._stopping = False
 
     def _env(self) -> dict[str, str]:
@@ -87,7 +107,7 @@ class Supervisor:
     async def _spawn(self, child: Child) -> None:
         log_file = child.log_path.open("ab")
         metrics: list[str] = []
-        if self.settings.metrics_port:  # one /metrics port per child: base, base + 1, ...
+        if self.settings.metrics_port and child.name in ORDER:  # one /metrics port per gRPC child: base, base + 1, ...
             metrics = ["--metrics-port", str(self.settings.metrics_port + ORDER.index(child.name))]
         try:
             child.process = await asyncio.create_subprocess_exec(
@@ -117,7 +137,8 @@ class Supervisor:
         await self._spawn(child)
         assert child.process is not None
         exited = asyncio.create_task(child.process.wait())
-        healthy = asyncio.create_task(wait_serving(child.address, self.ready_timeout_s))
+        ready = wait_http_ready if child.name in EDGES else wait_serving
+        healthy = asyncio.create_task(ready(child.address, self.ready_timeout_s))
         done, _ = await asyncio.wait({exited, healthy}, return_when=asyncio.FIRST_COMPLETED)
         if exited in done:
             healthy.cancel()
@@ -134,7 +155,7 @@ class Supervisor:
     async def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for name in ORDER:
+            for name in self.names:
                 child = self.children[name]
                 await self._start_one(child)
                 self.report(
@@ -165,10 +186,10 @@ class Supervisor:
                 self.report(f"! {exc}")
 
     async def stop(self, grace_s: float | None = None) -> None:
-        """SIGTERM every child, gateway first; SIGKILL what is still alive after the grace period."""
+        """SIGTERM every child, the edge and gateway first; SIGKILL what is still alive after the grace period."""
         self._stopping = True
         grace = (self.settings.shutdown_grace_s if grace_s is None else grace_s) + 5.0
-        for name in reversed(ORDER):
+        for name in reversed(self.names):
             child = self.children[name]
             if child.watcher is not None:
                 child.watcher.cancel()

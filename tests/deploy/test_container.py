@@ -4,9 +4,11 @@ or checks its grpc.health.v1 status (what Docker's HEALTHCHECK and compose run).
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,28 @@ async def test_the_entry_point_rejects_unknown_services() -> None:
     )
     out, _ = await asyncio.wait_for(process.communicate(), TIMEOUT_S)
     assert process.returncode == 2 and b"unknown service 'billing'" in out
+
+
+async def test_the_web_edges_health_check_is_http() -> None:
+    class Healthz(http.server.BaseHTTPRequestHandler):
+        status = 200
+
+        def do_GET(self) -> None:
+            self.send_response(self.status if self.path == "/healthz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthz)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/healthz"
+    try:
+        code, out = await health(url)
+        assert code == 0 and out == f"{url}: 200\n"
+        Healthz.status = 503  # the gateway behind the edge is not SERVING
+        code, out = await health(url)
+        assert code == 1 and "503" in out
+    finally:
+        server.shutdown()
+        server.server_close()

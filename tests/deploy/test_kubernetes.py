@@ -52,7 +52,7 @@ def test_the_base_needs_a_redis_component(rendered: dict[str, list[dict[str, Any
     problems = validate.check_workloads(rendered["base"])
     assert problems and all("cogmesh-redis" in p for p in problems)
     assert {p.split(":")[0] for p in problems} == {
-        f"Deployment/{n}" for n in ("gateway", "policy", "sessions", "models")
+        f"Deployment/{n}" for n in ("gateway", "policy", "sessions", "models", "memory")
     }
 
 
@@ -97,6 +97,7 @@ def test_secrets_are_mounted_only_where_needed(rendered: dict[str, list[dict[str
         "context": set(),
         "sessions": {"cogmesh-redis"},
         "models": {"cogmesh-redis"},
+        "memory": {"cogmesh-redis"},
     }
 
 

@@ -13,10 +13,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -24,7 +25,8 @@ from services.kit.config import DEFAULT_PORTS
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway"]
+GRPC_SERVICES = ["models", "policy", "context", "sessions", "memory", "runtime", "gateway"]
+SERVICES = [*GRPC_SERVICES, "web"]  # each gets a free port; web is the browser edge (HTTP)
 
 
 def free_ports(n: int) -> list[int]:
@@ -44,6 +46,7 @@ class Up:
     addresses: dict[str, str]
     pids: dict[str, int]
     env: dict[str, str]
+    ready: dict[str, str] = field(default_factory=dict)  # the "ready" line: gateway, console, log_dir
 
     def lines_until(self, predicate, timeout_s: float) -> list[dict]:  # type: ignore[no-untyped-def]
         seen, deadline = [], time.monotonic() + timeout_s
@@ -75,6 +78,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     handle = Up(process, addresses, {}, env)
     try:
         lines = handle.lines_until(lambda item: item.get("event") == "ready", 60)
+        handle.ready = lines[-1]
         for item in lines:
             match = re.match(r"(\w+)\s+SERVING\s+\S+\s+\(pid (\d+)\)", item.get("text", ""))
             if match:
@@ -102,10 +106,13 @@ def cli(up: Up, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[
 
 def test_every_service_reports_serving(up: Up) -> None:
     assert set(up.pids) == set(SERVICES)
-    for name, address in up.addresses.items():
-        with grpc.insecure_channel(address) as channel:
+    for name in GRPC_SERVICES:
+        with grpc.insecure_channel(up.addresses[name]) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING, name
+    health = httpx.get(f"http://{up.addresses['web']}/healthz", timeout=5)
+    assert health.status_code == 200 and health.json()["status"] == "SERVING"
+    assert up.ready["console"] == f"http://{up.addresses['web']}/console/"
 
 
 def test_chat_json_streams_the_calculator_turn(up: Up) -> None:

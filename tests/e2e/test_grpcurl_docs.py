@@ -118,6 +118,40 @@ def stop(process: subprocess.Popen[Any]) -> None:
             process.wait()
 
 
+def start_up(env: dict[str, str], log_dir: Path) -> subprocess.Popen[str]:
+    """`cogmesh up` as processes, returned once it says it is ready."""
+    suite = subprocess.Popen(
+        [str(BIN / "cogmesh"), "up", "--json", "--log-dir", str(log_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert suite.stdout is not None
+    for line in suite.stdout:
+        if json.loads(line).get("event") == "ready":
+            return suite
+    stop(suite)
+    raise AssertionError("cogmesh up exited before it was ready")
+
+
+def start_gateway(env: dict[str, str], address: str) -> subprocess.Popen[bytes]:
+    """One more gateway over the internal services env names, returned once it is SERVING."""
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "gateway"],
+        env=env | {"COGMESH_LISTEN": address},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_serving(address, 60)
+    except BaseException:
+        stop(gateway)
+        raise
+    return gateway
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     ports = free_ports(len(SERVICES) + 1)
@@ -125,21 +159,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     base_env = {k: v for k, v in os.environ.items() if k not in ("COGMESH_API_KEYS_FILE", "COGMESH_DEV_MODE")}
     env = base_env | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()} | {"COGMESH_HEARTBEAT_S": "1"}
     tmp = tmp_path_factory.mktemp("grpcurl-docs")
-    suite = subprocess.Popen(
-        [str(BIN / "cogmesh"), "up", "--json", "--log-dir", str(tmp / "logs")],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    suite = start_up(env, tmp / "logs")
     keyed: subprocess.Popen[bytes] | None = None
     try:
-        assert suite.stdout is not None
-        for line in suite.stdout:
-            if json.loads(line).get("event") == "ready":
-                break
-        else:
-            raise AssertionError("cogmesh up exited before it was ready")
         # A second gateway with API keys over the same internal services, for the Authentication section.
         key = subprocess.run(
             [str(BIN / "cogmesh"), "keys", "new", "--json", "--tenant", "acme", "--principal", "docs"],
@@ -151,14 +173,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         keys_file = tmp / "keys.yaml"
         keys_file.write_text(f"keys:\n  - {json.dumps(made['entry'])}\n")
         keyed_address = f"127.0.0.1:{ports[-1]}"
-        keyed = subprocess.Popen(
-            [sys.executable, "-m", "gateway"],
-            env=env | {"COGMESH_LISTEN": keyed_address, "COGMESH_API_KEYS_FILE": str(keys_file)},
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_serving(keyed_address, 60)
+        keyed = start_gateway(env | {"COGMESH_API_KEYS_FILE": str(keys_file)}, keyed_address)
         shell_env = base_env | {
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "COGMESH_API_KEY": made["api_key"],

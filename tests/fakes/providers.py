@@ -6,16 +6,41 @@ with the provider's error body and headers such as retry-after), optionally with
 malformed chunk or a cut connection. The fake renders it exactly as the provider
 would stream it (OpenAI chat-completions SSE, Anthropic Messages SSE, Gemini
 streamGenerateContent SSE) and the official SDK under test parses it.
+
+The HTTP is uvicorn's (keep-alive, chunked transfer for the event streams, HTTP/1.1 as a
+production server speaks it); the fake is a plain ASGI app. It is not aiohttp's server
+because google-genai sends its requests through aiohttp whenever aiohttp is installed,
+and cogmesh runs it over httpx.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.http import HttpServer, Request, Response
+import uvicorn
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as the fake received it."""
+
+    method: str
+    path: str  # with the query string
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
 
 
 @dataclass
@@ -48,48 +73,116 @@ class Fail:
 Step = Reply | Fail
 
 
+class _Server(uvicorn.Server):
+    """uvicorn in the test's event loop, leaving Ctrl-C to pytest (uvicorn would take the signal handlers)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class FakeProvider:
-    """Base: pops the next scripted step per model request; the default step echoes."""
+    """Base: pops the next scripted step per model request; the default step echoes.
+
+    `model_requests` are the model requests received; `disconnects` counts the streams the
+    client abandoned before they ended (await `wait_for_disconnects(n)` to see the n-th).
+    """
 
     def __init__(self) -> None:
         self.script: list[Step] = []
-        self.server = HttpServer(self._handle)
         self.model_requests: list[Request] = []
-        self.started = asyncio.Event()  # set when a stream starts (for cancellation tests)
-
-    @property
-    def url(self) -> str:
-        return self.server.url
+        self.disconnects = 0
+        self.url = ""
+        self._disconnected = asyncio.Condition()
+        self._streams: set[asyncio.Task[bool]] = set()
+        self._server: _Server | None = None
+        self._serving: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> FakeProvider:
-        await self.server.start()
+        listener = socket.create_server(("127.0.0.1", 0))  # listening now: clients may connect at once
+        self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        config = uvicorn.Config(self._app, interface="asgi3", lifespan="off", log_config=None, access_log=False)
+        self._server = _Server(config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.server.stop()
+        for stream in list(self._streams):
+            stream.cancel()  # a stream still running ends as it would when the process goes away
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            await self._serving
 
     def then(self, *steps: Step) -> FakeProvider:
         self.script.extend(steps)
         return self
 
-    async def _handle(self, request: Request) -> Response:
+    async def wait_for_disconnects(self, count: int) -> None:
+        """Until `count` streams in all were abandoned by the client."""
+        async with self._disconnected:
+            await self._disconnected.wait_for(lambda: self.disconnects >= count)
+
+    async def _app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app: every request goes through here."""
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        path = scope["raw_path"].decode("latin-1")
+        if scope["query_string"]:
+            path += "?" + scope["query_string"].decode("latin-1")
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        request = Request(scope["method"], path, headers, body)
+        if (answer := self.answer(request)) is not None:  # a plain JSON endpoint of a subclass
+            await _respond(send, answer[0], {}, json.dumps(answer[1]).encode())
+            return
         if not self.is_model_request(request):
-            return Response(404, body=b'{"error": "not found"}')
+            await _respond(send, 404, {}, b'{"error": "not found"}')
+            return
         self.model_requests.append(request)
         step = self.script.pop(0) if self.script else Reply(text=["ok"])
         if isinstance(step, Fail):
-            return Response(step.status, headers=step.headers, body=json.dumps(self.error_body(step)).encode())
+            await _respond(send, step.status, step.headers, json.dumps(self.error_body(step)).encode())
+            return
         chunks = [self.sse(event) for event in self.render(step)]
         if step.malformed_at is not None:
             chunks[step.malformed_at] = self.malformed()
-        self.started.set()
-        return Response(
-            200,
-            headers={"content-type": "text/event-stream", "cache-control": "no-cache"},
-            chunks=chunks,
-            delay_s=step.delay_s,
-            cut_after=step.cut_after,
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+            }
         )
+        await self._stream(receive, send, chunks, step)
+
+    async def _stream(self, receive: Receive, send: Send, chunks: list[bytes], reply: Reply) -> None:
+        """Send the chunks, each one HTTP chunk, while watching for the client going away.
+
+        A stream cut on purpose (or cancelled as the fake stops) returns unfinished, and
+        uvicorn closes the connection without the terminating chunk (logging "ASGI callable
+        returned without completing response", which is the point).
+        """
+        writing = asyncio.create_task(_write(send, chunks, reply.delay_s, reply.cut_after))
+        self._streams.add(writing)
+        gone = asyncio.create_task(_until_disconnect(receive))
+        try:
+            await asyncio.wait({writing, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._streams.discard(writing)
+            gone.cancel()
+            abandoned = not writing.done()
+            writing.cancel()
+        if abandoned:
+            async with self._disconnected:
+                self.disconnects += 1
+                self._disconnected.notify_all()
+        elif not writing.cancelled():
+            writing.result()  # a failure of the fake itself surfaces here
 
     @staticmethod
     def sse(event: dict[str, Any] | str, name: str = "") -> bytes:
@@ -99,6 +192,10 @@ class FakeProvider:
 
     def malformed(self) -> bytes:
         return b'data: {"this is": not json\n\n'
+
+    def answer(self, request: Request) -> tuple[int, Any] | None:
+        """(status, JSON body) for a request that is not a model stream; None: not such a request."""
+        return None
 
     def is_model_request(self, request: Request) -> bool:
         raise NotImplementedError
@@ -237,3 +334,33 @@ class FakeGoogle(FakeProvider):
     def error_body(self, fail: Fail) -> dict[str, Any]:
         status = fail.error_type or {429: "RESOURCE_EXHAUSTED", 400: "INVALID_ARGUMENT"}.get(fail.status, "INTERNAL")
         return {"error": {"code": fail.status, "message": fail.message, "status": status}}
+
+
+async def _respond(send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
+    named = {"content-type": "application/json"} | {k.lower(): v for k, v in headers.items()}
+    named["content-length"] = str(len(body))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in named.items()],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _write(send: Send, chunks: list[bytes], delay_s: float, cut_after: int | None) -> bool:
+    """Stream the chunks (no content-length: chunked transfer); False when cut before the end."""
+    for index, chunk in enumerate(chunks):
+        if cut_after is not None and index >= cut_after:
+            return False
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+    return True
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -23,6 +23,7 @@ from grpc_status import rpc_status
 from cogmesh.common.v1 import events_pb2
 from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from cogmesh.memory.v1 import memory_pb2_grpc
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from cogmesh.runtime.v1 import runtime_pb2_grpc
@@ -43,6 +44,7 @@ STUB_CLASSES: dict[str, Callable[[grpc.aio.Channel], Any]] = {
     "context": context_pb2_grpc.ContextServiceStub,
     "sessions": sessions_pb2_grpc.SessionsServiceStub,
     "models": models_pb2_grpc.ModelsServiceStub,
+    "memory": memory_pb2_grpc.MemoryServiceStub,
 }
 
 

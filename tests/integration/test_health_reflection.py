@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 
 from cogmesh.context.v1 import context_pb2
 from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.memory.v1 import memory_pb2
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2
@@ -32,7 +33,10 @@ SERVICE_NAMES = {
     "context": context_pb2.DESCRIPTOR.services_by_name["ContextService"],
     "sessions": sessions_pb2.DESCRIPTOR.services_by_name["SessionsService"],
     "models": models_pb2.DESCRIPTOR.services_by_name["ModelsService"],
+    "memory": memory_pb2.DESCRIPTOR.services_by_name["MemoryService"],
 }
+# Services a process serves besides its own: the gateway serves the memory API to applications.
+ALSO_SERVED = {"gateway": {"memory"}}
 HEALTH = "grpc.health.v1.Health"
 REFLECTION = "grpc.reflection.v1alpha.ServerReflection"
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -85,8 +89,9 @@ async def test_reflection_lists_services(channels: dict[str, grpc.aio.Channel], 
     assert SERVICE_NAMES[name].full_name in listed
     assert HEALTH in listed
     assert REFLECTION in listed
-    # Each process serves only its own cogmesh service.
-    others = {d.full_name for n, d in SERVICE_NAMES.items() if n != name}
+    # Each process serves only its own cogmesh service (and the gateway the memory API).
+    others = {d.full_name for n, d in SERVICE_NAMES.items() if n != name and n not in ALSO_SERVED.get(name, set())}
+    assert {SERVICE_NAMES[n].full_name for n in ALSO_SERVED.get(name, set())} <= set(listed)
     assert others.isdisjoint(listed)
 
 

@@ -198,7 +198,7 @@ async def test_rate_limit_retry_then_failover_to_the_fallback_model(env: Env) ->
 async def test_cancel_aborts_the_provider_stream_and_keeps_partial_text(env: Env) -> None:
     env.openai.then(Reply(text=[f"w{i} " for i in range(500)], delay_s=0.02))
     session_id = await new_session(env.gateway, agent="gpt")
-    disconnects = env.openai.server.disconnects
+    disconnects = env.openai.disconnects
     stream = env.gateway.SendMessage(gateway_pb2.SendMessageRequest(session_id=session_id, content="talk"))
     events: list[events_pb2.RuntimeEvent] = []
     cancelled = False
@@ -215,11 +215,8 @@ async def test_cancel_aborts_the_provider_stream_and_keeps_partial_text(env: Env
     assert len(streamed.split()) < 100  # stopped long before the 500 words
     again = await env.gateway.CancelTurn(gateway_pb2.CancelTurnRequest(session_id=session_id))
     assert not again.cancelled  # a second cancel is harmless
-    for _ in range(100):
-        if env.openai.server.disconnects > disconnects:
-            break
-        await asyncio.sleep(0.02)
-    assert env.openai.server.disconnects == disconnects + 1  # the HTTP stream was aborted
+    await asyncio.wait_for(env.openai.wait_for_disconnects(disconnects + 1), 30)  # the HTTP stream was aborted
+    assert env.openai.disconnects == disconnects + 1
     stored = await env.stubs["sessions"].ListMessages(
         sessions_pb2.ListMessagesRequest(tenant_id=SUITE_SETTINGS.tenant_id, session_id=session_id)
     )

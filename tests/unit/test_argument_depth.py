@@ -32,17 +32,18 @@ from services.kit.limits import (
 )
 from services.kit.llm import ChatMessage, ToolCallChunk, ToolSchema
 from services.kit.protos import dict_to_struct
+from services.kit.providers import ProviderConfig
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.delegation import task_tool
 from services.runtime.local_model import MAX_PARSE_DEPTH, LocalModel
-from services.runtime.loop import Decision, ModelInfo, ResumePoint, Turn, Verdict, interrupt_matcher, run_turn
+from services.runtime.loop import run_turn
 from services.runtime.phases import Intercept, Phase, PhaseContext
-from services.runtime.providers.config import ProviderConfig
 from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.providers.tool_args import parse_arguments
 from services.runtime.servicer import validate_resume
 from services.runtime.structured import RESPOND_TOOL, OutputSpec, parse_json_text
 from services.runtime.tools.base import builtin
+from services.runtime.turn import Decision, ModelInfo, ResumePoint, Turn, Verdict, interrupt_matcher
 from tests.fakes.models import ScriptedModel, calls, text
 from tests.fakes.providers import Call, FakeAnthropic, FakeGoogle, FakeOpenAI, FakeProvider, Reply
 

@@ -136,3 +136,24 @@ def test_peer_runs_side_by_side(tmp_path: Path) -> None:
     assert peer["tokens"]["langgraph in-process"]["events"] == 101
     assert peer["tool"]["langgraph"]["turns"] == 3
     assert "cogmesh / langgraph" in (tmp_path / "peer.md").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_memory_bench_writes_both_tables(tmp_path: Path) -> None:
+    env = {**os.environ, "COGMESH_BENCH_RESULTS": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.memory", "--sizes", "400", "--queries", "5"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    latency, memory = harness.parse_tables((tmp_path / "memory.md").read_text())
+    searches = {row["search"] for row in latency}
+    assert "cogmesh BM25, Redis store" in searches and "raw bm25s get_scores + top 10 (baseline)" in searches
+    redis_row = next(row for row in latency if row["search"] == "cogmesh BM25, Redis store")
+    assert float(redis_row["p50 ms"]) > 0  # a round trip to Redis at least
+    (row,) = memory
+    assert row["memories"] == "400" and int(row["Redis B"].replace(",", "")) > 0

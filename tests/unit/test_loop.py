@@ -9,8 +9,9 @@ from services.kit.llm import ChatMessage, ModelChunk, ToolCallChunk, ToolCallReq
 from services.runtime.budget import Limits
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.local_model import LocalModel
-from services.runtime.loop import ModelInfo, Turn, Verdict, run_turn
+from services.runtime.loop import run_turn
 from services.runtime.tools.base import builtin
+from services.runtime.turn import ModelInfo, Turn, Verdict
 
 INFO = ModelInfo("cogmesh-local", "local", input_per_million_usd=1.0, output_per_million_usd=2.0)
 

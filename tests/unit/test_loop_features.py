@@ -28,11 +28,12 @@ from services.runtime.budget import CostBudget, CostTracker, Limits
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.engines import Capabilities, RuntimeRegistry, UnknownRuntime, default_registry
 from services.runtime.local_model import LocalModel
-from services.runtime.loop import ModelChoice, ModelInfo, Turn, Verdict, run_turn
+from services.runtime.loop import run_turn
 from services.runtime.phases import Intercept, Phase, PhaseContext
 from services.runtime.structured import RESPOND_TOOL, OutputSpec
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable, builtin
 from services.runtime.tools.breaker import BreakerRegistry, CircuitState
+from services.runtime.turn import ModelChoice, ModelInfo, Turn, Verdict
 from tests.fakes.models import ScriptedModel, calls, text
 
 INFO = ModelInfo("primary-1", "acme", input_per_million_usd=1000.0, output_per_million_usd=2000.0)

@@ -16,18 +16,10 @@ from services.kit.llm import ChatMessage, ModelError, ToolCallRequest
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.context_link import estimate_tokens
 from services.runtime.local_model import LocalModel
-from services.runtime.loop import (
-    Compaction,
-    CompactionFailed,
-    ModelChoice,
-    ModelInfo,
-    Turn,
-    Verdict,
-    interrupt_matcher,
-    run_turn,
-)
+from services.runtime.loop import run_turn
 from services.runtime.phases import Intercept, Phase, PhaseContext
 from services.runtime.tools.base import Tool, ToolContext, builtin
+from services.runtime.turn import Compaction, CompactionFailed, ModelChoice, ModelInfo, Turn, Verdict, interrupt_matcher
 from tests.fakes.models import ScriptedModel, calls, text
 
 INFO = ModelInfo("m1", "acme")

@@ -15,13 +15,14 @@ import mcp
 import pytest
 
 from cogmesh.common.v1 import events_pb2
-from services.runtime.loop import ModelInfo, Turn, Verdict, run_turn
+from services.runtime.loop import run_turn
 from services.runtime.tools.base import ToolContext, ToolError, ToolUnavailable
 from services.runtime.tools.breaker import BreakerRegistry
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog, ToolServersError, load_tool_servers
 from services.runtime.tools.mcp_client import McpServer
 from services.runtime.tools.remote import RemoteToolServer
+from services.runtime.turn import ModelInfo, Turn, Verdict
 from tests.fakes.models import ScriptedModel, calls, text
 from tests.fakes.processes import EVERYTHING, PYTHON_MCP, ROOT, mcp_http_server, node_tool_server, require_node_tools
 

@@ -21,7 +21,7 @@ from services.kit.llm import (
     ToolSchema,
     UsageChunk,
 )
-from services.runtime.providers.config import ProviderConfig
+from services.kit.providers import ProviderConfig
 from services.runtime.providers.registry import ProviderRegistry
 from tests.fakes.providers import Call, Fail, FakeAnthropic, FakeGoogle, FakeOpenAI, FakeProvider, Reply
 
@@ -218,12 +218,9 @@ async def test_cancelling_the_consumer_aborts_the_http_request(kind: str, fake: 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(100):  # the server notices the closed connection on its next write
-        if fake.server.disconnects:
-            break
-        await asyncio.sleep(0.02)
+    await asyncio.wait_for(fake.wait_for_disconnects(1), 30)  # the server saw the connection close
     await registry.close()
-    assert fake.server.disconnects == 1
+    assert fake.disconnects == 1
     assert len(fake.model_requests) == 1
 
 

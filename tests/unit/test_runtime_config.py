@@ -8,8 +8,8 @@ import pytest
 
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.providers import load_providers
 from services.runtime import main as runtime_main
-from services.runtime.providers.config import load_providers
 from services.runtime.tools.catalog import load_tool_servers
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "services" / "runtime" / "examples"

@@ -1,7 +1,8 @@
 // @cogmesh/client: a typed Node client for cogmesh's GatewayService.
-export { CogmeshClient, DEFAULT_ADDRESS } from "./client.js";
+export { CogmeshClient, DEFAULT_ADDRESS, type ClientOptions, type TlsOptions } from "./client.js";
+export { bearer, CogmeshClientBase } from "./core.js";
 export type {
-  ClientOptions,
+  CallOptions,
   CreateSessionOptions,
   Decision,
   Interrupt,
@@ -10,9 +11,8 @@ export type {
   SendOptions,
   StreamOptions,
   SubscribeOptions,
-  TlsOptions,
   TurnResult,
-} from "./client.js";
+} from "./core.js";
 export { Code, CogmeshError, type FieldViolation } from "./errors.js";
 export {
   interruptOf,

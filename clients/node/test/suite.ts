@@ -12,7 +12,8 @@ import { fileURLToPath } from "node:url";
 // dist/test/suite.js -> clients/node -> repository root
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const repoRoot = resolve(packageRoot, "..", "..");
-const SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway"];
+// Every process `cogmesh up` starts, each on a free port (web: the browser edge, HTTP).
+const SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway", "web"];
 
 export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
@@ -27,6 +28,8 @@ export async function freePort(): Promise<number> {
 
 export interface Suite {
   gateway: string;
+  /** The browser edge's base URL (Connect and gRPC-Web), e.g. http://127.0.0.1:41234. */
+  web: string;
   /** An API key per tenant, as the gateway's keys file maps them. */
   keys: Record<string, string>;
   stop(): Promise<void>;
@@ -43,9 +46,10 @@ export async function startSuite(tenants: string[], readyTimeoutMs = 240_000): P
   });
   writeFileSync(keysFile, `keys:\n${lines.join("\n")}\n`);
   try {
-    const { gateway, stop } = await spawnSuite(keysFile, readyTimeoutMs);
+    const { gateway, web, stop } = await spawnSuite(keysFile, readyTimeoutMs);
     return {
       gateway,
+      web,
       keys,
       stop: async () => {
         await stop();
@@ -61,7 +65,7 @@ export async function startSuite(tenants: string[], readyTimeoutMs = 240_000): P
 async function spawnSuite(
   keysFile: string,
   readyTimeoutMs: number,
-): Promise<{ gateway: string; stop(): Promise<void> }> {
+): Promise<{ gateway: string; web: string; stop(): Promise<void> }> {
   const bin = process.env.COGMESH_BIN ?? join(repoRoot, ".venv", "bin", "cogmesh");
   if (!existsSync(bin)) throw new Error(`${bin} not found: run \`make\` at the repository root (or set COGMESH_BIN)`);
   const env: NodeJS.ProcessEnv = { ...process.env };
@@ -75,7 +79,7 @@ async function spawnSuite(
     stdio: ["ignore", "pipe", "inherit"],
   });
   const lines: string[] = [];
-  const gateway = await new Promise<string>((ok, fail) => {
+  const ready = await new Promise<{ gateway: string; console: string }>((ok, fail) => {
     const timer = setTimeout(
       () => fail(new Error(`suite not ready in ${readyTimeoutMs} ms: ${lines.join("\n")}`)),
       readyTimeoutMs,
@@ -83,17 +87,17 @@ async function spawnSuite(
     child.once("exit", (code) => fail(new Error(`cogmesh up exited with ${code}: ${lines.join("\n")}`)));
     createInterface({ input: child.stdout! }).on("line", (line) => {
       lines.push(line);
-      const item = JSON.parse(line) as { event?: string; gateway?: string };
-      if (item.event === "ready" && item.gateway) {
+      const item = JSON.parse(line) as { event?: string; gateway?: string; console?: string };
+      if (item.event === "ready" && item.gateway && item.console) {
         clearTimeout(timer);
-        ok(item.gateway);
+        ok({ gateway: item.gateway, console: item.console });
       }
     });
   }).catch(async (err: unknown) => {
     await stopProcess(child);
     throw err;
   });
-  return { gateway, stop: () => stopProcess(child) };
+  return { gateway: ready.gateway, web: new URL(ready.console).origin, stop: () => stopProcess(child) };
 }
 
 async function stopProcess(child: ChildProcess): Promise<void> {

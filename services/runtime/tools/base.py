@@ -34,12 +34,17 @@ class ToolUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is calling: remote tool servers get it so they can scope and dedupe."""
+    """Who is calling: remote tool servers get it so they can scope and dedupe.
+
+    `idempotency_key` is the same every time this call is run, by any replica (a turn
+    taken over after a crash runs a call again when its result was not yet recorded).
+    """
 
     call_id: str = ""
     session_id: str = ""
     tenant_id: str = ""
     turn_id: str = ""
+    idempotency_key: str = ""
 
 
 ToolRun: TypeAlias = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]

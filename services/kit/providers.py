@@ -1,4 +1,4 @@
-"""Where each model provider is and how to authenticate to it.
+"""Where each model provider is and how to authenticate to it (the runtime's models, the memory service's embeddings).
 
 The models service says which provider serves a model ("openai", "anthropic",
 "deepseek", ...); this file says how to reach that provider: the wire protocol

@@ -1,0 +1,3 @@
+from gateway.web.main import main
+
+main()

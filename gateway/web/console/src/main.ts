@@ -1,0 +1,171 @@
+// cogmesh's web console: the tenant's sessions, newest first; a session's live event stream; a
+// composer; approvals and questions answered in place. It talks to the browser edge that serves
+// it (same origin) over the Connect protocol, with @cogmesh/client's browser transport.
+import { Code, CogmeshError, CogmeshWebClient, type Session } from "@cogmesh/client/web";
+import { SessionView } from "./session.js";
+import { apiKey, setApiKey } from "./store.js";
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+
+const ui = {
+  banner: $("banner"),
+  connection: $("connection"),
+  keyForm: $<HTMLFormElement>("key-form"),
+  key: $<HTMLInputElement>("api-key"),
+  agent: $<HTMLSelectElement>("agent"),
+  newSession: $<HTMLFormElement>("new-session"),
+  refresh: $<HTMLButtonElement>("refresh"),
+  sessions: $<HTMLOListElement>("sessions"),
+  session: $("session"),
+  empty: $("empty"),
+  title: $("session-title"),
+  cancel: $<HTMLButtonElement>("cancel-turn"),
+  events: $("events"),
+  composer: $<HTMLFormElement>("composer"),
+  message: $<HTMLTextAreaElement>("message"),
+};
+
+let client = makeClient();
+let view: SessionView | undefined;
+let runningTurn: string | undefined;
+
+function makeClient(): CogmeshWebClient {
+  // baseUrl "": this page's origin, the edge that served it.
+  return new CogmeshWebClient({ baseUrl: "", apiKey: apiKey() || undefined, protocol: "connect" });
+}
+
+function showError(err: unknown): void {
+  const error = err instanceof CogmeshError ? err : CogmeshError.from(err);
+  if (error.code === Code.Canceled) return; // we stopped it
+  const reason = error.reason ? ` (${error.reason})` : "";
+  const fields = error.violations.map((v) => `\n  ${v.field}: ${v.description}`).join("");
+  ui.banner.textContent = `${error.codeName}${reason}: ${error.message}${fields}`;
+  ui.banner.hidden = false;
+  if (error.code === Code.Unauthenticated) {
+    ui.keyForm.hidden = false;
+    ui.key.focus();
+  }
+}
+
+function clearError(): void {
+  ui.banner.hidden = true;
+}
+
+function sessionLink(session: Session): HTMLLIElement {
+  const link = document.createElement("a");
+  link.href = `#/s/${session.sessionId}`;
+  link.dataset.session = session.sessionId;
+  const created = session.createTime ? new Date(Number(session.createTime.seconds) * 1000).toLocaleString() : "";
+  const title = document.createElement("div");
+  title.textContent = `${session.agent} · ${session.sessionId.slice(0, 8)}`;
+  const meta = document.createElement("div");
+  meta.className = "meta";
+  meta.textContent = `${created} · ${session.messageCount} message(s)${session.activeTurnId ? " · turn running" : ""}`;
+  link.append(title, meta);
+  if (session.sessionId === currentSession()) link.classList.add("active");
+  const item = document.createElement("li");
+  item.append(link);
+  return item;
+}
+
+async function loadSessions(): Promise<void> {
+  const { sessions } = await client.listSessions({ pageSize: 100 }); // newest first
+  ui.sessions.replaceChildren(...sessions.map(sessionLink));
+}
+
+async function loadAgents(): Promise<void> {
+  const agents = await client.listAgents();
+  ui.agent.replaceChildren(
+    ...agents.map((agent) => {
+      const option = document.createElement("option");
+      option.value = agent.name;
+      option.textContent = agent.name;
+      option.title = agent.description;
+      return option;
+    }),
+  );
+}
+
+function currentSession(): string | undefined {
+  return /^#\/s\/([\w-]+)$/.exec(location.hash)?.[1];
+}
+
+function openSession(): void {
+  view?.close();
+  view = undefined;
+  const id = currentSession();
+  ui.session.hidden = !id;
+  ui.empty.hidden = Boolean(id);
+  ui.sessions.querySelectorAll("a").forEach((a) => a.classList.toggle("active", a.dataset.session === id));
+  if (!id) return;
+  ui.title.textContent = `session ${id}`;
+  view = new SessionView(client, id, ui.events, {
+    error: showError,
+    running: (turnId) => {
+      const ended = runningTurn !== undefined && turnId === undefined;
+      runningTurn = turnId;
+      ui.cancel.hidden = !turnId;
+      if (ended) loadSessions().catch(showError); // message counts and "turn running" changed
+    },
+  });
+  view.start();
+  ui.message.focus();
+}
+
+async function refresh(): Promise<void> {
+  clearError();
+  try {
+    await Promise.all([loadAgents(), loadSessions()]);
+    ui.connection.textContent = `Connect · ${location.origin}${apiKey() ? " · key set" : ""}`;
+  } catch (err) {
+    showError(err);
+  }
+}
+
+ui.keyForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  setApiKey(ui.key.value.trim());
+  ui.key.value = "";
+  ui.keyForm.hidden = true;
+  client = makeClient();
+  void refresh().then(openSession);
+});
+
+ui.newSession.addEventListener("submit", (e) => {
+  e.preventDefault();
+  clearError();
+  client
+    .createSession({ agent: ui.agent.value })
+    .then(async (session) => {
+      location.hash = `#/s/${session.sessionId}`;
+      await loadSessions();
+    })
+    .catch(showError);
+});
+
+ui.refresh.addEventListener("click", () => void refresh());
+
+ui.composer.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const text = ui.message.value.trim();
+  if (!text || !view) return;
+  clearError();
+  ui.message.value = "";
+  view.send(text);
+});
+
+ui.message.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey) {
+    e.preventDefault();
+    ui.composer.requestSubmit();
+  }
+});
+
+ui.cancel.addEventListener("click", () => {
+  const id = currentSession();
+  if (id) client.cancelTurn(id, runningTurn).catch(showError);
+});
+
+window.addEventListener("hashchange", openSession);
+void refresh();
+openSession();

@@ -1,0 +1,141 @@
+// Drives the web console in Debian's headless Chromium (playwright-core, never a downloaded
+// browser) and prints what it saw as one JSON object; tests/e2e/test_web_console.py checks it
+// against the gateway's own replay.
+//
+//   node console.mjs <console url> <artifacts dir>
+//
+// Scenarios: a calculator turn streamed live, then a notice; an approval on the `careful` agent;
+// a reload in the middle of a long streaming reply. Every wait is for a condition on the page, bounded by
+// STEP_MS so a broken console fails instead of hanging.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { chromium } from "playwright-core";
+
+const [url, artifacts] = process.argv.slice(2);
+if (!url || !artifacts) {
+  console.error("usage: node console.mjs <console url> <artifacts dir>");
+  process.exit(2);
+}
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const STEP_MS = 60_000;
+const FLAGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+const renderedSeqs = (page) =>
+  page.$$eval("#events [data-seq]", (els) => els.map((el) => Number(el.getAttribute("data-seq"))));
+
+async function newSession(page, agent) {
+  const before = await page.evaluate(() => location.hash);
+  await page.selectOption("#agent", agent);
+  await page.click("#new-session button");
+  await page.waitForFunction((old) => /^#\/s\/\w+/.test(location.hash) && location.hash !== old, before, {
+    timeout: STEP_MS,
+  });
+  const id = await page.evaluate(() => location.hash.slice("#/s/".length));
+  await page.waitForSelector(`#sessions a[data-session="${id}"]`, { timeout: STEP_MS });
+  return id;
+}
+
+async function send(page, text) {
+  await page.fill("#message", text);
+  await page.press("#message", "Enter");
+}
+
+const result = { errors: [] };
+const profile = mkdtempSync(join(tmpdir(), "cogmesh-chromium-"));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: CHROMIUM,
+  headless: true,
+  args: FLAGS,
+  viewport: { width: 1280, height: 900 },
+});
+try {
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.on("pageerror", (err) => result.errors.push(`pageerror: ${err.message}`));
+  page.on("console", (msg) => msg.type() === "error" && result.errors.push(`console: ${msg.text()}`));
+  await page.goto(url);
+  await page.waitForSelector("#agent option[value=careful]", { state: "attached", timeout: STEP_MS });
+
+  // 1. The calculator turn.
+  const calc = await newSession(page, "default");
+  await send(page, "What is 17 * 23?");
+  await page.waitForSelector("[data-kind=toolCallStarted]:has-text('calculator')", { timeout: STEP_MS });
+  await page.waitForSelector("[data-kind=final]", { timeout: STEP_MS });
+  result.calculator = {
+    session: calc,
+    rendered: await renderedSeqs(page),
+    toolCall: await page.textContent("[data-kind=toolCallStarted]"),
+    toolResult: await page.textContent("[data-kind=toolCallFinished]"),
+    answer: await page.textContent(".assistant"),
+    final: await page.textContent("[data-kind=final]"),
+    timelineBars: await page.$$eval(".timeline rect", (rects) => rects.map((r) => r.getAttribute("data-row"))),
+  };
+  // A notice in the stream: a /model command the strict catalogue refuses says so in a native_notice.
+  await send(page, "/model nosuch-model");
+  await page.waitForSelector("[data-kind=nativeNotice]", { timeout: STEP_MS });
+  await page.waitForFunction(() => document.querySelectorAll("[data-kind=final]").length === 2, null, {
+    timeout: STEP_MS,
+  });
+  result.calculator.notice = await page.textContent("[data-kind=nativeNotice]");
+  result.calculator.renderedWithNotice = await renderedSeqs(page);
+  await page.screenshot({ path: join(artifacts, "console-calculator.png"), fullPage: true });
+
+  // 2. An approval on the careful agent, answered with the button.
+  const careful = await newSession(page, "careful");
+  await send(page, "What is 12 * 12?");
+  await page.click("[data-kind=approvalRequired] button[data-decision=approve]", { timeout: STEP_MS });
+  await page.waitForSelector("[data-kind=final]", { timeout: STEP_MS });
+  result.approval = {
+    session: careful,
+    rendered: await renderedSeqs(page),
+    answer: await page.textContent(".assistant"),
+    answered: await page.$eval("[data-kind=approvalRequired]", (el) => el.classList.contains("answered")),
+    waitBars: await page.$$eval(".timeline rect[data-row=wait]", (rects) => rects.length),
+  };
+  await page.screenshot({ path: join(artifacts, "console-approval.png"), fullPage: true });
+
+  // 3. Reload in the middle of a long streaming reply: the page shows what it had, then resumes.
+  const long = await newSession(page, "default");
+  await send(page, "Tell me a long story.");
+  await page.waitForFunction(() => document.querySelectorAll("[data-kind=assistantDelta]").length >= 10, null, {
+    timeout: STEP_MS,
+  });
+  const beforeReload = await renderedSeqs(page);
+  const resumedFrom = new Promise((resolve) => {
+    page.on("request", (request) => {
+      // A server stream's request is one Connect envelope: 5 bytes of flags and length, then JSON.
+      if (request.url().endsWith("/Subscribe")) resolve(JSON.parse(request.postDataBuffer().subarray(5).toString()));
+    });
+  });
+  await page.reload();
+  const subscribe = await resumedFrom;
+  const restored = await renderedSeqs(page); // what sessionStorage gave back, before any new event
+  await page.waitForSelector("[data-kind=final]", { timeout: STEP_MS });
+  result.reload = {
+    session: long,
+    beforeReload,
+    restoredAtLeast: restored,
+    subscribe,
+    rendered: await renderedSeqs(page),
+    finalTurnDeltas: await page.$$eval("[data-kind=assistantDelta]", (els) => els.length),
+  };
+  await page.screenshot({ path: join(artifacts, "console-reload.png"), fullPage: true });
+} catch (err) {
+  result.errors.push(`driver: ${err.stack ?? err}`);
+  const page = context.pages()[0];
+  if (page) await page.screenshot({ path: join(artifacts, "console-failure.png"), fullPage: true }).catch(() => {});
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+}
+console.log(JSON.stringify(result));

@@ -1,0 +1,125 @@
+"""The web console in a real browser: Debian's headless Chromium, driven by playwright-core
+(tests/browser/console.mjs), against `cogmesh up` as processes on free ports with a slow
+built-in model. What the page rendered is checked against the gateway's own replay over gRPC.
+Screenshots are kept in tests/artifacts/ (ignored by git); the test prints where."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from tests.e2e.test_cogmesh_up import BIN, ROOT, SERVICES, Up, free_ports
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+DRIVER = ROOT / "tests" / "browser" / "console.mjs"
+CONSOLE = ROOT / "gateway" / "web" / "console" / "dist" / "index.html"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+
+def missing_prerequisite() -> str | None:
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is not installed: `make test` installs Debian's chromium as root (apt-get install chromium)"
+    if not (DRIVER.parent / "node_modules" / "playwright-core").is_dir():
+        return "tests/browser has no node_modules: `make test` runs npm ci there"
+    if not CONSOLE.exists():
+        return "the console is not built: run `make console`"
+    return None
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    addresses = {n: f"127.0.0.1:{p}" for n, p in zip(SERVICES, free_ports(len(SERVICES)), strict=True)}
+    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    # A slow model: plain messages get 200 tokens 40 ms apart (8 s at least), so a reload after the
+    # 10th token lands mid-turn however loaded the machine is (the delays only stretch).
+    env |= {"COGMESH_LOCAL_DELAY_MS": "40", "COGMESH_LOCAL_REPLY_TOKENS": "200"}
+    env["COGMESH_MODELS_STRICT"] = "true"  # so `/model nosuch-model` is refused with a native_notice
+    env.pop("COGMESH_API_KEYS_FILE", None)  # dev mode: the console needs no key
+    log_dir = tmp_path_factory.mktemp("logs")
+    process = subprocess.Popen(
+        [str(BIN / "cogmesh"), "up", "--json", "--ready-timeout", "90", "--log-dir", str(log_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    handle = Up(process, addresses, {}, env)
+    try:
+        handle.ready = handle.lines_until(lambda item: item.get("event") == "ready", 240)[-1]
+        yield handle
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def replay(up: Up, session_id: str) -> list[Any]:
+    """The session's events as the gateway's gRPC port replays them."""
+    with grpc.insecure_channel(up.addresses["gateway"]) as channel:
+        stub: Any = gateway_pb2_grpc.GatewayServiceStub(channel)
+        request = gateway_pb2.SubscribeRequest(session_id=session_id, stop_when_idle=True)
+        return [event for reply in stub.Subscribe(request, timeout=30) for event in reply.events]
+
+
+def test_the_console_streams_approves_and_resumes_in_chromium(up: Up, capsys: pytest.CaptureFixture[str]) -> None:
+    if (why := missing_prerequisite()) is not None:
+        pytest.skip(why)
+    ARTIFACTS.mkdir(exist_ok=True)
+    for old in ARTIFACTS.glob("console-*.png"):
+        old.unlink()
+    driver = subprocess.run(
+        [shutil.which("node") or "node", str(DRIVER), up.ready["console"], str(ARTIFACTS)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=DRIVER.parent,
+    )
+    with capsys.disabled():  # shown even when the test passes
+        print(f"\n    screenshots of the console: {ARTIFACTS}/console-*.png")
+    assert driver.returncode == 0, driver.stderr[-5000:]
+    seen = json.loads(driver.stdout.strip().splitlines()[-1])
+    assert seen["errors"] == [], "\n".join(seen["errors"])
+
+    # 1. The calculator call and 391 appeared, each event once, in the gateway's order.
+    calc = seen["calculator"]
+    log = replay(up, calc["session"])
+    first_turn = [e.seq for e in log if e.turn_id == log[0].turn_id]
+    assert calc["rendered"] == first_turn
+    assert calc["renderedWithNotice"] == [e.seq for e in log]
+    assert "[command] the session keeps its model" in calc["notice"] and "nosuch-model" in calc["notice"]
+    assert "calculator" in calc["toolCall"] and '"17 * 23"' in calc["toolCall"]
+    assert "391" in calc["toolResult"] and calc["answer"] == "17 * 23 = 391."
+    assert "1 tool call(s)" in calc["final"] and "ms" in calc["final"]
+    assert {"model", "tool"} <= set(calc["timelineBars"])
+
+    # 2. The approval was answered with the button and the turn finished.
+    approval = seen["approval"]
+    assert approval["rendered"] == [e.seq for e in replay(up, approval["session"])]
+    assert approval["answer"] == "12 * 12 = 144." and approval["answered"]
+    assert approval["waitBars"] >= 1  # the wait for the human is on the timeline
+
+    # 3. Reloaded mid-turn: no event twice, none missing, and Subscribe resumed after the last seq shown.
+    reload = seen["reload"]
+    log = replay(up, reload["session"])
+    seqs = [e.seq for e in log]
+    assert reload["rendered"] == seqs, "the page shows every event of the log once, in order"
+    resumed_after = int(reload["subscribe"]["afterSeq"])
+    assert resumed_after >= max(reload["beforeReload"])
+    assert reload["restoredAtLeast"][: len(reload["beforeReload"])] == reload["beforeReload"]
+    # Mid-turn: the page showed events of a turn still running (live), and resumed before its end.
+    assert log[-1].WhichOneof("payload") == "final" and resumed_after < log[-1].seq, "the reload came mid-turn"
+    assert reload["finalTurnDeltas"] == 200
+    assert (ARTIFACTS / "console-reload.png").stat().st_size > 10_000
