@@ -17,8 +17,9 @@ first dot: sessions made for a user/topic get ids that start with their identity
 
 Keys that belong to no single session carry a tag of their own, named here: a tenant's
 session index (`TenantKeys`), the buckets of the reaper's open-turn index
-(`open_turn_bucket`), the model store (`MODELS_TAG`). Code that needs such a key and a
-session's together does it in separate steps, never in one script.
+(`open_turn_bucket`), the model store (`MODELS_TAG`), a memory namespace and its
+tenant's list of namespaces (`memory_keys`, `memory_registry`). Code that needs such a
+key and a session's together does it in separate steps, never in one script.
 """
 
 from __future__ import annotations
@@ -93,3 +94,17 @@ def models_keys(prefix: str) -> tuple[str, str]:
     """The model store: (hash of added models, change counter), one slot so MULTI/EXEC holds them both."""
     base = f"{prefix}{{{MODELS_TAG}}}"
     return f"{base}:added", f"{base}:version"
+
+
+MEMORY_KEYS = ("items", "meta", "log", "exp", "tomb")  # a memory namespace's keys, in its scripts' KEYS order
+
+
+def memory_keys(prefix: str, namespace_path: str) -> list[str]:
+    """A memory namespace's keys (services/memory/redis_store.py): one slot per namespace."""
+    tag = f"{prefix}mem:{{{namespace_path}}}"
+    return [f"{tag}:{name}" for name in MEMORY_KEYS]
+
+
+def memory_registry(prefix: str, tenant_id: str) -> str:
+    """The tenant's list of memory namespaces, in a slot of the tenant's own."""
+    return f"{prefix}mem:{{{tenant_id}}}:namespaces"
