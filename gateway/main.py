@@ -22,6 +22,7 @@ from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
+from services.kit.redis_pool import ReplicaWait
 from services.kit.server import App, mount, run
 
 
@@ -65,6 +66,7 @@ def event_log(settings: Settings) -> EventLog:
             max_lag=settings.subscriber_max_lag,
             timeout_s=settings.redis_timeout_s,
             fanout_rate=settings.fanout_messages_per_s,
+            wait=ReplicaWait.of(settings),
         )
     return MemoryEventLog(
         retention=settings.event_retention,

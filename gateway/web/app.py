@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
 from gateway.web.forward import GatewayForwarder
-from services.kit.clients import channel_options
+from services.kit.clients import open_channel
 from services.kit.config import Settings
 
 SERVICE_PATH = "/cogmesh.gateway.v1.GatewayService/"
@@ -79,7 +79,8 @@ def create_app(settings: Settings) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         nonlocal channel
-        channel = grpc.aio.insecure_channel(settings.gateway_addr, options=channel_options(settings))
+        # The gateway's address may name replicas (a list or dns:///): calls spread over them like internal ones.
+        channel = open_channel(settings.gateway_addr, settings)
         forwarder.attach(channel)
         try:
             yield

@@ -18,7 +18,8 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-import redis.asyncio as redis
+from services.kit.redis_keys import SessionKeys, check_prefix
+from services.kit.redis_pool import REDIS_ERRORS, Client
 
 MARKER_PREFIX = "SUMMARIZED executionId:"
 _MAX_SUFFIX = 1000
@@ -96,22 +97,25 @@ class MemoryToolArchive:
 
 
 class RedisToolArchive:
-    """One Redis hash per session, ``<prefix>context:archive:<tenant>:<session>``, expiring after ``ttl_s``."""
+    """One Redis hash per session and tenant, ``<prefix>{<session>}:archive:<tenant>``, expiring after ``ttl_s``.
 
-    def __init__(self, client: redis.Redis, prefix: str = "cogmesh:", ttl_s: int = 30 * 86_400) -> None:
+    The key is in its session's cluster slot, with the session's other keys (services/kit/redis_keys.py).
+    """
+
+    def __init__(self, client: Client, prefix: str = "cogmesh:", ttl_s: int = 30 * 86_400) -> None:
         self._redis = client
-        self._prefix = prefix
+        self._prefix = check_prefix(prefix)
         self._ttl_s = ttl_s
 
     def _key(self, tenant: str, session: str) -> str:
-        return f"{self._prefix}context:archive:{tenant}:{session}"
+        return SessionKeys(self._prefix, session).key(f"archive:{tenant}")
 
     async def put(
         self, tenant: str, session: str, preferred_id: str, tool_name: str, tool_call_id: str, content: str
     ) -> str:
         try:
             return await self._put(tenant, session, preferred_id, tool_name, tool_call_id, content)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ArchiveUnavailable(f"tool archive (Redis) unavailable: {exc}") from exc
 
     async def _put(
@@ -132,7 +136,7 @@ class RedisToolArchive:
     async def get(self, tenant: str, session: str, execution_id: str) -> ArchivedResult | None:
         try:
             return await self._load(self._key(tenant, session), execution_id)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ArchiveUnavailable(f"tool archive (Redis) unavailable: {exc}") from exc
 
     async def _load(self, key: str, execution_id: str) -> ArchivedResult | None:

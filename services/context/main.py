@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as redis
-
 from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from services.context.archive import MemoryToolArchive, RedisToolArchive, ToolArchive
 from services.context.builder import ContextBuilder
@@ -15,6 +13,7 @@ from services.context.servicer import ContextServicer
 from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
 from services.kit.tokens import make_counter
 
@@ -26,7 +25,7 @@ async def build(settings: Settings, clients: Clients) -> App:
     redis_url = getattr(settings, "redis_url", "")
     if redis_url:
         timeout = getattr(settings, "redis_timeout_s", 2.0)
-        client = redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        client = pooled_client(redis_url, timeout)
         archive = RedisToolArchive(client, getattr(settings, "redis_key_prefix", "cogmesh:"))
 
         async def close() -> None:

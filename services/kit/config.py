@@ -11,6 +11,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.kit import addresses
+from services.kit.redis_keys import check_prefix
+from services.kit.redis_url import parse_redis_url
 
 # Default port of each service (DESIGN.md). Internal services bind loopback by default.
 DEFAULT_PORTS: dict[str, int] = {
@@ -32,7 +34,8 @@ _ADDRESS_FORMS = ": host:port, a list of replicas ip:port,ip:port, or dns:///nam
 class Settings(BaseSettings):
     """One settings model for the whole suite; each service reads the fields it needs."""
 
-    model_config = SettingsConfigDict(env_prefix="COGMESH_", extra="ignore")
+    # Inputs stay out of error messages: a Redis URL may carry a password.
+    model_config = SettingsConfigDict(env_prefix="COGMESH_", extra="ignore", hide_input_in_errors=True)
 
     listen: str = Field("", description="host:port to bind; empty means 127.0.0.1:<service default port>")
     gateway_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['gateway']}", description="gateway address")
@@ -147,10 +150,25 @@ class Settings(BaseSettings):
     tool_servers_file: Path | None = Field(None, description="YAML of MCP and ToolService tool servers")
 
     redis_url: str = Field(
-        "", description="Redis URL of sessions, leases, checkpoints, event log, memories; empty: in process"
+        "",
+        description="Redis of sessions, leases, checkpoints, event log, memories: redis://host:port/db, "
+        "redis+sentinel://host:port[,host:port...]/service, or redis+cluster://host:port[,host:port...]; "
+        "empty: in process",
     )
-    redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes")
+    redis_key_prefix: str = Field("cogmesh:", description="prefix of every Redis key the suite writes (no braces)")
     redis_timeout_s: float = Field(2.0, gt=0, description="socket timeout of each Redis call, seconds")
+    redis_wait_replicas: int = Field(
+        0,
+        ge=0,
+        description="after each write of a session (messages, lease, checkpoints, events), wait until this many "
+        "replicas have it (Redis WAIT), so a failover cannot lose it; 0: acknowledged once the primary has it",
+    )
+    redis_wait_timeout_ms: int = Field(
+        1000,
+        gt=0,
+        description="longest wait for redis_wait_replicas; past it the write fails as UNAVAILABLE (retryable), "
+        "though the primary has it",
+    )
     session_ttl_s: float = Field(86_400.0, ge=0, description="idle seconds before a session is evicted; 0: never")
 
     memory_ttl_s: float = Field(0.0, ge=0, description="seconds a memory lives when its put names no TTL; 0: forever")
@@ -191,11 +209,23 @@ class Settings(BaseSettings):
         None, description="folder of the built web console; default: gateway/web/console/dist (`make console`)"
     )
 
-    @field_validator("runtime_addr", "policy_addr", "context_addr", "sessions_addr", "models_addr")
+    @field_validator("runtime_addr", "policy_addr", "context_addr", "sessions_addr", "models_addr", "memory_addr")
     @classmethod
     def _dialable(cls, value: str) -> str:
         addresses.replicas(value)  # ValueError names the problem; pydantic names the field
         return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_form(cls, url: str) -> str:
+        if url:
+            parse_redis_url(url)  # raises ValueError naming what is wrong
+        return url
+
+    @field_validator("redis_key_prefix")
+    @classmethod
+    def _prefix_without_braces(cls, prefix: str) -> str:
+        return check_prefix(prefix)
 
     @model_validator(mode="after")
     def _renew_before_expiry(self) -> Settings:

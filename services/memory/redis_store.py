@@ -5,6 +5,7 @@ namespace lives on one Redis Cluster slot and each Lua script gets all its keys 
 KEYS (no cross-slot operation):
 
     <prefix>mem:{acme/u1/memories}:items   HASH  key -> "created|updated|expire|<json body>"
+    (names from services/kit/redis_keys.py: memory_keys, memory_registry)
     <prefix>mem:{acme/u1/memories}:meta    HASH  epoch, ver, floor, bytes, perm
     <prefix>mem:{acme/u1/memories}:log     ZSET  key -> version of its last change
     <prefix>mem:{acme/u1/memories}:exp     ZSET  key -> expiry (ms), memories with a TTL
@@ -34,14 +35,11 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-import redis.asyncio as aioredis
-from redis import exceptions as rex
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from services.kit.config import Settings
 from services.kit.errors import Unavailable
-from services.kit.redis_pool import pooled_client
+from services.kit.redis_keys import check_prefix, memory_keys, memory_registry
+from services.kit.redis_pool import UNAVAILABLE_ERRORS, Client, pooled_client
 from services.memory.index import NamespaceIndex, tokenize
 from services.memory.model import (
     MAX_BYTES_SETTING,
@@ -221,9 +219,9 @@ class _Cached:
 
 
 class RedisMemoryStore:
-    def __init__(self, client: aioredis.Redis, prefix: str, limits: Limits, cache_items: int = 1_000_000):
+    def __init__(self, client: Client, prefix: str, limits: Limits, cache_items: int = 1_000_000):
         self._redis = client
-        self._prefix = f"{prefix}mem:"
+        self._prefix = check_prefix(prefix)
         self._limits = limits
         self._cache_items = cache_items
         self._cache: OrderedDict[Namespace, _Cached] = OrderedDict()
@@ -235,16 +233,15 @@ class RedisMemoryStore:
     # ------------------------------------------------------------------ plumbing
 
     def keys(self, namespace: Namespace) -> list[str]:
-        tag = f"{self._prefix}{{{namespace.path}}}"
-        return [f"{tag}:items", f"{tag}:meta", f"{tag}:log", f"{tag}:exp", f"{tag}:tomb"]
+        return memory_keys(self._prefix, namespace.path)
 
     def _registry(self, tenant: str) -> str:
-        return f"{self._prefix}{{{tenant}}}:namespaces"
+        return memory_registry(self._prefix, tenant)
 
     async def _call(self, coro: Any) -> Any:
         try:
             return await coro
-        except (rex.ConnectionError, rex.TimeoutError) as exc:
+        except UNAVAILABLE_ERRORS as exc:
             raise Unavailable(
                 f"the memory store (Redis) is unavailable: {exc or type(exc).__name__}",
                 metadata={"dependency": "redis", "retryable": "true"},
@@ -268,14 +265,17 @@ class RedisMemoryStore:
         ttl_ms: int,
     ) -> tuple[Record, bool]:
         body = encode_body(value, text, embedding)
-        # One round trip: the namespace is registered with the tenant (a command on the tenant's slot, so
-        # a cluster client sends it to that node) and the put runs. Registered even when the put fails on a
-        # cap: a namespace without memories is never listed.
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.zadd(self._registry(namespace.tenant), {"/".join(namespace.labels): 0})
+        # At once: the namespace is registered with the tenant (a command on the tenant's slot) and the put
+        # runs (a script on the namespace's; not in one pipeline, which a cluster cannot give a script).
+        # Registered even when the put fails on a cap: a namespace without memories is never listed.
         limits = self._limits
-        await self._scripts["put"](self.keys(namespace), [key, body, ttl_ms, limits.max_items, limits.max_bytes], pipe)
-        _, reply = await self._call(pipe.execute())
+        args: list[str | int | bytes] = [key, body, ttl_ms, limits.max_items, limits.max_bytes]
+        _, reply = await self._call(
+            asyncio.gather(
+                self._redis.zadd(self._registry(namespace.tenant), {"/".join(namespace.labels): 0}),
+                self._scripts["put"](self.keys(namespace), args),
+            )
+        )
         status = _s(reply[0])
         if status == "items":
             raise NamespaceFull(namespace, "items", MAX_ITEMS_SETTING, self._limits.max_items, int(reply[1]))
@@ -365,9 +365,7 @@ class RedisMemoryStore:
 
 
 async def open_redis_store(settings: Settings, limits: Limits) -> RedisMemoryStore:
-    client = pooled_client(
-        settings.redis_url, settings.redis_timeout_s, Retry(NoBackoff(), 1), health_check_interval=15
-    )
+    client = pooled_client(settings.redis_url, settings.redis_timeout_s, health_check_interval=15)
     store = RedisMemoryStore(client, settings.redis_key_prefix, limits, settings.memory_cache_items)
     try:
         await store.ping()  # fail at boot with a clear message rather than on the first call

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as redis
-
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
 from services.models.catalog import DEFAULT_CATALOG_PATH
 from services.models.registry import FileModelStore, ModelRegistry, ModelStore, RedisModelStore
@@ -21,7 +20,7 @@ async def build(settings: Settings, clients: Clients) -> App:
     redis_url = getattr(settings, "redis_url", "")
     if redis_url:
         timeout = getattr(settings, "redis_timeout_s", 2.0)
-        client = redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        client = pooled_client(redis_url, timeout)
         store = RedisModelStore(client, getattr(settings, "redis_key_prefix", "cogmesh:"))
 
         async def close() -> None:

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import redis.asyncio as redis
 import yaml
 from pydantic import ValidationError
 
 from services.kit.logging import log
+from services.kit.redis_keys import check_prefix, models_keys
+from services.kit.redis_pool import REDIS_ERRORS, Client
 from services.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
@@ -125,19 +126,21 @@ class FileModelStore:
 
 
 class RedisModelStore:
-    """Added models in the hash ``<prefix>models:added`` (id -> JSON); ``<prefix>models:version`` counts changes."""
+    """Added models in the hash ``<prefix>{models}:added`` (id -> JSON); ``<prefix>{models}:version`` counts changes.
+
+    Both keys share one hash tag (one cluster slot), so a change and its count are one MULTI/EXEC.
+    """
 
     name = "redis"
 
-    def __init__(self, client: redis.Redis, prefix: str = "cogmesh:") -> None:
+    def __init__(self, client: Client, prefix: str = "cogmesh:") -> None:
         self._redis = client
-        self._hash = f"{prefix}models:added"
-        self._version = f"{prefix}models:version"
+        self._hash, self._version = models_keys(check_prefix(prefix))
 
     async def load(self) -> list[ModelSpec]:
         try:
             raw = await self._redis.hgetall(self._hash)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise StoreError(f"redis: {exc}") from exc
         return [
             _spec_from_json(json.loads(value), f"redis {self._hash}[{key!r}]") for key, value in sorted(raw.items())
@@ -149,7 +152,7 @@ class RedisModelStore:
                 pipe.hset(self._hash, spec.id, json.dumps(spec.model_dump(mode="json")))
                 pipe.incr(self._version)
                 await pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise StoreError(f"redis: {exc}") from exc
 
     async def delete(self, model_id: str) -> bool:
@@ -158,14 +161,14 @@ class RedisModelStore:
                 pipe.hdel(self._hash, model_id)
                 pipe.incr(self._version)
                 removed, _ = await pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise StoreError(f"redis: {exc}") from exc
         return bool(removed)
 
     async def version(self) -> str:
         try:
             value = await self._redis.get(self._version)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise StoreError(f"redis: {exc}") from exc
         return "" if value is None else str(value)
 

@@ -15,9 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-
 from services.kit.redis_pool import POOL_SIZE, pooled_client
 
 
@@ -94,7 +91,7 @@ return {1, wait}
 
 def redis_client(url: str, timeout_s: float, pool_size: int = POOL_SIZE) -> Any:
     """A client for rate windows: a down Redis must fail a check fast (one quick retry), not stall it."""
-    return pooled_client(url, timeout_s, Retry(NoBackoff(), 1), pool_size)
+    return pooled_client(url, timeout_s, pool_size=pool_size)
 
 
 class RedisWindowStore:

@@ -10,9 +10,11 @@ from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
+from services.kit.redis_pool import ReplicaWait
+from services.kit.redis_url import redact
 from services.kit.server import App, mount, run
 from services.sessions.model import StoreUnavailable
-from services.sessions.redis_store import RedisSessionStore, redact
+from services.sessions.redis_store import RedisSessionStore
 from services.sessions.servicer import SessionsServicer
 from services.sessions.store import MemorySessionStore, SessionStore
 
@@ -21,7 +23,11 @@ async def open_store(settings: Settings) -> SessionStore:
     if not settings.redis_url:
         return MemorySessionStore(session_ttl_s=settings.session_ttl_s)
     store = RedisSessionStore.from_url(
-        settings.redis_url, settings.redis_key_prefix, settings.session_ttl_s, settings.redis_timeout_s
+        settings.redis_url,
+        settings.redis_key_prefix,
+        settings.session_ttl_s,
+        settings.redis_timeout_s,
+        wait=ReplicaWait.of(settings),
     )
     try:
         await store.ping()  # fail at boot with a clear message rather than on the first call

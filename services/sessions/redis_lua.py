@@ -1,10 +1,13 @@
 """Lua scripts of the Redis session store: each store method is one script, so each is atomic.
 
-Every script gets KEYS[1] = the session hash and ARGV = tenant, key prefix, session
-TTL (ms, 0 = none), session id, then its own arguments (ARGV[5]...). Times come from
-Redis (TIME), so every replica agrees on lease expiry. Keys of a session share the
-session hash's name as a prefix (":m" messages, ":g" goals, ...); scripts derive them,
-so the store needs a standalone Redis (or Sentinel), not Redis Cluster.
+Every script gets the session's keys (services/kit/redis_keys.py: all in the session's
+cluster slot) through KEYS: the hash, messages, goals, checkpoints and their order,
+decisions, consumed checkpoints, the lease queue and its heartbeats, the last append
+ids and their order, and the key of the session's identity (KEYS[1..12], `SESSION_KEYS`);
+CREATE gets a second session's twelve after them. ARGV = tenant, the lease-free channel,
+session TTL (ms, 0 = none), session id, then the script's own arguments (ARGV[5]...).
+Times come from Redis (TIME), so every replica agrees on lease expiry. A tenant's index
+of sessions lives in a slot of its own and is kept by the store between scripts.
 
 Replies are arrays whose first element is a status: "ok" or the name of a domain
 error. Every script is safe to run twice (the client retries once on a dropped
@@ -14,11 +17,34 @@ acquire by the same turn, a consume with the same token all answer as the first 
 
 from __future__ import annotations
 
+# Scripts that write nothing (no WAIT after them; services/kit/redis_pool.py ReplicaWait).
+READS = frozenset(
+    {"GET", "LIST_MESSAGES", "LAST_MESSAGES", "LEASE_STATE", "LIST_GOALS", "GET_CHECKPOINT", "LIST_CHECKPOINTS"}
+    | {"REHYDRATE"}
+)
+
+# The names (services/kit/redis_keys.py SessionKeys) of KEYS[1..11]; KEYS[12] is the identity key.
+SESSION_KEYS = ("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al")
+
+# A tenant's index (not a session script: KEYS = the index, its counter; ARGV = session id, how many
+# of the oldest entries to return for a check). Adds the session once, newest last; retried, it keeps its place.
+INDEX_ADD = r"""
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1])
+end
+return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+"""
+
 PREAMBLE = r"""
-local S = KEYS[1]
-local tenant, prefix, ttl, sid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local M, G, C, CO, D, X, Q, W = S .. ':m', S .. ':g', S .. ':c', S .. ':co', S .. ':d', S .. ':x', S .. ':q', S .. ':w'
-local CHANNEL = prefix .. 'lease-free'
+local tenant, CHANNEL, ttl, sid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+-- The twelve keys of one session, from KEYS[at + 1].
+local function keyset(at)
+  return {s = KEYS[at + 1], m = KEYS[at + 2], g = KEYS[at + 3], c = KEYS[at + 4], co = KEYS[at + 5],
+    d = KEYS[at + 6], x = KEYS[at + 7], q = KEYS[at + 8], w = KEYS[at + 9], a = KEYS[at + 10], al = KEYS[at + 11],
+    i = KEYS[at + 12]}
+end
+local K = keyset(0)
+local S, M, G, C, CO, D, X, Q, W = K.s, K.m, K.g, K.c, K.co, K.d, K.x, K.q, K.w
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
@@ -43,19 +69,20 @@ end
 -- A write is activity: push eviction back, never before a live lease ends.
 local function touch()
   local meta = redis.call('HMGET', S, 'expires_at', 'ikey', 'lease_turn', 'lease_exp')
+  local named = meta[2] == '1' and redis.call('GET', K.i) == sid  -- the session its identity names
   if ttl <= 0 then
     redis.call('HSET', S, 'updated_at', now)
     if meta[1] == '0' then return end  -- already kept forever
     redis.call('HSET', S, 'expires_at', 0)
-    for _, k in ipairs({S, M, G, C, CO, D, S .. ':a', S .. ':al'}) do redis.call('PERSIST', k) end
-    if meta[2] and meta[2] ~= '' and redis.call('GET', meta[2]) == sid then redis.call('PERSIST', meta[2]) end
+    for _, k in ipairs({S, M, G, C, CO, D, K.a, K.al}) do redis.call('PERSIST', k) end
+    if named then redis.call('PERSIST', K.i) end
     return
   end
   local exp = now + ttl
   if meta[3] and meta[3] ~= '' and tonumber(meta[4]) > exp then exp = tonumber(meta[4]) end
   redis.call('HSET', S, 'updated_at', now, 'expires_at', exp)
-  for _, k in ipairs({S, M, G, C, CO, D, S .. ':a', S .. ':al'}) do redis.call('PEXPIREAT', k, exp) end
-  if meta[2] and meta[2] ~= '' and redis.call('GET', meta[2]) == sid then redis.call('PEXPIREAT', meta[2], exp) end
+  for _, k in ipairs({S, M, G, C, CO, D, K.a, K.al}) do redis.call('PEXPIREAT', k, exp) end
+  if named then redis.call('PEXPIREAT', K.i, exp) end
 end
 
 local function pending_ids(cname, coname, dname)
@@ -67,61 +94,44 @@ local function pending_ids(cname, coname, dname)
 end
 
 -- The session as the store reports it: its hash plus what is derived at read time.
-local function view_of(sname)
+local function view_of(k)
   local l_turn = ''
-  local l = redis.call('HMGET', sname, 'lease_turn', 'lease_exp')
+  local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp')
   if l[1] and l[1] ~= '' and tonumber(l[2]) > now then l_turn = l[1] end
-  return {
-    redis.call('HGETALL', sname),
-    redis.call('LLEN', sname .. ':m'),
-    l_turn,
-    pending_ids(sname .. ':c', sname .. ':co', sname .. ':d'),
-  }
+  return {redis.call('HGETALL', k.s), redis.call('LLEN', k.m), l_turn, pending_ids(k.c, k.co, k.d)}
 end
 
 local function view()
-  return view_of(S)
+  return view_of(K)
 end
 
-local function delete_session(sname, session_id, owner)
-  local ikey = redis.call('HGET', sname, 'ikey')
-  if ikey and ikey ~= '' and redis.call('GET', ikey) == session_id then redis.call('DEL', ikey) end
-  for _, suffix in ipairs({'', ':m', ':g', ':c', ':co', ':d', ':x', ':q', ':w', ':a', ':al'}) do
-    redis.call('DEL', sname .. suffix)
-  end
-  redis.call('ZREM', prefix .. 't:' .. owner, session_id)
-  redis.call('PUBLISH', CHANNEL, session_id)
-end
-
-local function session_name(session_id)
-  return prefix .. 's:{' .. session_id .. '}'
+local function delete_session()
+  if redis.call('HGET', S, 'ikey') == '1' and redis.call('GET', K.i) == sid then redis.call('DEL', K.i) end
+  redis.call('DEL', S, M, G, C, CO, D, X, Q, W, K.a, K.al)
+  redis.call('PUBLISH', CHANNEL, sid)
 end
 """
 
 CREATE = r"""
-local user, topic, agent, role, skills, config, delegated_from, ikey, reuse =
-  ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13]
-local T = prefix .. 't:' .. tenant
-if reuse == '1' and ikey ~= '' then
-  local existing = redis.call('GET', ikey)
-  if existing and redis.call('HGET', session_name(existing), 'tenant_id') == tenant then
-    return {'reused', existing, view_of(session_name(existing))}
+local user, topic, agent, role, skills, config, delegated_from, identity, reuse, expected =
+  ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+if reuse == '1' and identity == '1' then
+  local existing = redis.call('GET', K.i) or ''
+  if existing == sid and mine() then return {'ok', sid, view()} end  -- a retried create
+  if existing ~= expected then return {'moved'} end  -- the identity changed since the store read it
+  if existing ~= '' then
+    local E = keyset(12)  -- the keys of `expected`
+    if redis.call('HGET', E.s, 'tenant_id') == tenant then return {'reused', existing, view_of(E)} end
   end
 end
 if redis.call('EXISTS', S) == 1 then
   if mine() then return {'ok', sid, view()} end  -- a retried create
   return {'collision'}
 end
--- Amortised cleanup: forget a few of the oldest index entries whose session expired.
-for _, old in ipairs(redis.call('ZRANGE', T, 0, 4)) do
-  if redis.call('EXISTS', session_name(old)) == 0 then redis.call('ZREM', T, old) end
-end
-local seq = redis.call('INCR', prefix .. 'seq')
 redis.call('HSET', S, 'session_id', sid, 'tenant_id', tenant, 'user_id', user, 'topic_id', topic,
   'agent', agent, 'role_id', role, 'skills', skills, 'prompt_hash', '', 'config', config,
-  'deleg_from', delegated_from, 'deleg_count', 0, 'created_at', now, 'seq', seq, 'last_token', 0, 'ikey', ikey)
-redis.call('ZADD', T, seq, sid)
-if ikey ~= '' then redis.call('SET', ikey, sid) end
+  'deleg_from', delegated_from, 'deleg_count', 0, 'created_at', now, 'last_token', 0, 'ikey', identity)
+if identity == '1' then redis.call('SET', K.i, sid) end  -- the newest session answers for its identity
 touch()
 return {'ok', sid, view()}
 """
@@ -129,42 +139,6 @@ return {'ok', sid, view()}
 GET = r"""
 if not mine() then return {'not_found'} end
 return {'ok', view()}
-"""
-
-LOOKUP = r"""
-local ikey = ARGV[5]
-local found = redis.call('GET', ikey)
-if not found or redis.call('HGET', session_name(found), 'tenant_id') ~= tenant then return {'not_found'} end
-return {'ok', view_of(session_name(found))}
-"""
-
-LIST = r"""
-local cursor, limit = ARGV[5], tonumber(ARGV[6])
-local T = prefix .. 't:' .. tenant
-local max = '+inf'
-if cursor ~= '' then max = '(' .. cursor end
-local found = {}
-while #found <= limit do
-  local batch = redis.call('ZREVRANGEBYSCORE', T, max, '-inf', 'WITHSCORES', 'LIMIT', 0, limit + 1 - #found)
-  if #batch == 0 then break end
-  for i = 1, #batch, 2 do
-    local name = session_name(batch[i])
-    if redis.call('EXISTS', name) == 1 then
-      table.insert(found, {name, batch[i + 1]})
-    else
-      redis.call('ZREM', T, batch[i])  -- evicted by its TTL
-    end
-    max = '(' .. batch[i + 1]
-  end
-end
-local next_cursor = ''
-if #found > limit then
-  next_cursor = found[limit][2]
-  found[limit + 1] = nil
-end
-local views = {}
-for _, f in ipairs(found) do table.insert(views, view_of(f[1])) end
-return {'ok', next_cursor, views}
 """
 
 UPDATE = r"""
@@ -178,28 +152,16 @@ return {'ok', view()}
 
 DELETE = r"""
 if not mine() then return {'not_found'} end
-delete_session(S, sid, tenant)
+delete_session()
 return {'ok'}
 """
 
-CLOSE_ALL = r"""
-local user, after, batch = ARGV[5], ARGV[6], tonumber(ARGV[7])
-local T = prefix .. 't:' .. tenant
-local page = redis.call('ZRANGEBYSCORE', T, '(' .. after, '+inf', 'WITHSCORES', 'LIMIT', 0, batch)
-local closed, last = 0, ''
-for i = 1, #page, 2 do
-  local id, name = page[i], session_name(page[i])
-  last = page[i + 1]
-  if redis.call('HGET', name, 'tenant_id') == tenant then
-    if user == '' or redis.call('HGET', name, 'user_id') == user then
-      delete_session(name, id, tenant)
-      closed = closed + 1
-    end
-  else
-    redis.call('ZREM', T, id)
-  end
-end
-return {'ok', closed, last}
+CLOSE = r"""
+local user = ARGV[5]
+if not mine() then return {'not_found'} end
+if user ~= '' and redis.call('HGET', S, 'user_id') ~= user then return {'kept'} end
+delete_session()
+return {'ok'}
 """
 
 APPEND = r"""
@@ -207,7 +169,7 @@ local token, request_id, remember = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]
 if not mine() then return {'not_found'} end
 local l = live_lease()
 if not l or l.token ~= token then return {'stale'} end
-local A, AL = S .. ':a', S .. ':al'  -- recent request ids -> count after them, and their order
+local A, AL = K.a, K.al  -- recent request ids -> count after them, and their order
 if request_id ~= '' then
   local seen = redis.call('HGET', A, request_id)
   if seen then return {'duplicate', tonumber(seen)} end

@@ -1,10 +1,18 @@
-"""The Redis session store: every replica of the sessions service shares one Redis.
+"""The Redis session store: every replica of the sessions service shares one Redis (or Redis Cluster).
 
-Each method is one Lua script (services/sessions/redis_lua.py), so it is atomic:
-an append lands whole or not at all, and two replicas appending to one session
-see one order. Session keys carry the session TTL (Redis expiry does the
-eviction); lease expiry uses Redis's clock, so replicas never disagree about it.
-A release publishes on a channel that wakes the turns queued on any replica.
+Each method on a session is one Lua script (services/sessions/redis_lua.py) over that
+session's keys, which share one cluster slot (services/kit/redis_keys.py), so it is
+atomic: an append lands whole or not at all, and two replicas appending to one session
+see one order. Session keys carry the session TTL (Redis expiry does the eviction);
+lease expiry uses Redis's clock, so replicas never disagree about it. A release
+publishes on a channel that wakes the turns queued on any replica.
+
+What spans sessions lives in slots of its own and is kept in separate steps, each safe
+to repeat: a tenant's index of sessions (listing, CloseAll) gets a session after its
+script created it and loses it after its script deleted it; a listing skips, and
+forgets, an entry whose session expired. A session made for a user/topic gets an id
+that starts with its identity's hash tag, so the identity's key ("the newest session
+of this user/topic") is in the session's slot and its script updates it atomically.
 
 Connection failures and timeouts become StoreUnavailable (UNAVAILABLE, retryable).
 The client retries once at once on a dropped connection, which is safe because
@@ -20,17 +28,24 @@ import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
 from redis import exceptions as rex
-from redis.asyncio.client import PubSub
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
-from services.kit.redis_pool import POOL_SIZE, pooled_client
+from services.kit.redis_keys import SessionKeys, TenantKeys, check_prefix, identity_key
+from services.kit.redis_pool import (
+    POOL_SIZE,
+    UNAVAILABLE_ERRORS,
+    Client,
+    NotReplicated,
+    ReplicaWait,
+    eval_then_wait,
+    follow_broadcast,
+    is_cluster,
+    pooled_client,
+)
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
     Acquired,
@@ -72,22 +87,17 @@ from services.sessions.store import (
     WAITER_TTL_S,
 )
 
+T = TypeVar("T")
+
 CLOSE_BATCH = 200
+INDEX_SWEEP = 2  # oldest entries of a tenant's index checked for expired sessions at each create
 # Redis answers that mean "not now" rather than "wrong": the caller may retry.
 _TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "NOREPLICAS")
 
 
-def connect(url: str, timeout_s: float, pool_size: int = POOL_SIZE) -> aioredis.Redis:
+def connect(url: str, timeout_s: float, pool_size: int = POOL_SIZE) -> Client:
     """A client whose calls fail within timeout_s instead of hanging, and retry once (no backoff)."""
-    return pooled_client(url, timeout_s, Retry(NoBackoff(), 1), pool_size, health_check_interval=15)
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for logs and errors."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.rsplit("@", 1)[1]
-    return scheme + sep + rest
+    return pooled_client(url, timeout_s, pool_size=pool_size, health_check_interval=15)
 
 
 def _s(value: Any) -> str:
@@ -107,20 +117,22 @@ class AutoPipeline:
 
     Each script stays atomic on its own; batching only saves the per-call round trip and
     pool checkout, which is most of a Python client's cost. Not a transaction: one
-    script's error is that caller's alone.
+    script's error is that caller's alone. A Redis Cluster gets no auto-pipeline: its
+    scripts are called one by one (a cluster pipeline cannot carry EVALSHA).
     """
 
-    def __init__(self, client: aioredis.Redis):
+    def __init__(self, client: Client, wait: ReplicaWait | None = None):
         self._client = client
-        self._queue: list[tuple[str, str, list[Any], asyncio.Future[Any]]] = []
+        self._wait = wait
+        self._queue: list[tuple[str, list[str], list[Any], bool, asyncio.Future[Any]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def evalsha(self, sha: str, key: str, args: list[Any]) -> Any:
+    async def evalsha(self, sha: str, keys: list[str], args: list[Any], writes: bool) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
             loop.call_soon(self._flush)
-        self._queue.append((sha, key, args, future))
+        self._queue.append((sha, keys, args, writes, future))
         return await future
 
     def _flush(self) -> None:
@@ -129,28 +141,42 @@ class AutoPipeline:
         self._tasks.add(task)  # keep a reference until it is done
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[tuple[str, str, list[Any], asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[tuple[str, list[str], list[Any], bool, asyncio.Future[Any]]]) -> None:
+        # One WAIT after the batch covers every write in it (WAIT counts the connection's writes so far).
+        wait = self._wait if any(writes for _, _, _, writes, _ in batch) else None
+        unconfirmed: NotReplicated | None = None
         try:
-            if len(batch) == 1:
-                sha, key, args, _ = batch[0]
-                results: list[Any] = [await self._client.evalsha(sha, 1, key, *args)]
+            if len(batch) == 1 and wait is None:
+                sha, keys, args, _, _ = batch[0]
+                results: list[Any] = [await self._client.evalsha(sha, len(keys), *keys, *args)]
             else:
                 pipe = self._client.pipeline(transaction=False)
-                for sha, key, args, _ in batch:
-                    pipe.evalsha(sha, 1, key, *args)
+                for sha, keys, args, _, _ in batch:
+                    pipe.evalsha(sha, len(keys), *keys, *args)
+                if wait is not None:
+                    pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
                 results = await pipe.execute(raise_on_error=False)
+                if wait is not None:
+                    acked = results.pop()
+                    if isinstance(acked, Exception) or int(acked) < wait.replicas:
+                        unconfirmed = NotReplicated(
+                            f"written, but {acked} of {wait.replicas} replica(s) confirmed it within "
+                            f"{wait.timeout_ms} ms (COGMESH_REDIS_WAIT_REPLICAS)"
+                        )
         except BaseException as exc:  # every caller of the batch gets the failure, even a cancellation
-            for _, _, _, future in batch:
+            for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc if isinstance(exc, Exception) else rex.ConnectionError("store closed"))
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_, _, _, future), result in zip(batch, results, strict=True):
+        for (_, _, _, writes, future), result in zip(batch, results, strict=True):
             if future.done():  # the caller went away
                 continue
             if isinstance(result, BaseException):
                 future.set_exception(result)
+            elif writes and unconfirmed is not None:
+                future.set_exception(unconfirmed)
             else:
                 future.set_result(result)
 
@@ -158,60 +184,92 @@ class AutoPipeline:
 class RedisSessionStore:
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: Client,
         prefix: str = "cogmesh:",
         session_ttl_s: float = 0.0,
         waiter_ttl_s: float = WAITER_TTL_S,
+        wait: ReplicaWait | None = None,
     ):
         self._redis = client
+        self._wait = wait
         self._waiter_ttl_ms = int(waiter_ttl_s * 1000)
-        self._prefix = prefix
+        self._prefix = check_prefix(prefix)
+        self._channel = f"{prefix}lease-free"
         self._ttl_ms = int(session_ttl_s * 1000)
         self._scripts: dict[str, AsyncScript] = {}
+        self._loading: dict[str, asyncio.Future[Any]] = {}  # script sha -> its SCRIPT LOAD under way
         self._changed: dict[str, asyncio.Event] = {}
         self._listener: asyncio.Task[None] | None = None
-        self._pipeline = AutoPipeline(client)
+        self._pipeline = None if is_cluster(client) else AutoPipeline(client, wait)
+        self._index_add = client.register_script(lua.INDEX_ADD)
 
     @classmethod
     def from_url(
-        cls, url: str, prefix: str, session_ttl_s: float, timeout_s: float, waiter_ttl_s: float = WAITER_TTL_S
+        cls,
+        url: str,
+        prefix: str,
+        session_ttl_s: float,
+        timeout_s: float,
+        waiter_ttl_s: float = WAITER_TTL_S,
+        wait: ReplicaWait | None = None,
     ) -> RedisSessionStore:
-        return cls(connect(url, timeout_s), prefix, session_ttl_s, waiter_ttl_s)
+        return cls(connect(url, timeout_s), prefix, session_ttl_s, waiter_ttl_s, wait)
 
     async def ping(self) -> None:
-        try:
-            await self._redis.ping()
-        except (rex.ConnectionError, rex.TimeoutError) as exc:
-            raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
+        await self._call(self._redis.ping())
 
     # ----------------------------------------------------------------- plumbing
 
-    def _session_key(self, session_id: str) -> str:
-        return f"{self._prefix}s:{{{session_id}}}"
+    def _keys(self, session_id: str) -> list[str]:
+        """The session's keys, in the order the scripts take them (redis_lua.SESSION_KEYS, then its identity's)."""
+        keys = SessionKeys(self._prefix, session_id)
+        return [*(keys.key(name) for name in lua.SESSION_KEYS), identity_key(self._prefix, keys.tag)]
 
-    def _identity_key(self, tenant_id: str, user_id: str, topic_id: str) -> str:
+    def _identity_tag(self, tenant_id: str, user_id: str, topic_id: str) -> str:
+        """The hash tag a (tenant, user, topic)'s sessions start their ids with; "" for anonymous sessions."""
         if not user_id and not topic_id:
-            return ""  # anonymous sessions have no identity
-        digest = hashlib.sha256(json.dumps([tenant_id, user_id, topic_id]).encode()).hexdigest()
-        return f"{self._prefix}k:{digest}"
+            return ""
+        return hashlib.sha256(json.dumps([tenant_id, user_id, topic_id]).encode()).hexdigest()[:32]
 
-    async def _run(self, name: str, tenant_id: str, session_id: str, *args: Any) -> list[Any]:
-        script = self._scripts.get(name)
-        if script is None:
-            script = self._scripts[name] = self._redis.register_script(lua.PREAMBLE + getattr(lua, name))
-        argv = [tenant_id, self._prefix, self._ttl_ms, session_id, *args]
-        key = self._session_key(session_id)
+    async def _call(self, call: Awaitable[T]) -> T:
+        """A plain command: connection failures, timeouts and Redis's "not now" replies become StoreUnavailable."""
         try:
-            try:
-                reply = await self._pipeline.evalsha(script.sha, key, argv)
-            except rex.NoScriptError:  # a restarted Redis forgot the scripts: load this one and go again
-                reply = await script(keys=[key], args=argv)
-        except (rex.ConnectionError, rex.TimeoutError) as exc:
+            return await call
+        except UNAVAILABLE_ERRORS as exc:
             raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
         except rex.ResponseError as exc:
             if str(exc).startswith(_TRANSIENT_REPLIES):
                 raise StoreUnavailable(str(exc)) from exc
             raise
+
+    async def _eval(self, name: str, keys: list[str], argv: list[Any]) -> Any:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._redis.register_script(lua.PREAMBLE + getattr(lua, name))
+        wait = None if name in lua.READS else self._wait
+        if self._pipeline is None:
+            if wait is not None:
+                return await eval_then_wait(self._redis, script, keys, argv, wait)
+            return await script(keys=keys, args=argv)  # each cluster node has its own script cache: Script loads it
+        try:
+            return await self._pipeline.evalsha(script.sha, keys, argv, wait is not None)
+        except rex.NoScriptError:  # a restarted Redis forgot the scripts: load this one and go again
+            await self._load(script)
+            return await self._pipeline.evalsha(script.sha, keys, argv, wait is not None)
+
+    async def _load(self, script: AsyncScript) -> None:
+        """SCRIPT LOAD once for all the calls that found the script missing together (a batch fails as one)."""
+        loading = self._loading.get(script.sha)
+        if loading is None:
+            loading = self._loading[script.sha] = asyncio.ensure_future(self._redis.script_load(script.script))
+            loading.add_done_callback(lambda _: self._loading.pop(script.sha, None))
+        await asyncio.shield(loading)
+
+    async def _run(
+        self, name: str, tenant_id: str, session_id: str, *args: Any, more_keys: Sequence[str] = ()
+    ) -> list[Any]:
+        argv = [tenant_id, self._channel, self._ttl_ms, session_id, *args]
+        reply = await self._call(self._eval(name, [*self._keys(session_id), *more_keys], argv))
         status = _s(reply[0])
         if status == "not_found":
             raise SessionNotFound(session_id)
@@ -250,43 +308,95 @@ class RedisSessionStore:
     # ----------------------------------------------------------------- sessions
 
     async def create(self, tenant_id: str, new: NewSession, reuse_existing: bool = False) -> tuple[SessionRecord, bool]:
-        session_id = uuid.uuid4().hex  # chosen here so a retried script recognises its own session
-        reply = await self._run(
-            "CREATE",
-            tenant_id,
-            session_id,
-            new.user_id,
-            new.topic_id,
-            new.agent,
-            new.role_id,
-            json.dumps(list(new.active_skill_ids)),
-            json.dumps(new.runtime_config),
-            new.delegated_from,
-            self._identity_key(tenant_id, new.user_id, new.topic_id),
-            "1" if reuse_existing else "0",
-        )
-        if _s(reply[0]) == "collision":  # a uuid4 collision: practically impossible, but never overwrite
-            return await self.create(tenant_id, new, reuse_existing)
-        return self._record(reply[2]), _s(reply[0]) == "reused"
+        tag = self._identity_tag(tenant_id, new.user_id, new.topic_id)
+        # Chosen here so that a retried script recognises its own session.
+        session_id = f"{tag}.{uuid.uuid4().hex[:16]}" if tag else uuid.uuid4().hex
+        reuse = reuse_existing and bool(tag)
+        for _ in range(10):  # another create of the identity in between makes the script ask again
+            expected, more_keys = "", []
+            if reuse:
+                existing = await self._call(self._redis.get(identity_key(self._prefix, tag)))
+                if existing:
+                    expected = _s(existing)
+                    more_keys = self._keys(expected)
+            reply = await self._run(
+                "CREATE",
+                tenant_id,
+                session_id,
+                new.user_id,
+                new.topic_id,
+                new.agent,
+                new.role_id,
+                json.dumps(list(new.active_skill_ids)),
+                json.dumps(new.runtime_config),
+                new.delegated_from,
+                "1" if tag else "",
+                "1" if reuse else "0",
+                expected,
+                more_keys=more_keys,
+            )
+            status = _s(reply[0])
+            if status == "moved":
+                continue
+            if status == "collision":  # a uuid4 collision: practically impossible, but never overwrite
+                return await self.create(tenant_id, new, reuse_existing)
+            if status == "ok":
+                await self._index(tenant_id, session_id)
+            return self._record(reply[2]), status == "reused"
+        raise StoreUnavailable(f"session identity {new.user_id}/{new.topic_id} kept changing under CreateSession")
+
+    async def _index(self, tenant_id: str, session_id: str) -> None:
+        """List the new session in its tenant's index; forget a few of the oldest entries whose session expired."""
+        tenant = TenantKeys(self._prefix, tenant_id)
+        oldest = await self._call(self._index_add(keys=[tenant.index, tenant.seq], args=[session_id, INDEX_SWEEP]))
+        others = [_s(old) for old in oldest if _s(old) != session_id]
+        if not others:
+            return
+        alive = await asyncio.gather(*(self._call(self._redis.exists(self._keys(sid)[0])) for sid in others))
+        gone = [sid for sid, present in zip(others, alive, strict=True) if not present]
+        if gone:
+            await self._call(self._redis.zrem(tenant.index, *gone))
 
     async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
         reply = await self._run("GET", tenant_id, session_id)
         return self._record(reply[1])
 
     async def lookup(self, tenant_id: str, user_id: str, topic_id: str) -> SessionRecord:
-        key = self._identity_key(tenant_id, user_id, topic_id)
-        if not key:
+        tag = self._identity_tag(tenant_id, user_id, topic_id)
+        found = await self._call(self._redis.get(identity_key(self._prefix, tag))) if tag else None
+        if not found:
             raise SessionNotFound(f"{user_id}/{topic_id}")
         try:
-            reply = await self._run("LOOKUP", tenant_id, "", key)
+            return await self.get(tenant_id, _s(found))
         except SessionNotFound:
             raise SessionNotFound(f"{user_id}/{topic_id}") from None
-        return self._record(reply[1])
 
     async def list_sessions(self, tenant_id: str, cursor: int | None, limit: int) -> Page[SessionRecord]:
-        reply = await self._run("LIST", tenant_id, "", "" if cursor is None else cursor, limit)
-        next_cursor = _s(reply[1])
-        return Page([self._record(v) for v in reply[2]], int(next_cursor) if next_cursor else None)
+        tenant = TenantKeys(self._prefix, tenant_id)
+        found: list[tuple[SessionRecord, int]] = []
+        below = "+inf" if cursor is None else f"({cursor}"
+        while len(found) <= limit:
+            want = limit + 1 - len(found)
+            batch: Any = await self._call(self._redis.zrevrangebyscore(tenant.index, below, "-inf", 0, want, True))
+            if not batch:
+                break
+            records = await asyncio.gather(*(self.get(tenant_id, _s(sid)) for sid, _ in batch), return_exceptions=True)
+            gone = []
+            for (sid, score), record in zip(batch, records, strict=True):
+                if isinstance(record, SessionNotFound):
+                    gone.append(sid)  # evicted by its TTL
+                elif isinstance(record, BaseException):
+                    raise record
+                else:
+                    found.append((record, int(score)))
+            if gone:
+                await self._call(self._redis.zrem(tenant.index, *gone))
+            below = f"({int(batch[-1][1])}"
+            if len(batch) < want:
+                break
+        if len(found) > limit:
+            return Page([r for r, _ in found[:limit]], found[limit - 1][1])
+        return Page([r for r, _ in found], None)
 
     async def update(self, tenant_id: str, session_id: str, update: SessionUpdate, token: int) -> SessionRecord:
         names = {
@@ -311,17 +421,32 @@ class RedisSessionStore:
             await self._run("DELETE", tenant_id, session_id)
         except SessionNotFound:
             return False
+        await self._call(self._redis.zrem(TenantKeys(self._prefix, tenant_id).index, session_id))
         return True
 
     async def close_all(self, tenant_id: str, user_id: str) -> int:
-        # In batches, so one huge tenant never blocks Redis for long.
+        # Page by page through the tenant's index, so one huge tenant never blocks Redis for long.
+        tenant = TenantKeys(self._prefix, tenant_id)
         closed, after = 0, "-inf"
         while True:
-            reply = await self._run("CLOSE_ALL", tenant_id, "", user_id, after, CLOSE_BATCH)
-            closed += int(reply[1])
-            if not _s(reply[2]):
+            page: Any = await self._call(self._redis.zrangebyscore(tenant.index, after, "+inf", 0, CLOSE_BATCH, True))
+            if not page:
                 return closed
-            after = _s(reply[2])
+            results = await asyncio.gather(
+                *(self._run("CLOSE", tenant_id, _s(sid), user_id) for sid, _ in page), return_exceptions=True
+            )
+            gone = []
+            for (sid, _), result in zip(page, results, strict=True):
+                if isinstance(result, SessionNotFound):
+                    gone.append(sid)
+                elif isinstance(result, BaseException):
+                    raise result
+                elif _s(result[0]) == "ok":
+                    gone.append(sid)
+                    closed += 1
+            if gone:
+                await self._call(self._redis.zrem(tenant.index, *gone))
+            after = f"({int(page[-1][1])}"
 
     # ----------------------------------------------------------------- messages
 
@@ -382,22 +507,13 @@ class RedisSessionStore:
 
     async def _listen(self) -> None:
         """Wake local waiters when any replica releases a lease; polling covers the gaps."""
-        channel = f"{self._prefix}lease-free"
-        while True:
-            pubsub: PubSub = self._redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(channel)
-                while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        event = self._changed.pop(_s(message["data"]), None)
-                        if event is not None:
-                            event.set()
-            except (rex.ConnectionError, rex.TimeoutError, OSError):
-                await asyncio.sleep(0.5)  # Redis is away: waiters poll until it is back
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+        async def wake(data: bytes) -> None:
+            event = self._changed.pop(_s(data), None)
+            if event is not None:
+                event.set()
+
+        await follow_broadcast(self._redis, self._channel, wake, "lease-free")
 
     async def renew_lease(self, tenant_id: str, session_id: str, token: int, ttl_s: float) -> LeaseInfo:
         reply = await self._run("RENEW", tenant_id, session_id, token, int(ttl_s * 1000))

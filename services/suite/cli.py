@@ -251,7 +251,12 @@ def parser() -> argparse.ArgumentParser:
     up = command("up", "start the whole suite as supervised processes", cmd_up)
     up.add_argument("--demo", action="store_true", help="once ready, run a demo turn that calls the calculator")
     up.add_argument("--log-dir", default="", help="folder for the services' logs (default: a new temp folder)")
-    up.add_argument("--redis-url", default="", help="run on Redis (sessions, leases, event log): redis://host:6379/0")
+    up.add_argument(
+        "--redis-url",
+        default="",
+        help="run on Redis (sessions, leases, event log): redis://host:6379/0, "
+        "redis+sentinel://host:26379/service or redis+cluster://host:7000,host:7001",
+    )
     up.add_argument("--ready-timeout", type=_seconds, default=30.0, help="seconds each service gets to become SERVING")
     up.add_argument(
         "--runtime-workers",

@@ -8,13 +8,11 @@ the condition (the memory gone), never a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from services.kit.errors import FailedPrecondition
 from services.kit.redis_pool import pooled_client
@@ -25,6 +23,8 @@ from services.memory.memories import Memories, Mode
 from services.memory.model import MAX_BYTES_SETTING, MAX_ITEMS_SETTING, Limits, Namespace, NamespaceFull
 from services.memory.redis_store import RedisMemoryStore
 from services.memory.store import InProcessMemoryStore, MemoryStore
+from tests.support.redis_server import admin_client
+from tests.support.redis_topologies import REDIS_TOPOLOGIES, RedisUnderTest, redis_for
 
 MakeStore = Callable[..., Awaitable[MemoryStore]]
 ALICE = Namespace("acme", ("alice", "memories"))
@@ -32,27 +32,27 @@ BOB = Namespace("acme", ("bob", "memories"))
 GLOBEX_ALICE = Namespace("globex", ("alice", "memories"))
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", *REDIS_TOPOLOGIES])
 async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]:
     """Stores of the parametrised kind; Redis ones (replicas, when several) share this test's prefix."""
     made: list[MemoryStore] = []
-    prefix = request.getfixturevalue("redis_prefix") if request.param == "redis" else ""
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+    with contextlib.ExitStack() as stack:
+        redis = None if request.param == "memory" else stack.enter_context(redis_for(request, request.param))
 
-    async def make(limits: Limits | None = None, cache_items: int = 1_000_000) -> MemoryStore:
-        limits = limits or Limits()
-        store: MemoryStore
-        if request.param == "memory":
-            store = InProcessMemoryStore(limits)
-        else:
-            store = RedisMemoryStore(pooled_client(url, 2.0, Retry(NoBackoff(), 1)), prefix, limits, cache_items)
-        made.append(store)
-        return store
+        async def make(limits: Limits | None = None, cache_items: int = 1_000_000) -> MemoryStore:
+            limits = limits or Limits()
+            store: MemoryStore
+            if redis is None:
+                store = InProcessMemoryStore(limits)
+            else:
+                store = RedisMemoryStore(pooled_client(redis.url, 2.0), redis.prefix, limits, cache_items)
+            made.append(store)
+            return store
 
-    make.kind = request.param  # type: ignore[attr-defined]
-    yield make
-    for store in made:
-        await store.close()
+        make.kind = "memory" if redis is None else "redis"  # type: ignore[attr-defined]
+        yield make
+        for store in made:
+            await store.close()
 
 
 async def put(store: MemoryStore, ns: Namespace, key: str, text: str, ttl_ms: int = 0, **value: object) -> None:
@@ -266,15 +266,17 @@ async def test_cache_evicts_least_recently_used(make_store: MakeStore) -> None:
     assert await search(store, ALICE, "bananas") == ["b"]  # reloaded on demand
 
 
-async def test_redis_keys_of_a_namespace_share_one_hash_tag(redis_url: str, redis_prefix: str) -> None:
-    client: aioredis.Redis = pooled_client(redis_url, 2.0, Retry(NoBackoff(), 1))
-    store = RedisMemoryStore(client, redis_prefix, Limits())
+async def test_redis_keys_of_a_namespace_share_one_hash_tag(any_redis: RedisUnderTest) -> None:
+    redis_prefix = any_redis.prefix
+    store = RedisMemoryStore(pooled_client(any_redis.url, 2.0), redis_prefix, Limits())
+    admin = admin_client(any_redis.url)
     try:
         await put(store, ALICE, "k", "hello", ttl_ms=60_000)
         await store.delete(ALICE, "k")
-        keys = sorted(k.decode() if isinstance(k, bytes) else k for k in await client.keys(f"{redis_prefix}*"))
+        keys = sorted(k.decode() for k in admin.scan_iter(match=f"{redis_prefix}*"))
         tags = {key[key.index("{") : key.index("}") + 1] for key in keys}
         assert tags == {"{acme}", "{acme/alice/memories}"}, keys
         assert all(key.startswith(f"{redis_prefix}mem:") for key in keys)
     finally:
+        admin.close()
         await store.close()

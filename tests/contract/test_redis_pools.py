@@ -19,7 +19,8 @@ from services.kit.errors import Unavailable
 from services.policy.ratelimit import RedisWindowStore, redis_client
 from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore, connect
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, admin_client, delete_prefix, unique_prefix
+from tests.support.redis_topologies import RedisUnderTest
 
 BURST = 300  # three times redis-py's default pool, which fails the calls past it at once
 
@@ -39,7 +40,8 @@ async def close(reader: AsyncIterator[Batch | None]) -> None:
 
 
 @pytest.mark.parametrize("client", ["event log", "session store", "rate windows"])
-async def test_a_burst_past_the_pool_queues_for_connections(client: str, redis_url: str, redis_prefix: str) -> None:
+async def test_a_burst_past_the_pool_queues_for_connections(client: str, any_redis: RedisUnderTest) -> None:
+    redis_url, redis_prefix = any_redis.url, any_redis.prefix
     if client == "event log":
         log = RedisEventLog(redis_url, prefix=redis_prefix)
         try:
@@ -90,11 +92,48 @@ async def test_watched_sessions_share_one_blocking_read(private_redis: RedisServ
         admin.close()
 
 
+async def test_a_cluster_watch_holds_one_pubsub_connection_per_primary(redis_cluster_url: str) -> None:
+    prefix = unique_prefix("one-read-per-shard")
+    log = RedisEventLog(redis_cluster_url, prefix=prefix)
+    admin = admin_client(redis_cluster_url)
+    sids = [uuid.uuid4().hex for _ in range(BURST)]
+    readers = [log.read(sid, 0, 30) for sid in sids]
+    waiting = [asyncio.create_task(first_batch(r)) for r in readers]
+    try:
+
+        def shard_subscriptions() -> dict[str, list[int]]:
+            """Per primary: the shard-channel count of each of its pub/sub connections."""
+            found: dict[str, list[int]] = {}
+            for node in admin.get_primaries():
+                clients = admin.client_list(_type="pubsub", target_nodes=node)
+                found[node.name] = [int(c["ssub"]) for c in clients if int(c.get("ssub", 0))]
+            return found
+
+        async with asyncio.timeout(30):  # until every session is subscribed on its primary
+            while sum(sum(n) for n in shard_subscriptions().values()) < BURST:  # noqa: ASYNC110 - Redis state
+                await asyncio.sleep(0.05)
+        found = shard_subscriptions()
+        assert all(len(counts) == 1 for counts in found.values()), f"pub/sub connections per primary: {found}"
+        assert len(found) == 3
+        await asyncio.gather(*(log.append(sid, [delta(sid)]) for sid in sids))
+        batches = await asyncio.wait_for(asyncio.gather(*waiting), 10)
+        assert [[e.assistant_delta.text for e in b] for b in batches] == [[sid] for sid in sids]
+    finally:
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        for reader in readers:
+            await close(reader)
+        await log.close()
+        admin.close()
+        delete_prefix(redis_cluster_url, prefix)
+
+
 async def test_a_session_watched_while_the_read_blocks_is_read_at_once(
-    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+    any_redis: RedisUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_event_log, "BLOCK_MS", 30_000)  # only the wake-up can end the XREAD in time
-    log = RedisEventLog(redis_url, prefix=redis_prefix)
+    monkeypatch.setattr(redis_event_log, "BLOCK_MS", 30_000)  # only the wake-up can end the blocking read in time
+    log = RedisEventLog(any_redis.url, prefix=any_redis.prefix)
     first, second = uuid.uuid4().hex, uuid.uuid4().hex
     quiet = log.read(first, 0, 60)
     blocked = asyncio.create_task(first_batch(quiet))

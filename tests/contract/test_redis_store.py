@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis
 
+from services.kit.redis_keys import SessionKeys, TenantKeys, identity_key
 from services.sessions.model import NewSession, SessionNotFound, Strategy
 from services.sessions.redis_store import RedisSessionStore
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, admin_client, delete_prefix, unique_prefix
+from tests.support.redis_topologies import RedisUnderTest
 
 
 async def test_concurrent_calls_share_round_trips_and_keep_their_own_answers(private_redis: RedisServer) -> None:
     store = RedisSessionStore.from_url(private_redis.url, "p:", 0.0, 2.0)
+    assert store._pipeline is not None
+    warm = (await store.create("acme", NewSession("", "", "default")))[0]
+    await store.get("acme", warm.session_id)  # loads the scripts: a retry after NOSCRIPT is a batch of its own
     batches: list[int] = []
     send = store._pipeline._send
 
@@ -22,7 +28,7 @@ async def test_concurrent_calls_share_round_trips_and_keep_their_own_answers(pri
 
     store._pipeline._send = counting_send  # type: ignore[method-assign]
     try:
-        ids = [(await store.create("acme", NewSession("u", str(i), "default")))[0].session_id for i in range(30)]
+        ids = [(await store.create("acme", NewSession("", "", "default")))[0].session_id for i in range(30)]
         assert batches == [1] * 30, "a lone call goes at once, alone"
         batches.clear()
         results = await asyncio.gather(
@@ -35,34 +41,57 @@ async def test_concurrent_calls_share_round_trips_and_keep_their_own_answers(pri
         await store.close()
 
 
-async def test_scripts_are_reloaded_when_redis_forgets_them(private_redis: RedisServer) -> None:
-    store = RedisSessionStore.from_url(private_redis.url, "p:", 0.0, 2.0)
+@pytest.fixture(params=["standalone", "cluster"])
+def own_redis_url(request: pytest.FixtureRequest) -> str:
+    """A Redis whose script caches this test may flush: a private server, or the test run's cluster."""
+    url: str = request.getfixturevalue("private_redis").url if request.param == "standalone" else ""
+    return url or request.getfixturevalue("redis_cluster_url")
+
+
+async def test_scripts_are_reloaded_when_redis_forgets_them(own_redis_url: str) -> None:
+    prefix = unique_prefix("scripts")
+    store = RedisSessionStore.from_url(own_redis_url, prefix, 0.0, 2.0)
+    admin = admin_client(own_redis_url)
     try:
-        sid = (await store.create("acme", NewSession("", "", "default")))[0].session_id
-        redis.Redis.from_url(private_redis.url).script_flush()  # as after a Redis restart
-        got = await asyncio.gather(*(store.get("acme", sid) for _ in range(10)))
-        assert {g.session_id for g in got} == {sid}
-        grant = await store.try_acquire("acme", sid, "t", 10, Strategy.REJECT)
+        sids = [(await store.create("acme", NewSession("", "", "default")))[0].session_id for _ in range(10)]
+        if isinstance(admin, redis.RedisCluster):  # every node has a cache of its own, as after a failover
+            admin.execute_command("SCRIPT FLUSH", target_nodes=redis.RedisCluster.ALL_NODES)
+        else:
+            admin.script_flush()  # as after a Redis restart
+        got = await asyncio.gather(*(store.get("acme", sid) for sid in sids))
+        assert [g.session_id for g in got] == sids
+        grant = await store.try_acquire("acme", sids[0], "t", 10, Strategy.REJECT)
         assert grant.token == 1  # type: ignore[union-attr]
     finally:
+        admin.close()
         await store.close()
+        delete_prefix(own_redis_url, prefix)
 
 
-async def test_session_keys_carry_the_ttl_and_vanish_with_the_session(private_redis: RedisServer) -> None:
-    store = RedisSessionStore.from_url(private_redis.url, "p:", 60.0, 2.0)
-    direct = redis.Redis.from_url(private_redis.url)
+async def test_session_keys_share_one_slot_carry_the_ttl_and_vanish_with_the_session(
+    any_redis: RedisUnderTest,
+) -> None:
+    prefix = any_redis.prefix
+    store = RedisSessionStore.from_url(any_redis.url, prefix, 60.0, 2.0)
+    direct = admin_client(any_redis.url)
     try:
         record, _ = await store.create("acme", NewSession("u", "t", "default"))
-        grant = await store.try_acquire("acme", record.session_id, "t", 10, Strategy.REJECT)
-        await store.append_messages("acme", record.session_id, [b"m"], grant.token, "r")  # type: ignore[union-attr]
-        keys = {k.decode() for k in direct.keys("p:*")}
-        session_keys = {k for k in keys if k.startswith(f"p:s:{{{record.session_id}}}")}
-        assert {f"p:s:{{{record.session_id}}}", f"p:s:{{{record.session_id}}}:m"} <= session_keys
-        for key in session_keys | {k for k in keys if k.startswith("p:k:")}:
+        sid = record.session_id
+        grant = await store.try_acquire("acme", sid, "t", 10, Strategy.REJECT)
+        await store.append_messages("acme", sid, [b"m"], grant.token, "r")  # type: ignore[union-attr]
+        keys = {k.decode() for k in direct.scan_iter(match=f"{prefix}*")}
+        session = SessionKeys(prefix, sid)
+        identity = identity_key(prefix, session.tag)
+        tenant = TenantKeys(prefix, "acme")
+        assert {session.key("s"), session.key("m"), identity} <= keys
+        assert keys - {tenant.index, tenant.seq} == {k for k in keys if k.startswith(f"{prefix}{{{session.tag}}}")}
+        slots = {redis.cluster.key_slot(k.encode()) for k in keys - {tenant.index, tenant.seq}}
+        assert len(slots) == 1, "a session's keys, its identity's too, are in one slot"
+        for key in keys - {tenant.index, tenant.seq}:
             assert 0 < direct.pttl(key) <= 60_000, key
-        assert await store.delete("acme", record.session_id)
-        left = {k.decode() for k in direct.keys("p:*")}
-        assert left <= {"p:seq"}, left
+        assert await store.delete("acme", sid)
+        left = {k.decode() for k in direct.scan_iter(match=f"{prefix}*")}
+        assert left <= {tenant.seq}, left
     finally:
         direct.close()
         await store.close()

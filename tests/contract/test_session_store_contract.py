@@ -1,13 +1,15 @@
-"""One contract, two stores: every test runs against the memory store and the Redis store.
+"""One contract, every store: each test runs against the memory store and the Redis store on
+each form of Redis: standalone, Sentinel and a 6-node cluster (tests/support/redis_topologies.py).
 
-The Redis store talks to a real redis-server (tests/support/redis_server.py) under a
-key prefix of its own. Times are real and short (tenths of a second), because the
-Redis store keeps time with Redis's clock and expiry.
+The Redis store talks to real redis-servers under a key prefix of its own. Times are
+real and short (tenths of a second), because the Redis store keeps time with Redis's
+clock and expiry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -32,30 +34,31 @@ from services.sessions.model import (
 )
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.store import MAX_GOALS, REMEMBERED_APPENDS, MemorySessionStore, SessionStore
+from tests.support.redis_topologies import REDIS_TOPOLOGIES, redis_for
 
 MakeStore = Callable[..., Awaitable[SessionStore]]
 ACME, GLOBEX = "acme", "globex"
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", *REDIS_TOPOLOGIES])
 async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]:
-    """Build stores of the parametrised kind; Redis ones share this test's prefix (one shared Redis)."""
+    """Build stores of the parametrised kind; Redis ones share this test's prefix."""
     made: list[SessionStore] = []
-    prefix = request.getfixturevalue("redis_prefix") if request.param == "redis" else ""
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+    with contextlib.ExitStack() as stack:
+        redis = None if request.param == "memory" else stack.enter_context(redis_for(request, request.param))
 
-    async def make(session_ttl_s: float = 0.0, waiter_ttl_s: float = 5.0) -> SessionStore:
-        store: SessionStore
-        if request.param == "memory":
-            store = MemorySessionStore(session_ttl_s=session_ttl_s, waiter_ttl_s=waiter_ttl_s)
-        else:
-            store = RedisSessionStore.from_url(url, prefix, session_ttl_s, 2.0, waiter_ttl_s)
-        made.append(store)
-        return store
+        async def make(session_ttl_s: float = 0.0, waiter_ttl_s: float = 5.0) -> SessionStore:
+            store: SessionStore
+            if redis is None:
+                store = MemorySessionStore(session_ttl_s=session_ttl_s, waiter_ttl_s=waiter_ttl_s)
+            else:
+                store = RedisSessionStore.from_url(redis.url, redis.prefix, session_ttl_s, 2.0, waiter_ttl_s)
+            made.append(store)
+            return store
 
-    yield make
-    for store in made:
-        await store.close()
+        yield make
+        for store in made:
+            await store.close()
 
 
 @pytest.fixture
@@ -135,6 +138,15 @@ async def test_identity_lookup_and_reuse(store: SessionStore) -> None:
         await store.lookup(ACME, "u1", "loans")
     fresh, was_reused = await store.create(ACME, NewSession("u1", "loans", "default"), reuse_existing=True)
     assert not was_reused and fresh.session_id not in (first, second)
+
+
+async def test_concurrent_creates_of_one_identity_share_one_session(store: SessionStore) -> None:
+    created = await asyncio.gather(
+        *(store.create(ACME, NewSession("ann", "trip", "default"), reuse_existing=True) for _ in range(8))
+    )
+    assert len({record.session_id for record, _ in created}) == 1
+    assert sorted(reused for _, reused in created) == [False] + [True] * 7
+    assert (await store.lookup(ACME, "ann", "trip")).session_id == created[0][0].session_id
 
 
 async def test_update_role_and_skills_mid_session(store: SessionStore) -> None:

@@ -193,10 +193,11 @@ class Topology:
 def topology(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     folder = tmp_path_factory.mktemp("load-balancer")
     prefix = unique_prefix("load-balancer")
-    ports = iter(free_ports(2 * len(ORDER)))
+    ports = iter(free_ports(2 * len(ORDER) + 1))
     addresses = {service: [f"127.0.0.1:{next(ports)}" for _ in range(2)] for service in ORDER}
     env = dict(os.environ) | {
         **{f"COGMESH_{service.upper()}_ADDR": ",".join(listed) for service, listed in addresses.items()},
+        "COGMESH_WEB_ADDR": f"127.0.0.1:{next(ports)}",  # the browser edge: a free port of its own too
         "COGMESH_REDIS_URL": redis_url,  # shared by every replica: sessions, leases, event logs
         "COGMESH_REDIS_KEY_PREFIX": prefix,
         "COGMESH_DRAIN_S": str(DRAIN_S),

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 import pytest_asyncio
-import redis
 
 from cogmesh.common.v1 import errors_pb2, events_pb2
 from gateway import redis_event_log
 from gateway.event_log import EventLog, MemoryEventLog, OpenTurn, lost_turn_event
 from gateway.redis_event_log import RedisEventLog
 from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted, Unavailable
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, admin_client
+from tests.support.redis_topologies import REDIS_TOPOLOGIES, RedisUnderTest, redis_for
 
 Factory = Callable[..., EventLog]
 
@@ -28,23 +29,42 @@ def final() -> events_pb2.RuntimeEvent:
     return events_pb2.RuntimeEvent(turn_id="t", final=events_pb2.FinalResult(text="done"))
 
 
-@pytest_asyncio.fixture(params=["memory", "redis"])
-async def make_log(request: pytest.FixtureRequest, redis_url: str, redis_prefix: str) -> AsyncIterator[Factory]:
+@pytest_asyncio.fixture(params=["memory", *REDIS_TOPOLOGIES])
+async def make_log(request: pytest.FixtureRequest) -> AsyncIterator[Factory]:
     made: list[EventLog] = []
+    with contextlib.ExitStack() as stack:
+        redis = None if request.param == "memory" else stack.enter_context(redis_for(request, request.param))
 
-    def factory(**options: float) -> EventLog:
-        log: EventLog
-        if request.param == "memory":
-            # One memory log stands for "every replica" (they cannot share one).
-            log = made[0] if made else MemoryEventLog(**options)
+        def factory(**options: float) -> EventLog:
+            log: EventLog
+            if redis is None:
+                # One memory log stands for "every replica" (they cannot share one).
+                log = made[0] if made else MemoryEventLog(**options)
+            else:
+                log = RedisEventLog(redis.url, prefix=redis.prefix, **options)
+            made.append(log)
+            return log
+
+        yield factory
+        for log in {id(x): x for x in made}.values():
+            await log.close()
+
+
+async def tailing(log: EventLog, sid: str, readers: int = 1) -> None:
+    """Wait until `readers` readers of the session wait for its next events (replays done, tails started)."""
+
+    def waiting() -> int:
+        if isinstance(log, MemoryEventLog):
+            mirror = log._logs.get(sid)
         else:
-            log = RedisEventLog(redis_url, prefix=redis_prefix, **options)
-        made.append(log)
-        return log
+            assert isinstance(log, RedisEventLog)
+            follower = log._followers.get(sid)
+            mirror = follower.mirror if follower else None
+        return mirror.readers if mirror else 0
 
-    yield factory
-    for log in {id(x): x for x in made}.values():
-        await log.close()
+    async with asyncio.timeout(10):
+        while waiting() < readers:  # noqa: ASYNC110 - nothing to wait on: the readers' counts are plain ints
+            await asyncio.sleep(0.005)
 
 
 async def collect(log: EventLog, sid: str, after: int, until_seq: int, heartbeat_s: float = 5) -> list[int]:
@@ -66,7 +86,7 @@ async def test_append_stamps_seq_and_replays_then_tails(make_log: Factory) -> No
     assert all(e.session_id == sid and e.create_time.seconds > 0 for e in batch)
     assert not await log.ends_with_turn_end(sid)
     reader = asyncio.create_task(collect(log, sid, 2, 9))
-    await asyncio.sleep(0.05)  # the reader is waiting at the seam
+    await tailing(log, sid)
     await log.append(sid, [delta("5"), delta("6")])
     await log.append(sid, [delta("7"), final()])
     assert await asyncio.wait_for(reader, 5) == [3, 4, 5, 6, 7, 8, 9]
@@ -76,7 +96,7 @@ async def test_append_stamps_seq_and_replays_then_tails(make_log: Factory) -> No
 async def test_replicas_share_one_order(make_log: Factory) -> None:
     a, b, sid = make_log(), make_log(), uuid.uuid4().hex
     watchers = [asyncio.create_task(collect(b, sid, 0, 60)) for _ in range(5)]
-    await asyncio.sleep(0.05)
+    await tailing(b, sid, readers=5)
     for i in range(30):  # both "replicas" append, interleaved
         await (a if i % 2 else b).append(sid, [delta(f"a{i}"), delta(f"b{i}")])
     results = await asyncio.wait_for(asyncio.gather(*watchers), 10)
@@ -128,7 +148,7 @@ async def test_deltas_within_the_window_reach_readers_together(make_log: Factory
     log, sid = make_log(fanout_rate=1 / 0.3), uuid.uuid4().hex  # one reader: a 0.3 s window
     stream = log.read(sid, 0, 30)
     waiting = asyncio.create_task(anext(stream))
-    await asyncio.sleep(0.05)
+    await tailing(log, sid)
     await log.append(sid, [delta("0")])  # after a quiet spell: at once
     assert seqs(await asyncio.wait_for(waiting, 2)) == [1]
     waiting = asyncio.create_task(anext(stream))
@@ -143,7 +163,7 @@ async def test_an_event_that_is_not_a_delta_publishes_at_once_with_the_held_delt
     log, sid = make_log(fanout_rate=0.1), uuid.uuid4().hex
     stream = log.read(sid, 0, 30)
     waiting = asyncio.create_task(anext(stream))
-    await asyncio.sleep(0.05)
+    await tailing(log, sid)
     await log.append(sid, [delta("0")])
     assert seqs(await asyncio.wait_for(waiting, 2)) == [1]
     waiting = asyncio.create_task(anext(stream))
@@ -159,7 +179,7 @@ async def test_drop_ends_readers(make_log: Factory) -> None:
     await log.append(sid, [delta("x")])
     stream = log.read(sid, 1, 5)
     waiting = asyncio.create_task(anext(stream))
-    await asyncio.sleep(0.05)
+    await tailing(log, sid)
     await log.drop(sid)
     with pytest.raises(NotFound):
         await asyncio.wait_for(waiting, 5)
@@ -173,7 +193,7 @@ async def test_redis_down_is_unavailable_and_followers_recover() -> None:
         await log.append(sid, [delta("a")])
         reader = log.read(sid, 1, 5)
         waiting = asyncio.create_task(anext(reader))
-        await asyncio.sleep(0.05)
+        await tailing(log, sid)
         server.stop()
         with pytest.raises(Unavailable) as caught:
             await log.append(sid, [delta("lost?")])
@@ -319,32 +339,30 @@ async def test_dropping_a_session_ends_its_readers_on_every_replica(make_log: Fa
     assert caught.value.reason == errors_pb2.ERROR_REASON_SESSION_NOT_FOUND
 
 
-async def test_a_dropped_session_leaves_only_a_tombstone_and_a_short_lived_marker(
-    redis_url: str, redis_prefix: str
-) -> None:
-    log, sid = RedisEventLog(redis_url, prefix=redis_prefix), uuid.uuid4().hex
-    admin = redis.Redis.from_url(redis_url)
+async def test_a_dropped_session_leaves_only_a_tombstone_and_a_short_lived_marker(any_redis: RedisUnderTest) -> None:
+    log, sid = RedisEventLog(any_redis.url, prefix=any_redis.prefix), uuid.uuid4().hex
+    admin = admin_client(any_redis.url)
     try:
         await log.append(sid, [delta("x")], batch_id="1")
-        stream, seq_key, tombstone, batches = log._keys(sid)
+        keys = log._keys(sid)
         await log.drop(sid)
         with pytest.raises(NotFound):
             await log.append(sid, [delta("late")])
-        assert admin.exists(seq_key, batches) == 0
-        assert 0 < int(admin.ttl(tombstone)) <= redis_event_log.DROPPED_TTL_S
-        assert 0 < int(admin.ttl(stream)) <= redis_event_log.DROP_WAKE_S
-        assert admin.xlen(stream) == 1  # the marker alone
+        assert admin.exists(keys.seq) + admin.exists(keys.batches) == 0
+        assert 0 < int(admin.ttl(keys.dropped)) <= redis_event_log.DROPPED_TTL_S
+        assert 0 < int(admin.ttl(keys.stream)) <= redis_event_log.DROP_WAKE_S
+        assert admin.xlen(keys.stream) == 1  # the marker alone
     finally:
         admin.close()
         await log.close()
 
 
 async def test_readers_end_even_when_their_replica_missed_the_drop_marker(
-    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+    any_redis: RedisUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(redis_event_log, "DROP_WAKE_S", 0)  # the marker is gone at once
     monkeypatch.setattr(redis_event_log, "DROP_RECHECK_S", 0.1)
-    a, b = RedisEventLog(redis_url, prefix=redis_prefix), RedisEventLog(redis_url, prefix=redis_prefix)
+    a, b = RedisEventLog(any_redis.url, prefix=any_redis.prefix), RedisEventLog(any_redis.url, prefix=any_redis.prefix)
     sid = uuid.uuid4().hex
     try:
         await a.append(sid, [delta("x")])
@@ -362,8 +380,8 @@ async def test_readers_end_even_when_their_replica_missed_the_drop_marker(
 # --------------------------------------------------------------------------- retried appends
 
 
-async def test_an_append_retried_with_its_batch_id_is_logged_once(redis_url: str, redis_prefix: str) -> None:
-    log, sid = RedisEventLog(redis_url, prefix=redis_prefix), uuid.uuid4().hex
+async def test_an_append_retried_with_its_batch_id_is_logged_once(any_redis: RedisUnderTest) -> None:
+    log, sid = RedisEventLog(any_redis.url, prefix=any_redis.prefix), uuid.uuid4().hex
     try:
         await log.append(sid, [delta("a"), delta("b")], batch_id="turn:1")
         retried = [delta("a"), delta("b")]

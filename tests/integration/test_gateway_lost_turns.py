@@ -20,6 +20,7 @@ from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway.event_log import OpenTurn
 from gateway.redis_event_log import RedisEventLog
+from services.kit.redis_keys import SessionKeys
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, payload, running_suite, status_details
 
 LONG = "w " * 12_000  # about 4,000 streamed deltas: a turn that runs for a while
@@ -129,11 +130,12 @@ async def test_deleting_a_session_while_its_turn_runs_stops_the_turn_without_a_n
 
         await asyncio.wait_for(asyncio.gather(turn, return_exceptions=True), TIMEOUT_S)  # the turn stopped
         assert not servicer.turns.running_turn(session_id)
-        stream = f"{redis_prefix}events:{{{session_id}}}"
-        seq_key = f"{stream}:seq"
+        keys = SessionKeys(redis_prefix, session_id)
+        stream = keys.key("events")
         admin = redis.Redis.from_url(redis_url)
         try:
-            assert admin.exists(seq_key) == 0, "the turn must not start the session's log anew"
+            assert admin.exists(keys.key("events:dropped")) == 1, "the session's log was dropped"
+            assert admin.exists(keys.key("events:seq")) == 0, "the turn must not start the session's log anew"
             assert admin.xlen(stream) <= 1  # `drop`'s marker alone
             assert int(admin.ttl(stream)) <= 600
         finally:

@@ -12,6 +12,7 @@ from cogmesh.client import Client, GatewayClient, GatewayError
 from gateway import main as gateway_main
 from services.kit.server import start
 from tests.integration.conftest import SUITE_SETTINGS, running_suite
+from tests.support.redis_topologies import RedisUnderTest
 
 
 async def test_run_collects_the_turn_and_errors_are_typed() -> None:
@@ -57,8 +58,8 @@ def test_blocking_client() -> None:
         thread.join(10)
 
 
-async def test_subscribe_resumes_on_another_gateway_without_gaps(redis_url: str, redis_prefix: str) -> None:
-    settings = SUITE_SETTINGS.model_copy(update={"redis_url": redis_url, "redis_key_prefix": redis_prefix})
+async def test_subscribe_resumes_on_another_gateway_without_gaps(any_redis: RedisUnderTest) -> None:
+    settings = SUITE_SETTINGS.model_copy(update={"redis_url": any_redis.url, "redis_key_prefix": any_redis.prefix})
     async with running_suite(settings) as (suite, _):
         addresses = {f"{name}_addr": server.address for name, server in suite.servers.items() if name != "gateway"}
         second = settings.model_copy(update={**addresses, "dev_mode": True})

@@ -28,6 +28,7 @@ from services.kit.server import start
 from services.sessions import main as sessions_main
 from tests.integration.conftest import DOMAIN, status_details
 from tests.support.redis_server import RedisServer
+from tests.support.redis_topologies import REDIS_TOPOLOGIES, redis_for
 
 TENANT, OTHER = "acme", "globex"
 TIMEOUT_S = 10.0
@@ -44,15 +45,15 @@ async def sessions_service(settings: Settings) -> AsyncIterator[sessions_pb2_grp
         await server.stop(0)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", *REDIS_TOPOLOGIES])
 async def stub(request: pytest.FixtureRequest) -> AsyncIterator[sessions_pb2_grpc.SessionsServiceStub]:
-    settings = Settings()
-    if request.param == "redis":
-        settings = Settings(
-            redis_url=request.getfixturevalue("redis_url"), redis_key_prefix=request.getfixturevalue("redis_prefix")
-        )
-    async with sessions_service(settings) as client:
-        yield client
+    with contextlib.ExitStack() as stack:
+        settings = Settings()
+        if request.param != "memory":
+            redis = stack.enter_context(redis_for(request, request.param))
+            settings = Settings(redis_url=redis.url, redis_key_prefix=redis.prefix)
+        async with sessions_service(settings) as client:
+            yield client
 
 
 async def create(stub: Any, **fields: Any) -> Any:

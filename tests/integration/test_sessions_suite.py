@@ -9,6 +9,7 @@ import redis
 
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.redis_keys import SessionKeys
 from tests.integration.conftest import (
     SUITE_SETTINGS,
     TIMEOUT_S,
@@ -35,9 +36,10 @@ async def test_a_suite_on_redis_keeps_sessions_across_a_full_restart(redis_url: 
         assert count >= 3  # user, assistant tool call, tool result, answer
 
     direct = redis.Redis.from_url(redis_url)
+    keys = SessionKeys(redis_prefix, session_id)
     try:
-        assert direct.llen(f"{redis_prefix}s:{{{session_id}}}:m") == count, "messages live in Redis"
-        assert direct.hget(f"{redis_prefix}s:{{{session_id}}}", "tenant_id") == tenant.encode()
+        assert direct.llen(keys.key("m")) == count, "messages live in Redis"
+        assert direct.hget(keys.key("s"), "tenant_id") == tenant.encode()
     finally:
         direct.close()
 

@@ -10,7 +10,9 @@ Fixtures (registered for the whole suite by tests/conftest.py):
   that kill, pause or restart it.
 
 `RedisServer` can also be used directly (e.g. `RedisServer(appendonly=True)` for data
-that must survive `kill()` + `start()`).
+that must survive `kill()` + `start()`). `admin_client(url)` is a synchronous client of
+any COGMESH_REDIS_URL form; Sentinel and cluster setups are in redis_sentinel.py and
+redis_cluster.py, and redis_topologies.py runs a test once per form (`any_redis`).
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 import redis
+from redis.cluster import ClusterNode
+from redis.sentinel import Sentinel
+
+from services.kit.redis_url import parse_redis_url
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -57,14 +64,22 @@ def ping(url: str, timeout_s: float = 0.5) -> bool:
 class RedisServer:
     """A redis-server process of our own: start, stop, kill, pause and restart it."""
 
-    def __init__(self, port: int | None = None, directory: Path | None = None, appendonly: bool = False):
+    def __init__(
+        self,
+        port: int | None = None,
+        directory: Path | None = None,
+        appendonly: bool = False,
+        extra_args: Sequence[str] = (),
+        appendfsync: str = "always",
+    ):
         self.port = port or free_port()
+        self.extra_args = list(extra_args)  # e.g. cluster or replica settings
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if directory is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="cogmesh-redis-")
             directory = Path(self._tmp.name)
         self.directory = directory
-        self.appendonly = appendonly
+        self.appendonly, self.appendfsync = appendonly, appendfsync
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -90,10 +105,11 @@ class RedisServer:
             "--logfile", str(self.directory / "redis.log"),
         ]  # fmt: skip
         if self.appendonly:
-            # Every acknowledged write is on disk: a kill -9 loses nothing that was confirmed.
-            args += ["--appendonly", "yes", "--appendfsync", "always"]
+            # With "always", every acknowledged write is on disk: a kill -9 loses nothing that was confirmed.
+            args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
         else:
             args += ["--appendonly", "no"]
+        args += self.extra_args
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ping(self.url, 0.2):
@@ -164,9 +180,20 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
+def admin_client(url: str) -> Any:
+    """A synchronous client of any COGMESH_REDIS_URL form (standalone, Sentinel, cluster), for test setup and checks."""
+    target = parse_redis_url(url)
+    if target.kind == "cluster":
+        nodes = [ClusterNode(host, port) for host, port in target.nodes]
+        return redis.RedisCluster(startup_nodes=nodes, socket_timeout=5)
+    if target.kind == "sentinel":
+        return Sentinel(list(target.nodes), socket_timeout=5).master_for(target.service, socket_timeout=5)
+    return redis.Redis.from_url(url, socket_timeout=5)
+
+
 def delete_prefix(url: str, prefix: str) -> int:
-    """Delete every key under prefix (SCAN + DEL: safe on a shared Redis)."""
-    client = redis.Redis.from_url(url, socket_timeout=5)
+    """Delete every key under prefix (SCAN + DEL, on every primary of a cluster: safe on a shared Redis)."""
+    client = admin_client(url)
     deleted = 0
     try:
         batch: list[bytes] = []
@@ -177,7 +204,7 @@ def delete_prefix(url: str, prefix: str) -> int:
                 batch.clear()
         if batch:
             deleted += int(client.delete(*batch))
-    except (redis.ConnectionError, redis.TimeoutError):
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException):
         pass  # the server is gone (a fault test): nothing left to clean
     finally:
         client.close()

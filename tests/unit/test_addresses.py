@@ -108,5 +108,5 @@ def test_every_process_is_told_every_replica(tmp_path: Path) -> None:
     assert env["COGMESH_RUNTIME_ADDR"] == "127.0.0.1:50052,127.0.0.1:50062,127.0.0.1:50072"
     assert env["COGMESH_GATEWAY_ADDR"] == "127.0.0.1:50051"
     offsets = sorted(child.metrics_offset for child in supervisor.children.values())
-    assert offsets == list(range(8))  # one /metrics port each, the first replicas where they always were
-    assert supervisor.children["runtime-1"].metrics_offset == 4
+    assert offsets == list(range(9))  # one /metrics port each, the first replicas where they always were
+    assert supervisor.children["runtime-1"].metrics_offset == 5

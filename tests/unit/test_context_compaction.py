@@ -24,6 +24,7 @@ from services.context.summarizer import (
 from services.kit.llm import ChatMessage, ModelChunk, ModelError, ToolSchema
 from services.kit.tokens import TiktokenCounter
 from services.runtime.local_model import LocalModel
+from tests.support.redis_topologies import RedisUnderTest
 
 COUNTER = TiktokenCounter()
 
@@ -271,15 +272,15 @@ def test_summarizer_for_picks_by_provider() -> None:
 # --- Redis archive, against the real server -------------------------------------
 
 
-async def test_redis_archive_shares_results_and_suffixes_collisions() -> None:
-    import uuid
-
+async def test_redis_archive_shares_results_and_suffixes_collisions(any_redis: RedisUnderTest) -> None:
     import redis.asyncio as redis
 
     from services.context.archive import ArchiveUnavailable, RedisToolArchive
+    from services.kit.redis_keys import SessionKeys
+    from services.kit.redis_pool import pooled_client
 
-    client = redis.from_url("redis://127.0.0.1:6379/0")
-    prefix = f"test:{uuid.uuid4().hex}:"
+    client = pooled_client(any_redis.url, 2.0)
+    prefix = any_redis.prefix
     try:
         one, two = RedisToolArchive(client, prefix, ttl_s=60), RedisToolArchive(client, prefix, ttl_s=60)
         assert await one.put("t", "s", "call_1", "calc", "call_1", "391") == "call_1"
@@ -288,11 +289,8 @@ async def test_redis_archive_shares_results_and_suffixes_collisions() -> None:
         got = await one.get("t", "s", "call_1.2")
         assert got is not None and (got.content, got.tool_name) == ("42", "calc")
         assert await one.get("t", "s", "missing") is None
-        assert 0 < await client.ttl(f"{prefix}context:archive:t:s") <= 60
+        assert 0 < await client.ttl(SessionKeys(prefix, "s").key("archive:t")) <= 60, "in the session's slot"
     finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await client.delete(*keys)
         await client.aclose()
 
     down = redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest_asyncio
-import redis.asyncio as aioredis
 import structlog
 
+from services.kit.redis_pool import Client
 from services.policy.domain import Msg, Phase, Scope, ToolCallRef, TurnContext
 from services.policy.interceptors import (
     Action,
@@ -21,6 +21,7 @@ from services.policy.interceptors import (
 )
 from services.policy.interceptors.context import SUMMARY_PREFIX, Compaction, split_point
 from services.policy.ratelimit import MemoryWindowStore, RedisWindowStore, redis_client
+from tests.support.redis_topologies import RedisUnderTest
 
 
 def ctx(**fields: object) -> TurnContext:
@@ -235,21 +236,21 @@ async def test_throttle_spaces_consecutive_calls() -> None:
 
 
 @pytest_asyncio.fixture
-async def redis(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[aioredis.Redis, str]]:
-    """A client of the test Redis (tests/support/redis_server.py) and this test's own key prefix."""
-    client = aioredis.from_url(redis_url, socket_timeout=2)
+async def redis(any_redis: RedisUnderTest) -> AsyncIterator[tuple[Client, str]]:
+    """A client of each form of Redis (tests/support/redis_topologies.py) and this test's own key prefix."""
+    client = redis_client(any_redis.url, 2.0)
     try:
-        yield client, redis_prefix
+        yield client, any_redis.prefix
     finally:
         await client.aclose()
 
 
-async def test_redis_window_is_shared_between_replicas(redis: tuple[aioredis.Redis, str], redis_url: str) -> None:
-    redis_client, prefix = redis
+async def test_redis_window_is_shared_between_replicas(redis: tuple[Client, str], any_redis: RedisUnderTest) -> None:
+    redis_client_, prefix = redis
     # Two stores with their own clients stand for two policy replicas.
-    other = aioredis.from_url(redis_url, socket_timeout=2)
+    other = redis_client(any_redis.url, 2.0)
     try:
-        a, b = RedisWindowStore(redis_client, prefix), RedisWindowStore(other, prefix)
+        a, b = RedisWindowStore(redis_client_, prefix), RedisWindowStore(other, prefix)
         results = [await store.reserve("k", 3, 60.0, 120.0) for store in (a, b, a, b, a)]
         assert [r.granted for r in results] == [True] * 5
         waits = [r.wait_s for r in results]
@@ -257,16 +258,16 @@ async def test_redis_window_is_shared_between_replicas(redis: tuple[aioredis.Red
         assert all(59 < w <= 60 for w in waits[3:])  # the window is shared: replica b waits too
         refused = await b.reserve("k", 3, 60.0, 0.0)
         assert not refused.granted and refused.wait_s > 59
-        assert await redis_client.zcard(prefix + "k") == 5  # the refusal took no slot
-        assert 0 < await redis_client.pttl(prefix + "k") <= 121_000  # windows expire on their own
+        assert await redis_client_.zcard(prefix + "k") == 5  # the refusal took no slot
+        assert 0 < await redis_client_.pttl(prefix + "k") <= 121_000  # windows expire on their own
     finally:
         await other.aclose()
 
 
-async def test_rate_limiter_over_redis_blocks_across_replicas(redis: tuple[aioredis.Redis, str]) -> None:
-    redis_client, prefix = redis
-    replica_a = Chain([RateLimiter(RedisWindowStore(redis_client, prefix), 2, 60, "block", per_tool=True)])
-    replica_b = Chain([RateLimiter(RedisWindowStore(redis_client, prefix), 2, 60, "block", per_tool=True)])
+async def test_rate_limiter_over_redis_blocks_across_replicas(redis: tuple[Client, str]) -> None:
+    client, prefix = redis
+    replica_a = Chain([RateLimiter(RedisWindowStore(client, prefix), 2, 60, "block", per_tool=True)])
+    replica_b = Chain([RateLimiter(RedisWindowStore(client, prefix), 2, 60, "block", per_tool=True)])
     assert (await replica_a.run(Phase.PRE_ACT, ctx(tool_name="search"))).action is Action.OK
     assert (await replica_b.run(Phase.PRE_ACT, ctx(tool_name="search"))).action is Action.OK
     assert (await replica_a.run(Phase.PRE_ACT, ctx(tool_name="search"))).action is Action.STOP

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest_asyncio
 import redis.asyncio as redis
 import yaml
 
+from services.kit.redis_pool import Client, pooled_client
 from services.models.catalog import DEFAULT_CATALOG_PATH, ModelCatalog, ModelSpec
 from services.models.registry import (
     FileModelStore,
@@ -22,8 +22,7 @@ from services.models.registry import (
     RedisModelStore,
     StoreError,
 )
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.support.redis_topologies import RedisUnderTest
 
 
 def spec(model_id: str, aliases: tuple[str, ...] = (), provider: str = "acme", **extra: Any) -> ModelSpec:
@@ -201,25 +200,18 @@ def test_default_catalogue_path_loads() -> None:
 
 
 @pytest_asyncio.fixture
-async def redis_client() -> AsyncIterator[redis.Redis]:
-    client = redis.from_url(REDIS_URL)
-    try:
-        await client.ping()
-    except redis.ConnectionError:
-        pytest.fail(f"these tests need the Redis server at {REDIS_URL}")
-    prefix = f"test:{uuid.uuid4().hex}:"
-    client.test_prefix = prefix  # type: ignore[attr-defined]
+async def redis_client(any_redis: RedisUnderTest) -> AsyncIterator[Client]:
+    """A client of each form of Redis; its `test_prefix` is this test's own (cleaned up by `any_redis`)."""
+    client = pooled_client(any_redis.url, 2.0)
+    client.test_prefix = any_redis.prefix  # type: ignore[union-attr]
     try:
         yield client
     finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await client.delete(*keys)
         await client.aclose()
 
 
-async def test_redis_store_shares_added_models_between_replicas(catalog_file: Path, redis_client: redis.Redis) -> None:
-    prefix = redis_client.test_prefix  # type: ignore[attr-defined]
+async def test_redis_store_shares_added_models_between_replicas(catalog_file: Path, redis_client: Client) -> None:
+    prefix = redis_client.test_prefix  # type: ignore[union-attr]
     clock = Clock()
     one = ModelRegistry(catalog_file, RedisModelStore(redis_client, prefix), refresh_s=1.0, clock=clock)
     two = ModelRegistry(catalog_file, RedisModelStore(redis_client, prefix), refresh_s=1.0, clock=clock)
