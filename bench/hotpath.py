@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -283,7 +284,7 @@ async def measure(
     system.driver.write("go")
     result = await system.driver.read(COMMAND_TIMEOUT_S)
     wall = time.perf_counter() - started
-    spent = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    spent = by_service({name: cpu_seconds(pid) - before[name] for name, pid in pids.items()})
     if done is not None:
         await done()
     server_cpu = spent.pop("model server")
@@ -334,6 +335,15 @@ def redis_pid(url: str) -> int:
         return int(client.info("server")["process_id"])
     finally:
         client.close()
+
+
+def by_service(per_process: dict[str, float]) -> dict[str, float]:
+    """Sums the processes of one service (runtime-1, runtime-2 -> runtime)."""
+    totals: dict[str, float] = {}
+    for name, value in per_process.items():
+        service = re.sub(r"-\d+$", "", name)
+        totals[service] = totals.get(service, 0.0) + value
+    return totals
 
 
 def service_pids(supervisor: Supervisor) -> dict[str, int]:
@@ -413,7 +423,7 @@ async def idle_cpu(system: System, seconds: float) -> dict[str, float]:
     """CPU ms a second each process burns with no turn running (timers, health, reaper): background."""
     before = {name: cpu_seconds(pid) for name, pid in system.pids.items()}
     await asyncio.sleep(seconds)
-    return {name: (cpu_seconds(pid) - before[name]) * 1000 / seconds for name, pid in system.pids.items()}
+    return by_service({name: (cpu_seconds(pid) - before[name]) * 1000 / seconds for name, pid in system.pids.items()})
 
 
 # --------------------------------------------------------------------------- the report
@@ -512,7 +522,7 @@ def report(data: dict[str, Any]) -> str:
     rows: list[dict[str, Any]] = data["rows"]
     labels = {w.name: w.label for w in WORKLOADS.values()}
     latency, cpu, split, samples = [], [], [], []
-    services = ["client", "gateway", "runtime", "sessions", "context", "policy", "models", "redis"]
+    services = ["client", "gateway", "runtime", "sessions", "context", "policy", "models", "memory", "redis"]
     for row in rows:
         ms = row["ms"]
         errors = ", ".join(f"{k} x{v}" for k, v in row["errors"].items()) or "0"
@@ -551,8 +561,8 @@ def report(data: dict[str, Any]) -> str:
         "",
         "One local OpenAI-compatible server (bench/model_server.py, its own process: SSE, one token per chunk, "
         "a usage chunk, tool calls, a set pace) serves every system in the same run. **cogmesh**: a gRPC client "
-        "of the gateway, the six services as processes (as `cogmesh up` runs them: default logging, tracing and "
-        "metrics; only the per-tenant rate limits raised), the agent's model `"
+        "of the gateway, the services as processes (as `cogmesh up` runs them, the runtime as two workers: "
+        "default logging, tracing and metrics; only the per-tenant rate limits raised), the agent's model `"
         + MODEL
         + "` of the `openai` provider with base_url on the server; **cogmesh+redis**: the same with "
         "COGMESH_REDIS_URL (a private redis-server). **langgraph**: a LangGraph agent graph (model node, ToolNode) "
@@ -585,7 +595,7 @@ def report(data: dict[str, Any]) -> str:
         "## CPU per turn (every process of the system, from /proc)",
         "",
         "CPU ms per turn = (utime + stime over the measured turns) / turns. Services = every process but the "
-        "client (cogmesh's six services, and Redis). Cores busy = the system's CPU over the wall time of the "
+        "client (cogmesh's services, and Redis). Cores busy = the system's CPU over the wall time of the "
         "measurement. The model server's own use is in the last column, counted for nobody.",
         "",
         table(
@@ -620,7 +630,7 @@ def report(data: dict[str, Any]) -> str:
         "",
         table(["target", "bound", "measured", "status"], targets(rows)),
         "",
-        "cogmesh here means all its processes: the client, the six services and, with Redis, redis-server.",
+        "cogmesh here means all its processes: the client, every service process and, with Redis, redis-server.",
         "",
     ]
     if samples:

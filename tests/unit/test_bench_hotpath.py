@@ -109,7 +109,7 @@ def test_hotpath_runs_every_system_at_a_tiny_scale(tmp_path: Path) -> None:
         assert sorted(
             r["system"] for r in rows if (r["workload"], r["concurrency"]) == (workload, concurrency)
         ) == sorted(systems)
-    services = {"client", "gateway", "runtime", "sessions", "context", "policy", "models"}
+    services = {"client", "gateway", "runtime", "sessions", "context", "policy", "models", "memory"}
     for row in rows:
         assert row["errors"] == {} and row["ok"] == row["turns"], row
         assert 0 < row["ms"]["ttfe_p50"] <= row["ms"]["ttft_p50"] <= row["ms"]["full_p50"], row
