@@ -186,12 +186,14 @@ class UserInputRequested(_message.Message):
     def __init__(self, prompt: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., correlation_id: _Optional[str] = ...) -> None: ...
 
 class ClientToolCall(_message.Message):
-    __slots__ = ("call", "interrupt_id")
+    __slots__ = ("call", "interrupt_id", "idempotency_key")
     CALL_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     call: _messages_pb2.ToolCall
     interrupt_id: str
-    def __init__(self, call: _Optional[_Union[_messages_pb2.ToolCall, _Mapping]] = ..., interrupt_id: _Optional[str] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, call: _Optional[_Union[_messages_pb2.ToolCall, _Mapping]] = ..., interrupt_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class UsageReport(_message.Message):
     __slots__ = ("model", "provider", "input_tokens", "output_tokens", "cost_usd", "turn_cost_usd")

@@ -1,6 +1,9 @@
+import datetime
+
 from cogmesh.common.v1 import events_pb2 as _events_pb2
 from cogmesh.common.v1 import messages_pb2 as _messages_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -20,7 +23,7 @@ BUDGET_ACTION_ERROR: BudgetAction
 BUDGET_ACTION_WARN: BudgetAction
 
 class RunTurnRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "content", "model", "lease_token", "runtime", "output_schema", "limits", "cost_budget", "client_tools", "session_usage")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "content", "model", "lease_token", "runtime", "output_schema", "limits", "cost_budget", "client_tools", "session_usage", "deadline")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +36,7 @@ class RunTurnRequest(_message.Message):
     COST_BUDGET_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TOOLS_FIELD_NUMBER: _ClassVar[int]
     SESSION_USAGE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -45,7 +49,8 @@ class RunTurnRequest(_message.Message):
     cost_budget: CostBudget
     client_tools: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolSpec]
     session_usage: SessionUsage
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., lease_token: _Optional[int] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., session_usage: _Optional[_Union[SessionUsage, _Mapping]] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., lease_token: _Optional[int] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., session_usage: _Optional[_Union[SessionUsage, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class TurnLimits(_message.Message):
     __slots__ = ("max_iterations", "max_tool_calls", "max_mcp_calls", "tool_timeout_ms", "max_parallel_tools", "max_wall_clock_ms")
@@ -152,7 +157,7 @@ class ListRuntimesResponse(_message.Message):
     def __init__(self, runtimes: _Optional[_Iterable[_Union[RuntimeEngine, _Mapping]]] = ..., default_runtime: _Optional[str] = ...) -> None: ...
 
 class ResumeTurnRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "interrupt_id", "lease_token", "approval", "user_input", "tool_result", "abandon")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "interrupt_id", "lease_token", "approval", "user_input", "tool_result", "abandon", "deadline")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +167,7 @@ class ResumeTurnRequest(_message.Message):
     USER_INPUT_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     ABANDON_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -171,7 +177,8 @@ class ResumeTurnRequest(_message.Message):
     user_input: str
     tool_result: ClientToolResult
     abandon: bool
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., approval: _Optional[_Union[ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[ClientToolResult, _Mapping]] = ..., abandon: _Optional[bool] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., approval: _Optional[_Union[ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[ClientToolResult, _Mapping]] = ..., abandon: _Optional[bool] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ResumeTurnResponse(_message.Message):
     __slots__ = ("events",)
@@ -198,3 +205,27 @@ class ClientToolResult(_message.Message):
     content: str
     is_error: bool
     def __init__(self, content: _Optional[str] = ..., is_error: _Optional[bool] = ...) -> None: ...
+
+class StartTurnRequest(_message.Message):
+    __slots__ = ("turn",)
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    turn: RunTurnRequest
+    def __init__(self, turn: _Optional[_Union[RunTurnRequest, _Mapping]] = ...) -> None: ...
+
+class StartTurnResponse(_message.Message):
+    __slots__ = ("holder",)
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    def __init__(self, holder: _Optional[str] = ...) -> None: ...
+
+class ContinueTurnRequest(_message.Message):
+    __slots__ = ("resume",)
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    resume: ResumeTurnRequest
+    def __init__(self, resume: _Optional[_Union[ResumeTurnRequest, _Mapping]] = ...) -> None: ...
+
+class ContinueTurnResponse(_message.Message):
+    __slots__ = ("holder",)
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    def __init__(self, holder: _Optional[str] = ...) -> None: ...

@@ -28,8 +28,10 @@ if _version_not_supported:
 class RuntimeServiceStub:
     """RuntimeService runs the agent loop of one turn.
 
-    It keeps no state a crash could lose: history comes from the sessions
-    service and new messages go back to it before the final event.
+    It keeps no state a crash could lose: a turn's events, the journal of its
+    steps and its messages go to the sessions service as the turn runs, and any
+    replica can go on with a turn from its journal after the replica running it
+    stopped (ClaimOrphanedTurns).
     """
 
     def __init__(self, channel):
@@ -42,6 +44,16 @@ class RuntimeServiceStub:
                 '/cogmesh.runtime.v1.RuntimeService/RunTurn',
                 request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnResponse.FromString,
+                _registered_method=True)
+        self.StartTurn = channel.unary_unary(
+                '/cogmesh.runtime.v1.RuntimeService/StartTurn',
+                request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnResponse.FromString,
+                _registered_method=True)
+        self.ContinueTurn = channel.unary_unary(
+                '/cogmesh.runtime.v1.RuntimeService/ContinueTurn',
+                request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ContinueTurnRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ContinueTurnResponse.FromString,
                 _registered_method=True)
         self.CancelTurn = channel.unary_unary(
                 '/cogmesh.runtime.v1.RuntimeService/CancelTurn',
@@ -63,13 +75,34 @@ class RuntimeServiceStub:
 class RuntimeServiceServicer:
     """RuntimeService runs the agent loop of one turn.
 
-    It keeps no state a crash could lose: history comes from the sessions
-    service and new messages go back to it before the final event.
+    It keeps no state a crash could lose: a turn's events, the journal of its
+    steps and its messages go to the sessions service as the turn runs, and any
+    replica can go on with a turn from its journal after the replica running it
+    stopped (ClaimOrphanedTurns).
     """
 
     def RunTurn(self, request, context):
-        """RunTurn runs one turn and streams its events (without seq: the gateway
-        assigns seq when it logs them). The stream ends after final or error.
+        """RunTurn runs one turn like StartTurn and also streams its events to the
+        caller, as logged (with seq). The stream ends after final, error or a
+        pause; a caller that goes away does not stop the turn.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartTurn(self, request, context):
+        """StartTurn takes a turn to run in the background and answers once this
+        replica runs it. Its events go to the session's event log
+        (SessionsService.AppendEvents), so the turn does not depend on its caller:
+        watchers read the log. Request errors are answered here, like RunTurn's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ContinueTurn(self, request, context):
+        """ContinueTurn resumes a paused turn like ResumeTurn, in the background like
+        StartTurn.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -120,6 +153,16 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnRequest.FromString,
                     response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnResponse.SerializeToString,
             ),
+            'StartTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartTurn,
+                    request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnRequest.FromString,
+                    response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnResponse.SerializeToString,
+            ),
+            'ContinueTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.ContinueTurn,
+                    request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ContinueTurnRequest.FromString,
+                    response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ContinueTurnResponse.SerializeToString,
+            ),
             'CancelTurn': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTurn,
                     request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.CancelTurnRequest.FromString,
@@ -146,8 +189,10 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
 class RuntimeService:
     """RuntimeService runs the agent loop of one turn.
 
-    It keeps no state a crash could lose: history comes from the sessions
-    service and new messages go back to it before the final event.
+    It keeps no state a crash could lose: a turn's events, the journal of its
+    steps and its messages go to the sessions service as the turn runs, and any
+    replica can go on with a turn from its journal after the replica running it
+    stopped (ClaimOrphanedTurns).
     """
 
     @staticmethod
@@ -167,6 +212,60 @@ class RuntimeService:
             '/cogmesh.runtime.v1.RuntimeService/RunTurn',
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnRequest.SerializeToString,
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.runtime.v1.RuntimeService/StartTurn',
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnRequest.SerializeToString,
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ContinueTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.runtime.v1.RuntimeService/ContinueTurn',
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ContinueTurnRequest.SerializeToString,
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ContinueTurnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -240,32 +240,40 @@ class ListMessagesResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AcquireTurnLeaseRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "ttl_seconds", "strategy")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "ttl_seconds", "strategy", "events", "entries")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
     ttl_seconds: int
     strategy: MultitaskStrategy
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    entries: _containers.RepeatedCompositeFieldContainer[JournalEntry]
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ...) -> None: ...
 
 class AcquireTurnLeaseResponse(_message.Message):
-    __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds", "pending_interrupt_ids")
+    __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds", "pending_interrupt_ids", "start_seq", "last_seq")
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTED_TURN_ID_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PENDING_INTERRUPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    START_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     lease_token: int
     interrupted_turn_id: str
     expire_time: _timestamp_pb2.Timestamp
     waited_seconds: float
     pending_interrupt_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, lease_token: _Optional[int] = ..., interrupted_turn_id: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited_seconds: _Optional[float] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    start_seq: int
+    last_seq: int
+    def __init__(self, lease_token: _Optional[int] = ..., interrupted_turn_id: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited_seconds: _Optional[float] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ..., start_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class ReleaseTurnLeaseRequest(_message.Message):
     __slots__ = ("tenant_id", "session_id", "lease_token")
@@ -284,16 +292,20 @@ class ReleaseTurnLeaseResponse(_message.Message):
     def __init__(self, released: _Optional[bool] = ...) -> None: ...
 
 class RenewTurnLeaseRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "lease_token", "ttl_seconds")
+    __slots__ = ("tenant_id", "session_id", "lease_token", "ttl_seconds", "holder", "hand_over")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    HAND_OVER_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     lease_token: int
     ttl_seconds: int
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+    holder: str
+    hand_over: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., holder: _Optional[str] = ..., hand_over: _Optional[bool] = ...) -> None: ...
 
 class RenewTurnLeaseResponse(_message.Message):
     __slots__ = ("expire_time", "interrupt_requested_by")
@@ -312,16 +324,20 @@ class GetTurnLeaseRequest(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class TurnLease(_message.Message):
-    __slots__ = ("turn_id", "lease_token", "expire_time", "interrupt_requested_by")
+    __slots__ = ("turn_id", "lease_token", "expire_time", "interrupt_requested_by", "holder", "takeovers")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
     turn_id: str
     lease_token: int
     expire_time: _timestamp_pb2.Timestamp
     interrupt_requested_by: str
-    def __init__(self, turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., interrupt_requested_by: _Optional[str] = ...) -> None: ...
+    holder: str
+    takeovers: int
+    def __init__(self, turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., interrupt_requested_by: _Optional[str] = ..., holder: _Optional[str] = ..., takeovers: _Optional[int] = ...) -> None: ...
 
 class GetTurnLeaseResponse(_message.Message):
     __slots__ = ("lease", "queued_turn_ids")
@@ -586,3 +602,183 @@ class GetRehydrationPayloadResponse(_message.Message):
     goal: Goal
     phase: PhaseState
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., goal: _Optional[_Union[Goal, _Mapping]] = ..., phase: _Optional[_Union[PhaseState, _Mapping]] = ...) -> None: ...
+
+class JournalEntry(_message.Message):
+    __slots__ = ("kind", "state", "seq", "record_time", "position")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RECORD_TIME_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    state: bytes
+    seq: int
+    record_time: _timestamp_pb2.Timestamp
+    position: int
+    def __init__(self, kind: _Optional[str] = ..., state: _Optional[bytes] = ..., seq: _Optional[int] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., position: _Optional[int] = ...) -> None: ...
+
+class AppendEventsRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "events", "entries", "append_id", "release_lease", "pause", "messages")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    APPEND_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_LEASE_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    lease_token: int
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    entries: _containers.RepeatedCompositeFieldContainer[JournalEntry]
+    append_id: str
+    release_lease: bool
+    pause: Checkpoint
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., append_id: _Optional[str] = ..., release_lease: _Optional[bool] = ..., pause: _Optional[_Union[Checkpoint, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ...) -> None: ...
+
+class AppendEventsResponse(_message.Message):
+    __slots__ = ("last_seq", "duplicate", "message_count")
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    last_seq: int
+    duplicate: bool
+    message_count: int
+    def __init__(self, last_seq: _Optional[int] = ..., duplicate: _Optional[bool] = ..., message_count: _Optional[int] = ...) -> None: ...
+
+class ReadEventsRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "after_seq", "follow", "heartbeat_ms")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    after_seq: int
+    follow: bool
+    heartbeat_ms: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ..., heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class ReadEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
+
+class GetEventLogStateRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class GetEventLogStateResponse(_message.Message):
+    __slots__ = ("first_seq", "last_seq", "ends_with_turn_end")
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ENDS_WITH_TURN_END_FIELD_NUMBER: _ClassVar[int]
+    first_seq: int
+    last_seq: int
+    ends_with_turn_end: bool
+    def __init__(self, first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., ends_with_turn_end: _Optional[bool] = ...) -> None: ...
+
+class GetJournalRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "turn_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ...) -> None: ...
+
+class GetJournalResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[JournalEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ...) -> None: ...
+
+class RenewTurnLeasesRequest(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[RenewTurnLeaseRequest]
+    def __init__(self, leases: _Optional[_Iterable[_Union[RenewTurnLeaseRequest, _Mapping]]] = ...) -> None: ...
+
+class RenewedTurnLease(_message.Message):
+    __slots__ = ("session_id", "lease_token", "held", "interrupt_requested_by", "expire_time")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    lease_token: int
+    held: bool
+    interrupt_requested_by: str
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, session_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., held: _Optional[bool] = ..., interrupt_requested_by: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RenewTurnLeasesResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[RenewedTurnLease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[RenewedTurnLease, _Mapping]]] = ...) -> None: ...
+
+class ClaimOrphanedTurnsRequest(_message.Message):
+    __slots__ = ("holder", "max_turns", "ttl_seconds")
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    max_turns: int
+    ttl_seconds: int
+    def __init__(self, holder: _Optional[str] = ..., max_turns: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class ClaimedTurn(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    lease_token: int
+    takeovers: int
+    last_seq: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class ClaimOrphanedTurnsResponse(_message.Message):
+    __slots__ = ("turns",)
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    turns: _containers.RepeatedCompositeFieldContainer[ClaimedTurn]
+    def __init__(self, turns: _Optional[_Iterable[_Union[ClaimedTurn, _Mapping]]] = ...) -> None: ...
+
+class InterruptTurnRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "turn_id", "requested_by")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    requested_by: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
+
+class InterruptTurnResponse(_message.Message):
+    __slots__ = ("turn_id", "holder")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    turn_id: str
+    holder: str
+    def __init__(self, turn_id: _Optional[str] = ..., holder: _Optional[str] = ...) -> None: ...

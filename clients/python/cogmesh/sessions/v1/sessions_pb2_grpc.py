@@ -158,6 +158,41 @@ class SessionsServiceStub:
                 request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetRehydrationPayloadRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetRehydrationPayloadResponse.FromString,
                 _registered_method=True)
+        self.AppendEvents = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/AppendEvents',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsResponse.FromString,
+                _registered_method=True)
+        self.ReadEvents = channel.unary_stream(
+                '/cogmesh.sessions.v1.SessionsService/ReadEvents',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ReadEventsRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ReadEventsResponse.FromString,
+                _registered_method=True)
+        self.GetEventLogState = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/GetEventLogState',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetEventLogStateRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetEventLogStateResponse.FromString,
+                _registered_method=True)
+        self.GetJournal = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/GetJournal',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetJournalRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetJournalResponse.FromString,
+                _registered_method=True)
+        self.RenewTurnLeases = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/RenewTurnLeases',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RenewTurnLeasesRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RenewTurnLeasesResponse.FromString,
+                _registered_method=True)
+        self.ClaimOrphanedTurns = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/ClaimOrphanedTurns',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ClaimOrphanedTurnsRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ClaimOrphanedTurnsResponse.FromString,
+                _registered_method=True)
+        self.InterruptTurn = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/InterruptTurn',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnResponse.FromString,
+                _registered_method=True)
 
 
 class SessionsServiceServicer:
@@ -356,6 +391,74 @@ class SessionsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendEvents(self, request, context):
+        """AppendEvents adds a running turn's events to the session's event log,
+        stamping each with the session's next seq, together with the journal
+        entries of the steps they close, in one atomic write fenced by the turn's
+        lease: a writer whose lease was taken over (a newer token) gets
+        FAILED_PRECONDITION (TURN_NOT_FOUND) and nothing is written. A retry with
+        the same append_id is a no-op that answers the same seq. With
+        release_lease (the turn's end) or pause (the interrupt a paused turn waits
+        for) the lease is freed in the same write, so whoever reads the end can
+        send the next message at once; the turn's messages may be stored in it too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadEvents(self, request, context):
+        """ReadEvents replays the session's event log after a cursor and, with follow,
+        keeps streaming new events, with an empty response as a heartbeat when idle.
+        A cursor older than retention is OUT_OF_RANGE (CURSOR_EXPIRED); a cursor
+        ahead of the log is INVALID_ARGUMENT; a deleted session is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEventLogState(self, request, context):
+        """GetEventLogState tells where the session's event log stands: its oldest
+        retained seq, its last seq and whether its last event ended a turn.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJournal(self, request, context):
+        """GetJournal returns a turn's journal, oldest first: the request that
+        started it, then the state the runtime recorded after each step.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewTurnLeases(self, request, context):
+        """RenewTurnLeases renews, in one call, the leases of the turns a runtime
+        replica runs, and says for each whether it is still held and whether its
+        turn was asked to stop.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimOrphanedTurns(self, request, context):
+        """ClaimOrphanedTurns hands the caller turns whose runtime stopped: their
+        lease expired while the turn was open (accepted, neither ended nor paused).
+        Each comes with a new fencing token, so the runtime that stopped can no
+        longer write, and a count of its takeovers so far.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InterruptTurn(self, request, context):
+        """InterruptTurn asks the turn holding the session's lease to stop; its
+        runtime learns it at its next renewal at the latest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -473,6 +576,41 @@ def add_SessionsServiceServicer_to_server(servicer, server):
                     servicer.GetRehydrationPayload,
                     request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetRehydrationPayloadRequest.FromString,
                     response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetRehydrationPayloadResponse.SerializeToString,
+            ),
+            'AppendEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendEvents,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsResponse.SerializeToString,
+            ),
+            'ReadEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadEvents,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ReadEventsRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ReadEventsResponse.SerializeToString,
+            ),
+            'GetEventLogState': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEventLogState,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetEventLogStateRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetEventLogStateResponse.SerializeToString,
+            ),
+            'GetJournal': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJournal,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetJournalRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetJournalResponse.SerializeToString,
+            ),
+            'RenewTurnLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewTurnLeases,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RenewTurnLeasesRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RenewTurnLeasesResponse.SerializeToString,
+            ),
+            'ClaimOrphanedTurns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimOrphanedTurns,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ClaimOrphanedTurnsRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ClaimOrphanedTurnsResponse.SerializeToString,
+            ),
+            'InterruptTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.InterruptTurn,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1105,6 +1243,195 @@ class SessionsService:
             '/cogmesh.sessions.v1.SessionsService/GetRehydrationPayload',
             cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetRehydrationPayloadRequest.SerializeToString,
             cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetRehydrationPayloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/AppendEvents',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/ReadEvents',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ReadEventsRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ReadEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEventLogState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/GetEventLogState',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetEventLogStateRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetEventLogStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJournal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/GetJournal',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetJournalRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.GetJournalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewTurnLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/RenewTurnLeases',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RenewTurnLeasesRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RenewTurnLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimOrphanedTurns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/ClaimOrphanedTurns',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ClaimOrphanedTurnsRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ClaimOrphanedTurnsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InterruptTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/InterruptTurn',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,9 +17,18 @@ const _ = grpc.SupportPackageIsVersion7
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type RuntimeServiceClient interface {
-	// RunTurn runs one turn and streams its events (without seq: the gateway
-	// assigns seq when it logs them). The stream ends after final or error.
+	// RunTurn runs one turn like StartTurn and also streams its events to the
+	// caller, as logged (with seq). The stream ends after final, error or a
+	// pause; a caller that goes away does not stop the turn.
 	RunTurn(ctx context.Context, in *RunTurnRequest, opts ...grpc.CallOption) (RuntimeService_RunTurnClient, error)
+	// StartTurn takes a turn to run in the background and answers once this
+	// replica runs it. Its events go to the session's event log
+	// (SessionsService.AppendEvents), so the turn does not depend on its caller:
+	// watchers read the log. Request errors are answered here, like RunTurn's.
+	StartTurn(ctx context.Context, in *StartTurnRequest, opts ...grpc.CallOption) (*StartTurnResponse, error)
+	// ContinueTurn resumes a paused turn like ResumeTurn, in the background like
+	// StartTurn.
+	ContinueTurn(ctx context.Context, in *ContinueTurnRequest, opts ...grpc.CallOption) (*ContinueTurnResponse, error)
 	// CancelTurn signals a turn running on this replica to stop. Idempotent.
 	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
 	// ListRuntimes lists the runtime engines this replica can run turns with.
@@ -84,6 +93,24 @@ func (x *runtimeServiceRunTurnClient) Recv() (*RunTurnResponse, error) {
 	return m, nil
 }
 
+func (c *runtimeServiceClient) StartTurn(ctx context.Context, in *StartTurnRequest, opts ...grpc.CallOption) (*StartTurnResponse, error) {
+	out := new(StartTurnResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.runtime.v1.RuntimeService/StartTurn", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeServiceClient) ContinueTurn(ctx context.Context, in *ContinueTurnRequest, opts ...grpc.CallOption) (*ContinueTurnResponse, error) {
+	out := new(ContinueTurnResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.runtime.v1.RuntimeService/ContinueTurn", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *runtimeServiceClient) CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error) {
 	out := new(CancelTurnResponse)
 	err := c.cc.Invoke(ctx, "/cogmesh.runtime.v1.RuntimeService/CancelTurn", in, out, opts...)
@@ -138,9 +165,18 @@ func (x *runtimeServiceResumeTurnClient) Recv() (*ResumeTurnResponse, error) {
 // All implementations must embed UnimplementedRuntimeServiceServer
 // for forward compatibility
 type RuntimeServiceServer interface {
-	// RunTurn runs one turn and streams its events (without seq: the gateway
-	// assigns seq when it logs them). The stream ends after final or error.
+	// RunTurn runs one turn like StartTurn and also streams its events to the
+	// caller, as logged (with seq). The stream ends after final, error or a
+	// pause; a caller that goes away does not stop the turn.
 	RunTurn(*RunTurnRequest, RuntimeService_RunTurnServer) error
+	// StartTurn takes a turn to run in the background and answers once this
+	// replica runs it. Its events go to the session's event log
+	// (SessionsService.AppendEvents), so the turn does not depend on its caller:
+	// watchers read the log. Request errors are answered here, like RunTurn's.
+	StartTurn(context.Context, *StartTurnRequest) (*StartTurnResponse, error)
+	// ContinueTurn resumes a paused turn like ResumeTurn, in the background like
+	// StartTurn.
+	ContinueTurn(context.Context, *ContinueTurnRequest) (*ContinueTurnResponse, error)
 	// CancelTurn signals a turn running on this replica to stop. Idempotent.
 	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
 	// ListRuntimes lists the runtime engines this replica can run turns with.
@@ -172,6 +208,12 @@ type UnimplementedRuntimeServiceServer struct {
 
 func (UnimplementedRuntimeServiceServer) RunTurn(*RunTurnRequest, RuntimeService_RunTurnServer) error {
 	return status.Errorf(codes.Unimplemented, "method RunTurn not implemented")
+}
+func (UnimplementedRuntimeServiceServer) StartTurn(context.Context, *StartTurnRequest) (*StartTurnResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method StartTurn not implemented")
+}
+func (UnimplementedRuntimeServiceServer) ContinueTurn(context.Context, *ContinueTurnRequest) (*ContinueTurnResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ContinueTurn not implemented")
 }
 func (UnimplementedRuntimeServiceServer) CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CancelTurn not implemented")
@@ -214,6 +256,42 @@ type runtimeServiceRunTurnServer struct {
 
 func (x *runtimeServiceRunTurnServer) Send(m *RunTurnResponse) error {
 	return x.ServerStream.SendMsg(m)
+}
+
+func _RuntimeService_StartTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeServiceServer).StartTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.runtime.v1.RuntimeService/StartTurn",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeServiceServer).StartTurn(ctx, req.(*StartTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeService_ContinueTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ContinueTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeServiceServer).ContinueTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.runtime.v1.RuntimeService/ContinueTurn",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeServiceServer).ContinueTurn(ctx, req.(*ContinueTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _RuntimeService_CancelTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -277,6 +355,14 @@ var _RuntimeService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "cogmesh.runtime.v1.RuntimeService",
 	HandlerType: (*RuntimeServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "StartTurn",
+			Handler:    _RuntimeService_StartTurn_Handler,
+		},
+		{
+			MethodName: "ContinueTurn",
+			Handler:    _RuntimeService_ContinueTurn_Handler,
+		},
 		{
 			MethodName: "CancelTurn",
 			Handler:    _RuntimeService_CancelTurn_Handler,

@@ -86,6 +86,39 @@ type SessionsServiceClient interface {
 	// after a restart, read at one instant, in this order: session state, rolling
 	// summary, last N messages, active goal, phase state.
 	GetRehydrationPayload(ctx context.Context, in *GetRehydrationPayloadRequest, opts ...grpc.CallOption) (*GetRehydrationPayloadResponse, error)
+	// AppendEvents adds a running turn's events to the session's event log,
+	// stamping each with the session's next seq, together with the journal
+	// entries of the steps they close, in one atomic write fenced by the turn's
+	// lease: a writer whose lease was taken over (a newer token) gets
+	// FAILED_PRECONDITION (TURN_NOT_FOUND) and nothing is written. A retry with
+	// the same append_id is a no-op that answers the same seq. With
+	// release_lease (the turn's end) or pause (the interrupt a paused turn waits
+	// for) the lease is freed in the same write, so whoever reads the end can
+	// send the next message at once; the turn's messages may be stored in it too.
+	AppendEvents(ctx context.Context, in *AppendEventsRequest, opts ...grpc.CallOption) (*AppendEventsResponse, error)
+	// ReadEvents replays the session's event log after a cursor and, with follow,
+	// keeps streaming new events, with an empty response as a heartbeat when idle.
+	// A cursor older than retention is OUT_OF_RANGE (CURSOR_EXPIRED); a cursor
+	// ahead of the log is INVALID_ARGUMENT; a deleted session is NOT_FOUND.
+	ReadEvents(ctx context.Context, in *ReadEventsRequest, opts ...grpc.CallOption) (SessionsService_ReadEventsClient, error)
+	// GetEventLogState tells where the session's event log stands: its oldest
+	// retained seq, its last seq and whether its last event ended a turn.
+	GetEventLogState(ctx context.Context, in *GetEventLogStateRequest, opts ...grpc.CallOption) (*GetEventLogStateResponse, error)
+	// GetJournal returns a turn's journal, oldest first: the request that
+	// started it, then the state the runtime recorded after each step.
+	GetJournal(ctx context.Context, in *GetJournalRequest, opts ...grpc.CallOption) (*GetJournalResponse, error)
+	// RenewTurnLeases renews, in one call, the leases of the turns a runtime
+	// replica runs, and says for each whether it is still held and whether its
+	// turn was asked to stop.
+	RenewTurnLeases(ctx context.Context, in *RenewTurnLeasesRequest, opts ...grpc.CallOption) (*RenewTurnLeasesResponse, error)
+	// ClaimOrphanedTurns hands the caller turns whose runtime stopped: their
+	// lease expired while the turn was open (accepted, neither ended nor paused).
+	// Each comes with a new fencing token, so the runtime that stopped can no
+	// longer write, and a count of its takeovers so far.
+	ClaimOrphanedTurns(ctx context.Context, in *ClaimOrphanedTurnsRequest, opts ...grpc.CallOption) (*ClaimOrphanedTurnsResponse, error)
+	// InterruptTurn asks the turn holding the session's lease to stop; its
+	// runtime learns it at its next renewal at the latest.
+	InterruptTurn(ctx context.Context, in *InterruptTurnRequest, opts ...grpc.CallOption) (*InterruptTurnResponse, error)
 }
 
 type sessionsServiceClient struct {
@@ -303,6 +336,92 @@ func (c *sessionsServiceClient) GetRehydrationPayload(ctx context.Context, in *G
 	return out, nil
 }
 
+func (c *sessionsServiceClient) AppendEvents(ctx context.Context, in *AppendEventsRequest, opts ...grpc.CallOption) (*AppendEventsResponse, error) {
+	out := new(AppendEventsResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.sessions.v1.SessionsService/AppendEvents", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionsServiceClient) ReadEvents(ctx context.Context, in *ReadEventsRequest, opts ...grpc.CallOption) (SessionsService_ReadEventsClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_SessionsService_serviceDesc.Streams[0], "/cogmesh.sessions.v1.SessionsService/ReadEvents", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &sessionsServiceReadEventsClient{stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+type SessionsService_ReadEventsClient interface {
+	Recv() (*ReadEventsResponse, error)
+	grpc.ClientStream
+}
+
+type sessionsServiceReadEventsClient struct {
+	grpc.ClientStream
+}
+
+func (x *sessionsServiceReadEventsClient) Recv() (*ReadEventsResponse, error) {
+	m := new(ReadEventsResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *sessionsServiceClient) GetEventLogState(ctx context.Context, in *GetEventLogStateRequest, opts ...grpc.CallOption) (*GetEventLogStateResponse, error) {
+	out := new(GetEventLogStateResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.sessions.v1.SessionsService/GetEventLogState", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionsServiceClient) GetJournal(ctx context.Context, in *GetJournalRequest, opts ...grpc.CallOption) (*GetJournalResponse, error) {
+	out := new(GetJournalResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.sessions.v1.SessionsService/GetJournal", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionsServiceClient) RenewTurnLeases(ctx context.Context, in *RenewTurnLeasesRequest, opts ...grpc.CallOption) (*RenewTurnLeasesResponse, error) {
+	out := new(RenewTurnLeasesResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.sessions.v1.SessionsService/RenewTurnLeases", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionsServiceClient) ClaimOrphanedTurns(ctx context.Context, in *ClaimOrphanedTurnsRequest, opts ...grpc.CallOption) (*ClaimOrphanedTurnsResponse, error) {
+	out := new(ClaimOrphanedTurnsResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.sessions.v1.SessionsService/ClaimOrphanedTurns", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionsServiceClient) InterruptTurn(ctx context.Context, in *InterruptTurnRequest, opts ...grpc.CallOption) (*InterruptTurnResponse, error) {
+	out := new(InterruptTurnResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.sessions.v1.SessionsService/InterruptTurn", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionsServiceServer is the server API for SessionsService service.
 // All implementations must embed UnimplementedSessionsServiceServer
 // for forward compatibility
@@ -376,6 +495,39 @@ type SessionsServiceServer interface {
 	// after a restart, read at one instant, in this order: session state, rolling
 	// summary, last N messages, active goal, phase state.
 	GetRehydrationPayload(context.Context, *GetRehydrationPayloadRequest) (*GetRehydrationPayloadResponse, error)
+	// AppendEvents adds a running turn's events to the session's event log,
+	// stamping each with the session's next seq, together with the journal
+	// entries of the steps they close, in one atomic write fenced by the turn's
+	// lease: a writer whose lease was taken over (a newer token) gets
+	// FAILED_PRECONDITION (TURN_NOT_FOUND) and nothing is written. A retry with
+	// the same append_id is a no-op that answers the same seq. With
+	// release_lease (the turn's end) or pause (the interrupt a paused turn waits
+	// for) the lease is freed in the same write, so whoever reads the end can
+	// send the next message at once; the turn's messages may be stored in it too.
+	AppendEvents(context.Context, *AppendEventsRequest) (*AppendEventsResponse, error)
+	// ReadEvents replays the session's event log after a cursor and, with follow,
+	// keeps streaming new events, with an empty response as a heartbeat when idle.
+	// A cursor older than retention is OUT_OF_RANGE (CURSOR_EXPIRED); a cursor
+	// ahead of the log is INVALID_ARGUMENT; a deleted session is NOT_FOUND.
+	ReadEvents(*ReadEventsRequest, SessionsService_ReadEventsServer) error
+	// GetEventLogState tells where the session's event log stands: its oldest
+	// retained seq, its last seq and whether its last event ended a turn.
+	GetEventLogState(context.Context, *GetEventLogStateRequest) (*GetEventLogStateResponse, error)
+	// GetJournal returns a turn's journal, oldest first: the request that
+	// started it, then the state the runtime recorded after each step.
+	GetJournal(context.Context, *GetJournalRequest) (*GetJournalResponse, error)
+	// RenewTurnLeases renews, in one call, the leases of the turns a runtime
+	// replica runs, and says for each whether it is still held and whether its
+	// turn was asked to stop.
+	RenewTurnLeases(context.Context, *RenewTurnLeasesRequest) (*RenewTurnLeasesResponse, error)
+	// ClaimOrphanedTurns hands the caller turns whose runtime stopped: their
+	// lease expired while the turn was open (accepted, neither ended nor paused).
+	// Each comes with a new fencing token, so the runtime that stopped can no
+	// longer write, and a count of its takeovers so far.
+	ClaimOrphanedTurns(context.Context, *ClaimOrphanedTurnsRequest) (*ClaimOrphanedTurnsResponse, error)
+	// InterruptTurn asks the turn holding the session's lease to stop; its
+	// runtime learns it at its next renewal at the latest.
+	InterruptTurn(context.Context, *InterruptTurnRequest) (*InterruptTurnResponse, error)
 	mustEmbedUnimplementedSessionsServiceServer()
 }
 
@@ -451,6 +603,27 @@ func (UnimplementedSessionsServiceServer) ConsumeCheckpoint(context.Context, *Co
 }
 func (UnimplementedSessionsServiceServer) GetRehydrationPayload(context.Context, *GetRehydrationPayloadRequest) (*GetRehydrationPayloadResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetRehydrationPayload not implemented")
+}
+func (UnimplementedSessionsServiceServer) AppendEvents(context.Context, *AppendEventsRequest) (*AppendEventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AppendEvents not implemented")
+}
+func (UnimplementedSessionsServiceServer) ReadEvents(*ReadEventsRequest, SessionsService_ReadEventsServer) error {
+	return status.Errorf(codes.Unimplemented, "method ReadEvents not implemented")
+}
+func (UnimplementedSessionsServiceServer) GetEventLogState(context.Context, *GetEventLogStateRequest) (*GetEventLogStateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetEventLogState not implemented")
+}
+func (UnimplementedSessionsServiceServer) GetJournal(context.Context, *GetJournalRequest) (*GetJournalResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetJournal not implemented")
+}
+func (UnimplementedSessionsServiceServer) RenewTurnLeases(context.Context, *RenewTurnLeasesRequest) (*RenewTurnLeasesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RenewTurnLeases not implemented")
+}
+func (UnimplementedSessionsServiceServer) ClaimOrphanedTurns(context.Context, *ClaimOrphanedTurnsRequest) (*ClaimOrphanedTurnsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ClaimOrphanedTurns not implemented")
+}
+func (UnimplementedSessionsServiceServer) InterruptTurn(context.Context, *InterruptTurnRequest) (*InterruptTurnResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method InterruptTurn not implemented")
 }
 func (UnimplementedSessionsServiceServer) mustEmbedUnimplementedSessionsServiceServer() {}
 
@@ -879,6 +1052,135 @@ func _SessionsService_GetRehydrationPayload_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionsService_AppendEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServiceServer).AppendEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.sessions.v1.SessionsService/AppendEvents",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServiceServer).AppendEvents(ctx, req.(*AppendEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionsService_ReadEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SessionsServiceServer).ReadEvents(m, &sessionsServiceReadEventsServer{stream})
+}
+
+type SessionsService_ReadEventsServer interface {
+	Send(*ReadEventsResponse) error
+	grpc.ServerStream
+}
+
+type sessionsServiceReadEventsServer struct {
+	grpc.ServerStream
+}
+
+func (x *sessionsServiceReadEventsServer) Send(m *ReadEventsResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
+func _SessionsService_GetEventLogState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEventLogStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServiceServer).GetEventLogState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.sessions.v1.SessionsService/GetEventLogState",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServiceServer).GetEventLogState(ctx, req.(*GetEventLogStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionsService_GetJournal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetJournalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServiceServer).GetJournal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.sessions.v1.SessionsService/GetJournal",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServiceServer).GetJournal(ctx, req.(*GetJournalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionsService_RenewTurnLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewTurnLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServiceServer).RenewTurnLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.sessions.v1.SessionsService/RenewTurnLeases",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServiceServer).RenewTurnLeases(ctx, req.(*RenewTurnLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionsService_ClaimOrphanedTurns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClaimOrphanedTurnsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServiceServer).ClaimOrphanedTurns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.sessions.v1.SessionsService/ClaimOrphanedTurns",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServiceServer).ClaimOrphanedTurns(ctx, req.(*ClaimOrphanedTurnsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionsService_InterruptTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InterruptTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServiceServer).InterruptTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.sessions.v1.SessionsService/InterruptTurn",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServiceServer).InterruptTurn(ctx, req.(*InterruptTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _SessionsService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "cogmesh.sessions.v1.SessionsService",
 	HandlerType: (*SessionsServiceServer)(nil),
@@ -975,7 +1277,37 @@ var _SessionsService_serviceDesc = grpc.ServiceDesc{
 			MethodName: "GetRehydrationPayload",
 			Handler:    _SessionsService_GetRehydrationPayload_Handler,
 		},
+		{
+			MethodName: "AppendEvents",
+			Handler:    _SessionsService_AppendEvents_Handler,
+		},
+		{
+			MethodName: "GetEventLogState",
+			Handler:    _SessionsService_GetEventLogState_Handler,
+		},
+		{
+			MethodName: "GetJournal",
+			Handler:    _SessionsService_GetJournal_Handler,
+		},
+		{
+			MethodName: "RenewTurnLeases",
+			Handler:    _SessionsService_RenewTurnLeases_Handler,
+		},
+		{
+			MethodName: "ClaimOrphanedTurns",
+			Handler:    _SessionsService_ClaimOrphanedTurns_Handler,
+		},
+		{
+			MethodName: "InterruptTurn",
+			Handler:    _SessionsService_InterruptTurn_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ReadEvents",
+			Handler:       _SessionsService_ReadEvents_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "cogmesh/sessions/v1/sessions.proto",
 }

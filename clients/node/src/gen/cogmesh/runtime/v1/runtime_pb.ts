@@ -8,14 +8,15 @@ import type { ApprovalDecision, RuntimeEvent } from "../../common/v1/events_pb.j
 import { file_cogmesh_common_v1_events } from "../../common/v1/events_pb.js";
 import type { ToolSpec } from "../../common/v1/messages_pb.js";
 import { file_cogmesh_common_v1_messages } from "../../common/v1/messages_pb.js";
-import { file_google_protobuf_struct } from "@bufbuild/protobuf/wkt";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file cogmesh/runtime/v1/runtime.proto.
  */
 export const file_cogmesh_runtime_v1_runtime: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb2dtZXNoL3J1bnRpbWUvdjEvcnVudGltZS5wcm90bxISY29nbWVzaC5ydW50aW1lLnYxIo8DCg5SdW5UdXJuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgd0dXJuX2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkSDQoFbW9kZWwYBSABKAkSEwoLbGVhc2VfdG9rZW4YBiABKAQSDwoHcnVudGltZRgHIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgZsaW1pdHMYCSABKAsyHi5jb2dtZXNoLnJ1bnRpbWUudjEuVHVybkxpbWl0cxIzCgtjb3N0X2J1ZGdldBgKIAEoCzIeLmNvZ21lc2gucnVudGltZS52MS5Db3N0QnVkZ2V0EjEKDGNsaWVudF90b29scxgLIAMoCzIbLmNvZ21lc2guY29tbW9uLnYxLlRvb2xTcGVjEjcKDXNlc3Npb25fdXNhZ2UYDCABKAsyIC5jb2dtZXNoLnJ1bnRpbWUudjEuU2Vzc2lvblVzYWdlIqMBCgpUdXJuTGltaXRzEhYKDm1heF9pdGVyYXRpb25zGAEgASgFEhYKDm1heF90b29sX2NhbGxzGAIgASgFEhUKDW1heF9tY3BfY2FsbHMYAyABKAUSFwoPdG9vbF90aW1lb3V0X21zGAQgASgFEhoKEm1heF9wYXJhbGxlbF90b29scxgFIAEoBRIZChFtYXhfd2FsbF9jbG9ja19tcxgGIAEoBSKDAQoKQ29zdEJ1ZGdldBIUCgxtYXhfY29zdF91c2QYASABKAESGAoQbWF4X3RvdGFsX3Rva2VucxgCIAEoAxIwCgZhY3Rpb24YAyABKA4yIC5jb2dtZXNoLnJ1bnRpbWUudjEuQnVkZ2V0QWN0aW9uEhMKC3Blcl9zZXNzaW9uGAQgASgIIk0KDFNlc3Npb25Vc2FnZRIQCghjb3N0X3VzZBgBIAEoARIUCgxpbnB1dF90b2tlbnMYAiABKAMSFQoNb3V0cHV0X3Rva2VucxgDIAEoAyJCCg9SdW5UdXJuUmVzcG9uc2USLwoGZXZlbnRzGAEgAygLMh8uY29nbWVzaC5jb21tb24udjEuUnVudGltZUV2ZW50IjgKEUNhbmNlbFR1cm5SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCSInChJDYW5jZWxUdXJuUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIhUKE0xpc3RSdW50aW1lc1JlcXVlc3QixgEKE1J1bnRpbWVDYXBhYmlsaXRpZXMSDQoFdG9vbHMYASABKAgSCwoDbWNwGAIgASgIEhEKCXN0cmVhbWluZxgDIAEoCBIUCgxjYW5jZWxsYXRpb24YBCABKAgSGQoRc3RydWN0dXJlZF9vdXRwdXQYBSABKAgSEAoIZmFpbG92ZXIYBiABKAgSEwoLY29zdF9idWRnZXQYByABKAgSFAoMcGF1c2VfcmVzdW1lGAggASgIEhIKCmRlbGVnYXRpb24YCSABKAgihQEKDVJ1bnRpbWVFbmdpbmUSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRI9CgxjYXBhYmlsaXRpZXMYAyABKAsyJy5jb2dtZXNoLnJ1bnRpbWUudjEuUnVudGltZUNhcGFiaWxpdGllcxISCgppc19kZWZhdWx0GAQgASgIImQKFExpc3RSdW50aW1lc1Jlc3BvbnNlEjMKCHJ1bnRpbWVzGAEgAygLMiEuY29nbWVzaC5ydW50aW1lLnYxLlJ1bnRpbWVFbmdpbmUSFwoPZGVmYXVsdF9ydW50aW1lGAIgASgJIp4CChFSZXN1bWVUdXJuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgd0dXJuX2lkGAMgASgJEhQKDGludGVycnVwdF9pZBgEIAEoCRITCgtsZWFzZV90b2tlbhgFIAEoBBI2CghhcHByb3ZhbBgKIAEoCzIiLmNvZ21lc2gucnVudGltZS52MS5BcHByb3ZhbEFuc3dlckgAEhQKCnVzZXJfaW5wdXQYCyABKAlIABI7Cgt0b29sX3Jlc3VsdBgMIAEoCzIkLmNvZ21lc2gucnVudGltZS52MS5DbGllbnRUb29sUmVzdWx0SAASEQoHYWJhbmRvbhgNIAEoCEgAQggKBmFuc3dlciJFChJSZXN1bWVUdXJuUmVzcG9uc2USLwoGZXZlbnRzGAEgAygLMh8uY29nbWVzaC5jb21tb24udjEuUnVudGltZUV2ZW50Ip4BCg5BcHByb3ZhbEFuc3dlchI1CghkZWNpc2lvbhgBIAEoDjIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaXNpb24SMQoQZWRpdGVkX2FyZ3VtZW50cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGcmVhc29uGAMgASgJEhIKCmRlY2lkZWRfYnkYBCABKAkiNQoQQ2xpZW50VG9vbFJlc3VsdBIPCgdjb250ZW50GAEgASgJEhAKCGlzX2Vycm9yGAIgASgIKl4KDEJ1ZGdldEFjdGlvbhIdChlCVURHRVRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFwoTQlVER0VUX0FDVElPTl9FUlJPUhABEhYKEkJVREdFVF9BQ1RJT05fV0FSThACMoUDCg5SdW50aW1lU2VydmljZRJUCgdSdW5UdXJuEiIuY29nbWVzaC5ydW50aW1lLnYxLlJ1blR1cm5SZXF1ZXN0GiMuY29nbWVzaC5ydW50aW1lLnYxLlJ1blR1cm5SZXNwb25zZTABElsKCkNhbmNlbFR1cm4SJS5jb2dtZXNoLnJ1bnRpbWUudjEuQ2FuY2VsVHVyblJlcXVlc3QaJi5jb2dtZXNoLnJ1bnRpbWUudjEuQ2FuY2VsVHVyblJlc3BvbnNlEmEKDExpc3RSdW50aW1lcxInLmNvZ21lc2gucnVudGltZS52MS5MaXN0UnVudGltZXNSZXF1ZXN0GiguY29nbWVzaC5ydW50aW1lLnYxLkxpc3RSdW50aW1lc1Jlc3BvbnNlEl0KClJlc3VtZVR1cm4SJS5jb2dtZXNoLnJ1bnRpbWUudjEuUmVzdW1lVHVyblJlcXVlc3QaJi5jb2dtZXNoLnJ1bnRpbWUudjEuUmVzdW1lVHVyblJlc3BvbnNlMAFCMVovY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvcnVudGltZS92MTtydW50aW1ldjFiBnByb3RvMw", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_google_protobuf_struct]);
+  fileDesc("CiBjb2dtZXNoL3J1bnRpbWUvdjEvcnVudGltZS5wcm90bxISY29nbWVzaC5ydW50aW1lLnYxIr0DCg5SdW5UdXJuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgd0dXJuX2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkSDQoFbW9kZWwYBSABKAkSEwoLbGVhc2VfdG9rZW4YBiABKAQSDwoHcnVudGltZRgHIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgZsaW1pdHMYCSABKAsyHi5jb2dtZXNoLnJ1bnRpbWUudjEuVHVybkxpbWl0cxIzCgtjb3N0X2J1ZGdldBgKIAEoCzIeLmNvZ21lc2gucnVudGltZS52MS5Db3N0QnVkZ2V0EjEKDGNsaWVudF90b29scxgLIAMoCzIbLmNvZ21lc2guY29tbW9uLnYxLlRvb2xTcGVjEjcKDXNlc3Npb25fdXNhZ2UYDCABKAsyIC5jb2dtZXNoLnJ1bnRpbWUudjEuU2Vzc2lvblVzYWdlEiwKCGRlYWRsaW5lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKjAQoKVHVybkxpbWl0cxIWCg5tYXhfaXRlcmF0aW9ucxgBIAEoBRIWCg5tYXhfdG9vbF9jYWxscxgCIAEoBRIVCg1tYXhfbWNwX2NhbGxzGAMgASgFEhcKD3Rvb2xfdGltZW91dF9tcxgEIAEoBRIaChJtYXhfcGFyYWxsZWxfdG9vbHMYBSABKAUSGQoRbWF4X3dhbGxfY2xvY2tfbXMYBiABKAUigwEKCkNvc3RCdWRnZXQSFAoMbWF4X2Nvc3RfdXNkGAEgASgBEhgKEG1heF90b3RhbF90b2tlbnMYAiABKAMSMAoGYWN0aW9uGAMgASgOMiAuY29nbWVzaC5ydW50aW1lLnYxLkJ1ZGdldEFjdGlvbhITCgtwZXJfc2Vzc2lvbhgEIAEoCCJNCgxTZXNzaW9uVXNhZ2USEAoIY29zdF91c2QYASABKAESFAoMaW5wdXRfdG9rZW5zGAIgASgDEhUKDW91dHB1dF90b2tlbnMYAyABKAMiQgoPUnVuVHVyblJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCI4ChFDYW5jZWxUdXJuUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkiJwoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIVChNMaXN0UnVudGltZXNSZXF1ZXN0IsYBChNSdW50aW1lQ2FwYWJpbGl0aWVzEg0KBXRvb2xzGAEgASgIEgsKA21jcBgCIAEoCBIRCglzdHJlYW1pbmcYAyABKAgSFAoMY2FuY2VsbGF0aW9uGAQgASgIEhkKEXN0cnVjdHVyZWRfb3V0cHV0GAUgASgIEhAKCGZhaWxvdmVyGAYgASgIEhMKC2Nvc3RfYnVkZ2V0GAcgASgIEhQKDHBhdXNlX3Jlc3VtZRgIIAEoCBISCgpkZWxlZ2F0aW9uGAkgASgIIoUBCg1SdW50aW1lRW5naW5lEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSPQoMY2FwYWJpbGl0aWVzGAMgASgLMicuY29nbWVzaC5ydW50aW1lLnYxLlJ1bnRpbWVDYXBhYmlsaXRpZXMSEgoKaXNfZGVmYXVsdBgEIAEoCCJkChRMaXN0UnVudGltZXNSZXNwb25zZRIzCghydW50aW1lcxgBIAMoCzIhLmNvZ21lc2gucnVudGltZS52MS5SdW50aW1lRW5naW5lEhcKD2RlZmF1bHRfcnVudGltZRgCIAEoCSLMAgoRUmVzdW1lVHVyblJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDwoHdHVybl9pZBgDIAEoCRIUCgxpbnRlcnJ1cHRfaWQYBCABKAkSEwoLbGVhc2VfdG9rZW4YBSABKAQSNgoIYXBwcm92YWwYCiABKAsyIi5jb2dtZXNoLnJ1bnRpbWUudjEuQXBwcm92YWxBbnN3ZXJIABIUCgp1c2VyX2lucHV0GAsgASgJSAASOwoLdG9vbF9yZXN1bHQYDCABKAsyJC5jb2dtZXNoLnJ1bnRpbWUudjEuQ2xpZW50VG9vbFJlc3VsdEgAEhEKB2FiYW5kb24YDSABKAhIABIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCAoGYW5zd2VyIkUKElJlc3VtZVR1cm5SZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQingEKDkFwcHJvdmFsQW5zd2VyEjUKCGRlY2lzaW9uGAEgASgOMiMuY29nbWVzaC5jb21tb24udjEuQXBwcm92YWxEZWNpc2lvbhIxChBlZGl0ZWRfYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIOCgZyZWFzb24YAyABKAkSEgoKZGVjaWRlZF9ieRgEIAEoCSI1ChBDbGllbnRUb29sUmVzdWx0Eg8KB2NvbnRlbnQYASABKAkSEAoIaXNfZXJyb3IYAiABKAgiRAoQU3RhcnRUdXJuUmVxdWVzdBIwCgR0dXJuGAEgASgLMiIuY29nbWVzaC5ydW50aW1lLnYxLlJ1blR1cm5SZXF1ZXN0IiMKEVN0YXJ0VHVyblJlc3BvbnNlEg4KBmhvbGRlchgBIAEoCSJMChNDb250aW51ZVR1cm5SZXF1ZXN0EjUKBnJlc3VtZRgBIAEoCzIlLmNvZ21lc2gucnVudGltZS52MS5SZXN1bWVUdXJuUmVxdWVzdCImChRDb250aW51ZVR1cm5SZXNwb25zZRIOCgZob2xkZXIYASABKAkqXgoMQnVkZ2V0QWN0aW9uEh0KGUJVREdFVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIXChNCVURHRVRfQUNUSU9OX0VSUk9SEAESFgoSQlVER0VUX0FDVElPTl9XQVJOEAIywgQKDlJ1bnRpbWVTZXJ2aWNlElQKB1J1blR1cm4SIi5jb2dtZXNoLnJ1bnRpbWUudjEuUnVuVHVyblJlcXVlc3QaIy5jb2dtZXNoLnJ1bnRpbWUudjEuUnVuVHVyblJlc3BvbnNlMAESWAoJU3RhcnRUdXJuEiQuY29nbWVzaC5ydW50aW1lLnYxLlN0YXJ0VHVyblJlcXVlc3QaJS5jb2dtZXNoLnJ1bnRpbWUudjEuU3RhcnRUdXJuUmVzcG9uc2USYQoMQ29udGludWVUdXJuEicuY29nbWVzaC5ydW50aW1lLnYxLkNvbnRpbnVlVHVyblJlcXVlc3QaKC5jb2dtZXNoLnJ1bnRpbWUudjEuQ29udGludWVUdXJuUmVzcG9uc2USWwoKQ2FuY2VsVHVybhIlLmNvZ21lc2gucnVudGltZS52MS5DYW5jZWxUdXJuUmVxdWVzdBomLmNvZ21lc2gucnVudGltZS52MS5DYW5jZWxUdXJuUmVzcG9uc2USYQoMTGlzdFJ1bnRpbWVzEicuY29nbWVzaC5ydW50aW1lLnYxLkxpc3RSdW50aW1lc1JlcXVlc3QaKC5jb2dtZXNoLnJ1bnRpbWUudjEuTGlzdFJ1bnRpbWVzUmVzcG9uc2USXQoKUmVzdW1lVHVybhIlLmNvZ21lc2gucnVudGltZS52MS5SZXN1bWVUdXJuUmVxdWVzdBomLmNvZ21lc2gucnVudGltZS52MS5SZXN1bWVUdXJuUmVzcG9uc2UwAUIxWi9jb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC9ydW50aW1lL3YxO3J1bnRpbWV2MWIGcHJvdG8z", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * RunTurnRequest describes the turn to run.
@@ -111,6 +112,14 @@ export type RunTurnRequest = Message<"cogmesh.runtime.v1.RunTurnRequest"> & {
    * @generated from field: cogmesh.runtime.v1.SessionUsage session_usage = 12;
    */
   sessionUsage?: SessionUsage | undefined;
+
+  /**
+   * When the turn must be over (its caller's deadline): it then ends with a
+   * DEADLINE_EXCEEDED error. Unset: the runtime's own turn timeout.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 13;
+   */
+  deadline?: Timestamp | undefined;
 };
 
 /**
@@ -569,6 +578,14 @@ export type ResumeTurnRequest = Message<"cogmesh.runtime.v1.ResumeTurnRequest"> 
     value: boolean;
     case: "abandon";
   } | { case: undefined; value?: undefined };
+
+  /**
+   * When the resumed turn must be over (its caller's deadline), as in
+   * RunTurnRequest.deadline.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 6;
+   */
+  deadline?: Timestamp | undefined;
 };
 
 /**
@@ -670,6 +687,90 @@ export const ClientToolResultSchema: GenMessage<ClientToolResult> = /*@__PURE__*
   messageDesc(file_cogmesh_runtime_v1_runtime, 14);
 
 /**
+ * StartTurnRequest carries the turn to start.
+ *
+ * @generated from message cogmesh.runtime.v1.StartTurnRequest
+ */
+export type StartTurnRequest = Message<"cogmesh.runtime.v1.StartTurnRequest"> & {
+  /**
+   * The turn, as RunTurn takes it.
+   *
+   * @generated from field: cogmesh.runtime.v1.RunTurnRequest turn = 1;
+   */
+  turn?: RunTurnRequest | undefined;
+};
+
+/**
+ * Describes the message cogmesh.runtime.v1.StartTurnRequest.
+ * Use `create(StartTurnRequestSchema)` to create a new message.
+ */
+export const StartTurnRequestSchema: GenMessage<StartTurnRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_runtime_v1_runtime, 15);
+
+/**
+ * StartTurnResponse says where the turn runs.
+ *
+ * @generated from message cogmesh.runtime.v1.StartTurnResponse
+ */
+export type StartTurnResponse = Message<"cogmesh.runtime.v1.StartTurnResponse"> & {
+  /**
+   * Address of the runtime replica running the turn (host:port).
+   *
+   * @generated from field: string holder = 1;
+   */
+  holder: string;
+};
+
+/**
+ * Describes the message cogmesh.runtime.v1.StartTurnResponse.
+ * Use `create(StartTurnResponseSchema)` to create a new message.
+ */
+export const StartTurnResponseSchema: GenMessage<StartTurnResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_runtime_v1_runtime, 16);
+
+/**
+ * ContinueTurnRequest carries the paused turn to resume.
+ *
+ * @generated from message cogmesh.runtime.v1.ContinueTurnRequest
+ */
+export type ContinueTurnRequest = Message<"cogmesh.runtime.v1.ContinueTurnRequest"> & {
+  /**
+   * The resume, as ResumeTurn takes it.
+   *
+   * @generated from field: cogmesh.runtime.v1.ResumeTurnRequest resume = 1;
+   */
+  resume?: ResumeTurnRequest | undefined;
+};
+
+/**
+ * Describes the message cogmesh.runtime.v1.ContinueTurnRequest.
+ * Use `create(ContinueTurnRequestSchema)` to create a new message.
+ */
+export const ContinueTurnRequestSchema: GenMessage<ContinueTurnRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_runtime_v1_runtime, 17);
+
+/**
+ * ContinueTurnResponse says where the turn runs.
+ *
+ * @generated from message cogmesh.runtime.v1.ContinueTurnResponse
+ */
+export type ContinueTurnResponse = Message<"cogmesh.runtime.v1.ContinueTurnResponse"> & {
+  /**
+   * Address of the runtime replica running the turn (host:port).
+   *
+   * @generated from field: string holder = 1;
+   */
+  holder: string;
+};
+
+/**
+ * Describes the message cogmesh.runtime.v1.ContinueTurnResponse.
+ * Use `create(ContinueTurnResponseSchema)` to create a new message.
+ */
+export const ContinueTurnResponseSchema: GenMessage<ContinueTurnResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_runtime_v1_runtime, 18);
+
+/**
  * BudgetAction says what happens when a cost budget is exceeded.
  *
  * @generated from enum cogmesh.runtime.v1.BudgetAction
@@ -706,15 +807,18 @@ export const BudgetActionSchema: GenEnum<BudgetAction> = /*@__PURE__*/
 /**
  * RuntimeService runs the agent loop of one turn.
  *
- * It keeps no state a crash could lose: history comes from the sessions
- * service and new messages go back to it before the final event.
+ * It keeps no state a crash could lose: a turn's events, the journal of its
+ * steps and its messages go to the sessions service as the turn runs, and any
+ * replica can go on with a turn from its journal after the replica running it
+ * stopped (ClaimOrphanedTurns).
  *
  * @generated from service cogmesh.runtime.v1.RuntimeService
  */
 export const RuntimeService: GenService<{
   /**
-   * RunTurn runs one turn and streams its events (without seq: the gateway
-   * assigns seq when it logs them). The stream ends after final or error.
+   * RunTurn runs one turn like StartTurn and also streams its events to the
+   * caller, as logged (with seq). The stream ends after final, error or a
+   * pause; a caller that goes away does not stop the turn.
    *
    * @generated from rpc cogmesh.runtime.v1.RuntimeService.RunTurn
    */
@@ -722,6 +826,30 @@ export const RuntimeService: GenService<{
     methodKind: "server_streaming";
     input: typeof RunTurnRequestSchema;
     output: typeof RunTurnResponseSchema;
+  },
+  /**
+   * StartTurn takes a turn to run in the background and answers once this
+   * replica runs it. Its events go to the session's event log
+   * (SessionsService.AppendEvents), so the turn does not depend on its caller:
+   * watchers read the log. Request errors are answered here, like RunTurn's.
+   *
+   * @generated from rpc cogmesh.runtime.v1.RuntimeService.StartTurn
+   */
+  startTurn: {
+    methodKind: "unary";
+    input: typeof StartTurnRequestSchema;
+    output: typeof StartTurnResponseSchema;
+  },
+  /**
+   * ContinueTurn resumes a paused turn like ResumeTurn, in the background like
+   * StartTurn.
+   *
+   * @generated from rpc cogmesh.runtime.v1.RuntimeService.ContinueTurn
+   */
+  continueTurn: {
+    methodKind: "unary";
+    input: typeof ContinueTurnRequestSchema;
+    output: typeof ContinueTurnResponseSchema;
   },
   /**
    * CancelTurn signals a turn running on this replica to stop. Idempotent.

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/tools/v1/tools.proto.
  */
 export const file_cogmesh_tools_v1_tools: GenFile = /*@__PURE__*/
-  fileDesc("Chxjb2dtZXNoL3Rvb2xzL3YxL3Rvb2xzLnByb3RvEhBjb2dtZXNoLnRvb2xzLnYxIhIKEExpc3RUb29sc1JlcXVlc3QiPwoRTGlzdFRvb2xzUmVzcG9uc2USKgoFdG9vbHMYASADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYyKDAQoPQ2FsbFRvb2xSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoJYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdjYWxsX2lkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSEQoJdGVuYW50X2lkGAUgASgJImoKEENhbGxUb29sUmVzcG9uc2USDwoHY29udGVudBgBIAEoCRIQCghpc19lcnJvchgCIAEoCBIzChJzdHJ1Y3R1cmVkX2NvbnRlbnQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0MrYBCgtUb29sU2VydmljZRJUCglMaXN0VG9vbHMSIi5jb2dtZXNoLnRvb2xzLnYxLkxpc3RUb29sc1JlcXVlc3QaIy5jb2dtZXNoLnRvb2xzLnYxLkxpc3RUb29sc1Jlc3BvbnNlElEKCENhbGxUb29sEiEuY29nbWVzaC50b29scy52MS5DYWxsVG9vbFJlcXVlc3QaIi5jb2dtZXNoLnRvb2xzLnYxLkNhbGxUb29sUmVzcG9uc2VCLVorY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvdG9vbHMvdjE7dG9vbHN2MWIGcHJvdG8z", [file_cogmesh_common_v1_messages, file_google_protobuf_struct]);
+  fileDesc("Chxjb2dtZXNoL3Rvb2xzL3YxL3Rvb2xzLnByb3RvEhBjb2dtZXNoLnRvb2xzLnYxIhIKEExpc3RUb29sc1JlcXVlc3QiPwoRTGlzdFRvb2xzUmVzcG9uc2USKgoFdG9vbHMYASADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYyKtAQoPQ2FsbFRvb2xSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoJYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdjYWxsX2lkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSEQoJdGVuYW50X2lkGAUgASgJEg8KB3R1cm5faWQYBiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAcgASgJImoKEENhbGxUb29sUmVzcG9uc2USDwoHY29udGVudBgBIAEoCRIQCghpc19lcnJvchgCIAEoCBIzChJzdHJ1Y3R1cmVkX2NvbnRlbnQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0MrYBCgtUb29sU2VydmljZRJUCglMaXN0VG9vbHMSIi5jb2dtZXNoLnRvb2xzLnYxLkxpc3RUb29sc1JlcXVlc3QaIy5jb2dtZXNoLnRvb2xzLnYxLkxpc3RUb29sc1Jlc3BvbnNlElEKCENhbGxUb29sEiEuY29nbWVzaC50b29scy52MS5DYWxsVG9vbFJlcXVlc3QaIi5jb2dtZXNoLnRvb2xzLnYxLkNhbGxUb29sUmVzcG9uc2VCLVorY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvdG9vbHMvdjE7dG9vbHN2MWIGcHJvdG8z", [file_cogmesh_common_v1_messages, file_google_protobuf_struct]);
 
 /**
  * ListToolsRequest asks for the tool list.
@@ -91,6 +91,22 @@ export type CallToolRequest = Message<"cogmesh.tools.v1.CallToolRequest"> & {
    * @generated from field: string tenant_id = 5;
    */
   tenantId: string;
+
+  /**
+   * Turn the call belongs to.
+   *
+   * @generated from field: string turn_id = 6;
+   */
+  turnId: string;
+
+  /**
+   * The same for every attempt at this call, by any runtime replica: a turn
+   * taken over after its replica died runs a call again when its result was
+   * not recorded yet, so a tool with side effects performs one per key.
+   *
+   * @generated from field: string idempotency_key = 7;
+   */
+  idempotencyKey: string;
 };
 
 /**
