@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 
-from services.sessions.model import Acquired, LeaseGrant, LeaseHeld, SessionError, Strategy
+from services.sessions.model import Acquired, LeaseGrant, LeaseHeld, NewEvents, SessionError, Strategy
 from services.sessions.store import SessionStore
 
 POLL_S = 0.25
@@ -26,6 +26,7 @@ async def acquire(
     ttl_s: float,
     strategy: Strategy,
     max_wait_s: float,
+    opening: NewEvents | None = None,
 ) -> LeaseGrant:
     """Take the lease, waiting up to max_wait_s unless REJECT; raises LeaseHeld when it stays busy."""
     started = time.monotonic()
@@ -34,10 +35,18 @@ async def acquire(
     queued = False
     try:
         while True:
-            result = await store.try_acquire(tenant_id, session_id, turn_id, ttl_s, strategy)
+            result = await store.try_acquire(tenant_id, session_id, turn_id, ttl_s, strategy, opening)
             if isinstance(result, Acquired):
                 waited = time.monotonic() - started if queued else 0.0
-                return LeaseGrant(result.token, result.expires_at, interrupted, waited, result.pending_interrupt_ids)
+                return LeaseGrant(
+                    result.token,
+                    result.expires_at,
+                    interrupted,
+                    waited,
+                    result.pending_interrupt_ids,
+                    result.start_seq,
+                    result.last_seq,
+                )
             if not queued:
                 queued = True
                 if strategy is Strategy.INTERRUPT:
@@ -45,8 +54,11 @@ async def acquire(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise LeaseHeld(session_id, result.holder_turn_id, time.monotonic() - started)
-            # Wake on a release (notified), when a crashed holder's lease runs out, or to poll.
-            until_expiry = result.holder_expires_at - time.time() + 0.005 if result.holder_expires_at else POLL_S
+            # Wake on a release (notified), when a crashed holder's lease runs out, or to poll (also while
+            # an expired lease waits for a takeover: its turn is open, the lease stays held until claimed).
+            now = time.time()
+            expiry = result.holder_expires_at
+            until_expiry = expiry - now + 0.005 if expiry > now else POLL_S
             await store.wait_for_change(session_id, max(0.001, min(remaining, POLL_S, until_expiry)))
     except BaseException:
         if queued:

@@ -21,13 +21,21 @@ from services.sessions.store import MemorySessionStore, SessionStore
 
 async def open_store(settings: Settings) -> SessionStore:
     if not settings.redis_url:
-        return MemorySessionStore(session_ttl_s=settings.session_ttl_s)
+        return MemorySessionStore(
+            session_ttl_s=settings.session_ttl_s,
+            event_retention=settings.event_retention,
+            subscriber_max_lag=settings.subscriber_max_lag,
+            fanout_messages_per_s=settings.fanout_messages_per_s,
+        )
     store = RedisSessionStore.from_url(
         settings.redis_url,
         settings.redis_key_prefix,
         settings.session_ttl_s,
         settings.redis_timeout_s,
         wait=ReplicaWait.of(settings),
+        event_retention=settings.event_retention,
+        subscriber_max_lag=settings.subscriber_max_lag,
+        fanout_messages_per_s=settings.fanout_messages_per_s,
     )
     try:
         await store.ping()  # fail at boot with a clear message rather than on the first call

@@ -1,15 +1,20 @@
-"""Domain types of the sessions service, shared by every store (no gRPC, no protobuf).
+"""Domain types of the sessions service, shared by every store (no gRPC).
 
-Messages, checkpoint requests, decisions and payloads are opaque bytes: the servicer
-serializes them, every store keeps them verbatim, and so a Redis store and the
-memory store hold exactly the same data. Times are seconds since the epoch.
+Messages, checkpoint requests, decisions, payloads and journal states are opaque
+bytes: the servicer serializes them, every store keeps them verbatim, and so a Redis
+store and the memory store hold exactly the same data. The event log holds the
+suite's shared event vocabulary, cogmesh.common.v1 RuntimeEvents, which it stamps
+with their seq. Times are seconds since the epoch.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+from cogmesh.common.v1 import events_pb2
 
 T = TypeVar("T")
 
@@ -169,6 +174,8 @@ class Acquired:
     token: int
     expires_at: float
     pending_interrupt_ids: tuple[str, ...] = ()
+    start_seq: int = 0  # the session's last event seq before the events logged with the grant
+    last_seq: int = 0  # the last of those events; 0 when none was logged
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,8 @@ class LeaseGrant:
     interrupted_turn_id: str = ""
     waited_s: float = 0.0
     pending_interrupt_ids: tuple[str, ...] = ()
+    start_seq: int = 0
+    last_seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,77 @@ class LeaseInfo:
     token: int
     expires_at: float
     interrupt_requested_by: str = ""
+    holder: str = ""  # address of the runtime replica running the turn
+    takeovers: int = 0
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """One recorded step of a turn (opaque to the store) and where the event log stood then."""
+
+    kind: str
+    state: bytes
+    seq: int
+    recorded_at: float
+
+
+@dataclass(frozen=True)
+class NewEvents:
+    """What one AppendEvents writes, all or nothing, under the turn's lease."""
+
+    turn_id: str
+    token: int
+    events: Sequence[events_pb2.RuntimeEvent]
+    journal: Sequence[tuple[str, bytes, int]] = ()  # (kind, state, how many of the events precede it)
+    append_id: str = ""
+    release: bool = False  # the turn's end: free the lease in the same write
+    pause: NewCheckpoint | None = None  # the turn paused: store what it waits for, free the lease
+    messages: Sequence[bytes] = ()  # the turn's messages, stored with its end
+
+
+@dataclass(frozen=True)
+class Appended:
+    last_seq: int
+    message_count: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Renewal:
+    tenant_id: str
+    session_id: str
+    token: int
+    ttl_s: float
+    holder: str = ""
+    hand_over: bool = False
+
+
+@dataclass(frozen=True)
+class Renewed:
+    session_id: str
+    token: int
+    held: bool
+    interrupt_requested_by: str = ""
+    expires_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """An orphaned turn handed to a runtime replica, with its new fencing token."""
+
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    token: int
+    takeovers: int
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class LogState:
+    first_seq: int
+    last_seq: int
+    ends_with_turn_end: bool  # empty, or its last event ended a turn
 
 
 @dataclass(frozen=True)

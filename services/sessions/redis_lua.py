@@ -1,13 +1,23 @@
 """Lua scripts of the Redis session store: each store method is one script, so each is atomic.
 
 Every script gets the session's keys (services/kit/redis_keys.py: all in the session's
-cluster slot) through KEYS: the hash, messages, goals, checkpoints and their order,
-decisions, consumed checkpoints, the lease queue and its heartbeats, the last append
-ids and their order, and the key of the session's identity (KEYS[1..12], `SESSION_KEYS`);
-CREATE gets a second session's twelve after them. ARGV = tenant, the lease-free channel,
-session TTL (ms, 0 = none), session id, then the script's own arguments (ARGV[5]...).
-Times come from Redis (TIME), so every replica agrees on lease expiry. A tenant's index
-of sessions lives in a slot of its own and is kept by the store between scripts.
+cluster slot) through KEYS, in the order of `SESSION_KEYS`, then the key of the
+session's identity; CREATE gets a second session's keys after them. ARGV = tenant, the
+lease-free channel, session TTL (ms, 0 = none), session id, the clock's offset (ms, 0
+but in tests), "1" when the store is on a cluster (scripts SPUBLISH the session's news
+for the gateways' shard watch), then the script's own arguments (ARGV[7]...).
+
+Times come from Redis (TIME), so every replica agrees on lease expiry. What spans
+sessions lives in slots of its own and is kept by the store between scripts: a
+tenant's index of sessions, and the index of open turns (`open_turn_bucket`) that
+ClaimOrphanedTurns searches.
+
+The session's event log is a stream whose entry ids are `<seq>-0` (field `e`: the
+serialized RuntimeEvent without its seq); the hash keeps the last seq (`eseq`) and the
+lease, including whether its turn is open (accepted, not ended or paused: its lease
+waits, held, for a takeover instead of running out), who runs it and how often it was
+taken over. A turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
+`kind|seq|ms|state`), the order its turns were written in is `jt`.
 
 Replies are arrays whose first element is a status: "ok" or the name of a domain
 error. Every script is safe to run twice (the client retries once on a dropped
@@ -17,14 +27,27 @@ acquire by the same turn, a consume with the same token all answer as the first 
 
 from __future__ import annotations
 
+from services.kit.redis_event_log import DROPPED_TTL_S
+from services.sessions.store import JOURNALS_KEPT
+
 # Scripts that write nothing (no WAIT after them; services/kit/redis_pool.py ReplicaWait).
 READS = frozenset(
     {"GET", "LIST_MESSAGES", "LAST_MESSAGES", "LEASE_STATE", "LIST_GOALS", "GET_CHECKPOINT", "LIST_CHECKPOINTS"}
-    | {"REHYDRATE"}
+    | {"REHYDRATE", "JOURNAL", "LOG_STATE"}
 )
 
-# The names (services/kit/redis_keys.py SessionKeys) of KEYS[1..11]; KEYS[12] is the identity key.
-SESSION_KEYS = ("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al")
+# Scripts over no session, run without the PREAMBLE: the open-turn index.
+BARE = frozenset({"SCHEDULE", "DUE", "RESCHEDULE"})
+READS = READS | {"DUE"}
+
+# The names (services/kit/redis_keys.py SessionKeys) of a session's keys, in KEYS order; the identity key follows.
+SESSION_KEYS = (
+    *("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al"),
+    *("events", "events:batches", "j", "jt", "events:dropped", "events:news"),
+)
+# Keys that live and expire with the session (the tombstone and the channel do not).
+_DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "events:batches", "j", "jt")
+
 
 # A tenant's index (not a session script: KEYS = the index, its counter; ARGV = session id, how many
 # of the oldest entries to return for a check). Adds the session once, newest last; retried, it keeps its place.
@@ -35,35 +58,94 @@ end
 return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 """
 
-PREAMBLE = r"""
+# The index of open turns, one bucket (KEYS: due zset session -> ms, generations hash) per slot. An entry
+# says when to look at a session; it is written before the turn opens, so an open turn always has one.
+# SCHEDULE (ARGV: session, ms from now, clock offset): count a generation, look no later than then.
+SCHEDULE = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+redis.call('ZADD', KEYS[1], 'LT', now + tonumber(ARGV[2]), ARGV[1])
+return 1
+"""
+
+# DUE (ARGV: how many, clock offset): the sessions to look at now, each with its generation.
+DUE = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1])
+local out = {}
+for _, sid in ipairs(due) do table.insert(out, {sid, redis.call('HGET', KEYS[2], sid) or '0'}) end
+return out
+"""
+
+# RESCHEDULE (ARGV: session, generation, when to look next in ms or 0 to forget it): after a look, unless
+# the turn was scheduled again meanwhile (its generation moved on: the entry stays due, the next look sees).
+RESCHEDULE = r"""
+if (redis.call('HGET', KEYS[2], ARGV[1]) or '0') ~= ARGV[2] then return 0 end
+if ARGV[3] == '0' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+end
+return 1
+"""
+
+PREAMBLE = (
+    r"""
 local tenant, CHANNEL, ttl, sid = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
--- The twelve keys of one session, from KEYS[at + 1].
+local notify = ARGV[6] == '1'
+-- One session's keys, from KEYS[at + 1].
 local function keyset(at)
-  return {s = KEYS[at + 1], m = KEYS[at + 2], g = KEYS[at + 3], c = KEYS[at + 4], co = KEYS[at + 5],
-    d = KEYS[at + 6], x = KEYS[at + 7], q = KEYS[at + 8], w = KEYS[at + 9], a = KEYS[at + 10], al = KEYS[at + 11],
-    i = KEYS[at + 12]}
+  return {{KEYSET}}
 end
 local K = keyset(0)
+local KEYS_PER_SESSION = {KEYS_PER_SESSION}
 local S, M, G, C, CO, D, X, Q, W = K.s, K.m, K.g, K.c, K.co, K.d, K.x, K.q, K.w
+local EV, J, JT = K.events, K.j, K.jt
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + tonumber(ARGV[5])
 
-local function mine()
-  return redis.call('HGET', S, 'tenant_id') == tenant
+-- The session exists, is the caller's tenant's, and has not idled out (Redis expiry evicts it, a moment later).
+local function alive(k)
+  local h = redis.call('HMGET', k.s, 'tenant_id', 'expires_at')
+  if not h[1] then return false end
+  local exp = tonumber(h[2] or '0')
+  return exp <= 0 or exp > now, h[1]
 end
 
+local function mine()
+  local ok, owner = alive(K)
+  return ok and owner == tenant
+end
+
+-- The lease, while it is held: until it expires, or, for an open turn, until another replica claims it.
 local function live_lease()
-  local l = redis.call('HMGET', S, 'lease_turn', 'lease_token', 'lease_exp', 'int_by')
-  if l[1] and l[1] ~= '' and tonumber(l[3]) > now then
-    return {turn = l[1], token = tonumber(l[2]), exp = tonumber(l[3]), int_by = l[4] or ''}
+  local l = redis.call('HMGET', S, 'lease_turn', 'lease_token', 'lease_exp', 'int_by', 'lease_open', 'holder',
+    'takeovers', 'lstart', 'llast')
+  if l[1] and l[1] ~= '' and (tonumber(l[3]) > now or l[5] == '1') then
+    return {turn = l[1], token = tonumber(l[2]), exp = tonumber(l[3]), int_by = l[4] or '', open = l[5] == '1',
+      holder = l[6] or '', takeovers = tonumber(l[7] or '0'), start = tonumber(l[8] or '0'),
+      last = tonumber(l[9] or '0')}
   end
   return nil
+end
+
+local function lease_reply(status, l)
+  return {status, l.turn, l.token, l.exp, l.int_by, l.holder, l.takeovers}
 end
 
 local function fenced(token)
   if token == 0 then return true end
   local l = live_lease()
   return l ~= nil and l.token == token
+end
+
+local function free_lease()
+  redis.call('HSET', S, 'lease_turn', '', 'lease_exp', 0, 'int_by', '', 'lease_open', '', 'holder', '',
+    'takeovers', 0)
+  redis.call('PUBLISH', CHANNEL, sid)
 end
 
 -- A write is activity: push eviction back, never before a live lease ends.
@@ -74,15 +156,17 @@ local function touch()
     redis.call('HSET', S, 'updated_at', now)
     if meta[1] == '0' then return end  -- already kept forever
     redis.call('HSET', S, 'expires_at', 0)
-    for _, k in ipairs({S, M, G, C, CO, D, K.a, K.al}) do redis.call('PERSIST', k) end
+    for _, k in ipairs({{DATA_KEYS}}) do redis.call('PERSIST', k) end
     if named then redis.call('PERSIST', K.i) end
     return
   end
   local exp = now + ttl
   if meta[3] and meta[3] ~= '' and tonumber(meta[4]) > exp then exp = tonumber(meta[4]) end
   redis.call('HSET', S, 'updated_at', now, 'expires_at', exp)
-  for _, k in ipairs({S, M, G, C, CO, D, K.a, K.al}) do redis.call('PEXPIREAT', k, exp) end
-  if named then redis.call('PEXPIREAT', K.i, exp) end
+  -- Redis expires by its own clock: the offset (tests only) moves the logical expiry, not Redis's.
+  local at = exp - tonumber(ARGV[5])
+  for _, k in ipairs({{DATA_KEYS}}) do redis.call('PEXPIREAT', k, at) end
+  if named then redis.call('PEXPIREAT', K.i, at) end
 end
 
 local function pending_ids(cname, coname, dname)
@@ -96,8 +180,8 @@ end
 -- The session as the store reports it: its hash plus what is derived at read time.
 local function view_of(k)
   local l_turn = ''
-  local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp')
-  if l[1] and l[1] ~= '' and tonumber(l[2]) > now then l_turn = l[1] end
+  local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp', 'lease_open')
+  if l[1] and l[1] ~= '' and (tonumber(l[2]) > now or l[3] == '1') then l_turn = l[1] end
   return {redis.call('HGETALL', k.s), redis.call('LLEN', k.m), l_turn, pending_ids(k.c, k.co, k.d)}
 end
 
@@ -105,22 +189,96 @@ local function view()
   return view_of(K)
 end
 
-local function delete_session()
+-- The last seq of the session's log.
+local function last_seq()
+  return tonumber(redis.call('HGET', S, 'eseq') or '0')
+end
+
+-- Forget the journals of all but the last JOURNALS_KEPT turns, keeping an open or paused turn's.
+local function forget_journals()
+  if redis.call('ZCARD', JT) <= JOURNALS_KEPT then return end
+  local keep = {}
+  for _, stored in ipairs(redis.call('HVALS', C)) do
+    local blob = string.match(stored, '^%d+|%-?%d+|(.*)$')
+    if blob then keep[cjson.decode(blob)['turn']] = true end
+  end
+  local held = redis.call('HGET', S, 'lease_turn') or ''
+  if held ~= '' then keep[string.match(held, '^(.-):resume:') or held] = true end
+  local ended = {}
+  for _, turn in ipairs(redis.call('ZRANGE', JT, 0, -1)) do
+    if not keep[turn] then table.insert(ended, turn) end
+  end
+  for i = 1, #ended - JOURNALS_KEPT do
+    local turn = ended[i]
+    local count = tonumber(redis.call('HGET', J, turn) or '0')
+    local fields = {turn}
+    for n = 1, count do table.insert(fields, turn .. '|' .. n) end
+    redis.call('HDEL', J, unpack(fields))
+    redis.call('ZREM', JT, turn)
+  end
+end
+
+-- Log events and journal entries read from ARGV[at]: n, n payloads, m, m x (kind, position, state).
+-- Returns the last seq and the index of the ARGV after them.
+local function log_events(turn, at, retention)
+  local n = tonumber(ARGV[at])
+  local first = last_seq() + 1
+  for i = 1, n do
+    redis.call('XADD', EV, 'MAXLEN', retention, (first + i - 1) .. '-0', 'e', ARGV[at + i])
+  end
+  local last = first + n - 1
+  if n > 0 then redis.call('HSET', S, 'eseq', last) end
+  local m = tonumber(ARGV[at + n + 1])
+  local p = at + n + 2
+  if m > 0 then
+    local count = tonumber(redis.call('HGET', J, turn) or '0')
+    for i = 0, m - 1 do
+      local kind, position, state = ARGV[p + 3 * i], tonumber(ARGV[p + 3 * i + 1]), ARGV[p + 3 * i + 2]
+      count = count + 1
+      local seq = first - 1 + math.min(position, n)
+      redis.call('HSET', J, turn .. '|' .. count, kind .. '|' .. seq .. '|' .. now .. '|' .. state)
+    end
+    redis.call('HSET', J, turn, count)
+    -- The most recently written turn goes last.
+    redis.call('ZADD', JT, redis.call('HINCRBY', S, 'jseq', 1), turn)
+    forget_journals()
+  end
+  if notify and n > 0 then redis.call('SPUBLISH', K['events:news'], last) end
+  return last, p + 3 * m
+end
+
+-- `wake_s`: how long the marker stays (redis_event_log.DROP_WAKE_S).
+local function delete_session(wake_s)
   if redis.call('HGET', S, 'ikey') == '1' and redis.call('GET', K.i) == sid then redis.call('DEL', K.i) end
-  redis.call('DEL', S, M, G, C, CO, D, X, Q, W, K.a, K.al)
+  -- Readers of its log on every gateway end at the marker after its last seq; the tombstone refuses more.
+  local last = last_seq()
+  redis.call('DEL', S, M, G, C, CO, D, X, Q, W, K.a, K.al, EV, K['events:batches'], J, JT)
+  redis.call('SET', K['events:dropped'], '1', 'EX', DROPPED_TTL_S)
+  redis.call('XADD', EV, (last + 1) .. '-0', 'dropped', '1')
+  redis.call('EXPIRE', EV, wake_s)
+  if notify then redis.call('SPUBLISH', K['events:news'], last + 1) end
   redis.call('PUBLISH', CHANNEL, sid)
 end
-"""
+""".replace(
+        "{KEYSET}",
+        ", ".join(f"[{name!r}] = KEYS[at + {i + 1}]" for i, name in enumerate(SESSION_KEYS))
+        + f", i = KEYS[at + {len(SESSION_KEYS) + 1}]",
+    )
+    .replace("{DATA_KEYS}", ", ".join(f"K[{name!r}]" for name in _DATA_KEYS))
+    .replace("{KEYS_PER_SESSION}", str(len(SESSION_KEYS) + 1))
+    .replace("JOURNALS_KEPT", str(JOURNALS_KEPT))
+    .replace("DROPPED_TTL_S", str(DROPPED_TTL_S))
+)
 
 CREATE = r"""
 local user, topic, agent, role, skills, config, delegated_from, identity, reuse, expected =
-  ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+  ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16]
 if reuse == '1' and identity == '1' then
   local existing = redis.call('GET', K.i) or ''
   if existing == sid and mine() then return {'ok', sid, view()} end  -- a retried create
   if existing ~= expected then return {'moved'} end  -- the identity changed since the store read it
   if existing ~= '' then
-    local E = keyset(12)  -- the keys of `expected`
+    local E = keyset(KEYS_PER_SESSION)  -- the keys of `expected`
     if redis.call('HGET', E.s, 'tenant_id') == tenant then return {'reused', existing, view_of(E)} end
   end
 end
@@ -142,30 +300,30 @@ return {'ok', view()}
 """
 
 UPDATE = r"""
-local token = tonumber(ARGV[5])
+local token = tonumber(ARGV[7])
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
-if #ARGV > 5 then redis.call('HSET', S, unpack(ARGV, 6)) end
+if #ARGV > 7 then redis.call('HSET', S, unpack(ARGV, 8)) end
 touch()
 return {'ok', view()}
 """
 
 DELETE = r"""
 if not mine() then return {'not_found'} end
-delete_session()
+delete_session(tonumber(ARGV[7]))
 return {'ok'}
 """
 
 CLOSE = r"""
-local user = ARGV[5]
+local user, wake_s = ARGV[7], tonumber(ARGV[8])
 if not mine() then return {'not_found'} end
 if user ~= '' and redis.call('HGET', S, 'user_id') ~= user then return {'kept'} end
-delete_session()
+delete_session(wake_s)
 return {'ok'}
 """
 
 APPEND = r"""
-local token, request_id, remember = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local token, request_id, remember = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 if not mine() then return {'not_found'} end
 local l = live_lease()
 if not l or l.token ~= token then return {'stale'} end
@@ -174,7 +332,7 @@ if request_id ~= '' then
   local seen = redis.call('HGET', A, request_id)
   if seen then return {'duplicate', tonumber(seen)} end
 end
-redis.call('RPUSH', M, unpack(ARGV, 8))
+redis.call('RPUSH', M, unpack(ARGV, 10))
 local count = redis.call('LLEN', M)
 if request_id ~= '' then
   redis.call('HSET', A, request_id, count)
@@ -185,24 +343,27 @@ return {'ok', count}
 """
 
 LIST_MESSAGES = r"""
-local offset, limit = tonumber(ARGV[5]), tonumber(ARGV[6])
+local offset, limit = tonumber(ARGV[7]), tonumber(ARGV[8])
 if not mine() then return {'not_found'} end
 return {'ok', redis.call('LLEN', M), redis.call('LRANGE', M, offset, offset + limit - 1)}
 """
 
 LAST_MESSAGES = r"""
-local n = tonumber(ARGV[5])
+local n = tonumber(ARGV[7])
 if not mine() then return {'not_found'} end
 if n <= 0 then return {'ok', {}} end
 return {'ok', redis.call('LRANGE', M, -n, -1)}
 """
 
 TRY_ACQUIRE = r"""
+-- ARGV[12..]: the opening (events and journal entries, as log_events reads them), then the log's retention.
 local turn, lease_ms, strategy, waiter_ms, base =
-  ARGV[5], tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+  ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11])
 if not mine() then return {'not_found'} end
 local l = live_lease()
-if l and l.turn == turn then return {'acquired', l.token, l.exp, pending_ids(C, CO, D)} end  -- a retried acquire
+if l and l.turn == turn and l.takeovers == 0 then  -- a retried acquire: the same grant
+  return {'acquired', l.token, l.exp, pending_ids(C, CO, D), l.start, l.last}
+end
 -- Waiters whose replica stopped polling lose their place.
 local hearts = redis.call('HGETALL', W)
 for i = 1, #hearts, 2 do
@@ -222,9 +383,18 @@ if not l and (head == '' or head == turn) then
   redis.call('ZREM', Q, turn)
   redis.call('HDEL', W, turn)
   local token = redis.call('HINCRBY', S, 'last_token', 1)
-  redis.call('HSET', S, 'lease_turn', turn, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '')
+  local start, last, open = last_seq(), 0, ''
+  local pending = pending_ids(C, CO, D)
+  local opening = tonumber(ARGV[12]) > 0 or tonumber(ARGV[13 + tonumber(ARGV[12])]) > 0
+  if opening and #pending == 0 then  -- a paused turn still waits for its answer: nothing opens
+    local retention = ARGV[#ARGV]
+    last = log_events(turn, 12, retention)
+    open = '1'
+  end
+  redis.call('HSET', S, 'lease_turn', turn, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '',
+    'lease_open', open, 'holder', '', 'takeovers', 0, 'lstart', start, 'llast', last)
   touch()
-  return {'acquired', token, now + lease_ms, pending_ids(C, CO, D)}
+  return {'acquired', token, now + lease_ms, pending, start, last}
 end
 local holder = head
 if l then holder = l.turn end
@@ -241,7 +411,7 @@ return {'queued', '', 0}
 """
 
 LEAVE_QUEUE = r"""
-local turn = ARGV[5]
+local turn = ARGV[7]
 if not mine() then return {'not_found'} end
 redis.call('ZREM', Q, turn)
 redis.call('HDEL', W, turn)
@@ -250,24 +420,31 @@ redis.call('PUBLISH', CHANNEL, sid)
 return {'ok'}
 """
 
+# RENEW: extend the held lease and record who runs the turn; hand-over ('1') expires it at once, still open.
 RENEW = r"""
-local token, lease_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+local token, lease_ms, holder, hand_over = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], ARGV[10] == '1'
 if not mine() then return {'not_found'} end
 local l = live_lease()
 if not l or l.token ~= token then return {'stale'} end
-redis.call('HSET', S, 'lease_exp', now + lease_ms)
+if hand_over then
+  l.exp, l.holder = now, ''
+elseif holder ~= '' then
+  l.exp, l.holder = now + lease_ms, holder
+else
+  l.exp = now + lease_ms
+end
+redis.call('HSET', S, 'lease_exp', l.exp, 'holder', l.holder)
 touch()
-return {'ok', l.turn, l.token, now + lease_ms, l.int_by}
+return lease_reply('ok', l)
 """
 
 RELEASE = r"""
-local token = tonumber(ARGV[5])
+local token = tonumber(ARGV[7])
 if not mine() then return {'not_found'} end
 local l = live_lease()
 if not l or l.token ~= token then return {'ok', 0} end
-redis.call('HSET', S, 'lease_turn', '', 'lease_exp', 0, 'int_by', '')
+free_lease()
 touch()
-redis.call('PUBLISH', CHANNEL, sid)
 return {'ok', 1}
 """
 
@@ -280,11 +457,104 @@ for _, turn in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
 end
 local l = live_lease()
 if not l then return {'ok', queued} end
-return {'ok', queued, l.turn, l.token, l.exp, l.int_by}
+return {'ok', queued, lease_reply('held', l)}
+"""
+
+# ARGV: token, turn, append id, how many append ids to remember, release ('1'), the events and journal
+# entries (log_events), the messages (count, payloads), the pause (interrupt id, checkpoint blob, max pending;
+# '' when none), the log's retention. Logs everything or nothing, fenced by the lease.
+APPEND_EVENTS = r"""
+local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10]),
+  ARGV[11] == '1'
+if not mine() then return {'not_found'} end
+if append_id ~= '' then
+  local done = redis.call('ZSCORE', K['events:batches'], append_id)
+  if done then return {'duplicate', tonumber(done), redis.call('LLEN', M)} end  -- a retried append that landed
+end
+local l = live_lease()
+if not l or l.token ~= token then return {'stale'} end
+-- Where the messages and the pause start: past the events and journal entries.
+local n = tonumber(ARGV[12])
+local m = tonumber(ARGV[13 + n])
+local at = 14 + n + 3 * m
+local k = tonumber(ARGV[at])
+local pause_id, pause_blob, max_pending = ARGV[at + k + 1], ARGV[at + k + 2], tonumber(ARGV[at + k + 3] or '0')
+if pause_id ~= '' then
+  if redis.call('HEXISTS', C, pause_id) == 1 then return {'exists'} end
+  if redis.call('HLEN', C) - redis.call('HLEN', D) >= max_pending then return {'limit'} end
+end
+local last = log_events(turn, 12, ARGV[#ARGV])
+if k > 0 then redis.call('RPUSH', M, unpack(ARGV, at + 1, at + k)) end
+if pause_id ~= '' then
+  redis.call('HSET', C, pause_id, now .. '|' .. token .. '|' .. pause_blob)
+  redis.call('ZADD', CO, redis.call('HINCRBY', S, 'ck_seq', 1), pause_id)
+end
+if release or pause_id ~= '' then
+  free_lease()
+else
+  redis.call('HSET', S, 'lease_open', '1')
+end
+if append_id ~= '' then
+  redis.call('ZADD', K['events:batches'], last, append_id)
+  redis.call('ZREMRANGEBYRANK', K['events:batches'], 0, -remember - 1)
+end
+touch()
+return {'ok', last, redis.call('LLEN', M)}
+"""
+
+JOURNAL = r"""
+local turn = ARGV[7]
+if not mine() then return {'not_found'} end
+local count = tonumber(redis.call('HGET', J, turn) or '0')
+if count == 0 then return {'ok', {}} end
+local fields = {}
+for n = 1, count do table.insert(fields, turn .. '|' .. n) end
+return {'ok', redis.call('HMGET', J, unpack(fields))}
+"""
+
+# The log's last seq, its first retained entry's id and its last entry (the store decodes it).
+LOG_STATE = r"""
+if not mine() then return {'not_found'} end
+local head = redis.call('XRANGE', EV, '-', '+', 'COUNT', 1)
+local tail = redis.call('XREVRANGE', EV, '+', '-', 'COUNT', 1)
+local first, last_entry = '', ''
+if #head > 0 then first = head[1][1] end
+if #tail > 0 then last_entry = tail[1][2][2] end
+return {'ok', last_seq(), first, last_entry}
+"""
+
+# ARGV: holder, lease ms. Not a tenant's call: the runtime replica asks for any orphaned turn. Claims the
+# session's open turn whose lease expired; otherwise says when to look again ('live') or that there is
+# nothing to look for ('closed').
+CLAIM = r"""
+local holder, lease_ms = ARGV[7], tonumber(ARGV[8])
+local ok, owner = alive(K)
+if not ok then return {'closed'} end
+local l = live_lease()
+if not l or not l.open then return {'closed'} end
+if l.exp > now then return {'live', l.exp} end
+local token = redis.call('HINCRBY', S, 'last_token', 1)
+redis.call('HSET', S, 'lease_token', token, 'lease_exp', now + lease_ms, 'holder', holder,
+  'takeovers', l.takeovers + 1)
+touch()
+return {'claimed', owner, l.turn, token, l.takeovers + 1, last_seq(), now + lease_ms}
+"""
+
+# ARGV: turn (its base id; '' for whichever runs), requested by. Asks the turn's runtime to stop.
+INTERRUPT_TURN = r"""
+local turn, by = ARGV[7], ARGV[8]
+if not mine() then return {'not_found'} end
+local l = live_lease()
+if not l or (turn ~= '' and (string.match(l.turn, '^(.-):resume:') or l.turn) ~= turn) then return {'ok'} end
+if l.int_by == '' then
+  l.int_by = by
+  redis.call('HSET', S, 'int_by', by)
+end
+return lease_reply('ok', l)
 """
 
 UPDATE_SUMMARY = r"""
-local token, text, covered = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local token, text, covered = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
 local count = redis.call('LLEN', M)
@@ -295,7 +565,7 @@ return {'ok', now}
 """
 
 SAVE_GOAL = r"""
-local token, goal_id, blob, max_goals = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local token, goal_id, blob, max_goals = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10])
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
 local old = redis.call('HGET', G, goal_id)
@@ -316,7 +586,7 @@ return {'ok', redis.call('HVALS', G)}
 """
 
 SET_PHASE = r"""
-local token, blob = tonumber(ARGV[5]), ARGV[6]
+local token, blob = tonumber(ARGV[7]), ARGV[8]
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
 redis.call('HSET', S, 'phase', blob, 'phase_at', now)
@@ -325,7 +595,7 @@ return {'ok', now}
 """
 
 WRITE_CHECKPOINT = r"""
-local token, id, blob, max_pending = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local token, id, blob, max_pending = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10])
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
 local old = redis.call('HGET', C, id)
@@ -342,7 +612,7 @@ return {'ok', stored}
 """
 
 GET_CHECKPOINT = r"""
-local id = ARGV[5]
+local id = ARGV[7]
 if not mine() then return {'not_found'} end
 local stored = redis.call('HGET', C, id)
 if not stored then return {'no_checkpoint'} end
@@ -359,7 +629,7 @@ return {'ok', out}
 """
 
 DECIDE_CHECKPOINT = r"""
-local id, blob = ARGV[5], ARGV[6]
+local id, blob = ARGV[7], ARGV[8]
 if not mine() then return {'not_found'} end
 local stored = redis.call('HGET', C, id)
 if not stored then return {'no_checkpoint'} end
@@ -375,7 +645,7 @@ return {'ok', stored, decided}
 """
 
 CONSUME_CHECKPOINT = r"""
-local token, id, allow_undecided, keep_ms = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local token, id, allow_undecided, keep_ms = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10])
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
 local done = redis.call('HGET', X, id .. ':meta')
@@ -399,7 +669,7 @@ return {'ok', stored, decided}
 """
 
 REHYDRATE = r"""
-local n = tonumber(ARGV[5])
+local n = tonumber(ARGV[7])
 if not mine() then return {'not_found'} end
 local last = {}
 if n > 0 then last = redis.call('LRANGE', M, -n, -1) end

@@ -28,13 +28,25 @@ import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
 
 from redis import exceptions as rex
 from redis.commands.core import AsyncScript
 
-from services.kit.redis_keys import SessionKeys, TenantKeys, check_prefix, identity_key
+from cogmesh.common.v1 import events_pb2
+from services.kit.event_log import Batch, check_cursor, is_terminal
+from services.kit.protos import now as proto_now
+from services.kit.redis_event_log import DROP_WAKE_S, RedisEventLog, decode_entries
+from services.kit.redis_keys import (
+    SessionKeys,
+    TenantKeys,
+    check_prefix,
+    identity_key,
+    open_turn_bucket,
+    open_turn_buckets,
+)
 from services.kit.redis_pool import (
     POOL_SIZE,
     UNAVAILABLE_ERRORS,
@@ -49,25 +61,32 @@ from services.kit.redis_pool import (
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
     Acquired,
+    Appended,
     AppendResult,
     Checkpoint,
     CheckpointConflict,
     CheckpointExists,
     CheckpointNotFound,
+    Claimed,
     Goal,
     GoalStatus,
     InvalidValue,
+    JournalRecord,
     JsonObject,
     LeaseHeld,
     LeaseInfo,
     LeaseState,
     LimitExceeded,
+    LogState,
     NewCheckpoint,
+    NewEvents,
     NewSession,
     Page,
     Phase,
     Queued,
     Rehydration,
+    Renewal,
+    Renewed,
     SessionNotFound,
     SessionRecord,
     SessionUpdate,
@@ -90,6 +109,8 @@ from services.sessions.store import (
 T = TypeVar("T")
 
 CLOSE_BATCH = 200
+MAX_REPLAY_BATCH = 512  # events per batch of a replay (ReadEvents without follow)
+INDEXED_LEASES = 10_000  # (session, token) pairs whose open turn this process knows to be in the open-turn index
 INDEX_SWEEP = 2  # oldest entries of a tenant's index checked for expired sessions at each create
 # Redis answers that mean "not now" rather than "wrong": the caller may retry.
 _TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "NOREPLICAS")
@@ -189,6 +210,8 @@ class RedisSessionStore:
         session_ttl_s: float = 0.0,
         waiter_ttl_s: float = WAITER_TTL_S,
         wait: ReplicaWait | None = None,
+        event_retention: int = 10_000,
+        events: RedisEventLog | None = None,
     ):
         self._redis = client
         self._wait = wait
@@ -196,12 +219,18 @@ class RedisSessionStore:
         self._prefix = check_prefix(prefix)
         self._channel = f"{prefix}lease-free"
         self._ttl_ms = int(session_ttl_s * 1000)
+        self._retention = event_retention
+        self._events = events  # follows logs for ReadEvents (the gateways read Redis themselves)
+        self._notify = "1" if is_cluster(client) else ""  # scripts SPUBLISH news for the gateways' shard watch
+        self.clock_offset_ms = 0  # added to Redis's clock by every script: tests move time with it
+        self.drop_wake_s = DROP_WAKE_S  # how long a deleted session's marker stays to end its readers
         self._scripts: dict[str, AsyncScript] = {}
         self._loading: dict[str, asyncio.Future[Any]] = {}  # script sha -> its SCRIPT LOAD under way
         self._changed: dict[str, asyncio.Event] = {}
         self._listener: asyncio.Task[None] | None = None
         self._pipeline = None if is_cluster(client) else AutoPipeline(client, wait)
         self._index_add = client.register_script(lua.INDEX_ADD)
+        self._indexed: OrderedDict[str, int] = OrderedDict()  # session -> token of its open turn, in the index
 
     @classmethod
     def from_url(
@@ -212,8 +241,19 @@ class RedisSessionStore:
         timeout_s: float,
         waiter_ttl_s: float = WAITER_TTL_S,
         wait: ReplicaWait | None = None,
+        event_retention: int = 10_000,
+        subscriber_max_lag: int = 5_000,
+        fanout_messages_per_s: float = 0.0,
     ) -> RedisSessionStore:
-        return cls(connect(url, timeout_s), prefix, session_ttl_s, waiter_ttl_s, wait)
+        events = RedisEventLog(
+            url,
+            prefix=prefix,
+            retention=event_retention,
+            max_lag=subscriber_max_lag,
+            timeout_s=timeout_s,
+            fanout_rate=fanout_messages_per_s,
+        )
+        return cls(connect(url, timeout_s), prefix, session_ttl_s, waiter_ttl_s, wait, event_retention, events)
 
     async def ping(self) -> None:
         await self._call(self._redis.ping())
@@ -245,7 +285,8 @@ class RedisSessionStore:
     async def _eval(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         script = self._scripts.get(name)
         if script is None:
-            script = self._scripts[name] = self._redis.register_script(lua.PREAMBLE + getattr(lua, name))
+            source = getattr(lua, name) if name in lua.BARE else lua.PREAMBLE + getattr(lua, name)
+            script = self._scripts[name] = self._redis.register_script(source)
         wait = None if name in lua.READS else self._wait
         if self._pipeline is None:
             if wait is not None:
@@ -268,7 +309,7 @@ class RedisSessionStore:
     async def _run(
         self, name: str, tenant_id: str, session_id: str, *args: Any, more_keys: Sequence[str] = ()
     ) -> list[Any]:
-        argv = [tenant_id, self._channel, self._ttl_ms, session_id, *args]
+        argv = [tenant_id, self._channel, self._ttl_ms, session_id, self.clock_offset_ms, self._notify, *args]
         reply = await self._call(self._eval(name, [*self._keys(session_id), *more_keys], argv))
         status = _s(reply[0])
         if status == "not_found":
@@ -418,7 +459,7 @@ class RedisSessionStore:
 
     async def delete(self, tenant_id: str, session_id: str) -> bool:
         try:
-            await self._run("DELETE", tenant_id, session_id)
+            await self._run("DELETE", tenant_id, session_id, self.drop_wake_s)
         except SessionNotFound:
             return False
         await self._call(self._redis.zrem(TenantKeys(self._prefix, tenant_id).index, session_id))
@@ -433,7 +474,8 @@ class RedisSessionStore:
             if not page:
                 return closed
             results = await asyncio.gather(
-                *(self._run("CLOSE", tenant_id, _s(sid), user_id) for sid, _ in page), return_exceptions=True
+                *(self._run("CLOSE", tenant_id, _s(sid), user_id, self.drop_wake_s) for sid, _ in page),
+                return_exceptions=True,
             )
             gone = []
             for (sid, _), result in zip(page, results, strict=True):
@@ -471,9 +513,19 @@ class RedisSessionStore:
     # ----------------------------------------------------------------- the turn lease
 
     async def try_acquire(
-        self, tenant_id: str, session_id: str, turn_id: str, ttl_s: float, strategy: Strategy
+        self,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        ttl_s: float,
+        strategy: Strategy,
+        opening: NewEvents | None = None,
     ) -> Acquired | Queued:
         base = INTERRUPT_BASE if strategy is Strategy.INTERRUPT else ENQUEUE_BASE
+        logged: list[Any] = [0, 0]
+        if opening is not None and (opening.events or opening.journal):
+            logged = self._log_args(session_id, opening)
+            await self._schedule(session_id, int(ttl_s * 1000))  # the index first: an open turn is never missing
         reply = await self._run(
             "TRY_ACQUIRE",
             tenant_id,
@@ -483,10 +535,16 @@ class RedisSessionStore:
             strategy.value,
             self._waiter_ttl_ms,
             int(base),
+            *logged,
+            self._retention,
         )
         status = _s(reply[0])
         if status == "acquired":
-            return Acquired(int(reply[1]), _ms(reply[2]), tuple(_s(i) for i in reply[3]))
+            token, start, last = int(reply[1]), int(reply[4]), int(reply[5])
+            if last:
+                self._stamped(opening, last)
+                self._remember_indexed(session_id, token)
+            return Acquired(token, _ms(reply[2]), tuple(_s(i) for i in reply[3]), start, last)
         if status == "held":
             raise LeaseHeld(session_id, _s(reply[1]))
         return Queued(_s(reply[1]), _ms(reply[2]))
@@ -515,9 +573,20 @@ class RedisSessionStore:
 
         await follow_broadcast(self._redis, self._channel, wake, "lease-free")
 
-    async def renew_lease(self, tenant_id: str, session_id: str, token: int, ttl_s: float) -> LeaseInfo:
-        reply = await self._run("RENEW", tenant_id, session_id, token, int(ttl_s * 1000))
-        return LeaseInfo(_s(reply[1]), int(reply[2]), _ms(reply[3]), _s(reply[4]))
+    async def renew_lease(
+        self, tenant_id: str, session_id: str, token: int, ttl_s: float, holder: str = "", hand_over: bool = False
+    ) -> LeaseInfo:
+        if hand_over:  # another replica may take the turn over at once: the index must look now
+            await self._schedule(session_id, 0)
+        reply = await self._run(
+            "RENEW", tenant_id, session_id, token or -1, int(ttl_s * 1000), holder, "1" if hand_over else ""
+        )
+        return self._lease(reply)
+
+    @staticmethod
+    def _lease(reply: list[Any]) -> LeaseInfo:
+        """LeaseInfo from a script's lease_reply: [status, turn, token, expiry, interrupted by, holder, takeovers]."""
+        return LeaseInfo(_s(reply[1]), int(reply[2]), _ms(reply[3]), _s(reply[4]), _s(reply[5]), int(reply[6]))
 
     async def release_lease(self, tenant_id: str, session_id: str, token: int) -> bool:
         reply = await self._run("RELEASE", tenant_id, session_id, token)
@@ -528,7 +597,7 @@ class RedisSessionStore:
         queued = tuple(_s(t) for t in reply[1])
         if len(reply) == 2:
             return LeaseState(None, queued)
-        return LeaseState(LeaseInfo(_s(reply[2]), int(reply[3]), _ms(reply[4]), _s(reply[5])), queued)
+        return LeaseState(self._lease(reply[2]), queued)
 
     # ----------------------------------------------------------------- summary, goals, phase
 
@@ -673,7 +742,185 @@ class RedisSessionStore:
             phase=phase,
         )
 
+    # ----------------------------------------------------------------- the event log and journals
+
+    def _log_args(self, session_id: str, new: NewEvents) -> list[Any]:
+        """The events (stamped, serialized without their seq, which the script assigns) and journal
+        entries, as the scripts' log_events reads them."""
+        stamp = proto_now()
+        payloads = []
+        for event in new.events:
+            event.seq, event.session_id, event.turn_id = 0, session_id, new.turn_id
+            if not event.HasField("create_time"):
+                event.create_time.CopyFrom(stamp)
+            payloads.append(event.SerializeToString())
+        entries: list[Any] = []
+        for kind, state, position in new.journal:
+            entries += [kind, position, state]
+        return [len(payloads), *payloads, len(new.journal), *entries]
+
+    @staticmethod
+    def _stamped(new: NewEvents | None, last_seq: int) -> None:
+        """Give the logged events their seqs, as the memory store does."""
+        if new is not None:
+            for offset, event in enumerate(new.events):
+                event.seq = last_seq - len(new.events) + 1 + offset
+
+    async def _schedule(self, session_id: str, after_ms: int) -> None:
+        """Have the open-turn index look at the session within `after_ms` (or sooner, as it already would)."""
+        await self._call(
+            self._eval(
+                "SCHEDULE",
+                list(open_turn_bucket(self._prefix, session_id)),
+                [session_id, after_ms, self.clock_offset_ms],
+            )
+        )
+
+    def _remember_indexed(self, session_id: str, token: int) -> None:
+        self._indexed[session_id] = token
+        self._indexed.move_to_end(session_id)
+        if len(self._indexed) > INDEXED_LEASES:
+            self._indexed.popitem(last=False)
+
+    async def append_events(self, tenant_id: str, session_id: str, new: NewEvents) -> Appended:
+        opens = not new.release and new.pause is None
+        if opens and self._indexed.get(session_id) != new.token:
+            # The turn is (or stays) open under this token: its index entry must exist before it does.
+            await self._schedule(session_id, 0)
+        pause: list[Any] = ["", "", 0]
+        if new.pause is not None:
+            p = new.pause
+            blob = json.dumps(
+                {
+                    "id": p.interrupt_id,
+                    "turn": p.turn_id,
+                    "kind": p.kind,
+                    "request": _b64(p.request),
+                    "payload": _b64(p.payload),
+                }
+            )
+            pause = [p.interrupt_id, blob, MAX_PENDING_CHECKPOINTS]
+        reply = await self._run(
+            "APPEND_EVENTS",
+            tenant_id,
+            session_id,
+            new.token,
+            new.turn_id,
+            new.append_id,
+            REMEMBERED_APPENDS,
+            "1" if new.release else "",
+            *self._log_args(session_id, new),
+            len(new.messages),
+            *new.messages,
+            *pause,
+            self._retention,
+        )
+        status = _s(reply[0])
+        if status == "exists":
+            assert new.pause is not None
+            raise CheckpointExists(session_id, new.pause.interrupt_id)
+        if status == "limit":
+            raise LimitExceeded(f"session {session_id!r} already has {MAX_PENDING_CHECKPOINTS} pending checkpoints")
+        last, count = int(reply[1]), int(reply[2])
+        if status == "duplicate":
+            return Appended(last, count, duplicate=True)
+        self._stamped(new, last)
+        if opens:
+            self._remember_indexed(session_id, new.token)
+        else:
+            self._indexed.pop(session_id, None)
+        return Appended(last, count)
+
+    async def read_events(
+        self, tenant_id: str, session_id: str, after_seq: int, follow: bool, heartbeat_s: float
+    ) -> AsyncIterator[Batch | None]:
+        await self.get(tenant_id, session_id)  # the caller's tenant's, and there
+        assert self._events is not None, "a RedisSessionStore made without an event log reader cannot read events"
+        if follow:
+            async for batch in self._events.read(session_id, after_seq, heartbeat_s):
+                yield batch
+            return
+        state = await self.log_state(tenant_id, session_id)
+        check_cursor(session_id, after_seq, state.first_seq, state.last_seq)
+        stream = SessionKeys(self._prefix, session_id).key("events")
+        while after_seq < state.last_seq:
+            stop = min(after_seq + MAX_REPLAY_BATCH, state.last_seq)
+            entries: Any = await self._call(self._redis.xrange(stream, f"{after_seq + 1}-0", f"{stop}-0"))
+            batch = decode_entries(entries)
+            if not batch or batch[0].seq != after_seq + 1:  # trimmed or deleted meanwhile
+                state = await self.log_state(tenant_id, session_id)
+                check_cursor(session_id, after_seq, state.first_seq, state.last_seq)
+                continue
+            after_seq = batch[-1].seq
+            yield batch
+
+    async def log_state(self, tenant_id: str, session_id: str) -> LogState:
+        reply = await self._run("LOG_STATE", tenant_id, session_id)
+        last, first_id, last_payload = int(reply[1]), _s(reply[2]), reply[3]
+        if not last:
+            return LogState(1, 0, True)
+        first = int(first_id.split("-", 1)[0]) if first_id else last + 1
+        ended = not last_payload or is_terminal(events_pb2.RuntimeEvent.FromString(last_payload))
+        return LogState(first, last, ended)
+
+    async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]:
+        reply = await self._run("JOURNAL", tenant_id, session_id, turn_id)
+        records = []
+        for stored in reply[1]:
+            kind, seq, at, state = stored.split(b"|", 3)
+            records.append(JournalRecord(_s(kind), state, int(seq), _ms(at)))
+        return records
+
+    async def renew_leases(self, renewals: Sequence[Renewal]) -> list[Renewed]:
+        async def renew(r: Renewal) -> Renewed:
+            try:
+                info = await self.renew_lease(r.tenant_id, r.session_id, r.token, r.ttl_s, r.holder, r.hand_over)
+            except (SessionNotFound, StaleLease):
+                return Renewed(r.session_id, r.token, held=False)
+            return Renewed(r.session_id, r.token, True, info.interrupt_requested_by, info.expires_at)
+
+        return list(await asyncio.gather(*(renew(r) for r in renewals)))  # one pipeline on a standalone Redis
+
+    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> list[Claimed]:
+        """Look at the sessions the open-turn index says are due; claim those whose open turn's lease ran out.
+
+        A session whose lease is still live is looked at again when it could run out; one
+        whose turn ended or paused leaves the index (unless a turn opened there meanwhile:
+        its generation moved on, and the entry stays due).
+        """
+        buckets = open_turn_buckets(self._prefix)
+        due: Any = await self._call(
+            asyncio.gather(*(self._eval("DUE", list(b), [limit, self.clock_offset_ms]) for b in buckets))
+        )
+        looks = [
+            (bucket, _s(sid), _s(gen)) for bucket, entries in zip(buckets, due, strict=True) for sid, gen in entries
+        ]
+        claimed: list[Claimed] = []
+        while looks and len(claimed) < limit:
+            batch, looks = looks[: limit - len(claimed)], looks[limit - len(claimed) :]
+            replies = await asyncio.gather(
+                *(self._run("CLAIM", "", sid, holder, int(ttl_s * 1000)) for _, sid, _ in batch)
+            )
+            reschedules = []
+            for (bucket, sid, gen), reply in zip(batch, replies, strict=True):
+                status, next_look = _s(reply[0]), 0
+                if status == "claimed":
+                    tenant, turn, token, takeovers, last_seq, next_look = reply[1:7]
+                    claimed.append(Claimed(_s(tenant), sid, _s(turn), int(token), int(takeovers), int(last_seq)))
+                elif status == "live":
+                    next_look = reply[1]
+                args = [sid, gen, int(next_look)]  # when the lease could run out, by the scripts' clock
+                reschedules.append(self._eval("RESCHEDULE", list(bucket), args))
+            await self._call(asyncio.gather(*reschedules))
+        return claimed
+
+    async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:
+        reply = await self._run("INTERRUPT_TURN", tenant_id, session_id, turn_id, by)
+        return self._lease(reply) if len(reply) > 1 else None
+
     async def close(self) -> None:
+        if self._events is not None:
+            await self._events.close()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):

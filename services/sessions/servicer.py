@@ -14,7 +14,7 @@ while an RPC of the proto, or a domain error, has no row).
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,21 +35,26 @@ from services.kit.errors import (
 )
 from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct, now, struct_to_dict
 from services.sessions import leases
-from services.sessions.model import Checkpoint as CheckpointRecord
 from services.sessions.model import (
+    Appended,
     CheckpointConflict,
     CheckpointExists,
     CheckpointNotFound,
     Goal,
     GoalStatus,
     InvalidValue,
+    JournalRecord,
     LeaseHeld,
+    LeaseInfo,
     LeaseState,
     LimitExceeded,
     NewCheckpoint,
+    NewEvents,
     NewSession,
     Phase,
     Rehydration,
+    Renewal,
+    Renewed,
     SessionError,
     SessionNotFound,
     SessionRecord,
@@ -59,6 +64,7 @@ from services.sessions.model import (
     Strategy,
     Summary,
 )
+from services.sessions.model import Checkpoint as CheckpointRecord
 from services.sessions.store import SessionStore
 
 MAX_PAGE = 1000
@@ -74,6 +80,13 @@ MAX_PAYLOAD_BYTES = 3 << 20
 DEFAULT_LEASE_TTL_S = 300
 DEFAULT_REHYDRATION_MESSAGES = 10
 MAX_LEASE_WAIT_S = 600.0  # an ENQUEUE without a deadline still gives up eventually
+MAX_EVENTS_PER_APPEND = 10_000
+MAX_EVENT_BYTES = 1 << 20
+MAX_CLAIMS = 100
+MAX_RENEWALS = 10_000
+DEFAULT_CLAIMS = 10
+DEFAULT_HEARTBEAT_MS = 15_000
+MAX_HEARTBEAT_MS = 600_000
 
 _STRATEGIES = {
     sessions_pb2.MULTITASK_STRATEGY_UNSPECIFIED: Strategy.REJECT,
@@ -397,12 +410,19 @@ def _check_rehydrate(r: sessions_pb2.GetRehydrationPayloadRequest, problems: Vio
     _check_last_n(r, problems)
 
 
-def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations) -> float:
+def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations) -> tuple[float, NewEvents | None]:
     _identify(r, problems)
     _check_id(r.turn_id, "turn_id", problems)
     ttl = _lease_ttl(r.ttl_seconds, problems)
     problems.check(r.strategy in _STRATEGIES, "strategy", "must be REJECT, ENQUEUE or INTERRUPT")
-    return ttl
+    _check_events(r.events, problems)
+    _check_entries(r.entries, problems)
+    opening = None
+    if r.events or r.entries:
+        turn_id = r.turn_id.split(":resume:", 1)[0]
+        entries = [(e.kind, e.state, e.position or len(r.events)) for e in r.entries]
+        opening = NewEvents(turn_id, 0, list(r.events), entries)
+    return ttl, opening
 
 
 def _check_holder(
@@ -414,7 +434,145 @@ def _check_holder(
 
 def _check_renew(r: sessions_pb2.RenewTurnLeaseRequest, problems: Violations) -> float:
     _check_holder(r, problems)
+    _check_id(r.holder, "holder", problems, required=False)
     return _lease_ttl(r.ttl_seconds, problems)
+
+
+def _check_renew_many(r: sessions_pb2.RenewTurnLeasesRequest, problems: Violations) -> list[Renewal]:
+    problems.check(len(r.leases) <= MAX_RENEWALS, "leases", f"must hold at most {MAX_RENEWALS} leases")
+    renewals = []
+    for i, lease in enumerate(r.leases):
+        one = Violations()
+        ttl = _check_renew(lease, one)
+        for field_name, description in one.items:
+            problems.check(False, f"leases[{i}].{field_name}", description)
+        renewals.append(
+            Renewal(lease.tenant_id, lease.session_id, lease.lease_token, ttl, lease.holder, lease.hand_over)
+        )
+    return renewals
+
+
+def _renewed_to_proto(renewed: Renewed) -> sessions_pb2.RenewedTurnLease:
+    lease = sessions_pb2.RenewedTurnLease(
+        session_id=renewed.session_id,
+        lease_token=renewed.token,
+        held=renewed.held,
+        interrupt_requested_by=renewed.interrupt_requested_by,
+    )
+    if renewed.held:
+        lease.expire_time.CopyFrom(_timestamp(renewed.expires_at))
+    return lease
+
+
+def _check_events(events: Sequence[events_pb2.RuntimeEvent], problems: Violations, name: str = "events") -> None:
+    problems.check(len(events) <= MAX_EVENTS_PER_APPEND, name, f"must hold at most {MAX_EVENTS_PER_APPEND} events")
+    for i, event in enumerate(events):
+        problems.check(event.WhichOneof("payload") is not None, f"{name}[{i}]", "must carry a payload")
+        problems.check(event.ByteSize() <= MAX_EVENT_BYTES, f"{name}[{i}]", "must be at most 1 MiB")
+
+
+def _check_entries(entries: Sequence[sessions_pb2.JournalEntry], problems: Violations) -> None:
+    for i, entry in enumerate(entries):
+        _check_id(entry.kind, f"entries[{i}].kind", problems)
+        problems.check(
+            len(entry.state) <= MAX_PAYLOAD_BYTES,
+            f"entries[{i}].state",
+            f"must be at most {MAX_PAYLOAD_BYTES >> 20} MiB",
+        )
+
+
+def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> NewEvents:
+    _identify(r, problems)
+    _check_id(r.turn_id, "turn_id", problems)
+    _check_token(r.lease_token, problems)
+    _check_events(r.events, problems)
+    _check_entries(r.entries, problems)
+    problems.check(len(r.append_id) <= 256, "append_id", "must be at most 256 characters")
+    problems.check(
+        not (r.release_lease and r.HasField("pause")),
+        "pause",
+        "cannot be set with release_lease: a turn ends or pauses",
+    )
+    pause = None
+    if r.HasField("pause"):
+        _check_pause(r.pause, problems)
+        if not problems.items:
+            pause = _new_checkpoint(r.pause)
+    problems.check(
+        len(r.messages) <= MAX_MESSAGES_PER_APPEND, "messages", f"must hold at most {MAX_MESSAGES_PER_APPEND}"
+    )
+    messages = []
+    stamp = now()
+    for i, message in enumerate(r.messages):
+        problems.check(message.role != messages_pb2.ROLE_UNSPECIFIED, f"messages[{i}].role", "must be set")
+        stored = messages_pb2.Message()
+        stored.CopyFrom(message)
+        stored.create_time.CopyFrom(stamp)
+        payload = stored.SerializeToString()
+        problems.check(len(payload) <= MAX_MESSAGE_BYTES, f"messages[{i}]", "must be at most 1 MiB")
+        messages.append(payload)
+    return NewEvents(
+        r.turn_id,
+        r.lease_token,
+        list(r.events),
+        [(e.kind, e.state, e.position) for e in r.entries],
+        r.append_id,
+        r.release_lease,
+        pause,
+        messages,
+    )
+
+
+def _check_pause(checkpoint: sessions_pb2.Checkpoint, problems: Violations) -> None:
+    _check_id(checkpoint.interrupt_id, "pause.interrupt_id", problems)
+    _check_id(checkpoint.turn_id, "pause.turn_id", problems)
+    kind = checkpoint.WhichOneof("request")
+    problems.check(kind is not None, "pause.request", "must be approval, user_input or client_tool")
+    problems.check(not checkpoint.payload, "pause.payload", "must be empty: the turn's journal holds its state")
+
+
+def _appended_to_proto(appended: Appended) -> sessions_pb2.AppendEventsResponse:
+    return sessions_pb2.AppendEventsResponse(
+        last_seq=appended.last_seq, duplicate=appended.duplicate, message_count=appended.message_count
+    )
+
+
+def _check_journal(r: sessions_pb2.GetJournalRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    _check_id(r.turn_id, "turn_id", problems)
+
+
+def _journal_to_proto(records: list[JournalRecord]) -> sessions_pb2.GetJournalResponse:
+    return sessions_pb2.GetJournalResponse(
+        entries=[
+            sessions_pb2.JournalEntry(kind=r.kind, state=r.state, seq=r.seq, record_time=_timestamp(r.recorded_at))
+            for r in records
+        ]
+    )
+
+
+def _check_claim(r: sessions_pb2.ClaimOrphanedTurnsRequest, problems: Violations) -> tuple[int, float]:
+    _check_id(r.holder, "holder", problems)
+    problems.check(0 <= r.max_turns <= MAX_CLAIMS, "max_turns", f"must be between 0 and {MAX_CLAIMS}")
+    return r.max_turns or DEFAULT_CLAIMS, _lease_ttl(r.ttl_seconds, problems)
+
+
+def _check_interrupt_turn(r: sessions_pb2.InterruptTurnRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    _check_id(r.turn_id, "turn_id", problems, required=False)
+    _check_id(r.requested_by, "requested_by", problems, required=False)
+
+
+def _interrupted_to_proto(info: LeaseInfo | None) -> sessions_pb2.InterruptTurnResponse:
+    if info is None:
+        return sessions_pb2.InterruptTurnResponse()
+    return sessions_pb2.InterruptTurnResponse(turn_id=info.turn_id.split(":resume:", 1)[0], holder=info.holder)
+
+
+def _check_read(r: sessions_pb2.ReadEventsRequest, problems: Violations) -> float:
+    _identify(r, problems)
+    problems.check(0 <= r.heartbeat_ms <= MAX_HEARTBEAT_MS, "heartbeat_ms", f"must be between 0 and {MAX_HEARTBEAT_MS}")
+    return (r.heartbeat_ms or DEFAULT_HEARTBEAT_MS) / 1000
 
 
 def _check_summary(r: sessions_pb2.UpdateSummaryRequest, problems: Violations) -> None:
@@ -606,6 +764,8 @@ def _lease_response(state: LeaseState) -> sessions_pb2.GetTurnLeaseResponse:
                 lease_token=state.lease.token,
                 expire_time=_timestamp(state.lease.expires_at),
                 interrupt_requested_by=state.lease.interrupt_requested_by,
+                holder=state.lease.holder,
+                takeovers=state.lease.takeovers,
             )
         )
     return response
@@ -737,8 +897,15 @@ RPCS: dict[str, Rpc] = {
     "AcquireTurnLease": rpc(
         sessions_pb2.AcquireTurnLeaseRequest,
         _check_acquire,
-        lambda store, r, ttl, context: leases.acquire(
-            store, r.tenant_id, r.session_id, r.turn_id, ttl, _STRATEGIES[r.strategy], _max_wait(context)
+        lambda store, r, parsed, context: leases.acquire(
+            store,
+            r.tenant_id,
+            r.session_id,
+            r.turn_id,
+            parsed[0],
+            _STRATEGIES[r.strategy],
+            _max_wait(context),
+            parsed[1],
         ),
         lambda grant: sessions_pb2.AcquireTurnLeaseResponse(
             lease_token=grant.token,
@@ -746,6 +913,8 @@ RPCS: dict[str, Rpc] = {
             expire_time=_timestamp(grant.expires_at),
             waited_seconds=grant.waited_s,
             pending_interrupt_ids=grant.pending_interrupt_ids,
+            start_seq=grant.start_seq,
+            last_seq=grant.last_seq,
         ),
     ),
     "ReleaseTurnLease": rpc(
@@ -757,7 +926,9 @@ RPCS: dict[str, Rpc] = {
     "RenewTurnLease": rpc(
         sessions_pb2.RenewTurnLeaseRequest,
         _check_renew,
-        lambda store, r, ttl, _: store.renew_lease(r.tenant_id, r.session_id, r.lease_token, ttl),
+        lambda store, r, ttl, _: store.renew_lease(
+            r.tenant_id, r.session_id, r.lease_token, ttl, r.holder, r.hand_over
+        ),
         lambda info: sessions_pb2.RenewTurnLeaseResponse(
             expire_time=_timestamp(info.expires_at), interrupt_requested_by=info.interrupt_requested_by
         ),
@@ -840,6 +1011,57 @@ RPCS: dict[str, Rpc] = {
         ),
         lambda consumed: sessions_pb2.ConsumeCheckpointResponse(checkpoint=checkpoint_to_proto(consumed)),
     ),
+    # the event log and the turns' journals
+    "AppendEvents": rpc(
+        sessions_pb2.AppendEventsRequest,
+        _check_append,
+        lambda store, r, new, _: store.append_events(r.tenant_id, r.session_id, new),
+        _appended_to_proto,
+    ),
+    "GetEventLogState": rpc(
+        sessions_pb2.GetEventLogStateRequest,
+        _identify,
+        lambda store, r, _, __: store.log_state(r.tenant_id, r.session_id),
+        lambda state: sessions_pb2.GetEventLogStateResponse(
+            first_seq=state.first_seq, last_seq=state.last_seq, ends_with_turn_end=state.ends_with_turn_end
+        ),
+    ),
+    "GetJournal": rpc(
+        sessions_pb2.GetJournalRequest,
+        _check_journal,
+        lambda store, r, _, __: store.journal(r.tenant_id, r.session_id, r.turn_id),
+        _journal_to_proto,
+    ),
+    "RenewTurnLeases": rpc(
+        sessions_pb2.RenewTurnLeasesRequest,
+        _check_renew_many,
+        lambda store, _, renewals, __: store.renew_leases(renewals),
+        lambda renewed: sessions_pb2.RenewTurnLeasesResponse(leases=[_renewed_to_proto(r) for r in renewed]),
+    ),
+    "ClaimOrphanedTurns": rpc(
+        sessions_pb2.ClaimOrphanedTurnsRequest,
+        _check_claim,
+        lambda store, r, parsed, _: store.claim_orphans(r.holder, parsed[0], parsed[1]),
+        lambda claimed: sessions_pb2.ClaimOrphanedTurnsResponse(
+            turns=[
+                sessions_pb2.ClaimedTurn(
+                    tenant_id=c.tenant_id,
+                    session_id=c.session_id,
+                    turn_id=c.turn_id,
+                    lease_token=c.token,
+                    takeovers=c.takeovers,
+                    last_seq=c.last_seq,
+                )
+                for c in claimed
+            ]
+        ),
+    ),
+    "InterruptTurn": rpc(
+        sessions_pb2.InterruptTurnRequest,
+        _check_interrupt_turn,
+        lambda store, r, _, __: store.interrupt_turn(r.tenant_id, r.session_id, r.turn_id, r.requested_by or "cancel"),
+        _interrupted_to_proto,
+    ),
     # rehydration
     "GetRehydrationPayload": rpc(
         sessions_pb2.GetRehydrationPayloadRequest,
@@ -851,10 +1073,31 @@ RPCS: dict[str, Rpc] = {
 
 
 class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
-    """Answers every RPC of SessionsService from its row of RPCS (the methods are added below)."""
+    """Answers every unary RPC of SessionsService from its row of RPCS (the methods are added below),
+    and ReadEvents, the one stream, here."""
 
     def __init__(self, store: SessionStore):
         self.store = store
+
+    async def ReadEvents(self, request: sessions_pb2.ReadEventsRequest, context: Any) -> AsyncIterator[Any]:
+        problems = Violations()
+        heartbeat_s = _check_read(request, problems)
+        problems.raise_if_any()
+        reading = self.store.read_events(
+            request.tenant_id, request.session_id, request.after_seq, request.follow, heartbeat_s
+        )
+        try:
+            async for batch in reading:
+                if batch is None:
+                    yield _EMPTY
+                else:  # events are field 1 here as in the log's encoding: its bytes are this response
+                    yield batch.wire or sessions_pb2.ReadEventsResponse(events=batch)
+        except SessionError as exc:
+            raise status_of(exc) from exc
+
+
+_EMPTY = sessions_pb2.ReadEventsResponse()
+STREAMS = frozenset({"ReadEvents"})  # RPCs answered by a method of their own, not a row of RPCS
 
 
 def _method(name: str, rpc: Rpc) -> Callable[[SessionsServicer, Any, Any], Awaitable[Message]]:

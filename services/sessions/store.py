@@ -13,31 +13,40 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, tail
+from services.kit.protos import now as proto_now
 from services.sessions.model import (
     Acquired,
+    Appended,
     AppendResult,
     Checkpoint,
     CheckpointConflict,
     CheckpointExists,
     CheckpointNotFound,
+    Claimed,
     Goal,
     GoalStatus,
     InvalidValue,
+    JournalRecord,
     JsonObject,
     LeaseHeld,
     LeaseInfo,
     LeaseState,
     LimitExceeded,
+    LogState,
     NewCheckpoint,
+    NewEvents,
     NewSession,
     Page,
     Phase,
     Queued,
     Rehydration,
+    Renewal,
+    Renewed,
     SessionNotFound,
     SessionRecord,
     SessionUpdate,
@@ -64,6 +73,7 @@ MAX_GOALS = 100  # per session
 MAX_PENDING_CHECKPOINTS = 100  # per session
 WAITER_TTL_S = 5.0  # a queued turn that stops polling for this long (its replica died) loses its place
 REMEMBERED_APPENDS = 32  # a retried append is recognised among the session's last this many
+JOURNALS_KEPT = 8  # journals of ended turns a session keeps (an open or paused turn's is always kept)
 CONSUMED_TTL_S = 300.0  # how long a consumed checkpoint answers a retried ConsumeCheckpoint
 INTERRUPT_BASE = 0.0  # queue scores: INTERRUPT waiters sort before every ENQUEUE waiter
 ENQUEUE_BASE = float(1 << 40)
@@ -97,9 +107,19 @@ class SessionStore(Protocol):
 
     # the turn lease
     async def try_acquire(
-        self, tenant_id: str, session_id: str, turn_id: str, ttl_s: float, strategy: Strategy
+        self,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        ttl_s: float,
+        strategy: Strategy,
+        opening: NewEvents | None = None,
     ) -> Acquired | Queued:
-        """Take the lease if free and no earlier waiter is due; REJECT raises LeaseHeld, the others queue."""
+        """Take the lease if free and no earlier waiter is due; REJECT raises LeaseHeld, the others queue.
+
+        With `opening` (the turn's accepted event and request), the grant also logs them and marks the
+        turn open, unless a paused turn still waits for an answer.
+        """
         ...
 
     async def leave_queue(self, tenant_id: str, session_id: str, turn_id: str) -> None: ...
@@ -107,7 +127,12 @@ class SessionStore(Protocol):
         """Sleep until the session's lease may have changed hands, or for timeout_s."""
         ...
 
-    async def renew_lease(self, tenant_id: str, session_id: str, token: int, ttl_s: float) -> LeaseInfo: ...
+    async def renew_lease(
+        self, tenant_id: str, session_id: str, token: int, ttl_s: float, holder: str = "", hand_over: bool = False
+    ) -> LeaseInfo:
+        """Extend the held lease (record who runs the turn); `hand_over` expires it at once, the turn still open."""
+        ...
+
     async def release_lease(self, tenant_id: str, session_id: str, token: int) -> bool: ...
     async def lease_state(self, tenant_id: str, session_id: str) -> LeaseState: ...
 
@@ -138,6 +163,26 @@ class SessionStore(Protocol):
     ) -> Checkpoint: ...
 
     async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration: ...
+
+    # the event log and the turns' journals
+    async def append_events(self, tenant_id: str, session_id: str, new: NewEvents) -> Appended:
+        """Log events and journal entries under the turn's lease; end or pause the turn in the same write."""
+        ...
+
+    def read_events(
+        self, tenant_id: str, session_id: str, after_seq: int, follow: bool, heartbeat_s: float
+    ) -> AsyncIterator[Batch | None]:
+        """The events after `after_seq`, then (follow) new ones as they come, None after `heartbeat_s` idle."""
+        ...
+
+    async def log_state(self, tenant_id: str, session_id: str) -> LogState: ...
+    async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]: ...
+    async def renew_leases(self, renewals: Sequence[Renewal]) -> list[Renewed]: ...
+    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> list[Claimed]:
+        """Turns whose lease expired while they were open, each now held by `holder` under a new token."""
+        ...
+
+    async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None: ...
     async def close(self) -> None: ...
 
 
@@ -150,6 +195,16 @@ class _Lease:
     token: int
     expires_at: float
     interrupt_by: str = ""
+    # An open turn was accepted and has not ended or paused: its lease does not simply run out,
+    # it waits, held, for another runtime replica to take the turn over (claim_orphans).
+    open: bool = False
+    holder: str = ""
+    takeovers: int = 0
+    start_seq: int = 0  # where the events logged with the grant start and end (a retried acquire)
+    last_seq: int = 0
+
+    def info(self) -> LeaseInfo:
+        return LeaseInfo(self.turn_id, self.token, self.expires_at, self.interrupt_by, self.holder, self.takeovers)
 
 
 @dataclass
@@ -166,6 +221,9 @@ class _Entry:
     phase: Phase | None = None
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
     consumed: dict[str, tuple[int, float, Checkpoint]] = field(default_factory=dict)  # id -> (token, until, ckpt)
+    log: SessionLog | None = None  # the session's event log, from its first event
+    log_appends: dict[str, int] = field(default_factory=dict)  # recent append_id -> last seq after it
+    journals: dict[str, list[JournalRecord]] = field(default_factory=dict)  # turn id -> entries, oldest turn first
 
 
 def _key(tenant_id: str, user_id: str, topic_id: str) -> tuple[str, str, str] | None:
@@ -177,11 +235,21 @@ class MemorySessionStore:
     """Process-local store. No method awaits while it changes state, so each is atomic on the event loop."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.time, session_ttl_s: float = 0.0, waiter_ttl_s: float = WAITER_TTL_S
+        self,
+        clock: Callable[[], float] = time.time,
+        session_ttl_s: float = 0.0,
+        waiter_ttl_s: float = WAITER_TTL_S,
+        event_retention: int = 10_000,
+        subscriber_max_lag: int = 5_000,
+        fanout_messages_per_s: float = 0.0,
+        max_batch: int = 512,
     ):
         self._clock = clock
         self._ttl = session_ttl_s
         self._waiter_ttl = waiter_ttl_s
+        self._retention, self._max_lag, self._fanout_rate = event_retention, subscriber_max_lag, fanout_messages_per_s
+        self._max_batch = max_batch
+        self._open: set[str] = set()  # sessions whose lease belongs to an open turn
         self._entries: dict[str, _Entry] = {}
         self._by_key: dict[tuple[str, str, str], str] = {}
         self._seq = 0
@@ -196,6 +264,9 @@ class MemorySessionStore:
 
     def _evict(self, session_id: str) -> None:
         entry = self._entries.pop(session_id)
+        self._open.discard(session_id)
+        if entry.log is not None:
+            entry.log.close()  # its readers end with NOT_FOUND
         r = entry.record
         key = _key(r.tenant_id, r.user_id, r.topic_id)
         if key is not None and self._by_key.get(key) == session_id:
@@ -221,9 +292,15 @@ class MemorySessionStore:
         return entry
 
     def _live_lease(self, entry: _Entry) -> _Lease | None:
-        if entry.lease is not None and entry.lease.expires_at <= self._clock():
-            entry.lease = None  # a crashed holder's lease simply runs out
+        lease = entry.lease
+        if lease is not None and lease.expires_at <= self._clock() and not lease.open:
+            entry.lease = None  # a crashed holder's lease simply runs out (an open turn's waits for a takeover)
         return entry.lease
+
+    def _free(self, entry: _Entry) -> None:
+        entry.lease = None
+        self._open.discard(entry.record.session_id)
+        self._notify(entry.record.session_id)
 
     def _fence(self, entry: _Entry, token: int) -> None:
         """A non-zero token must be the live lease's."""
@@ -382,21 +459,31 @@ class MemorySessionStore:
         return min(entry.queue.items(), key=lambda item: item[1][0])[0]
 
     async def try_acquire(
-        self, tenant_id: str, session_id: str, turn_id: str, ttl_s: float, strategy: Strategy
+        self,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        ttl_s: float,
+        strategy: Strategy,
+        opening: NewEvents | None = None,
     ) -> Acquired | Queued:
         entry = self._entry(tenant_id, session_id)
         now = self._clock()
         lease = self._live_lease(entry)
         pending = tuple(i for i, c in entry.checkpoints.items() if c.decision is None)
-        if lease is not None and lease.turn_id == turn_id:
-            return Acquired(lease.token, lease.expires_at, pending)  # a retried acquire gets the same lease
+        if lease is not None and lease.turn_id == turn_id and not lease.takeovers:  # a retried acquire: same lease
+            return Acquired(lease.token, lease.expires_at, pending, lease.start_seq, lease.last_seq)
         head = self._queue_head(entry)
         if lease is None and head in ("", turn_id):
             entry.queue.pop(turn_id, None)
             entry.last_token += 1
-            entry.lease = _Lease(turn_id, entry.last_token, now + ttl_s)
+            lease = entry.lease = _Lease(turn_id, entry.last_token, now + ttl_s)
+            lease.start_seq = entry.log.last_seq if entry.log is not None else 0
+            if opening is not None and not pending:
+                lease.last_seq = self._log_events(entry, opening)  # 0 stays: nothing was logged
+                self._opened(entry, lease)
             self._touch(entry)
-            return Acquired(entry.last_token, now + ttl_s, pending)
+            return Acquired(lease.token, lease.expires_at, pending, lease.start_seq, lease.last_seq)
         if strategy is Strategy.REJECT:
             raise LeaseHeld(session_id, lease.turn_id if lease else head)
         if turn_id in entry.queue:
@@ -424,23 +511,25 @@ class MemorySessionStore:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout_s)
 
-    async def renew_lease(self, tenant_id: str, session_id: str, token: int, ttl_s: float) -> LeaseInfo:
+    async def renew_lease(
+        self, tenant_id: str, session_id: str, token: int, ttl_s: float, holder: str = "", hand_over: bool = False
+    ) -> LeaseInfo:
         entry = self._entry(tenant_id, session_id)
         self._fence(entry, token or -1)
-        assert entry.lease is not None
-        entry.lease.expires_at = self._clock() + ttl_s
-        self._touch(entry)
         lease = entry.lease
-        return LeaseInfo(lease.turn_id, lease.token, lease.expires_at, lease.interrupt_by)
+        assert lease is not None
+        lease.expires_at = self._clock() if hand_over else self._clock() + ttl_s
+        lease.holder = "" if hand_over else holder or lease.holder
+        self._touch(entry)
+        return lease.info()
 
     async def release_lease(self, tenant_id: str, session_id: str, token: int) -> bool:
         entry = self._entry(tenant_id, session_id)
         held = self._live_lease(entry)
         if held is None or held.token != token:
             return False
-        entry.lease = None
+        self._free(entry)
         self._touch(entry)
-        self._notify(session_id)
         return True
 
     async def lease_state(self, tenant_id: str, session_id: str) -> LeaseState:
@@ -448,8 +537,7 @@ class MemorySessionStore:
         lease = self._live_lease(entry)
         self._queue_head(entry)  # prune the dead
         queued = tuple(t for t, _ in sorted(entry.queue.items(), key=lambda item: item[1][0]))
-        info = LeaseInfo(lease.turn_id, lease.token, lease.expires_at, lease.interrupt_by) if lease else None
-        return LeaseState(info, queued)
+        return LeaseState(lease.info() if lease else None, queued)
 
     # ----------------------------------------------------------------- summary, goals, phase
 
@@ -566,6 +654,144 @@ class MemorySessionStore:
             goal=active_goal(list(entry.goals.values())),
             phase=entry.phase,
         )
+
+    # ----------------------------------------------------------------- the event log and journals
+
+    def _session_log(self, entry: _Entry) -> SessionLog:
+        if entry.log is None:
+            entry.log = SessionLog(self._retention, rate=self._fanout_rate)
+        return entry.log
+
+    def _opened(self, entry: _Entry, lease: _Lease) -> None:
+        lease.open = True
+        self._open.add(entry.record.session_id)
+
+    def _log_events(self, entry: _Entry, new: NewEvents) -> int:
+        """Stamp and log the events, record the journal entries where their steps ended; returns the last seq."""
+        log = self._session_log(entry)
+        session_id = entry.record.session_id
+        first = log.last_seq + 1
+        if new.events:
+            stamp = proto_now()
+            for offset, event in enumerate(new.events):
+                event.seq, event.session_id, event.turn_id = first + offset, session_id, new.turn_id
+                if not event.HasField("create_time"):
+                    event.create_time.CopyFrom(stamp)
+            log.add(new.events)
+        if new.journal:
+            recorded = self._clock()
+            journal = entry.journals.pop(new.turn_id, [])
+            journal.extend(
+                JournalRecord(kind, state, first - 1 + min(position, len(new.events)), recorded)
+                for kind, state, position in new.journal
+            )
+            entry.journals[new.turn_id] = journal  # the most recently written turn goes last
+            self._forget_journals(entry)
+        return log.last_seq
+
+    def _forget_journals(self, entry: _Entry) -> None:
+        """Keep the journals of the last few turns, and always an open or paused turn's."""
+        keep = {c.turn_id for c in entry.checkpoints.values()}
+        if entry.lease is not None:
+            keep.add(entry.lease.turn_id.split(":resume:", 1)[0])
+        ended = [t for t in entry.journals if t not in keep]
+        for turn_id in ended[: max(0, len(ended) - JOURNALS_KEPT)]:
+            del entry.journals[turn_id]
+
+    async def append_events(self, tenant_id: str, session_id: str, new: NewEvents) -> Appended:
+        entry = self._entry(tenant_id, session_id)
+        if new.append_id and new.append_id in entry.log_appends:  # a retried append that did land
+            return Appended(entry.log_appends[new.append_id], len(entry.messages), duplicate=True)
+        lease = self._live_lease(entry)
+        if lease is None or lease.token != new.token:
+            raise StaleLease(session_id, new.token)
+        if new.pause is not None:
+            if new.pause.interrupt_id in entry.checkpoints:
+                raise CheckpointExists(session_id, new.pause.interrupt_id)
+            if sum(1 for c in entry.checkpoints.values() if c.decision is None) >= MAX_PENDING_CHECKPOINTS:
+                raise LimitExceeded(f"session {session_id!r} already has {MAX_PENDING_CHECKPOINTS} pending checkpoints")
+        last_seq = self._log_events(entry, new)
+        entry.messages.extend(new.messages)
+        if new.pause is not None:
+            p = new.pause
+            entry.checkpoints[p.interrupt_id] = Checkpoint(
+                p.interrupt_id, p.turn_id, p.kind, p.request, p.payload, new.token, self._clock()
+            )
+        if new.release or new.pause is not None:
+            self._free(entry)
+        else:
+            self._opened(entry, lease)
+        if new.append_id:
+            entry.log_appends[new.append_id] = last_seq
+            if len(entry.log_appends) > REMEMBERED_APPENDS:
+                del entry.log_appends[next(iter(entry.log_appends))]
+        self._touch(entry)
+        return Appended(last_seq, len(entry.messages))
+
+    async def read_events(
+        self, tenant_id: str, session_id: str, after_seq: int, follow: bool, heartbeat_s: float
+    ) -> AsyncIterator[Batch | None]:
+        log = self._session_log(self._entry(tenant_id, session_id))
+        check_cursor(session_id, after_seq, log.first_seq, log.last_seq)
+        if not follow:
+            while after_seq < log.published_seq:
+                replayed = log.batch(after_seq, self._max_batch)
+                after_seq = replayed[-1].seq
+                yield replayed
+            return
+        async for batch in tail(session_id, log, after_seq, heartbeat_s, self._max_lag, self._max_batch):
+            yield batch
+
+    async def log_state(self, tenant_id: str, session_id: str) -> LogState:
+        log = self._entry(tenant_id, session_id).log
+        if log is None:
+            return LogState(1, 0, True)
+        ended = not log.events or is_terminal(log.events[-1])
+        return LogState(log.first_seq, log.last_seq, ended)
+
+    async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]:
+        return list(self._entry(tenant_id, session_id).journals.get(turn_id, ()))
+
+    async def renew_leases(self, renewals: Sequence[Renewal]) -> list[Renewed]:
+        out = []
+        for r in renewals:
+            try:
+                info = await self.renew_lease(r.tenant_id, r.session_id, r.token, r.ttl_s, r.holder, r.hand_over)
+            except (SessionNotFound, StaleLease):
+                out.append(Renewed(r.session_id, r.token, held=False))
+                continue
+            out.append(Renewed(r.session_id, r.token, True, info.interrupt_requested_by, info.expires_at))
+        return out
+
+    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> list[Claimed]:
+        now = self._clock()
+        claimed: list[Claimed] = []
+        for session_id in list(self._open):
+            if len(claimed) >= limit:
+                break
+            entry = self._entries.get(session_id)
+            lease = entry.lease if entry is not None else None
+            if entry is None or lease is None or not lease.open or self._expired(entry, now):
+                self._open.discard(session_id)  # an expired session's turn went with it
+                continue
+            if lease.expires_at > now:
+                continue
+            entry.last_token += 1
+            lease.token, lease.expires_at, lease.holder = entry.last_token, now + ttl_s, holder
+            lease.takeovers += 1
+            self._touch(entry)
+            last_seq = entry.log.last_seq if entry.log is not None else 0
+            record = entry.record
+            claimed.append(Claimed(record.tenant_id, session_id, lease.turn_id, lease.token, lease.takeovers, last_seq))
+        return claimed
+
+    async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:
+        entry = self._entry(tenant_id, session_id)
+        lease = self._live_lease(entry)
+        if lease is None or (turn_id and lease.turn_id.split(":resume:", 1)[0] != turn_id):
+            return None
+        lease.interrupt_by = lease.interrupt_by or by
+        return lease.info()
 
     async def close(self) -> None:
         for session_id in list(self._changed):

@@ -12,15 +12,16 @@ import pytest
 import redis
 
 from cogmesh.common.v1 import events_pb2
-from gateway import redis_event_log
-from gateway.event_log import Batch
-from gateway.redis_event_log import RedisEventLog
+from services.kit import redis_event_log
 from services.kit.errors import Unavailable
+from services.kit.event_log import Batch
+from services.kit.redis_event_log import RedisEventLog
 from services.policy.ratelimit import RedisWindowStore, redis_client
 from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore, connect
 from tests.support.redis_server import RedisServer, admin_client, delete_prefix, unique_prefix
 from tests.support.redis_topologies import RedisUnderTest
+from tests.support.session_log import LogWriter
 
 BURST = 300  # three times redis-py's default pool, which fails the calls past it at once
 
@@ -66,9 +67,9 @@ async def test_a_burst_past_the_pool_queues_for_connections(client: str, any_red
 
 
 async def test_watched_sessions_share_one_blocking_read(private_redis: RedisServer) -> None:
-    log = RedisEventLog(private_redis.url, prefix="p:")
+    log, writer = RedisEventLog(private_redis.url, prefix="p:"), LogWriter(private_redis.url, "p:")
     admin = redis.Redis.from_url(private_redis.url)  # a Redis of its own: nobody else blocks on it
-    sids = [uuid.uuid4().hex for _ in range(BURST)]
+    sids = await asyncio.gather(*(writer.session() for _ in range(BURST)))
     readers = [log.read(sid, 0, 30) for sid in sids]
     waiting = [asyncio.create_task(first_batch(r)) for r in readers]
     try:
@@ -79,7 +80,7 @@ async def test_watched_sessions_share_one_blocking_read(private_redis: RedisServ
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.2)
         assert int(admin.info("clients")["blocked_clients"]) == 1
-        await asyncio.gather(*(log.append(sid, [delta(sid)]) for sid in sids))
+        await asyncio.gather(*(writer.append(sid, [delta(sid)]) for sid in sids))
         batches = await asyncio.wait_for(asyncio.gather(*waiting), 10)
         assert [[e.assistant_delta.text for e in b] for b in batches] == [[sid] for sid in sids]
     finally:
@@ -89,14 +90,15 @@ async def test_watched_sessions_share_one_blocking_read(private_redis: RedisServ
         for reader in readers:
             await close(reader)
         await log.close()
+        await writer.close()
         admin.close()
 
 
 async def test_a_cluster_watch_holds_one_pubsub_connection_per_primary(redis_cluster_url: str) -> None:
     prefix = unique_prefix("one-read-per-shard")
-    log = RedisEventLog(redis_cluster_url, prefix=prefix)
+    log, writer = RedisEventLog(redis_cluster_url, prefix=prefix), LogWriter(redis_cluster_url, prefix)
     admin = admin_client(redis_cluster_url)
-    sids = [uuid.uuid4().hex for _ in range(BURST)]
+    sids = await asyncio.gather(*(writer.session() for _ in range(BURST)))
     readers = [log.read(sid, 0, 30) for sid in sids]
     waiting = [asyncio.create_task(first_batch(r)) for r in readers]
     try:
@@ -115,7 +117,7 @@ async def test_a_cluster_watch_holds_one_pubsub_connection_per_primary(redis_clu
         found = shard_subscriptions()
         assert all(len(counts) == 1 for counts in found.values()), f"pub/sub connections per primary: {found}"
         assert len(found) == 3
-        await asyncio.gather(*(log.append(sid, [delta(sid)]) for sid in sids))
+        await asyncio.gather(*(writer.append(sid, [delta(sid)]) for sid in sids))
         batches = await asyncio.wait_for(asyncio.gather(*waiting), 10)
         assert [[e.assistant_delta.text for e in b] for b in batches] == [[sid] for sid in sids]
     finally:
@@ -125,6 +127,7 @@ async def test_a_cluster_watch_holds_one_pubsub_connection_per_primary(redis_clu
         for reader in readers:
             await close(reader)
         await log.close()
+        await writer.close()
         admin.close()
         delete_prefix(redis_cluster_url, prefix)
 
@@ -133,8 +136,8 @@ async def test_a_session_watched_while_the_read_blocks_is_read_at_once(
     any_redis: RedisUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(redis_event_log, "BLOCK_MS", 30_000)  # only the wake-up can end the blocking read in time
-    log = RedisEventLog(any_redis.url, prefix=any_redis.prefix)
-    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+    log, writer = RedisEventLog(any_redis.url, prefix=any_redis.prefix), LogWriter(any_redis.url, any_redis.prefix)
+    first, second = await writer.session(), await writer.session()
     quiet = log.read(first, 0, 60)
     blocked = asyncio.create_task(first_batch(quiet))
     late = log.read(second, 0, 60)
@@ -142,7 +145,7 @@ async def test_a_session_watched_while_the_read_blocks_is_read_at_once(
         await asyncio.sleep(0.3)  # the loop is now blocked on `first` alone
         arrived = asyncio.create_task(first_batch(late))
         await asyncio.sleep(0.1)
-        await log.append(second, [delta("b")])
+        await writer.append(second, [delta("b")])
         batch = await asyncio.wait_for(arrived, 5)
         assert [e.assistant_delta.text for e in batch] == ["b"]
     finally:
@@ -151,6 +154,7 @@ async def test_a_session_watched_while_the_read_blocks_is_read_at_once(
         await close(quiet)
         await close(late)
         await log.close()
+        await writer.close()
 
 
 async def test_a_hung_redis_fails_every_queued_call_in_bounded_time(private_redis: RedisServer) -> None:

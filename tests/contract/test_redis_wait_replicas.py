@@ -8,17 +8,14 @@ and a write asking for two fails the same way.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from cogmesh.common.v1 import events_pb2
-from gateway.redis_event_log import RedisEventLog
-from services.kit.errors import Unavailable
 from services.kit.redis_pool import ReplicaWait
-from services.sessions.model import NewSession, StoreUnavailable, Strategy
+from services.sessions.model import NewEvents, NewSession, StoreUnavailable, Strategy
 from services.sessions.redis_store import RedisSessionStore
 from tests.support.redis_topologies import RedisUnderTest
+from tests.support.session_log import LogWriter
 
 REPLICAS = {"standalone": 0, "sentinel": 1, "cluster": 1}  # per primary, in tests/support
 
@@ -52,18 +49,17 @@ async def test_session_writes_wait_for_replicas_and_say_so_when_too_few_confirm(
 
 async def test_event_log_appends_wait_for_replicas(any_redis: RedisUnderTest) -> None:
     have = REPLICAS[any_redis.topology]
-    sid = uuid.uuid4().hex
-    waiting = RedisEventLog(any_redis.url, prefix=any_redis.prefix, wait=ReplicaWait(have + 1, 100))
+    plain = LogWriter(any_redis.url, any_redis.prefix)
+    waiting = RedisSessionStore.from_url(any_redis.url, any_redis.prefix, 0.0, 2.0, wait=ReplicaWait(have + 1, 100))
     try:
-        with pytest.raises(Unavailable, match="COGMESH_REDIS_WAIT_REPLICAS"):
-            await waiting.append(sid, [delta("a")], batch_id="1")
-        if have:
-            confirmed = RedisEventLog(any_redis.url, prefix=any_redis.prefix, wait=ReplicaWait(have, 1000))
-            try:
-                batch = [delta("a")]
-                await confirmed.append(sid, batch, batch_id="1")  # the retry of the unconfirmed append
-                assert batch[0].seq == 1 and await confirmed.last_seq(sid) == 1
-            finally:
-                await confirmed.close()
+        sid = await plain.session()
+        token = plain._tokens[sid]
+        end = NewEvents("t", token, [delta("a")], (), "1", release=True)  # the turn's last append
+        with pytest.raises(StoreUnavailable, match="COGMESH_REDIS_WAIT_REPLICAS"):
+            await waiting.append_events("acme", sid, end)
+        # The primary has it: the retry, with its append id, is recognised instead of logged twice.
+        retried = await plain.store.append_events("acme", sid, end)
+        assert retried.duplicate and retried.last_seq == 1
     finally:
+        await plain.close()
         await waiting.close()

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tracemalloc
-import uuid
 from collections.abc import Awaitable
 
 from cogmesh.common.v1 import events_pb2
-from gateway.redis_event_log import RedisEventLog
+from services.kit.redis_event_log import RedisEventLog
+from tests.support.session_log import LogWriter
 
 EVENTS = 3_000
 READERS = 100
@@ -44,9 +44,11 @@ async def peak_bytes(work: Awaitable[object]) -> int:
 
 
 async def test_concurrent_replays_share_one_copy_of_the_history(redis_url: str, redis_prefix: str) -> None:
-    log, sid = RedisEventLog(redis_url, prefix=redis_prefix), uuid.uuid4().hex
+    log, writer = RedisEventLog(redis_url, prefix=redis_prefix), LogWriter(redis_url, redis_prefix)
+    sid = await writer.session()
     for start in range(0, EVENTS, 500):
-        await log.append(sid, [delta(i) for i in range(start, start + 500)])
+        await writer.append(sid, [delta(i) for i in range(start, start + 500)])
+    await writer.close()
     tracemalloc.start()
     try:
         await replay(log, sid)  # warm up: connections, scripts, caches
@@ -61,11 +63,12 @@ async def test_concurrent_replays_share_one_copy_of_the_history(redis_url: str, 
 
 
 async def test_the_shared_history_is_forgotten_once_no_reader_replays_it(redis_url: str, redis_prefix: str) -> None:
-    log, sid = RedisEventLog(redis_url, prefix=redis_prefix, max_batch=64), uuid.uuid4().hex
+    log, writer = RedisEventLog(redis_url, prefix=redis_prefix, max_batch=64), LogWriter(redis_url, redis_prefix)
+    sid = await writer.session()
     live = log.read(sid, 299, 30)  # a reader at the end, waiting for more
     waiting: asyncio.Task[object] | None = None
     try:
-        await log.append(sid, [delta(i) for i in range(300)])
+        await writer.append(sid, [delta(i) for i in range(300)])
         assert [e.seq for e in await anext(live) or []] == [300]
         waiting = asyncio.create_task(anext(live))
         mirror = log._followers[sid].mirror
@@ -78,7 +81,7 @@ async def test_the_shared_history_is_forgotten_once_no_reader_replays_it(redis_u
                 batch = await anext(old)
                 seen = batch[-1].seq if batch else seen
             assert mirror.first_seq == 301 and not mirror.events, "kept while nobody replays it"
-        await log.append(sid, [delta(300)])
+        await writer.append(sid, [delta(300)])
         assert [e.seq for e in await asyncio.wait_for(waiting, 5) or []] == [301]
     finally:
         if waiting is not None:
@@ -86,3 +89,4 @@ async def test_the_shared_history_is_forgotten_once_no_reader_replays_it(redis_u
             await asyncio.gather(waiting, return_exceptions=True)
         await live.aclose()  # type: ignore[attr-defined]
         await log.close()
+        await writer.close()
