@@ -24,7 +24,7 @@ import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
@@ -203,6 +203,9 @@ def open_channel(address: str, settings: Settings) -> grpc.aio.Channel:
     return _open(address, settings)[0]
 
 
+T = TypeVar("T")
+
+
 class Clients:
     """Stubs to the other services of the suite, each channel opened on first use."""
 
@@ -227,6 +230,10 @@ class Clients:
         if key not in self._stubs:
             self._stubs[key] = stub_class(self._channel(address))
         return self._stubs[key]
+
+    def stub_at(self, address: str, stub_class: Callable[[grpc.aio.Channel], T]) -> T:
+        """A stub to one particular replica (host:port), e.g. the runtime running a given turn."""
+        return self._stub(address, stub_class)  # type: ignore[no-any-return]
 
     @property
     def models(self) -> models_pb2_grpc.ModelsServiceStub:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -115,7 +116,6 @@ class Settings(BaseSettings):
         "tiktoken", description="context token counter: tiktoken (cl100k_base), script (estimate) or chars (len/4)"
     )
     event_retention: int = Field(10_000, gt=0, description="events kept per session in the event log")
-    event_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="an event log with no appends for this long expires")
     subscriber_max_lag: int = Field(5_000, gt=0, description="events a subscriber may fall behind before cut-off")
     fanout_messages_per_s: float = Field(
         5_000,
@@ -127,12 +127,39 @@ class Settings(BaseSettings):
         10.0, gt=0, description="seconds a subscriber may take no message before it is ended with RESOURCE_EXHAUSTED"
     )
     turn_lease_ttl_s: int = Field(
-        30, ge=2, description="seconds a turn's lease outlives its gateway: a crashed gateway's turns end after this"
+        6,
+        ge=2,
+        description="seconds a turn's lease outlives its runtime: another runtime replica takes the turn over "
+        "this long after the one running it stopped",
     )
     turn_lease_renew_s: float = Field(
         2.0, gt=0, description="seconds between lease renewals of a running turn (how fast an INTERRUPT reaches it)"
     )
-    reaper_interval_s: float = Field(2.0, gt=0, description="seconds between a gateway's sweeps for orphaned turns")
+    takeover_poll_s: float = Field(
+        1.0,
+        gt=0,
+        description="seconds between a runtime replica's looks for turns to take over (their runtime stopped)",
+    )
+    max_takeovers: int = Field(
+        3, ge=0, description="takeovers a turn gets; a turn whose runtime keeps stopping then ends with an error"
+    )
+    handover_grace_s: float = Field(
+        2.0,
+        ge=0,
+        description="on shutdown, seconds a running turn gets to reach its next recorded step before it is "
+        "handed over to another runtime replica where it stands",
+    )
+    delta_flush_ms: float = Field(
+        50.0,
+        ge=0,
+        description="a running turn appends assistant deltas to the event log at most this often (the first "
+        "delta after a pause, and every other event, at once); 0: each delta at once",
+    )
+    advertise_host: str = Field(
+        "",
+        description="host other replicas reach this one at (its pod IP on Kubernetes); empty: the listen host, "
+        "or this machine's name when listening on every interface",
+    )
     event_log_outage_s: float = Field(
         10.0,
         gt=0,
@@ -238,6 +265,13 @@ class Settings(BaseSettings):
 
     def listen_address(self, service: str) -> str:
         return self.listen or f"127.0.0.1:{DEFAULT_PORTS[service]}"
+
+    def advertise_address(self, listen: str, port: int) -> str:
+        """host:port other replicas reach this process at, once it is bound to `port`."""
+        host = self.advertise_host or listen.rsplit(":", 1)[0].strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def load_settings(argv: Sequence[str] | None = None, *, prog: str = "cogmesh") -> Settings:

@@ -63,7 +63,7 @@ EVENTS = Counter(
 )
 TURN_SECONDS = Histogram(
     "cogmesh_turn_duration_seconds",
-    "Runtime turn latency, from RunTurn/ResumeTurn start to its final or error event, by outcome.",
+    "Runtime turn latency, from when a replica takes the turn to its final or error event, by outcome.",
     ["outcome"],
     buckets=TURN_BUCKETS,
 )
@@ -82,9 +82,6 @@ POLICY_DENIALS = Counter(
     ["rule", "source"],
 )
 
-_TURN_METHODS = frozenset(
-    {"/cogmesh.runtime.v1.RuntimeService/RunTurn", "/cogmesh.runtime.v1.RuntimeService/ResumeTurn"}
-)
 _DECISION_METHODS = frozenset(
     {"/cogmesh.policy.v1.PolicyService/CheckToolCall", "/cogmesh.policy.v1.PolicyService/CheckToolCalls"}
 )
@@ -137,16 +134,14 @@ def _events_of(labels: tuple[str, str], kind: str) -> Any:
 class RpcRecorder:
     """Records one RPC: created when it starts, told each message it sends, ended once with its code."""
 
-    __slots__ = ("_labels", "_method", "_sent", "_started", "_stream", "_turn", "_turn_done", "_turn_seen", "_type")
+    __slots__ = ("_labels", "_method", "_sent", "_started", "_stream", "_type")
 
     def __init__(self, method: str, rpc_type: str) -> None:
         self._method = method
         self._labels = split_method(method)
         self._type = rpc_type
         self._stream = rpc_type in ("server_stream", "bidi_stream")
-        self._turn = method in _TURN_METHODS
         self._started = time.perf_counter()
-        self._turn_seen = self._turn_done = False
         self._sent = _messages_sent(self._labels)
         if self._stream:
             RPC_ACTIVE_STREAMS.labels(*self._labels).inc()
@@ -166,37 +161,56 @@ class RpcRecorder:
         self._events(events)
 
     def _events(self, events: Iterable[events_pb2.RuntimeEvent]) -> None:
-        if not self._turn:  # delivery streams: one increment per kind, not per event
-            kinds: dict[str, int] = {}
-            for event in events:
-                kind = event.WhichOneof("payload") or "unknown"
-                kinds[kind] = kinds.get(kind, 0) + 1
-            for kind, count in kinds.items():
-                _events_of(self._labels, kind).inc(count)
-            return
+        # Delivery streams: one increment per kind, not per event.
+        kinds: dict[str, int] = {}
         for event in events:
             kind = event.WhichOneof("payload") or "unknown"
-            _events_of(self._labels, kind).inc()
-            self._turn_seen = True
-            if kind == "usage":
-                usage = event.usage
-                MODEL_CALLS.labels(usage.model, usage.provider).inc()
-                MODEL_TOKENS.labels(usage.model, usage.provider, "input").inc(usage.input_tokens)
-                MODEL_TOKENS.labels(usage.model, usage.provider, "output").inc(usage.output_tokens)
-                MODEL_COST.labels(usage.model, usage.provider).inc(max(0.0, usage.cost_usd))
-            elif kind in ("final", "error") and not self._turn_done:
-                self._turn_done = True
-                outcome = "ok" if kind == "final" else _ERROR_KINDS.get(event.error.kind, "unspecified")
-                TURN_SECONDS.labels(outcome).observe(time.perf_counter() - self._started)
+            kinds[kind] = kinds.get(kind, 0) + 1
+        for kind, count in kinds.items():
+            _events_of(self._labels, kind).inc(count)
 
     def end(self, code: str) -> None:
         elapsed = time.perf_counter() - self._started
         RPC_SECONDS.labels(*self._labels, self._type, code).observe(elapsed)
         if self._stream:
             RPC_ACTIVE_STREAMS.labels(*self._labels).dec()
-        if self._turn_seen and not self._turn_done:  # the stream broke before the turn said how it ended
-            self._turn_done = True
-            TURN_SECONDS.labels("aborted").observe(elapsed)
+
+
+class TurnMeter:
+    """The metrics of one turn as its events are logged: events by kind, model calls, tokens, cost, duration.
+
+    `how` names the way the turn came to this replica (StartTurn, RunTurn, ContinueTurn, ResumeTurn,
+    takeover), as the `grpc_method` label of its events.
+    """
+
+    __slots__ = ("_done", "_labels", "_seen", "_started")
+
+    def __init__(self, how: str) -> None:
+        self._labels = ("cogmesh.runtime.v1.RuntimeService", how)
+        self._started = time.perf_counter()
+        self._seen = self._done = False
+
+    def logged(self, events: Iterable[events_pb2.RuntimeEvent]) -> None:
+        for event in events:
+            kind = event.WhichOneof("payload") or "unknown"
+            _events_of(self._labels, kind).inc()
+            self._seen = True
+            if kind == "usage":
+                usage = event.usage
+                MODEL_CALLS.labels(usage.model, usage.provider).inc()
+                MODEL_TOKENS.labels(usage.model, usage.provider, "input").inc(usage.input_tokens)
+                MODEL_TOKENS.labels(usage.model, usage.provider, "output").inc(usage.output_tokens)
+                MODEL_COST.labels(usage.model, usage.provider).inc(max(0.0, usage.cost_usd))
+            elif kind in ("final", "error") and not self._done:
+                self._done = True
+                outcome = "ok" if kind == "final" else _ERROR_KINDS.get(event.error.kind, "unspecified")
+                TURN_SECONDS.labels(outcome).observe(time.perf_counter() - self._started)
+
+    def end(self) -> None:
+        """The turn stopped here: when it said nothing about how it ended, it counts as aborted."""
+        if self._seen and not self._done:
+            self._done = True
+            TURN_SECONDS.labels("aborted").observe(time.perf_counter() - self._started)
 
 
 # The running RPC's recorder: each RPC runs in its own task, so this is per call.

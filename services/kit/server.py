@@ -95,6 +95,8 @@ class App:
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
     # Faces clients: serves TLS when configured (internal hops get mTLS from the service mesh).
     public: bool = False
+    # Told the address other replicas reach this one at, once the server is bound and serving.
+    on_serving: list[Callable[[str], None]] = field(default_factory=list)
     # Run when the drain ends, before calls in flight get their grace period: e.g. end streams
     # whose clients resume them on another replica, rather than hold the stop until the grace ends.
     on_drained: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -108,7 +110,7 @@ Build = Callable[[Settings, Clients], Awaitable[App]]
 
 # Request fields bound to every log line (and span) of an RPC: field name -> log key.
 _REQUEST_IDS = {"tenant_id": "tenant", "session_id": "session_id", "turn_id": "turn_id"}
-_ids_of_type: dict[type, tuple[str, ...]] = {}
+_ids_of_type: dict[type, tuple[tuple[str, ...], str]] = {}  # type -> (id fields, the one wrapped field)
 # Server-side codes that mean the server failed (OpenTelemetry's rule for server spans).
 _SERVER_FAULTS = frozenset(
     {
@@ -123,12 +125,22 @@ _SERVER_FAULTS = frozenset(
 
 
 def _request_ids(request: Any) -> dict[str, str]:
+    """The ids of a request, or of the one request it wraps (StartTurnRequest.turn, ...)."""
     kind = type(request)
-    names = _ids_of_type.get(kind)
-    if names is None:
-        fields = getattr(getattr(request, "DESCRIPTOR", None), "fields_by_name", {})
+    found = _ids_of_type.get(kind)
+    if found is None:
+        descriptor = getattr(request, "DESCRIPTOR", None)
+        fields = getattr(descriptor, "fields_by_name", {})
         names = tuple(name for name in _REQUEST_IDS if name in fields)
-        _ids_of_type[kind] = names
+        wrapped = ""
+        if not names and descriptor is not None and len(descriptor.fields) == 1:
+            only = descriptor.fields[0]
+            if only.message_type is not None and not only.is_repeated:
+                wrapped = only.name
+        found = _ids_of_type[kind] = (names, wrapped)
+    names, wrapped = found
+    if wrapped:
+        return _request_ids(getattr(request, wrapped))
     return {_REQUEST_IDS[name]: value for name in names if (value := getattr(request, name))}
 
 
@@ -372,6 +384,8 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
     await server.start()
     for name in ["", *names]:  # "" is the whole server, as grpc health checkers ask by default
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    for serving in app.on_serving:
+        serving(settings.advertise_address(listen, port))
     return RunningServer(app, server, health_servicer, clients, port, drain_s=settings.drain_s)
 
 

@@ -19,6 +19,7 @@ Cancellation and the wall-clock limit interrupt whatever the turn awaits.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
@@ -46,10 +47,13 @@ async def run_turn(turn: Turn) -> AsyncIterator[events_pb2.RuntimeEvent]:
         return
     turn.task = asyncio.current_task()
     run = Run(turn)
-    timer = None
+    loop = asyncio.get_running_loop()
+    timers = []
     budget_s = run.limits.max_wall_clock_s - run.elapsed_before_s
     if run.limits.max_wall_clock_s > 0:
-        timer = asyncio.get_running_loop().call_later(max(0.0, budget_s), turn._interrupt, "deadline")
+        timers.append(loop.call_later(max(0.0, budget_s), turn._interrupt, "deadline"))
+    if turn.deadline is not None:
+        timers.append(loop.call_later(max(0.0, turn.deadline - time.time()), turn._interrupt, "expired"))
     try:
         async for item in drive(run):
             if item.WhichOneof("payload") in ("final", "error"):
@@ -76,7 +80,7 @@ async def run_turn(turn: Turn) -> AsyncIterator[events_pb2.RuntimeEvent]:
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
         yield interrupted(turn, run.limits)
     finally:
-        if timer is not None:
+        for timer in timers:
             timer.cancel()
         turn.task = None
         turn.ended = True

@@ -37,6 +37,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         providers=providers,
         engines=engines,
         default_runtime=settings.runtime,
+        settings=settings,
     )
     register_breakers("runtime", "tool_server", catalog.breaker_states)
 
@@ -46,8 +47,9 @@ async def build(settings: Settings, clients: Clients) -> App:
     return App(
         "runtime",
         [mount(servicer, runtime_pb2, runtime_pb2_grpc, "RuntimeService")],
-        on_close=[catalog.close, providers.close, unregister],
-        streams_resume=False,
+        # First hand the running turns over to other replicas, then let go of tools and providers.
+        on_close=[servicer.runner.close, catalog.close, providers.close, unregister],
+        on_serving=[servicer.runner.serving],
     )
 
 

@@ -208,12 +208,15 @@ class Turn:
     # Offered once the transcript holds archived tool results (get_tool_response).
     archive_tool: Tool | None = None
     depth: int = 0  # 0 for the session's agent, 1+ for subagents
+    # A subagent's place in its turn: the delegating calls' idempotency keys, so its calls' keys are its own.
+    call_path: str = ""
     summary: str = ""  # the rolling summary the transcript continues
     covered: int = 0  # stored messages that summary covers
     meta: dict[str, Any] = field(default_factory=dict)  # the caller's data, kept in snapshots
     resume: ResumePoint | None = None
     pause: Pause | None = None
     journal: Journal | None = None  # None: nothing is recorded between steps (tests, benches)
+    deadline: float | None = None  # when the turn must be over (its caller's deadline), in time.time() seconds
     # --- state
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     new_messages: list[ChatMessage] = field(default_factory=list)

@@ -1,10 +1,9 @@
-"""What a turn writes to the sessions service: its messages at the end, its checkpoint when it
-pauses, and the effects of a slash command.
+"""What a turn reads from and writes to the sessions service besides its event log: the answer
+to a paused turn (recorded, then consumed by one resume), what a paused turn waits for (its
+checkpoint, appended with its pause), and the effects of a slash command.
 
-The messages go in one append, fenced by the turn's lease and idempotent by request id,
-before the final event announces them. A paused turn's checkpoint is written before its
-interrupt event goes out, so whoever sees the event can answer at once. Both remember
-the session's summary state (`SessionMemory`) for this replica's next turn.
+A turn's messages go with its final event (services/runtime/turn_log.py); a slash command's
+are stored first when its effect needs them stored (/reset's summary covers them).
 """
 
 from __future__ import annotations
@@ -24,11 +23,10 @@ from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError
 from services.kit.llm import ChatMessage
 from services.kit.logging import log
-from services.kit.protos import dict_to_struct
+from services.kit.protos import dict_to_struct, struct_to_dict
 from services.runtime.assembly import CommandTurn
 from services.runtime.context_link import Memory, SessionMemory
-from services.runtime.steps.state import encode_snapshot
-from services.runtime.turn import Turn
+from services.runtime.turn import Decision, Turn
 
 _TO_ROLE = {
     "user": messages_pb2.ROLE_USER,
@@ -102,89 +100,26 @@ class TurnStore:
     def __init__(self, clients: Clients, memory: SessionMemory, resolve: Callable[[str], Awaitable[Any]]) -> None:
         self.clients, self.memory, self.resolve = clients, memory, resolve
 
-    async def checkpoint(
-        self, turn: Turn, tenant: str, session_id: str, lease_token: int
-    ) -> events_pb2.RuntimeEvent | None:
-        """Store the paused turn; an error event when that fails (the turn then ends)."""
+    def checkpoint_of(self, turn: Turn) -> sessions_pb2.Checkpoint:
+        """What a paused turn waits for, as the session's checkpoint (its state is in the turn's journal)."""
         pause = turn.pause
         assert pause is not None
-        checkpoint = sessions_pb2.Checkpoint(
-            interrupt_id=pause.interrupt_id, turn_id=turn.turn_id, payload=encode_snapshot(pause.snapshot)
-        )
+        checkpoint = sessions_pb2.Checkpoint(interrupt_id=pause.interrupt_id, turn_id=turn.turn_id)
         kind = pause.event.WhichOneof("payload") or ""
         getattr(checkpoint, _CHECKPOINT_FIELD[kind]).CopyFrom(getattr(pause.event, kind))
-        request = sessions_pb2.WriteCheckpointRequest(
-            tenant_id=tenant, session_id=session_id, checkpoint=checkpoint, lease_token=lease_token
-        )
-        try:  # the write is idempotent (keyed by interrupt id): resending it after UNAVAILABLE is safe
-            await send_idempotent(self.clients.sessions.WriteCheckpoint, request, self.clients.call_timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            log.error("writing the checkpoint failed", code=exc.code().name, details=exc.details())
-            retryable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            return events_pb2.RuntimeEvent(
-                turn_id=turn.turn_id,
-                error=events_pb2.TurnError(
-                    kind=events_pb2.ERROR_KIND_UNAVAILABLE if retryable else events_pb2.ERROR_KIND_INTERNAL,
-                    message=f"the turn could not pause for an answer: no checkpoint stored: {exc.details()}",
-                    retryable=retryable,
-                    partial_text=turn.partial_text,
-                ),
-            )
-        return None
+        return checkpoint
 
-    async def persist(
-        self, turn: Turn, tenant: str, session_id: str, lease_token: int, last: events_pb2.RuntimeEvent
-    ) -> events_pb2.RuntimeEvent:
-        memory = (turn.summary, turn.covered)
-        return await self.store(turn.turn_id, turn.new_messages, memory, tenant, session_id, lease_token, last)
-
-    async def store(
-        self,
-        turn_id: str,
-        new_messages: list[ChatMessage],
-        summary: tuple[str, int] | None,
-        tenant: str,
-        session_id: str,
-        lease_token: int,
-        last: events_pb2.RuntimeEvent,
-    ) -> events_pb2.RuntimeEvent:
-        """Store the turn's messages before the final event announces them; remember the summary state."""
-        messages = [message_to_proto(m, turn_id) for m in new_messages]
-        if not messages:
-            return last
-        request = sessions_pb2.AppendMessagesRequest(
-            tenant_id=tenant,
-            session_id=session_id,
+    async def append(self, request: runtime_pb2.RunTurnRequest, messages: list[messages_pb2.Message]) -> int:
+        """Store messages under the turn's lease, once however often this is resent; the session's count after."""
+        append = sessions_pb2.AppendMessagesRequest(
+            tenant_id=request.tenant_id,
+            session_id=request.session_id,
             messages=messages,
-            lease_token=lease_token,
-            request_id=f"{turn_id}:final",
+            lease_token=request.lease_token,
+            request_id=f"{request.turn_id}:final",
         )
-        try:
-            # The append may have landed before its connection dropped; the request id makes sessions
-            # answer a repeat with the first result instead of storing the messages twice.
-            reply = await send_idempotent(self.clients.sessions.AppendMessages, request, self.clients.call_timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            log.error("persisting the turn failed", code=exc.code().name, details=exc.details())
-            self.memory.forget(session_id)
-            lost_lease = exc.code() == grpc.StatusCode.FAILED_PRECONDITION
-            down = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            cause = "sessions service unavailable" if down else f"sessions answered {exc.code().name}"
-            return events_pb2.RuntimeEvent(
-                turn_id=turn_id,
-                error=events_pb2.TurnError(
-                    kind=events_pb2.ERROR_KIND_INVALID_REQUEST if lost_lease else events_pb2.ERROR_KIND_UNAVAILABLE,
-                    message=f"the turn finished but its messages could not be stored ({cause}): {exc.details()}",
-                    retryable=not lost_lease,
-                    partial_text=last.final.text if last.HasField("final") else last.error.partial_text,
-                ),
-            )
-        if summary is None:
-            self.memory.forget(session_id)
-        else:
-            self.memory.put(session_id, Memory(summary[0], summary[1], reply.message_count))
-        if last.HasField("final"):
-            last.final.new_messages.extend(messages)
-        return last
+        reply = await send_idempotent(self.clients.sessions.AppendMessages, append, self.clients.call_timeout_s)
+        return int(reply.message_count)
 
     async def apply_command(self, start: CommandTurn, request: runtime_pb2.RunTurnRequest) -> list[str]:
         """The command's effect on the session: pinned role and skills, model. Returns notices."""
@@ -264,3 +199,44 @@ class TurnStore:
                 allow_undecided=allow_undecided,
             ),
         )
+
+
+def decision_of(request: runtime_pb2.ResumeTurnRequest, answer: str) -> sessions_pb2.CheckpointDecision:
+    """The request's answer as the sessions service records it."""
+    if answer == "approval":
+        approval = request.approval
+        decision = sessions_pb2.CheckpointDecision(
+            approval=approval.decision, text=approval.reason, decided_by=approval.decided_by
+        )
+        if approval.decision == events_pb2.APPROVAL_DECISION_EDIT:
+            decision.edited_arguments.CopyFrom(approval.edited_arguments)
+        return decision
+    if answer == "user_input":
+        return sessions_pb2.CheckpointDecision(text=request.user_input)
+    content = request.tool_result.content
+    if request.tool_result.is_error and not content.startswith("error:"):
+        content = f"error: {content}"
+    return sessions_pb2.CheckpointDecision(
+        tool_result=messages_pb2.Message(role=messages_pb2.ROLE_TOOL, content=content)
+    )
+
+
+def decision_from(checkpoint: sessions_pb2.Checkpoint) -> Decision | None:
+    """The loop's view of a recorded answer."""
+    if not checkpoint.HasField("decision"):
+        return None
+    recorded = checkpoint.decision
+    kind = checkpoint.WhichOneof("request")
+    if kind == "approval":
+        if recorded.approval == events_pb2.APPROVAL_DECISION_EDIT:
+            return Decision("edit", struct_to_dict(recorded.edited_arguments), decided_by=recorded.decided_by)
+        if recorded.approval == events_pb2.APPROVAL_DECISION_APPROVE:
+            return Decision("approve", decided_by=recorded.decided_by)
+        # Fail closed: only an explicit APPROVE runs the call; anything else that got this far is a rejection.
+        reason = recorded.text if recorded.approval == events_pb2.APPROVAL_DECISION_REJECT else ""
+        reason = reason or f"unknown approval decision {recorded.approval}: rejected"
+        return Decision("reject", text=reason, decided_by=recorded.decided_by)
+    if kind == "user_input":
+        return Decision("input", text=recorded.text, decided_by=recorded.decided_by)
+    content = recorded.tool_result.content
+    return Decision("tool_result", text=content, is_error=content.startswith("error:"), decided_by=recorded.decided_by)

@@ -22,11 +22,11 @@ from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.delegation import task_tool
 from services.runtime.local_model import LocalModel
 from services.runtime.loop import run_turn
-from services.runtime.servicer import decision_from
 from services.runtime.steps.state import decode_snapshot, encode_snapshot
 from services.runtime.tools.base import answered_outside, builtin
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.turn import Decision, ModelInfo, ResumePoint, Turn, Verdict, interrupt_matcher
+from services.runtime.turn_store import decision_from
 from tests.fakes.models import ScriptedModel, calls, text
 
 INFO = ModelInfo("cogmesh-local", "local", 1.0, 2.0)

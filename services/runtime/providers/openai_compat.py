@@ -5,6 +5,11 @@ DeepSeek, vLLM, Ollama, llama.cpp server. Streams text deltas as they arrive;
 tool calls arrive as fragments keyed by index (id and name first, then pieces of
 the JSON arguments) and are emitted whole once the stream ends; usage comes in a
 last chunk without choices (`stream_options.include_usage`).
+
+The SDK makes the request (auth, base_url, headers, retries of the connection, errors
+by status), but the stream's chunks are read as plain JSON: building the SDK's typed
+model of every chunk was most of the runtime's CPU on a streamed reply (62% of its
+samples in the hot-path profile, bench/results/hotpath.profile.md).
 """
 
 from __future__ import annotations
@@ -72,30 +77,32 @@ class OpenAIChatModel:
         usage: UsageChunk | None = None
         try:
             # Typed as Any: the SDK's overloads cannot follow **options.
-            create: Any = self._client.chat.completions.create
-            stream = await create(
+            create: Any = self._client.chat.completions.with_streaming_response.create
+            async with create(
                 model=self.name,
                 messages=[to_openai(m) for m in messages],
                 stream=True,
                 stream_options={"include_usage": True},
                 **options,
-            )
-            async with stream:  # closes the HTTP response when the consumer stops early
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = UsageChunk(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-                    if not chunk.choices:
+            ) as response:  # closes the HTTP response when the consumer stops early
+                async for chunk in _chunks(response):
+                    if chunk.get("usage"):
+                        found = chunk["usage"]
+                        usage = UsageChunk(found.get("prompt_tokens") or 0, found.get("completion_tokens") or 0)
+                    choices = chunk.get("choices")
+                    if not choices:
                         continue
-                    delta = chunk.choices[0].delta
-                    if delta.content:
-                        yield TextDelta(delta.content)
-                    for part in delta.tool_calls or ():
-                        call = pending.setdefault(part.index, _PendingCall())
-                        call.id = part.id or call.id
-                        if part.function is not None:
-                            call.name = part.function.name or call.name
-                            if part.function.arguments:
-                                call.arguments.append(part.function.arguments)
+                    delta = choices[0].get("delta") or {}
+                    if delta.get("content"):
+                        yield TextDelta(delta["content"])
+                    for part in delta.get("tool_calls") or ():
+                        call = pending.setdefault(part.get("index", 0), _PendingCall())
+                        call.id = part.get("id") or call.id
+                        function = part.get("function")
+                        if function:
+                            call.name = function.get("name") or call.name
+                            if function.get("arguments"):
+                                call.arguments.append(function["arguments"])
         except Exception as exc:
             raise classify(self._provider, exc) from exc
         for index in sorted(pending):
@@ -104,6 +111,33 @@ class OpenAIChatModel:
             yield ToolCallChunk(ToolCallRequest(call.id or f"call_{index}", call.name, arguments, error))
         if usage is not None:
             yield usage
+
+
+async def _chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """The stream's chunks as JSON objects: server-sent events' data lines, until [DONE].
+
+    A chunk carrying an `error` (a provider failing mid-stream) raises the SDK's APIError,
+    as the SDK's own stream does, so it is classified like any other failure.
+    """
+    data: list[str] = []
+    async for line in response.iter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+            continue
+        if line or not data:
+            continue  # other fields (event:, id:, comments) carry nothing for chat completions
+        payload, data = "\n".join(data), []
+        if payload.startswith("[DONE]"):
+            return
+        chunk = json.loads(payload)
+        if isinstance(chunk, dict) and chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else None
+            raise openai.APIError(
+                str(message or "An error occurred during streaming"), response.http_request, body=error
+            )
+        if isinstance(chunk, dict):
+            yield chunk
 
 
 def to_openai(message: ChatMessage) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from services.kit.limits import argument_depth_problem
 from services.kit.protos import dict_to_struct
-from services.runtime.steps.call import run_now
+from services.runtime.steps.call import idempotency_key, run_now
 from services.runtime.steps.state import CallState, Run, event, validate
 from services.runtime.turn import Decision
 
@@ -101,6 +101,7 @@ def pause(run: Run, item: CallState) -> None:
                     id=item.call.id, name=item.call.name, arguments=dict_to_struct(item.arguments)
                 ),
                 interrupt_id=interrupt_id,
+                idempotency_key=idempotency_key(run, item),
             ),
         )
     run.snapshot = run.capture(item.state, item.call.id)

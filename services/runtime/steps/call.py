@@ -14,8 +14,9 @@ from services.runtime.tools.base import ToolContext, ToolError, ToolUnavailable
 
 
 def idempotency_key(run: Run, item: CallState) -> str:
-    """The same for every attempt and every replica that runs this call: the turn, its step and the call."""
-    return f"{run.turn.turn_id}:{run.iteration}:{item.call.id}"
+    """The same for every attempt and every replica that runs this call: the turn, its step and the call
+    (in a subagent, under the key of the call that delegated to it)."""
+    return f"{run.turn.call_path}{run.turn.turn_id}:{run.iteration}:{item.call.id}"
 
 
 async def invoke(run: Run, item: CallState) -> None:

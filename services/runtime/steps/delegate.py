@@ -14,6 +14,7 @@ from typing import Any
 
 from cogmesh.common.v1 import events_pb2
 from services.runtime.steps.answers import take_decision
+from services.runtime.steps.call import idempotency_key
 from services.runtime.steps.state import CallState, Run, event
 from services.runtime.turn import ResumePoint
 
@@ -55,6 +56,7 @@ async def delegate(run: Run, item: CallState) -> AsyncIterator[events_pb2.Runtim
         except Exception as exc:  # noqa: BLE001 - a subagent that cannot start is the model's problem
             item.answer(f"error: cannot delegate to {agent!r}: {exc}")
         else:
+            child_turn.call_path = f"{idempotency_key(run, item)}/"
             if turn.journal is not None:
                 child_turn.journal = _ChildJournal(run, item)
             child = Run(child_turn)
@@ -66,9 +68,8 @@ async def delegate(run: Run, item: CallState) -> AsyncIterator[events_pb2.Runtim
                 if not out.agent:
                     out.agent = agent
                 yield out
-            _merge_metrics(run, child.metrics)
             item.duration_ms = (time.perf_counter() - t0) * 1000
-            if child.paused is not None:
+            if child.paused is not None:  # its work so far is in its state: counted once it ends
                 if not child.paused.agent:
                     child.paused.agent = agent
                 item.child = child.snapshot
@@ -76,6 +77,7 @@ async def delegate(run: Run, item: CallState) -> AsyncIterator[events_pb2.Runtim
                 run.paused = child.paused
                 run.done = True
                 return
+            _merge_metrics(run, child.metrics)
             if last is not None and last.HasField("final"):
                 item.answer(last.final.text, ok=True)
             elif last is not None:

@@ -68,8 +68,12 @@ def interrupted(turn: Turn, limits: Limits) -> events_pb2.RuntimeEvent:
     turn.task = None
     if turn.partial_text and not turn.partial_stored:
         turn.new_messages.append(ChatMessage("assistant", turn.partial_text))
-    why = "ran out of time" if turn.stop_reason == "deadline" else "was cancelled"
+    why = "ran out of time" if turn.stop_reason in ("deadline", "expired") else "was cancelled"
     close_open_calls(turn, f"the turn {why} before this tool call finished")
+    if turn.stop_reason == "expired":
+        return error(
+            turn, events_pb2.ERROR_KIND_DEADLINE_EXCEEDED, "the turn ran past its deadline", True, turn.partial_text
+        )
     if turn.stop_reason == "deadline":
         return error(
             turn,

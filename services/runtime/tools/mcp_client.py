@@ -120,7 +120,7 @@ class McpServer:
         remote_name = tool.name
 
         async def run(arguments: Mapping[str, Any], context: ToolContext) -> str:
-            return await self.call(remote_name, arguments)
+            return await self.call(remote_name, arguments, context)
 
         return Tool(
             ToolSchema(mcp_tool_name(self.name, tool.name), tool.description or tool.title or tool.name, schema),
@@ -131,10 +131,10 @@ class McpServer:
             timeout_s=self.timeout_s,
         )
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> str:
+    async def call(self, tool: str, arguments: Mapping[str, Any], context: ToolContext | None = None) -> str:
         client = await self._session()
         try:
-            result = await client.call_tool(tool, dict(arguments))
+            result = await client.call_tool(tool, dict(arguments), meta=call_meta(context))
         except mcp.MCPError as exc:
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 await self._drop()
@@ -150,6 +150,27 @@ class McpServer:
 
     async def close(self) -> None:
         await self._drop()
+
+
+META_PREFIX = "dev.cogmesh/"  # keys of the _meta cogmesh sends with every MCP call
+
+
+def call_meta(context: ToolContext | None) -> mcp_types.RequestParamsMeta | None:
+    """Who calls, as the call's `_meta`: the server can scope by session and dedupe by idempotency key."""
+    if context is None:
+        return None
+    meta: dict[str, Any] = {
+        f"{META_PREFIX}{name}": value
+        for name, value in (
+            ("session_id", context.session_id),
+            ("tenant_id", context.tenant_id),
+            ("turn_id", context.turn_id),
+            ("call_id", context.call_id),
+            ("idempotency_key", context.idempotency_key),
+        )
+        if value
+    }
+    return meta or None  # type: ignore[return-value]
 
 
 def result_text(result: mcp_types.CallToolResult) -> str:

@@ -79,6 +79,8 @@ class RemoteToolServer:
             call_id=context.call_id,
             session_id=context.session_id,
             tenant_id=context.tenant_id,
+            turn_id=context.turn_id,
+            idempotency_key=context.idempotency_key,
         )
         try:
             # The loop bounds the call with the tool timeout; this deadline only backs it up.

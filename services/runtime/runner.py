@@ -1,0 +1,627 @@
+"""The turns this replica runs, each in a task of its own that outlives the RPC that started it.
+
+A turn comes three ways: started (StartTurn, RunTurn), resumed with the answer it
+waited for (ContinueTurn, ResumeTurn), or taken over from another replica that
+stopped while running it (ClaimOrphanedTurns). Whichever way, it runs the same:
+its events and the journal of its steps go to the session's event log through
+its `TurnLog`, and its end (or pause) is appended together with its messages and
+the release of its lease, so nothing about the turn lives only here.
+
+While turns run, this replica renews their leases in one call every few seconds
+(learning which were asked to stop, and which were lost to a takeover), and looks
+for orphaned turns to take over. On shutdown it hands its turns over: each gets a
+moment to reach its next recorded step, then stops, and its lease is expired at
+once so another replica goes on with it from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from cogmesh.common.v1 import events_pb2
+from cogmesh.runtime.v1 import runtime_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.clients import Clients, call
+from services.kit.config import Settings
+from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, Unavailable
+from services.kit.llm import ChatMessage
+from services.kit.logging import bind_request, log
+from services.kit.metrics import TurnMeter
+from services.kit.protos import dict_to_struct, struct_to_dict
+from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBuilder
+from services.runtime.context_link import Memory, SessionMemory
+from services.runtime.engines import Engine
+from services.runtime.journal import ANSWER, TAKEOVER, replay
+from services.runtime.steps.state import decode_snapshot
+from services.runtime.structured import OutputSpec
+from services.runtime.turn import Decision, ResumePoint, Turn
+from services.runtime.turn_log import HandedOver, TurnLog, TurnLost
+from services.runtime.turn_store import TurnStore, decision_from, message_to_proto
+
+RESUME_MARK = ":resume:"  # a resuming turn holds the lease as <turn_id>:resume:<random> (gateway/interrupts.py)
+
+
+def turn_of_lease(lease_turn_id: str) -> str:
+    return lease_turn_id.split(RESUME_MARK, 1)[0]
+
+
+@dataclass
+class Running:
+    """A turn this replica runs (or is still building)."""
+
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    lease_token: int
+    log: TurnLog
+    turn: Turn | None = None
+    task: asyncio.Task[Any] | None = None
+    interrupted: bool = False
+
+    def cancel(self) -> bool:
+        """A cancellation: the turn ends with its cancelled error (logged), or, still building, without one."""
+        if self.turn is not None:
+            return self.turn.request_cancel()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            return True
+        return False
+
+
+def cancelled_event(turn_id: str) -> events_pb2.RuntimeEvent:
+    return events_pb2.RuntimeEvent(
+        turn_id=turn_id,
+        error=events_pb2.TurnError(kind=events_pb2.ERROR_KIND_CANCELLED, message="turn cancelled on request"),
+    )
+
+
+def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> events_pb2.RuntimeEvent:
+    error = events_pb2.TurnError(kind=kind, message=message, retryable=retryable)  # type: ignore[arg-type]
+    return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)
+
+
+def answer_json(decision: Decision | None, abandon: bool, deadline: float) -> bytes:
+    data: dict[str, Any] = {"abandon": abandon, "deadline": deadline, "decision": None}
+    if decision is not None:
+        data["decision"] = vars(decision) | {"arguments": dict(decision.arguments) if decision.arguments else None}
+    return json.dumps(data, sort_keys=True, default=str).encode()
+
+
+def answer_from(data: dict[str, Any] | None) -> tuple[Decision | None, bool]:
+    if data is None:
+        return None, False
+    decision = data.get("decision")
+    return (Decision(**decision) if decision else None), bool(data.get("abandon"))
+
+
+# What a failure while the turn is built or run means for its end, by the status it carries.
+_ERROR_KINDS = {
+    grpc.StatusCode.UNAVAILABLE: events_pb2.ERROR_KIND_UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED: events_pb2.ERROR_KIND_DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: events_pb2.ERROR_KIND_RATE_LIMITED,
+}
+# A request the turn cannot run with: answered to the caller of StartTurn, who logs the turn's end.
+REQUEST_ERRORS = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
+)
+
+
+def failure_event(turn_id: str, exc: CogmeshError) -> events_pb2.RuntimeEvent:
+    """A failure (a dependency down, a request that cannot run) as the turn's end."""
+    kind = _ERROR_KINDS.get(exc.code, events_pb2.ERROR_KIND_INVALID_REQUEST)
+    return error_event(turn_id, kind, exc.message, exc.code in _ERROR_KINDS)
+
+
+def expired_event(turn_id: str) -> events_pb2.RuntimeEvent:
+    return error_event(turn_id, events_pb2.ERROR_KIND_DEADLINE_EXCEEDED, "the turn ran past its deadline", True)
+
+
+class TurnRunner:
+    def __init__(
+        self, clients: Clients, settings: Settings, builder: TurnBuilder, store: TurnStore, memory: SessionMemory
+    ) -> None:
+        self.clients, self.settings, self.builder, self.store, self.memory = clients, settings, builder, store, memory
+        self.address = ""  # host:port other replicas reach this one at; set once the server is bound
+        self.accepting = True
+        self._running: dict[tuple[str, str], Running] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._idle = asyncio.Event()  # set while no turn runs here
+        self._idle.set()
+
+    def serving(self, address: str) -> None:
+        """The server is bound: keep leases alive and look for orphaned turns from now on."""
+        self.address = address
+        self._loops = [asyncio.create_task(self._keep_leases()), asyncio.create_task(self._claim_orphans())]
+
+    # ------------------------------------------------------------------ the ways a turn comes
+
+    def _log(self, tenant_id: str, session_id: str, turn_id: str, token: int, state: Any, how: str) -> TurnLog:
+        return TurnLog(
+            self.clients.sessions,
+            tenant_id,
+            session_id,
+            turn_id,
+            token,
+            call_timeout_s=self.settings.call_timeout_s,
+            flush_s=self.settings.delta_flush_ms / 1000,
+            outage_s=self.settings.event_log_outage_s,
+            previous_state=state,
+            meter=TurnMeter(how) if self.settings.metrics else None,
+        )
+
+    def deadline_of(self, request: runtime_pb2.RunTurnRequest | runtime_pb2.ResumeTurnRequest) -> float:
+        """When the turn must be over: its caller's deadline, else the turn timeout from now."""
+        if request.HasField("deadline"):
+            return float(request.deadline.ToNanoseconds()) / 1e9
+        return time.time() + self.settings.turn_timeout_s
+
+    async def start(
+        self, request: runtime_pb2.RunTurnRequest, output: OutputSpec | None, answer_errors: bool = False
+    ) -> Running:
+        """Take the turn and run it in the background; built first when the caller wants its errors
+        (`answer_errors`: RunTurn), else at once (StartTurn: the caller learns where it runs, and the
+        turn's failures, even to build, are logged as its end)."""
+        bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
+        how = "RunTurn" if answer_errors else "StartTurn"
+        running = self._track(how, request.tenant_id, request.session_id, request.turn_id, request.lease_token)
+        if not answer_errors:
+            self._spawn(running, self._build_and_run(running, request, output))
+            return running
+        try:
+            start = await self._build(running, request, output)
+        except CogmeshError as exc:
+            if exc.code in REQUEST_ERRORS:
+                await self._forget(running)
+                raise
+            # A dependency down or slow: this turn is taken, so it ends here, saying which.
+            self._spawn(running, self._end_now(running, failure_event(request.turn_id, exc)))
+            return running
+        except BaseException:
+            await self._forget(running)
+            raise
+        if isinstance(start, events_pb2.RuntimeEvent):  # cancelled, or past its deadline, while it was built
+            self._spawn(running, self._end_now(running, start))
+        else:
+            self._spawn(running, self._run_new(running, start, request))
+        return running
+
+    async def _build(
+        self, running: Running, request: runtime_pb2.RunTurnRequest, output: OutputSpec | None
+    ) -> NewTurn | CommandTurn | BlockedTurn | events_pb2.RuntimeEvent:
+        """The turn, built within its deadline; or the end to log when it ended meanwhile."""
+        deadline = self.deadline_of(request)
+        try:
+            async with asyncio.timeout(deadline - time.time()):
+                start = await self.builder.new_turn(request, output)
+        except TimeoutError:  # its caller's deadline passed while the turn gathered what it needs
+            return expired_event(request.turn_id)
+        except asyncio.CancelledError:
+            if not running.interrupted:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return cancelled_event(request.turn_id)  # CancelTurn while it was built
+        if isinstance(start, NewTurn):
+            start.turn.deadline = deadline
+        return start
+
+    async def _build_and_run(
+        self, running: Running, request: runtime_pb2.RunTurnRequest, output: OutputSpec | None
+    ) -> None:
+        start = await self._build(running, request, output)  # failures end the turn in `_spawn`'s guard
+        if isinstance(start, events_pb2.RuntimeEvent):
+            await self._end_now(running, start)
+        else:
+            await self._run_new(running, start, request)
+
+    async def resume(
+        self, request: runtime_pb2.ResumeTurnRequest, decision: Any, abandon: bool, how: str = "ContinueTurn"
+    ) -> Running:
+        """Record the answer (when given), then go on with the paused turn in the background."""
+        bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
+        checkpoint = await self.store.answered(request, decision)
+        if checkpoint.turn_id != request.turn_id:
+            raise InvalidArgument(
+                [("interrupt_id", f"belongs to turn {checkpoint.turn_id!r}, not to turn {request.turn_id!r}")]
+            )
+        if not abandon and not checkpoint.HasField("decision"):
+            raise FailedPrecondition(
+                f"interrupt {request.interrupt_id!r} has no answer yet: send it in this request",
+                metadata={"interrupt_id": request.interrupt_id},
+            )
+        state, journaled = await self._paused_state(request, checkpoint)
+        point = ResumePoint(state, decision_from(checkpoint), abandon)
+        # The next state is recorded as a change from this one when the journal has it (not an older inline checkpoint).
+        previous = state if journaled else None
+        running = self._track(
+            how, request.tenant_id, request.session_id, request.turn_id, request.lease_token, previous
+        )
+        deadline = self.deadline_of(request)
+        try:
+            turn, engine = await self.builder.resumed_turn(request, state, point)
+            turn.deadline = deadline
+            await self.store.consume(request, allow_undecided=abandon)  # now this is the one resume of the turn
+            await running.log.record_raw(ANSWER, answer_json(point.decision, abandon, deadline))
+        except asyncio.CancelledError:
+            await self._forget(running)
+            if running.interrupted:  # the checkpoint is left as it was: the turn is still paused
+                why = "the resume was cancelled before the turn continued; it is still paused"
+                raise FailedPrecondition(why) from None
+            raise
+        except BaseException:
+            await self._forget(running)
+            raise
+        log.info("turn resumed", interrupt_id=request.interrupt_id, abandon=abandon)
+        self._spawn(running, self._run_built(running, turn, engine))
+        return running
+
+    async def _paused_state(
+        self, request: runtime_pb2.ResumeTurnRequest, checkpoint: sessions_pb2.Checkpoint
+    ) -> tuple[dict[str, Any], bool]:
+        """The state the turn paused in, and whether it came from its journal (an older checkpoint carries
+        it inline)."""
+        try:
+            if checkpoint.payload:
+                return decode_snapshot(checkpoint.payload), False
+            journal = await self._journal(request.tenant_id, request.session_id, request.turn_id)
+            state: dict[str, Any] | None = journal.state
+            if state is None or not state.get("waiting"):
+                raise ValueError("its journal ends without a pause")
+            return state, True
+        except ValueError as exc:
+            raise FailedPrecondition(
+                f"the checkpoint of interrupt {request.interrupt_id!r} is unreadable: {exc}"
+            ) from exc
+
+    async def _journal(self, tenant_id: str, session_id: str, turn_id: str) -> Any:
+        reply = await call(
+            "sessions",
+            self.clients.sessions.GetJournal,
+            sessions_pb2.GetJournalRequest(tenant_id=tenant_id, session_id=session_id, turn_id=turn_id),
+        )
+        return replay(reply.entries)
+
+    async def take_over(self, claimed: sessions_pb2.ClaimedTurn) -> None:
+        """Go on with a turn whose runtime stopped, from the last step its journal recorded."""
+        turn_id = turn_of_lease(claimed.turn_id)
+        bind_request(session_id=claimed.session_id, turn_id=turn_id, tenant=claimed.tenant_id)
+        try:
+            journal = await self._journal(claimed.tenant_id, claimed.session_id, turn_id)
+        except grpc.aio.AioRpcError as exc:  # its lease lapses again and the next look retries
+            log.warning("cannot read the journal of a turn to take over", error=exc.details())
+            return
+        running = self._track(
+            "takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token, journal.state
+        )
+        log.info("taking over a turn", takeovers=claimed.takeovers, from_seq=journal.seq, log_seq=claimed.last_seq)
+        self._spawn(running, self._run_takeover(running, claimed, journal))
+
+    async def _run_takeover(self, running: Running, claimed: sessions_pb2.ClaimedTurn, journal: Any) -> None:
+        turn_id, out = running.turn_id, running.log
+        if claimed.last_seq > journal.seq:
+            # Events after the last recorded step came from a step that is done again now.
+            out.emit(
+                events_pb2.RuntimeEvent(
+                    turn_id=turn_id,
+                    native_notice=events_pb2.NativeNotice(
+                        kind="step_retried",
+                        text="the runtime running this turn stopped; another one goes on from its last "
+                        f"recorded step: events {journal.seq + 1}..{claimed.last_seq} are void",
+                        metadata=dict_to_struct({"void_after_seq": journal.seq, "void_through_seq": claimed.last_seq}),
+                    ),
+                )
+            )
+        if claimed.takeovers > self.settings.max_takeovers or (journal.request is None and journal.state is None):
+            why = (
+                f"the turn's runtime stopped {claimed.takeovers} times; it is not tried again"
+                if journal.request is not None or journal.state is not None
+                else "the turn's journal is empty: nothing to go on with"
+            )
+            await self._end_now(running, error_event(turn_id, events_pb2.ERROR_KIND_INTERNAL, why, True))
+            return
+        out.emit(
+            events_pb2.RuntimeEvent(
+                turn_id=turn_id,
+                status=events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_RUNNING, text="taken over"),
+            )
+        )
+        deadline = self._takeover_deadline(journal)
+        if deadline <= time.time():
+            await self._end_now(running, expired_event(turn_id))
+            return
+        await out.record_raw(TAKEOVER, json.dumps({"holder": self.address, "from_seq": journal.seq}).encode())
+        if journal.state is None:
+            request = runtime_pb2.RunTurnRequest()
+            request.CopyFrom(journal.request)
+            request.lease_token = claimed.lease_token
+            output = None
+            if request.HasField("output_schema"):
+                output = OutputSpec.of(struct_to_dict(request.output_schema))
+            start = await self.builder.new_turn(request, output)
+            if isinstance(start, NewTurn):
+                start.turn.deadline = deadline
+            await self._run_new(running, start, request)
+            return
+        decision, abandon = answer_from(journal.answer)
+        point = ResumePoint(journal.state, decision, abandon, takeover=journal.answer is None)
+        resume = runtime_pb2.ResumeTurnRequest(
+            tenant_id=running.tenant_id,
+            session_id=running.session_id,
+            turn_id=turn_id,
+            lease_token=claimed.lease_token,
+        )
+        turn, engine = await self.builder.resumed_turn(resume, journal.state, point)
+        turn.deadline = deadline
+        await self._run_built(running, turn, engine)
+
+    def _takeover_deadline(self, journal: Any) -> float:
+        """The deadline of the run that stopped: its resume's, else its request's."""
+        if journal.answer is not None and journal.answer.get("deadline"):
+            return float(journal.answer["deadline"])
+        if journal.request is not None:
+            return self.deadline_of(journal.request)
+        return time.time() + self.settings.turn_timeout_s
+
+    # ------------------------------------------------------------------ running
+
+    def _track(
+        self, how: str, tenant_id: str, session_id: str, turn_id: str, token: int, state: dict[str, Any] | None = None
+    ) -> Running:
+        out = self._log(tenant_id, session_id, turn_id, token, state, how)
+        running = Running(tenant_id, session_id, turn_id, token, out)
+        running.task = asyncio.current_task()
+        running.log.on_lost = lambda lost: self._lost(running, lost)
+        self._running[(session_id, turn_id)] = running
+        self._idle.clear()
+        return running
+
+    def _spawn(self, running: Running, work: Any) -> None:
+        async def guarded() -> None:
+            try:
+                await work
+            except (TurnLost, HandedOver) as stop:
+                log.info("turn stopped here", why=str(stop) or "handed over")
+            except asyncio.CancelledError:
+                pass  # lost its lease, or shutting down: whoever goes on with it logs the rest
+            except CogmeshError as exc:  # e.g. a dependency down, a taken-over turn whose agent is gone
+                log.warning("turn could not go on", error=exc.message)
+                with contextlib.suppress(TurnLost):
+                    await running.log.end([failure_event(running.turn_id, exc)])
+            except Exception:  # noqa: BLE001 - a bug must end the turn, not leave its watchers waiting
+                log.exception("turn failed in the runtime")
+                with contextlib.suppress(TurnLost):
+                    message = "the runtime failed while running the turn"
+                    await running.log.end([error_event(running.turn_id, events_pb2.ERROR_KIND_INTERNAL, message, True)])
+            finally:
+                await self._forget(running)
+
+        task = asyncio.create_task(guarded())
+        running.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _forget(self, running: Running) -> None:
+        if self._running.get((running.session_id, running.turn_id)) is running:
+            del self._running[(running.session_id, running.turn_id)]
+        await running.log.close()
+        if not self._running:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        """Wait until no turn runs on this replica."""
+        await self._idle.wait()
+
+    def _lost(self, running: Running, lost: TurnLost) -> None:
+        """The turn may not write any more: stop it without a word (whoever holds it now logs the rest)."""
+        log.warning("turn stopped: it cannot write to its event log", why=str(lost))
+        if running.task is not None and running.task is not asyncio.current_task():
+            running.task.cancel()
+
+    async def _end_now(self, running: Running, event: events_pb2.RuntimeEvent) -> None:
+        await running.log.end([event])
+
+    async def _run_new(
+        self, running: Running, start: NewTurn | CommandTurn | BlockedTurn, request: runtime_pb2.RunTurnRequest
+    ) -> None:
+        for event in start.events:
+            running.log.emit(event)
+        if isinstance(start, BlockedTurn):
+            log.info("turn blocked by a hook", reason=start.reason)
+            await self._end_now(
+                running, error_event(request.turn_id, events_pb2.ERROR_KIND_GUARDRAIL, start.reason, False)
+            )
+            return
+        if isinstance(start, CommandTurn):
+            await self._command(running, start, request)
+            return
+        await self._run_built(running, start.turn, start.engine)
+
+    async def _run_built(self, running: Running, turn: Turn, engine: Engine) -> None:
+        """Run the engine into the turn's log; its end or pause goes with its messages and the lease's release."""
+        out = running.log
+        turn.journal = out
+        running.turn = turn
+        if running.interrupted:
+            turn.request_cancel()
+        stream: AsyncGenerator[events_pb2.RuntimeEvent, None] = engine.run(turn)  # type: ignore[assignment]
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                pause = turn.pause
+                if pause is not None and event is pause.event:
+                    status = await anext(stream)  # the PAUSED status that follows the interrupt
+                    await out.end([event, status], pause=self.store.checkpoint_of(turn))
+                    log.info("turn paused", interrupt_id=pause.interrupt_id, waiting=pause.snapshot["waiting"])
+                    return
+                kind = event.WhichOneof("payload")
+                if kind in ("final", "error"):
+                    messages = [message_to_proto(m, turn.turn_id) for m in turn.new_messages]
+                    if kind == "final":
+                        event.final.new_messages.extend(messages)
+                    await out.end([event], messages)
+                    self.memory.put(running.session_id, Memory(turn.summary, turn.covered, out.message_count))
+                    log.info("turn ended", outcome=kind, messages=len(messages), runtime=engine.name)
+                    return
+                if out.emit(event):
+                    await asyncio.sleep(0)  # the writer sends it now, not once the model stream pauses
+
+    async def _command(self, running: Running, start: CommandTurn, request: runtime_pb2.RunTurnRequest) -> None:
+        """Answer a slash command without the model and apply what it changes."""
+        reply, turn_id, out = start.reply, request.turn_id, running.log
+        status = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_RUNNING, text=f"command /{reply.command}")
+        out.emit(events_pb2.RuntimeEvent(turn_id=turn_id, status=status))
+        for text in await self.store.apply_command(start, request):
+            notice = events_pb2.NativeNotice(kind="command", text=text)
+            out.emit(events_pb2.RuntimeEvent(turn_id=turn_id, native_notice=notice))
+        out.emit(events_pb2.RuntimeEvent(turn_id=turn_id, assistant_delta=events_pb2.AssistantDelta(text=reply.reply)))
+        final = events_pb2.RuntimeEvent(
+            turn_id=turn_id,
+            final=events_pb2.FinalResult(text=reply.reply, metrics=events_pb2.TurnMetrics(runtime="command")),
+        )
+        said = [ChatMessage("user", request.content), ChatMessage("assistant", reply.reply)]
+        exchange = [message_to_proto(m, turn_id) for m in said]
+        if reply.effect.reset:
+            # The reset's summary covers the exchange too, so it is stored first (idempotent), then the end.
+            count = await self.store.append(request, exchange)
+            await self.store.reset(request, count)
+            final.final.new_messages.extend(exchange)
+            await out.end([final])
+        else:
+            final.final.new_messages.extend(exchange)
+            await out.end([final], exchange)
+        log.info("command answered", command=reply.command, ok=reply.ok)
+
+    # ------------------------------------------------------------------ cancel, leases, takeovers
+
+    def cancel(self, session_id: str, turn_id: str) -> bool:
+        running = self._running.get((session_id, turn_id))
+        if running is None:
+            return False
+        running.interrupted = True
+        return running.cancel()
+
+    async def _keep_leases(self) -> None:
+        """Renew every running turn's lease in one call; stop turns that were asked to, or lost theirs."""
+        ttl = int(self.settings.turn_lease_ttl_s)
+        while True:
+            await asyncio.sleep(self.settings.turn_lease_renew_s)
+            held = list(self._running.values())
+            if not held:
+                continue
+            request = sessions_pb2.RenewTurnLeasesRequest(
+                leases=[
+                    sessions_pb2.RenewTurnLeaseRequest(
+                        tenant_id=r.tenant_id,
+                        session_id=r.session_id,
+                        lease_token=r.lease_token,
+                        ttl_seconds=ttl,
+                        holder=self.address,
+                    )
+                    for r in held
+                ]
+            )
+            try:
+                reply = await self.clients.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)
+            except grpc.aio.AioRpcError as exc:  # the leases outlive a few missed renewals
+                log.warning("could not renew the running turns' leases", code=exc.code().name)
+                continue
+            for running, outcome in zip(held, reply.leases, strict=False):
+                if not outcome.held:
+                    self._lost(running, TurnLost("the turn's lease was taken over", retryable=False))
+                elif outcome.interrupt_requested_by and not running.interrupted:
+                    log.info("turn asked to stop", by=outcome.interrupt_requested_by)
+                    running.interrupted = True
+                    running.cancel()
+
+    async def _claim_orphans(self) -> None:
+        """Take over turns whose runtime stopped (their lease lapsed while they were open)."""
+        ttl = int(self.settings.turn_lease_ttl_s)
+        while True:
+            # Jitter, so replicas started together do not all look at the same moment.
+            await asyncio.sleep(self.settings.takeover_poll_s * (0.75 + random.random() / 2))
+            if not self.accepting:
+                return
+            try:
+                reply = await self.clients.sessions.ClaimOrphanedTurns(
+                    sessions_pb2.ClaimOrphanedTurnsRequest(holder=self.address, max_turns=10, ttl_seconds=ttl),
+                    timeout=self.settings.call_timeout_s,
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    log.warning("could not look for turns to take over", code=exc.code().name)
+                continue
+            for claimed in reply.turns:
+                await self.take_over(claimed)
+
+    async def close(self) -> None:
+        """Hand the running turns over to the other replicas: at their next recorded step, or where they are."""
+        self.accepting = False
+        for loop in self._loops:
+            loop.cancel()
+        running = [r for r in self._running.values() if r.task is not None]
+        if running:
+            for r in running:
+                r.log.handing_over = True
+            pending = {r.task for r in running if r.task is not None}
+            started = time.monotonic()
+            _, left = await asyncio.wait(pending, timeout=self.settings.handover_grace_s)
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+            await self._hand_over(running)
+            log.info("turns handed over", turns=len(running), waited_s=round(time.monotonic() - started, 3))
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._loops, return_exceptions=True)
+
+    async def _hand_over(self, turns: list[Running]) -> None:
+        request = sessions_pb2.RenewTurnLeasesRequest(
+            leases=[
+                sessions_pb2.RenewTurnLeaseRequest(
+                    tenant_id=r.tenant_id, session_id=r.session_id, lease_token=r.lease_token, hand_over=True
+                )
+                for r in turns
+            ]
+        )
+        with contextlib.suppress(grpc.aio.AioRpcError):  # not handed over: their leases lapse instead
+            await self.clients.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)
+
+
+async def relay(running: Running) -> AsyncIterator[list[events_pb2.RuntimeEvent]]:
+    """A running turn's events as they are logged (with their seq), in batches, until its end.
+
+    A turn that could not log its end (its lease taken over, sessions away) ends the relay with
+    the reason as a status: what was not logged did not happen."""
+    queue: asyncio.Queue[events_pb2.RuntimeEvent | None] = asyncio.Queue()
+    running.log.listeners.append(queue)
+    try:
+        while True:
+            event = await queue.get()
+            if event is None:
+                lost = running.log.failure
+                if lost is not None:
+                    raise (Unavailable(str(lost)) if lost.retryable else FailedPrecondition(str(lost)))
+                return
+            batch = [event]
+            while not queue.empty():
+                more = queue.get_nowait()
+                if more is None:
+                    yield batch
+                    return
+                batch.append(more)
+            yield batch
+            if any(e.WhichOneof("payload") in ("final", "error") for e in batch) or any(
+                e.HasField("status") and e.status.state == events_pb2.TURN_STATE_PAUSED for e in batch
+            ):
+                return
+    finally:
+        with contextlib.suppress(ValueError):
+            running.log.listeners.remove(queue)

@@ -1,0 +1,276 @@
+"""A running turn's way to the session's event log and its journal: SessionsService.AppendEvents.
+
+One writer per turn sends, in order, everything the turn produces: its events and the
+journal entries of its steps, fenced by the turn's lease, so the turn does not depend
+on whoever started it: watchers read the log. Appends are as few as latency allows:
+an assistant delta that comes less than `flush_s` after the last append waits for the
+next one (the first delta after a quiet spell, and every other event, go at once),
+so a streaming reply costs an append per window instead of one per token.
+
+A step is recorded before the next one starts. When a side effect follows (a tool
+call, an approved call, a subagent's step) `record` returns only once the entry is
+stored; otherwise it returns at once and the entry goes with the next append, in
+order, since redoing a model step after a crash needs nothing it would have saved.
+
+Each append carries an id of its own, so one resent after its reply was lost is not
+stored twice. A sessions service that is away is waited for up to `outage_s`; after
+that, or when the lease was taken over (the turn runs elsewhere) or the session was
+deleted, the turn stops without writing anything more (`TurnLost`): its lease then
+lapses and another replica, or this one, takes the turn over once sessions is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from cogmesh.common.v1 import events_pb2, messages_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.logging import log
+from services.kit.metrics import TurnMeter
+from services.runtime.journal import ANSWER, PAUSE, REQUEST, TAKEOVER, encode_state
+
+# Steps after which something with an effect outside the turn runs: their record must be stored first.
+DURABLE = frozenset({"decide", "tool", "delegation", PAUSE, ANSWER, REQUEST, TAKEOVER})
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
+
+
+class TurnLost(Exception):
+    """The turn may not write any more: its lease was taken over, its session deleted, or sessions stayed away."""
+
+    def __init__(self, why: str, retryable: bool) -> None:
+        super().__init__(why)
+        self.retryable = retryable  # True when another replica will go on with the turn later
+
+
+class HandedOver(Exception):
+    """The replica is shutting down: the turn stopped at a recorded step, for another replica to go on from."""
+
+
+def _is_delta(event: events_pb2.RuntimeEvent) -> bool:
+    return bool(event.WhichOneof("payload") == "assistant_delta")
+
+
+class TurnLog:
+    def __init__(
+        self,
+        sessions: Any,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        lease_token: int,
+        *,
+        call_timeout_s: float,
+        flush_s: float = 0.05,
+        outage_s: float = 10.0,
+        previous_state: dict[str, Any] | None = None,
+        on_lost: Callable[[TurnLost], None] | None = None,
+        meter: TurnMeter | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.tenant_id, self.session_id, self.turn_id, self.lease_token = tenant_id, session_id, turn_id, lease_token
+        self.call_timeout_s, self.flush_s, self.outage_s = call_timeout_s, flush_s, outage_s
+        self.on_lost = on_lost
+        self.meter = meter
+        self.last_seq = 0
+        self.message_count = 0
+        self.handing_over = False  # set on shutdown: the turn stops once its next step is stored
+        self.failure: TurnLost | None = None
+        self.listeners: list[asyncio.Queue[events_pb2.RuntimeEvent | None]] = []
+        self._state = previous_state  # the last state recorded, for the next entry's delta
+        self._events: list[events_pb2.RuntimeEvent] = []
+        self._entries: list[sessions_pb2.JournalEntry] = []
+        self._end: dict[str, Any] = {}  # release_lease, pause, messages of the last append
+        self._queued = self._written = 0
+        self._appends = 0
+        self._wake, self._urgent, self._progress = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._last_write = float("-inf")
+        self._writer = asyncio.create_task(self._write_all())
+
+    # ------------------------------------------------------------------ what the turn hands over
+
+    def emit(self, event: events_pb2.RuntimeEvent) -> bool:
+        """Queue an event; it goes out with the next append (a delta may wait up to `flush_s` for company).
+
+        True when it goes out at once: the caller should then let the writer run (a model that
+        streams faster than the event loop turns would otherwise hold the first token back).
+        """
+        if self.failure is not None:
+            return False
+        event.turn_id = self.turn_id
+        self._events.append(event)
+        self._queued += 1
+        self._wake.set()
+        if not _is_delta(event) or asyncio.get_running_loop().time() - self._last_write >= self.flush_s:
+            self._urgent.set()
+            return True
+        return False
+
+    async def record(self, kind: str, state: dict[str, Any]) -> None:
+        """The loop's Journal: the state after step `kind`, stored before what follows it has effects."""
+        payload = encode_state(state, self._state)
+        self._state = state
+        await self.record_raw(kind, payload)
+
+    async def record_raw(self, kind: str, payload: bytes) -> None:
+        self._check()
+        # Its step ended after the events queued so far: those that follow belong to the next steps.
+        self._entries.append(sessions_pb2.JournalEntry(kind=kind, state=payload, position=len(self._events)))
+        self._queued += 1
+        self._wake.set()
+        self._urgent.set()
+        if kind in DURABLE or self.handing_over:
+            await self._until(self._queued)
+        if self.handing_over:
+            raise HandedOver()
+
+    async def end(
+        self,
+        events: Sequence[events_pb2.RuntimeEvent],
+        messages: Sequence[messages_pb2.Message] = (),
+        pause: sessions_pb2.Checkpoint | None = None,
+    ) -> int:
+        """The turn's last append: its end (or pause), with its messages, freeing the lease in the same write."""
+        for event in events:
+            self.emit(event)
+        self._check()
+        self._end = {"release_lease": pause is None, "pause": pause, "messages": list(messages)}
+        self._queued += 1
+        self._wake.set()
+        self._urgent.set()
+        await self._until(self._queued)
+        return self.last_seq
+
+    async def close(self) -> None:
+        if self.meter is not None:
+            self.meter.end()
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        for listener in self.listeners:
+            listener.put_nowait(None)
+
+    # ------------------------------------------------------------------ the writer
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    async def _until(self, count: int) -> None:
+        while self._written < count:
+            self._check()
+            progress = self._progress
+            await progress.wait()
+        self._check()
+
+    async def _write_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                await self._wake.wait()
+                due = self._last_write + self.flush_s
+                if not self._urgent.is_set() and loop.time() < due:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout_at(due):
+                            await self._urgent.wait()
+                self._wake.clear()
+                self._urgent.clear()
+                upto = self._queued
+                taken = self._take()
+                if taken is None:
+                    continue
+                request, events = taken
+                await self._send(request)
+                self._last_write = loop.time()
+                self._written = upto
+                self._signal()
+                if self.meter is not None:
+                    self.meter.logged(events)
+                self._deliver(events)
+                if request.release_lease or request.HasField("pause"):
+                    return
+        except TurnLost as lost:
+            self.failure = lost
+        except Exception as exc:  # noqa: BLE001 - a bug here must not leave the turn waiting forever
+            log.exception("the turn's log writer failed")
+            self.failure = TurnLost(f"the turn's log writer failed: {exc}", retryable=True)
+        if self.failure is not None:
+            self._signal()
+            if self.on_lost is not None:
+                self.on_lost(self.failure)
+
+    def _signal(self) -> None:
+        progress, self._progress = self._progress, asyncio.Event()
+        progress.set()
+
+    def _deliver(self, events: list[events_pb2.RuntimeEvent]) -> None:
+        """Hand the events just logged, with their seq, to whoever follows the turn here (RunTurn)."""
+        if not self.listeners or not events:
+            return
+        first = self.last_seq - len(events) + 1
+        for offset, event in enumerate(events):
+            event.seq, event.session_id = first + offset, self.session_id
+        for listener in self.listeners:
+            for event in events:
+                listener.put_nowait(event)
+
+    def _take(self) -> tuple[sessions_pb2.AppendEventsRequest, list[events_pb2.RuntimeEvent]] | None:
+        if not self._events and not self._entries and not self._end:
+            return None
+        self._appends += 1
+        request = sessions_pb2.AppendEventsRequest(
+            tenant_id=self.tenant_id,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            lease_token=self.lease_token,
+            events=self._events,
+            entries=self._entries,
+            append_id=f"{self.turn_id}:{self.lease_token}:{self._appends}",
+        )
+        if self._end:
+            request.release_lease = self._end["release_lease"]
+            if self._end["pause"] is not None:
+                request.pause.CopyFrom(self._end["pause"])
+            request.messages.extend(self._end["messages"])
+        events = self._events
+        self._events, self._entries, self._end = [], [], {}
+        return request, events
+
+    async def _send(self, request: sessions_pb2.AppendEventsRequest) -> None:
+        """Append once, resending the same append (same id) while sessions is away, up to `outage_s`."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.outage_s
+        pause, failures = _RETRY_FIRST_S, 0
+        while True:
+            try:
+                reply = await self.sessions.AppendEvents(
+                    request, timeout=self.call_timeout_s, wait_for_ready=failures > 0
+                )
+                if failures:
+                    log.info("event log back; the turn goes on", failed_appends=failures)
+                self.last_seq = reply.last_seq
+                self.message_count = reply.message_count
+                return
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.FAILED_PRECONDITION:
+                    raise TurnLost(f"the turn's lease was taken over: {exc.details()}", retryable=False) from exc
+                if code == grpc.StatusCode.NOT_FOUND:
+                    raise TurnLost(f"the session was deleted: {exc.details()}", retryable=False) from exc
+                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise TurnLost(f"the event log refused an append: {code.name}: {exc.details()}", False) from exc
+                failures += 1
+                if loop.time() + pause >= give_up:
+                    raise TurnLost(
+                        f"the event log (sessions) stayed unavailable for {self.outage_s:g}s: {exc.details()}",
+                        retryable=True,
+                    ) from exc
+                if failures == 1:
+                    log.warning("event log unavailable; holding the turn's events", error=exc.details())
+            await asyncio.sleep(pause * (0.5 + random.random() / 2))
+            pause = min(pause * 2, _RETRY_MAX_S)
