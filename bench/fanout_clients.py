@@ -1,14 +1,15 @@
 """Fan-out bench helpers that run as their own processes, as real clients would.
 
     python -m bench.fanout_clients subscribe --target ADDR --session ID --subscribers N --expected E
-    python -m bench.fanout_clients produce --redis-url URL --prefix P --session ID --events M --rate R
+    python -m bench.fanout_clients produce --redis-url URL --prefix P --tenant T --session ID --events M --rate R
 
 `subscribe` opens N Subscribe streams on a few channels, prints `ready` once every
 stream has had its first message (a heartbeat), reads until each has E events, then
 prints one JSON line: every event's lag (receive time - create_time), messages
-received, first create and last receive times. `produce` appends M token deltas to
-the session's shared Redis event log on a fixed schedule of R per second, stamped
-when appended, then prints the rate it reached as JSON.
+received, first create and last receive times. `produce` takes the session's turn
+lease and appends M token deltas to its shared Redis event log the way the sessions
+service does (its Redis store), on a fixed schedule of R per second, stamped when
+appended, then prints the rate it reached as JSON.
 
 Spreading 100 subscribers over a few processes, and the producer over its own, keeps
 the bench's own Python work from being the bottleneck it measures: in one process
@@ -82,19 +83,25 @@ async def pace(count: int, rate: float, send: Callable[[], Awaitable[None]]) -> 
     return count / (time.perf_counter() - started)
 
 
-async def produce(redis_url: str, prefix: str, session_id: str, events: int, rate: float) -> dict[str, object]:
-    from gateway.redis_event_log import RedisEventLog  # the gateway's own append path
+async def produce(
+    redis_url: str, prefix: str, tenant: str, session_id: str, events: int, rate: float
+) -> dict[str, object]:
+    from services.sessions.model import Acquired, NewEvents, Strategy
+    from services.sessions.redis_store import RedisSessionStore  # the sessions service's own append path
 
-    log = RedisEventLog(redis_url, prefix=prefix)
+    store = RedisSessionStore.from_url(redis_url, prefix, 0.0, 2.0)
+    granted = await store.try_acquire(tenant, session_id, "paced", 600.0, Strategy.REJECT)
+    assert isinstance(granted, Acquired), granted
 
     async def send() -> None:
-        delta = events_pb2.RuntimeEvent(turn_id="paced", assistant_delta=events_pb2.AssistantDelta(text="w w w "))
-        await log.append(session_id, [delta])  # stamps create_time
+        delta = events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text="w w w "))
+        await store.append_events(tenant, session_id, NewEvents("paced", granted.token, [delta]))  # stamps the time
 
     try:
         return {"reached": await pace(events, rate, send)}
     finally:
-        await log.close()
+        await store.release_lease(tenant, session_id, granted.token)
+        await store.close()
 
 
 def main() -> None:
@@ -108,6 +115,7 @@ def main() -> None:
     prod = commands.add_parser("produce")
     prod.add_argument("--redis-url", required=True)
     prod.add_argument("--prefix", required=True)
+    prod.add_argument("--tenant", required=True)
     prod.add_argument("--session", required=True)
     prod.add_argument("--events", type=int, required=True)
     prod.add_argument("--rate", type=float, required=True)
@@ -115,7 +123,7 @@ def main() -> None:
     if args.command == "subscribe":
         result = asyncio.run(subscribe(args.target, args.session, args.subscribers, args.expected))
     else:
-        result = asyncio.run(produce(args.redis_url, args.prefix, args.session, args.events, args.rate))
+        result = asyncio.run(produce(args.redis_url, args.prefix, args.tenant, args.session, args.events, args.rate))
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 

@@ -167,7 +167,8 @@ async def paced_cogmesh(settings: Settings, subscribers: int, events: int, rate:
         await readers.start()
         producer = await _tool(
             "produce",
-            *("--redis-url", settings.redis_url, "--prefix", settings.redis_key_prefix, "--session", session_id),
+            *("--redis-url", settings.redis_url, "--prefix", settings.redis_key_prefix),
+            *("--tenant", settings.tenant_id, "--session", session_id),
             *("--events", str(events), "--rate", str(rate)),
         )
         reached = float((await _result(producer))["reached"])

@@ -59,6 +59,12 @@ def load_keys(path: Path) -> dict[str, Principal]:
 current: contextvars.ContextVar[Principal] = contextvars.ContextVar("cogmesh_principal")
 
 
+def tenant_of_call(default: str) -> str:
+    """The tenant of the RPC being served (GatewayGuard sets it), or `default` outside any RPC."""
+    principal = current.get(None)
+    return principal.tenant_id if principal is not None else default
+
+
 class Authenticator:
     """`keys=None` is dev mode: everyone is `dev_principal`."""
 

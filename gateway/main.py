@@ -9,20 +9,20 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
+from gateway import auth
 from gateway.a2a.servicer import A2AServicer
 from gateway.auth import Authenticator, load_keys
-from gateway.cancel_relay import CancelRelay
-from gateway.event_log import EventLog, MemoryEventLog
 from gateway.guard import GatewayGuard
 from gateway.limits import TenantLimits
 from gateway.memory import GatewayMemoryServicer
-from gateway.redis_event_log import RedisEventLog
+from gateway.remote_event_log import RemoteEventLog
 from gateway.servicer import GatewayServicer
 from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.event_log import EventLogReader
 from services.kit.logging import log
-from services.kit.redis_pool import ReplicaWait
+from services.kit.redis_event_log import RedisEventLog
 from services.kit.server import App, mount, run
 
 
@@ -55,22 +55,25 @@ def authenticator(settings: Settings) -> Authenticator:
     return Authenticator(None, settings.tenant_id)
 
 
-def event_log(settings: Settings) -> EventLog:
-    """Redis Streams when COGMESH_REDIS_URL is set (replicas share it), else in memory."""
+def event_log(settings: Settings, clients: Clients) -> EventLogReader:
+    """Read from Redis Streams when COGMESH_REDIS_URL is set, else from the sessions service (its memory).
+
+    Either way the sessions service writes the log; the gateway only reads it."""
     if settings.redis_url:
         return RedisEventLog(
             settings.redis_url,
             prefix=settings.redis_key_prefix,
             retention=settings.event_retention,
-            ttl_s=settings.event_ttl_s,
             max_lag=settings.subscriber_max_lag,
             timeout_s=settings.redis_timeout_s,
             fanout_rate=settings.fanout_messages_per_s,
-            wait=ReplicaWait.of(settings),
         )
-    return MemoryEventLog(
+    return RemoteEventLog(
+        clients,
+        lambda: auth.tenant_of_call(settings.tenant_id),
         retention=settings.event_retention,
         max_lag=settings.subscriber_max_lag,
+        max_batch=512,
         fanout_rate=settings.fanout_messages_per_s,
     )
 
@@ -85,7 +88,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         authenticator(settings),
         TenantLimits(settings.tenant_rate_per_s, settings.tenant_burst, settings.tenant_max_streams),
     )
-    events = event_log(settings)
+    events = event_log(settings, clients)
     agents = load_agents(settings.agents_dir)
     servicer = GatewayServicer(settings, clients, agents, events)
     # A2A binding: the same agents, turns and event log, behind the same auth and limits.
@@ -99,11 +102,6 @@ async def build(settings: Settings, clients: Clients) -> App:
         card_url=a2a_url(settings),
     )
     on_close: list[Callable[[], Awaitable[None]]] = [servicer.turns.close, events.close]
-    if settings.redis_url:  # replicas: a cancel may arrive at any of them
-        relay = CancelRelay(settings.redis_url, settings.redis_key_prefix, servicer.turns.cancel_local)
-        await relay.start()
-        servicer.turns.relay = relay
-        on_close.append(relay.close)
     return App(
         "gateway",
         [

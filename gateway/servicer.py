@@ -1,7 +1,8 @@
 """GatewayService: the public API. Thin: validates, asks the internal services,
 and serves each session's event log to every caller watching it.
 
-Paused turns (gateway/interrupts.py): SendMessage's stream ends at the pause;
+Turns (gateway/turns.py) run on runtime replicas and write the event log themselves;
+SendMessage's stream reads the log and ends at the turn's end or pause;
 ResolveApproval and AnswerInterrupt record the answer and resume the turn on any
 runtime replica, streaming the rest of it; Converse carries all of it on one stream."""
 
@@ -21,8 +22,7 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.delivery import Outlet
-from gateway.event_log import Batch, EventLog
-from gateway.interrupts import TurnDriver, TurnOptions, ends_stream, turn_of_lease
+from gateway.turns import TurnOptions, Turns, ends_stream, turn_of_lease
 from services.kit import turn_options
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
@@ -36,6 +36,7 @@ from services.kit.errors import (
     Violations,
     from_dependency,
 )
+from services.kit.event_log import Batch, EventLogReader
 from services.kit.logging import bind_request, log
 from services.kit.protos import APPROVAL_DECISIONS
 
@@ -65,9 +66,9 @@ def agent_to_proto(agent: AgentDefinition) -> resources_pb2.Agent:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
-    def __init__(self, settings: Settings, clients: Clients, agents: AgentRegistry, events: EventLog):
+    def __init__(self, settings: Settings, clients: Clients, agents: AgentRegistry, events: EventLogReader):
         self.settings, self.clients, self.agents, self.events = settings, clients, agents, events
-        self.turns = TurnDriver(settings, clients, events)
+        self.turns = Turns(settings, clients)
         self.stall_s = settings.subscriber_stall_s
         self._subscribers: set[asyncio.Task[Any]] = set()  # the tasks of open Subscribe streams
         self._handing_off = False
@@ -145,11 +146,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.DeleteSessionResponse:
         """Stop the session's running turn, then delete the session and its event log.
 
-        The turn is cancelled first (here, or through the cancel relay on the replica driving
-        it) and its end waited for, briefly, so it does not keep working for a session that is
-        gone; an event it still tries to log after the drop is refused by the log, which ends
-        it. Only a session of the caller's tenant is touched: an unknown or foreign one is
-        `deleted: false`, as before.
+        The turn is cancelled first (on the runtime replica running it) and its end waited
+        for, briefly, so it does not keep working for a session that is gone; an event it
+        still tries to log after the delete is refused, which stops it. Only a session of
+        the caller's tenant is touched: an unknown or foreign one is `deleted: false`.
         """
         problems = Violations()
         self._check_session_id(request.session_id, problems)
@@ -163,7 +163,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise from_dependency(exc, "sessions") from exc
             return gateway_pb2.DeleteSessionResponse(deleted=False)
-        if found.session.active_turn_id or self.turns.running_turn(session_id):
+        if found.session.active_turn_id:
             await self._stop_turn(session_id, tenant)
         reply = await call(
             "sessions",
@@ -519,17 +519,17 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             task.cancel()
 
     async def _idle(self, tenant: str, session_id: str, cursor: int) -> bool:
-        if self.turns.running_turn(session_id) or cursor < await self.events.last_seq(session_id):
+        if cursor < await self.events.last_seq(session_id):
             return False
-        if await self.events.ends_with_turn_end(session_id):
-            return True
-        # A paused turn ends the log with its pause: nothing runs until somebody answers.
         reply = await call(
             "sessions",
             self.clients.sessions.GetSession,
             sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
         )
-        return bool(reply.state.pending_interrupt_ids) and not reply.session.active_turn_id
+        if reply.session.active_turn_id:
+            return False  # a turn holds the lease: more is coming
+        # Nothing runs: the log ends with a turn's end, or with a pause that waits for an answer.
+        return await self.events.ends_with_turn_end(session_id) or bool(reply.state.pending_interrupt_ids)
 
     async def CancelTurn(self, request: gateway_pb2.CancelTurnRequest, context: Any) -> gateway_pb2.CancelTurnResponse:
         problems = Violations()

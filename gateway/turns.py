@@ -1,28 +1,53 @@
-"""Turns as background tasks: a turn runs to its end whether or not the client that
-started it keeps listening, and every event it produces lands in the event log.
+"""Starting, resuming and cancelling turns. The gateway takes the session's lease and logs the
+turn's acceptance; a runtime replica runs the turn and logs the rest, so the turn does not
+depend on this gateway: its events reach the session's event log whoever watches it.
 
-`TurnRunner` holds what every turn needs (the lease kept alive, cancel, shutdown);
-`TurnDriver` (gateway/interrupts.py) starts, drives and resumes turns on top of it."""
+Start: one call to sessions takes the lease and, in the same write, logs the `accepted`
+event with the turn's request in its journal, so an accepted turn is never lost: when no
+runtime takes it (every replica away) its lease lapses and whichever runtime replica comes
+back takes it over. Then any runtime replica gets the turn (StartTurn) in the background,
+while the caller already reads the log. A runtime that refuses the turn (a request error,
+a paused session) gets its answer logged as the turn's end.
+
+A paused turn (an approval, the user's input, a client tool's result) waits for its answer,
+recorded first by the servicer (DecideCheckpoint). `resume` takes the lease under a resume
+id of its own, `<turn_id>:resume:<random>`, so a second replica trying to resume the same
+turn at the same moment is refused instead of getting the same fencing token, and asks any
+runtime replica to go on (ContinueTurn); a resume that cannot start fails the call and the
+turn stays paused. `abandon` gives a paused turn up (a cancellation).
+
+Cancel reaches the runtime running the turn directly (its address is on the lease), and
+asks sessions to stop it too, which its runtime learns at its next lease renewal when the
+direct call did not get through. A session with a paused turn refuses a new one: the lease
+answer carries its pending interrupts, so the common path costs one call to sessions.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf import struct_pb2
 
-from cogmesh.common.v1 import events_pb2
-from cogmesh.runtime.v1 import runtime_pb2
+from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2
+from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
-from gateway.cancel_relay import CancelRelay
-from gateway.event_log import EventLog, OpenTurn
-from gateway.reaper import Reaper
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, Unavailable
-from services.kit.logging import log
+from services.kit.errors import CogmeshError, FailedPrecondition, from_dependency
+from services.kit.event_log import ends_stream as ends_stream  # re-exported for the servicers
+from services.kit.event_log import is_paused as is_paused
+from services.kit.logging import bind_request, log
+
+RESUME_MARK = ":resume:"
+REQUEST = "request"  # the journal entry of a turn's request (services/runtime/journal.py)
 
 _ERROR_KINDS = {
     grpc.StatusCode.UNAVAILABLE: events_pb2.ERROR_KIND_UNAVAILABLE,
@@ -33,175 +58,321 @@ _ERROR_KINDS = {
     grpc.StatusCode.FAILED_PRECONDITION: events_pb2.ERROR_KIND_INVALID_REQUEST,
     grpc.StatusCode.RESOURCE_EXHAUSTED: events_pb2.ERROR_KIND_RATE_LIMITED,
 }
-_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# Answers after which the runtime may have the turn after all: it is left to a takeover, not ended.
+_UNDECIDED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+
+
+class Following(Exception):
+    """Another caller is resuming the turn at this moment."""
+
+
+def turn_of_lease(lease_turn_id: str) -> str:
+    """The turn a lease holder id stands for (a resume holds the lease under a suffixed id)."""
+    return lease_turn_id.split(RESUME_MARK, 1)[0]
 
 
 def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> events_pb2.RuntimeEvent:
-    return events_pb2.RuntimeEvent(
-        turn_id=turn_id,
-        error=events_pb2.TurnError(kind=kind, message=message, retryable=retryable),  # type: ignore[arg-type]
-    )
+    error = events_pb2.TurnError(kind=kind, message=message, retryable=retryable)  # type: ignore[arg-type]
+    return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)
 
 
-class EventLogLost(Exception):
-    """The event log stayed unreachable longer than a turn may wait for it."""
+@dataclass(frozen=True)
+class TurnOptions:
+    """What SendMessage may set for one turn, passed on to RunTurnRequest."""
+
+    runtime: str = ""
+    output_schema: struct_pb2.Struct | None = None
+    limits: runtime_pb2.TurnLimits | None = None
+    cost_budget: runtime_pb2.CostBudget | None = None
+    client_tools: Sequence[messages_pb2.ToolSpec] = field(default_factory=tuple)
+
+    def apply(self, request: runtime_pb2.RunTurnRequest) -> None:
+        request.runtime = self.runtime
+        if self.output_schema is not None:
+            request.output_schema.CopyFrom(self.output_schema)
+        if self.limits is not None:
+            request.limits.CopyFrom(self.limits)
+        if self.cost_budget is not None:
+            request.cost_budget.CopyFrom(self.cost_budget)
+        request.client_tools.extend(self.client_tools)
 
 
-LEASE_TTL_S = Settings.model_fields["turn_lease_ttl_s"].default  # the default; settings.turn_lease_ttl_s rules
-
-
-class TurnRunner:
-    def __init__(self, settings: Settings, clients: Clients, events: EventLog):
-        self.settings, self.clients, self.events = settings, clients, events
-        self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}  # session_id -> (turn_id, task)
-        self.relay: CancelRelay | None = None  # set when replicas share Redis
+class Turns:
+    def __init__(self, settings: Settings, clients: Clients) -> None:
+        self.settings, self.clients = settings, clients
         self.lease_ttl_s = settings.turn_lease_ttl_s
-        # Ends turns whose gateway replica died (only a shared log outlives its gateway).
-        self.reaper = Reaper(events, clients, settings.reaper_interval_s)
-        self.reaper.start()
-        self._releasing: set[asyncio.Task[Any]] = set()  # releases still retrying after their turn ended
+        self._holders: dict[str, tuple[str, str]] = {}  # session -> (turn, runtime address), as StartTurn said
+        self._background: set[asyncio.Task[Any]] = set()
 
-    def open_turn(self, tenant_id: str, session_id: str, turn_id: str) -> OpenTurn:
-        return OpenTurn(session_id, turn_id, tenant_id, self.lease_ttl_s)
+    # ------------------------------------------------------------------ new turns
 
-    def _forget(self, session_id: str, turn_id: str) -> None:
-        if self._running.get(session_id, ("", None))[0] == turn_id:
-            del self._running[session_id]
-
-    async def _keep_lease(self, request: runtime_pb2.RunTurnRequest) -> None:
-        """Renew the lease while the turn runs; stop the turn when another caller interrupts it."""
-        while True:
-            await asyncio.sleep(self.settings.turn_lease_renew_s)
-            try:
-                reply = await self.clients.sessions.RenewTurnLease(
-                    sessions_pb2.RenewTurnLeaseRequest(
-                        tenant_id=request.tenant_id,
-                        session_id=request.session_id,
-                        lease_token=request.lease_token,
-                        ttl_seconds=int(self.lease_ttl_s),
-                    )
-                )
-                await self.events.keep_turn(self.open_turn(request.tenant_id, request.session_id, request.turn_id))
-            except CogmeshError as exc:  # the log's mark lapses; the lease still holds the session
-                log.warning("could not renew the turn's mark in the event log", error=exc.message)
-                continue
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                    continue  # sessions briefly away: the lease outlives a few missed renewals
-                log.warning("turn lost its lease; stopping it", details=exc.details())
-                reply = None
-            if reply is None or reply.interrupt_requested_by:
-                await self.cancel(request.session_id, request.turn_id)
-                return
-
-    async def _release(self, request: runtime_pb2.RunTurnRequest, patience_s: float | None = None) -> bool:
-        """Give the lease back, retrying while sessions is away (the release is idempotent under its token).
-
-        Gives up after `patience_s` (default: the lease's TTL, past which it has expired anyway).
-        """
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + (self.lease_ttl_s if patience_s is None else patience_s)
-        release = sessions_pb2.ReleaseTurnLeaseRequest(
-            tenant_id=request.tenant_id, session_id=request.session_id, lease_token=request.lease_token
-        )
-        delay = 0.05
-        while True:
-            left = give_up - loop.time()
-            try:
-                await self.clients.sessions.ReleaseTurnLease(
-                    release, timeout=max(0.05, min(self.settings.call_timeout_s, left)), wait_for_ready=True
-                )
-                return True
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() not in _RETRYABLE or left <= delay:
-                    # NOT_FOUND / FAILED_PRECONDITION: the session or the lease is gone already.
-                    log.warning("lease release failed", code=exc.code().name, details=exc.details())
-                    return False
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    def release_soon(self, request: runtime_pb2.RunTurnRequest) -> asyncio.Task[bool]:
-        """Release in a task of its own that outlives the caller's cancellation."""
-        task = asyncio.create_task(self._release(request))
-        self._releasing.add(task)
-        task.add_done_callback(self._releasing.discard)
-        return task
-
-    async def release_now(self, request: runtime_pb2.RunTurnRequest) -> None:
-        """Release, waiting one call deadline at most; a release still retrying then goes on by itself."""
-        await asyncio.wait([self.release_soon(request)], timeout=self.settings.call_timeout_s)
-
-    async def append(
+    async def start(
         self,
+        tenant_id: str,
         session_id: str,
-        events: list[events_pb2.RuntimeEvent],
-        opened: OpenTurn | None = None,
-        batch_id: str = "",
-        patience_s: float | None = None,
-    ) -> None:
-        """Append to the event log, riding out an outage of up to `patience_s` (event_log_outage_s).
-
-        Retries carry the same batch id, so an append that did land before its reply was lost
-        is not logged twice. Raises EventLogLost when the log stays away longer.
-        """
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + (self.settings.event_log_outage_s if patience_s is None else patience_s)
-        delay, failures = 0.05, 0
-        while True:
-            try:
-                await self.events.append(session_id, events, opened, batch_id=batch_id)
-                if failures:
-                    log.info("event log back; turn goes on", session_id=session_id, failed_appends=failures)
-                return
-            except Unavailable as exc:
-                failures += 1
-                if loop.time() + delay >= give_up:
-                    raise EventLogLost(exc.message) from exc
-                if failures == 1:
-                    log.warning("event log unavailable; holding the turn's events", error=exc.message)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    def running_turn(self, session_id: str) -> str:
-        return self._running.get(session_id, ("", None))[0]
-
-    async def cancel(self, session_id: str, turn_id: str, tenant_id: str = "") -> str:
-        """Signal the session's running turn (or the given one); returns the turn signalled, or "".
-
-        A turn driven by another gateway replica is reached through the cancel relay.
-        """
-        caller = auth.current.get(None)  # the tenant of the RPC asking, set by GatewayGuard
-        tenant_id = tenant_id or (caller.tenant_id if caller else "")
-        if not self.running_turn(session_id) and self.relay is not None and tenant_id:
-            lease = await call(
-                "sessions",
-                self.clients.sessions.GetTurnLease,
-                sessions_pb2.GetTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id),
-            )
-            running = lease.lease.turn_id
-            if not running or (turn_id and turn_id != running):
-                return ""
-            return running if await self.relay.publish(session_id, running) else ""
-        return await self.cancel_local(session_id, turn_id)
-
-    async def cancel_local(self, session_id: str, turn_id: str) -> str:
-        running = self.running_turn(session_id)
-        if not running or (turn_id and turn_id != running):
-            return ""
-        reply = await call(
-            "runtime",
-            self.clients.runtime.CancelTurn,
-            runtime_pb2.CancelTurnRequest(session_id=session_id, turn_id=running),
+        content: str,
+        model: str,
+        deadline_s: float | None = None,
+        strategy: sessions_pb2.MultitaskStrategy = sessions_pb2.MULTITASK_STRATEGY_REJECT,
+        options: TurnOptions | None = None,
+    ) -> tuple[str, int]:
+        """Take the lease, log the turn's acceptance, hand it to a runtime; returns (turn_id, seq before it)."""
+        turn_id = uuid.uuid4().hex
+        request = runtime_pb2.RunTurnRequest(
+            tenant_id=tenant_id, session_id=session_id, turn_id=turn_id, content=content, model=model
         )
-        return running if reply.cancelled else ""
+        timeout_s = self._timeout(deadline_s)
+        request.deadline.FromNanoseconds(int((time.time() + timeout_s) * 1e9))
+        if options is not None:
+            options.apply(request)
+        if strategy == sessions_pb2.MULTITASK_STRATEGY_INTERRUPT:
+            # The lease's interrupt reaches the running turn at its next renewal; this reaches it now.
+            with contextlib.suppress(CogmeshError):
+                await self.cancel(session_id, "", tenant_id, abandon_paused=False)
+        accepted = events_pb2.RuntimeEvent(
+            turn_id=turn_id, status=events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
+        )
+        wait_s = deadline_s or self.settings.turn_timeout_s
+        acquire = sessions_pb2.AcquireTurnLeaseRequest(
+            tenant_id=tenant_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            ttl_seconds=int(self.lease_ttl_s),
+            strategy=strategy,
+            events=[accepted],
+            entries=[sessions_pb2.JournalEntry(kind=REQUEST, state=request.SerializeToString())],
+        )
+        lease = await call(
+            "sessions",
+            lambda r: self.clients.sessions.AcquireTurnLease(
+                r, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
+            ),
+            acquire,
+        )
+        request.lease_token = lease.lease_token
+        if lease.pending_interrupt_ids and not lease.last_seq:
+            # Nothing was logged: a paused turn waits. Unless it was answered meanwhile, refuse.
+            await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
+            await self._append(request, acquire.events, acquire.entries)
+        self._spawn(self._hand_to_runtime(request, timeout_s))
+        return turn_id, int(lease.start_seq)
+
+    async def _append(
+        self,
+        request: runtime_pb2.RunTurnRequest,
+        events: Sequence[events_pb2.RuntimeEvent],
+        entries: Sequence[sessions_pb2.JournalEntry] = (),
+        release: bool = False,
+    ) -> None:
+        append = sessions_pb2.AppendEventsRequest(
+            tenant_id=request.tenant_id,
+            session_id=request.session_id,
+            turn_id=request.turn_id,
+            lease_token=request.lease_token,
+            events=events,
+            entries=entries,
+            append_id=f"{request.turn_id}:gateway:{len(events)}:{release}",
+            release_lease=release,
+        )
+        await call("sessions", self.clients.sessions.AppendEvents, append)
+
+    async def _refuse_if_paused(self, tenant_id: str, session_id: str, token: int) -> None:
+        """A paused turn waits for its answer: give the lease back and say which interrupt it waits for."""
+        checkpoint = await self.paused(tenant_id, session_id)
+        if checkpoint is None:
+            return  # answered in the meantime: the lease is ours to use
+        release = sessions_pb2.ReleaseTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id, lease_token=token)
+        await asyncio.shield(call("sessions", self.clients.sessions.ReleaseTurnLease, release))
+        raise paused_error(session_id, checkpoint)
+
+    def _timeout(self, deadline_s: float | None) -> float:
+        # The caller's deadline bounds the turn too (it reaches the runtime as the RPC deadline).
+        return min(self.settings.turn_timeout_s, deadline_s) if deadline_s else self.settings.turn_timeout_s
+
+    async def _hand_to_runtime(self, request: runtime_pb2.RunTurnRequest, timeout_s: float) -> None:
+        """StartTurn on any runtime replica; a refusal is logged as the turn's end."""
+        bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
+        try:
+            # The runtime answers once the turn is built (or ended: it past its deadline), within the turn's time.
+            reply = await self.clients.runtime.StartTurn(runtime_pb2.StartTurnRequest(turn=request), timeout=timeout_s)
+            self._holders[request.session_id] = (request.turn_id, reply.holder)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in _UNDECIDED:
+                # The turn is accepted and journaled: a runtime replica takes it over once its lease lapses
+                # (the runtime may even have it: a second StartTurn could run it twice under one token).
+                log.warning("no runtime took the turn now; it will be taken over", code=exc.code().name)
+                text = (
+                    f"no runtime answered ({exc.code().name}: {exc.details()}); the turn runs as soon as a runtime "
+                    f"replica takes it over, within about {self.lease_ttl_s:g}s of one being up"
+                )
+                notice = events_pb2.NativeNotice(kind="waiting_for_runtime", text=text)
+                with contextlib.suppress(CogmeshError):  # taken over meanwhile: nothing to say
+                    await self._append(
+                        request, [events_pb2.RuntimeEvent(turn_id=request.turn_id, native_notice=notice)]
+                    )
+                return
+            kind = _ERROR_KINDS.get(exc.code(), events_pb2.ERROR_KIND_INTERNAL)
+            end = error_event(request.turn_id, kind, f"runtime: {exc.code().name}: {exc.details()}", False)
+            try:
+                await self._append(request, [end], release=True)
+            except CogmeshError as failure:  # the lease lapses; a takeover meets the same refusal and logs it
+                log.warning("could not log a refused turn's end", error=failure.message)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------------ paused turns
+
+    async def resume(
+        self,
+        tenant_id: str,
+        session_id: str,
+        checkpoint: sessions_pb2.Checkpoint,
+        deadline_s: float | None = None,
+        abandon: bool = False,
+    ) -> tuple[str, int]:
+        """Resume (or give up) the turn paused at `checkpoint`; returns (turn_id, seq before its next event)."""
+        turn_id, interrupt_id = checkpoint.turn_id, checkpoint.interrupt_id
+        holder = f"{turn_id}{RESUME_MARK}{uuid.uuid4().hex[:12]}"
+        acquire = sessions_pb2.AcquireTurnLeaseRequest(
+            tenant_id=tenant_id, session_id=session_id, turn_id=holder, ttl_seconds=int(self.lease_ttl_s)
+        )
+        try:
+            lease = await self.clients.sessions.AcquireTurnLease(acquire)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise from_dependency(exc, "sessions") from exc
+            current = await self._lease_holder(tenant_id, session_id)
+            if current.startswith(f"{turn_id}{RESUME_MARK}") and not abandon:
+                # Another answer (on any replica) is resuming this very turn: follow it.
+                return turn_id, await self._last_seq(tenant_id, session_id)
+            if current.startswith(f"{turn_id}{RESUME_MARK}"):
+                raise Following(turn_id) from exc
+            raise from_dependency(exc, "sessions") from exc
+        request = runtime_pb2.ResumeTurnRequest(
+            tenant_id=tenant_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            interrupt_id=interrupt_id,
+            lease_token=lease.lease_token,
+        )
+        if abandon:
+            request.abandon = True
+        timeout_s = self._timeout(deadline_s)
+        request.deadline.FromNanoseconds(int((time.time() + timeout_s) * 1e9))
+        try:
+            reply = await self.clients.runtime.ContinueTurn(
+                runtime_pb2.ContinueTurnRequest(resume=request), timeout=timeout_s
+            )
+        except BaseException as exc:
+            release = sessions_pb2.ReleaseTurnLeaseRequest(
+                tenant_id=tenant_id, session_id=session_id, lease_token=lease.lease_token
+            )
+            with contextlib.suppress(grpc.aio.AioRpcError):  # else it lapses: the turn stays paused
+                await asyncio.shield(self.clients.sessions.ReleaseTurnLease(release))
+            if isinstance(exc, grpc.aio.AioRpcError):
+                raise from_dependency(exc, "runtime") from exc
+            raise
+        self._holders[session_id] = (turn_id, reply.holder)
+        log.info("turn resumed", session_id=session_id, turn_id=turn_id, interrupt_id=interrupt_id, abandon=abandon)
+        return turn_id, int(lease.start_seq)
+
+    async def _lease(self, tenant_id: str, session_id: str) -> sessions_pb2.TurnLease:
+        reply = await call(
+            "sessions",
+            self.clients.sessions.GetTurnLease,
+            sessions_pb2.GetTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id),
+        )
+        return reply.lease  # type: ignore[no-any-return]
+
+    async def _lease_holder(self, tenant_id: str, session_id: str) -> str:
+        return str((await self._lease(tenant_id, session_id)).turn_id)
+
+    async def _last_seq(self, tenant_id: str, session_id: str) -> int:
+        reply = await call(
+            "sessions",
+            self.clients.sessions.GetEventLogState,
+            sessions_pb2.GetEventLogStateRequest(tenant_id=tenant_id, session_id=session_id),
+        )
+        return int(reply.last_seq)
+
+    async def paused(self, tenant_id: str, session_id: str, turn_id: str = "") -> sessions_pb2.Checkpoint | None:
+        """The checkpoint a paused turn of the session (the given one, or any) waits on."""
+        reply = await call(
+            "sessions",
+            self.clients.sessions.ListCheckpoints,
+            sessions_pb2.ListCheckpointsRequest(tenant_id=tenant_id, session_id=session_id),
+        )
+        for checkpoint in reply.checkpoints:
+            if not turn_id or checkpoint.turn_id == turn_id:
+                return checkpoint  # type: ignore[no-any-return]
+        return None
+
+    # ------------------------------------------------------------------ cancel
+
+    async def cancel(self, session_id: str, turn_id: str, tenant_id: str = "", abandon_paused: bool = True) -> str:
+        """Stop the session's running turn (or the given one), else give up a paused one; the turn, or ""."""
+        caller = auth.current.get(None)
+        tenant_id = tenant_id or (caller.tenant_id if caller else "")
+        if not tenant_id:
+            return ""
+        lease = await self._lease(tenant_id, session_id)
+        running = turn_of_lease(lease.turn_id)
+        if running and (not turn_id or turn_id == running):
+            if await self._cancel_at(session_id, running, lease.holder):
+                return running
+            interrupted = await call(
+                "sessions",
+                self.clients.sessions.InterruptTurn,
+                sessions_pb2.InterruptTurnRequest(
+                    tenant_id=tenant_id, session_id=session_id, turn_id=running, requested_by="cancel"
+                ),
+            )
+            return str(interrupted.turn_id)
+        if not abandon_paused:
+            return ""
+        checkpoint = await self.paused(tenant_id, session_id, turn_id)
+        if checkpoint is None:
+            return ""
+        try:
+            abandoned, _ = await self.resume(tenant_id, session_id, checkpoint, abandon=True)
+        except Following:
+            return ""  # an answer is resuming it right now: it is not paused any more
+        except CogmeshError as exc:
+            if exc.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+                return ""  # answered and resumed meanwhile, or another cancel got there first
+            raise
+        return abandoned
+
+    async def _cancel_at(self, session_id: str, turn_id: str, holder: str) -> bool:
+        """Ask the runtime replica running the turn to stop it now; False when that cannot be done."""
+        known = self._holders.get(session_id)
+        address = holder or (known[1] if known and known[0] == turn_id else "")
+        if not address:
+            return False
+        stub = self.clients.stub_at(address, runtime_pb2_grpc.RuntimeServiceStub)
+        try:
+            reply = await stub.CancelTurn(
+                runtime_pb2.CancelTurnRequest(session_id=session_id, turn_id=turn_id),
+                timeout=self.settings.call_timeout_s,
+            )
+        except grpc.aio.AioRpcError as exc:
+            log.warning("could not reach the runtime running the turn", holder=address, code=exc.code().name)
+            return False
+        return bool(reply.cancelled)
 
     async def close(self) -> None:
-        await self.reaper.close()
-        tasks = [task for _, task in self._running.values()]
-        for task in tasks:
+        for task in list(self._background):
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for release in list(self._releasing):
-            release.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def paused_error(session_id: str, checkpoint: sessions_pb2.Checkpoint) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"session {session_id!r} has a paused turn ({checkpoint.turn_id}) waiting for interrupt "
+        f"{checkpoint.interrupt_id!r}: answer it or cancel the turn first",
+        reason=errors_pb2.ERROR_REASON_TURN_IN_PROGRESS,
+        metadata={"turn_id": checkpoint.turn_id, "interrupt_id": checkpoint.interrupt_id},
+    )

@@ -1,6 +1,6 @@
 """`lf.a2a.v1.A2AService` over the gateway's own parts: thin, no task store of its own.
 
-A message starts a turn with the gateway's TurnDriver (in a new session of the chosen
+A message starts a turn with the gateway's Turns (in a new session of the chosen
 agent, or in the session named by context_id); a message naming an input-required
 task answers the paused turn and resumes it. Every task read (GetTask, SubscribeToTask,
 the streams) is a replay of the turn's events from the shared event log, so it works
@@ -30,12 +30,12 @@ from gateway.a2a.errors import (
     UnsupportedOperation,
 )
 from gateway.a2a.mapping import SendInput, TaskRef, TaskView
-from gateway.event_log import EventLog, ends_stream
-from gateway.interrupts import TurnDriver
+from gateway.turns import Turns
 from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.errors import CogmeshError, FailedPrecondition, NotFound
+from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import bind_request
 
 CANCEL_WAIT_S = 5.0  # how long CancelTask waits for the turn to end before answering with its state
@@ -55,8 +55,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         settings: Settings,
         clients: Clients,
         agents: AgentRegistry,
-        events: EventLog,
-        turns: TurnDriver,
+        events: EventLogReader,
+        turns: Turns,
         *,
         secured: bool,
         card_url: str,
@@ -303,7 +303,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             raise TaskNotCancelable(
                 f"task {ref.task_id!r} is already {a2a_pb2.TaskState.Name(view.state)}", {"task_id": ref.task_id}
             )
-        # Running here, on another replica (cancel relay) or paused (abandoned): the driver knows which.
+        # Running on a runtime replica (cancelled there) or paused (abandoned): Turns knows which.
         await self.turns.cancel(ref.session_id, ref.turn_id, principal.tenant_id)
         # Answer with the canceled task: wait (briefly, within the caller's deadline) for its last event.
         remaining = context.time_remaining()

@@ -29,6 +29,14 @@ ORDER: list[tuple[str, Build]] = [
 @dataclass
 class Suite:
     servers: dict[str, RunningServer]  # by service; replicas after the first as runtime-2, runtime-3, ...
+    settings: Settings | None = None  # with every service's address
+
+    async def restart(self, name: str) -> RunningServer:
+        """Start server `name` again on its port (after `servers[name].stop()`), as a restarted process would."""
+        assert self.settings is not None
+        build = dict(ORDER)[self.servers[name].app.name]
+        self.servers[name] = await start(build, self.settings, self.servers[name].address)
+        return self.servers[name]
 
     @property
     def gateway_address(self) -> str:
@@ -54,4 +62,4 @@ async def start_suite(settings: Settings | None = None, host: str = "127.0.0.1",
             servers[name if k == 0 else f"{name}-{k + 1}"] = await start(build, settings, f"{host}:0")
         listed = ",".join(server.address for server in servers.values() if server.app.name == name)
         settings = settings.model_copy(update={f"{name}_addr": listed})
-    return Suite(servers)
+    return Suite(servers, settings)

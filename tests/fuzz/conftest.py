@@ -27,10 +27,10 @@ from cogmesh.common.v1 import messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from gateway.auth import hash_key
-from gateway.event_log import MemoryEventLog
 from gateway.guard import GatewayGuard
 from gateway.servicer import GatewayServicer
 from services.kit.metrics import RPC_SECONDS
+from services.sessions.store import MemorySessionStore
 from services.suite.inprocess import Suite, start_suite
 from tests.integration.conftest import SUITE_SETTINGS
 
@@ -139,12 +139,14 @@ class Harness:
         return dict(self.guard.limits._streams)
 
     def running_turns(self) -> dict[str, str]:
-        return {session: turn for session, (turn, _) in self.servicer.turns._running.items()}
+        runner = self.suite.servers["runtime"].app.mounts[0].servicer.runner
+        return {session: turn for session, turn in runner._running}
 
     def logged_sessions(self) -> set[str]:
-        events = self.servicer.events
-        assert isinstance(events, MemoryEventLog)
-        return set(events._logs)
+        """Sessions whose event log the sessions service holds (it lives and goes with the session)."""
+        store = self.suite.servers["sessions"].app.mounts[0].servicer.store
+        assert isinstance(store, MemorySessionStore)
+        return {session_id for session_id, entry in store._entries.items() if entry.log is not None}
 
     # ------------------------------------------------------------------ setup and checks over the public API
 

@@ -447,6 +447,90 @@ CASES: list[Any] = [
         reason="TURN_NOT_FOUND",
     ),
     bad("sessions", "GetTurnLease", S.GetTurnLeaseRequest(), "tenant_id", "session_id"),
+    # ------------------------------------------------------------------ the event log and journals (issue 16)
+    bad("sessions", "AppendEvents", S.AppendEventsRequest(), "tenant_id", "session_id", "turn_id", "lease_token"),
+    bad(
+        "sessions",
+        "AppendEvents",
+        lambda env: S.AppendEventsRequest(
+            tenant_id=TENANT,
+            session_id=env.held_session_id,
+            turn_id=HELD_TURN,
+            lease_token=env.held_lease,
+            events=[E.RuntimeEvent()],
+            release_lease=True,
+            pause=S.Checkpoint(),
+        ),
+        "events[0]",
+        "pause",
+        "pause.interrupt_id",
+        "pause.turn_id",
+        "pause.request",
+    ),
+    missing(
+        "sessions",
+        "AppendEvents",
+        S.AppendEventsRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, turn_id="t", lease_token=1),
+        "SESSION_NOT_FOUND",
+    ),
+    Case(  # a stale fencing token writes nothing
+        "sessions",
+        "AppendEvents",
+        lambda env: S.AppendEventsRequest(
+            tenant_id=TENANT,
+            session_id=env.held_session_id,
+            turn_id=HELD_TURN,
+            lease_token=env.held_lease + 100,
+            events=[E.RuntimeEvent(status=E.StatusUpdate(text="stale"))],
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="TURN_NOT_FOUND",
+    ),
+    bad("sessions", "ReadEvents", S.ReadEventsRequest(heartbeat_ms=-1), "tenant_id", "session_id", "heartbeat_ms"),
+    missing(
+        "sessions",
+        "ReadEvents",
+        S.ReadEventsRequest(tenant_id=TENANT, session_id=UNKNOWN_ID),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "GetEventLogState", S.GetEventLogStateRequest(), "tenant_id", "session_id"),
+    missing(
+        "sessions",
+        "GetEventLogState",
+        S.GetEventLogStateRequest(tenant_id=TENANT, session_id=UNKNOWN_ID),
+        "SESSION_NOT_FOUND",
+    ),
+    bad("sessions", "GetJournal", S.GetJournalRequest(), "tenant_id", "session_id", "turn_id"),
+    ok(
+        "sessions",
+        "GetJournal",
+        lambda env: S.GetJournalRequest(tenant_id=TENANT, session_id=env.session_id, turn_id="never-ran"),
+        lambda r: list(r.entries) == [],
+    ),
+    bad(
+        "sessions",
+        "RenewTurnLeases",
+        S.RenewTurnLeasesRequest(leases=[S.RenewTurnLeaseRequest()]),
+        "leases[0].tenant_id",
+        "leases[0].session_id",
+        "leases[0].lease_token",
+    ),
+    ok(
+        "sessions",
+        "RenewTurnLeases",
+        S.RenewTurnLeasesRequest(
+            leases=[S.RenewTurnLeaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, lease_token=1)]
+        ),
+        lambda r: [lease.held for lease in r.leases] == [False],
+    ),
+    bad("sessions", "ClaimOrphanedTurns", S.ClaimOrphanedTurnsRequest(max_turns=-1), "holder", "max_turns"),
+    bad("sessions", "InterruptTurn", S.InterruptTurnRequest(), "tenant_id", "session_id"),
+    missing(
+        "sessions",
+        "InterruptTurn",
+        S.InterruptTurnRequest(tenant_id=TENANT, session_id=UNKNOWN_ID),
+        "SESSION_NOT_FOUND",
+    ),
     missing(
         "sessions", "GetTurnLease", S.GetTurnLeaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"
     ),
@@ -652,6 +736,37 @@ CASES: list[Any] = [
     ),
     bad("runtime", "RunTurn", lambda env: run_turn(env, model=LONG_ID), "model"),
     bad("runtime", "CancelTurn", R.CancelTurnRequest(), "session_id", "turn_id"),
+    bad(
+        "runtime",
+        "StartTurn",
+        R.StartTurnRequest(),
+        "turn.tenant_id",
+        "turn.session_id",
+        "turn.turn_id",
+        "turn.content",
+        "turn.lease_token",
+    ),
+    bad("runtime", "StartTurn", lambda env: R.StartTurnRequest(turn=run_turn(env, model=LONG_ID)), "turn.model"),
+    bad(
+        "runtime",
+        "ContinueTurn",
+        R.ContinueTurnRequest(),
+        "resume.tenant_id",
+        "resume.session_id",
+        "resume.turn_id",
+        "resume.interrupt_id",
+        "resume.lease_token",
+    ),
+    missing(  # no turn of this session is paused at interrupt "i"
+        "runtime",
+        "ContinueTurn",
+        lambda env: R.ContinueTurnRequest(
+            resume=R.ResumeTurnRequest(
+                tenant_id=TENANT, session_id=env.session_id, turn_id="t", interrupt_id="i", lease_token=1
+            )
+        ),
+        "TURN_NOT_FOUND",
+    ),
     ok("runtime", "ListRuntimes", R.ListRuntimesRequest(), lambda r: r.default_runtime == "cogmesh"),
     missing(  # no turn of this session is paused at interrupt "i"
         "runtime",

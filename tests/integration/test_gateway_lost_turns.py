@@ -1,10 +1,10 @@
-"""Turns that lose their driver or their session, through the gateway on a Redis event log.
+"""Turns that lose their runtime or their session, through the gateway on Redis.
 
-- A gateway that died mid-turn leaves the turn's lease and its open mark in the log. A
-  client that sends again gets the session once the lease lapses; before its turn starts,
-  the log ends the dead one (the reaper may not have swept yet: here it never does).
-- DeleteSession while a turn runs: the turn's next append finds the log dropped and stops
-  instead of writing the session's log anew.
+- No runtime answers when a turn starts (every replica away): the turn is accepted and
+  journaled all the same, its caller is told it waits, and the first runtime replica that
+  comes back takes it over once its lease lapses: the caller's stream goes on to the answer.
+- DeleteSession while a turn runs: the turn's next append meets the session's tombstone and
+  stops instead of writing the session anew; its log is the drop marker alone.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import redis
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway.event_log import OpenTurn
-from gateway.redis_event_log import RedisEventLog
 from services.kit.redis_keys import SessionKeys
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, payload, running_suite, status_details
 
@@ -31,9 +29,9 @@ def settings(redis_url: str, redis_prefix: str) -> Any:
         update={
             "redis_url": redis_url,
             "redis_key_prefix": redis_prefix,
-            "reaper_interval_s": 3600.0,  # only the log itself can end the dead turn in time
             "turn_lease_ttl_s": 2,
             "turn_lease_renew_s": 0.5,
+            "takeover_poll_s": 0.2,
         }
     )
 
@@ -45,60 +43,43 @@ async def read_all(call: Any) -> list[events_pb2.RuntimeEvent]:
     return events
 
 
-async def next_events(call: Any) -> list[events_pb2.RuntimeEvent]:
-    """The events of a Subscribe stream's next message that has any (heartbeats skipped)."""
-    while not (message := await asyncio.wait_for(call.read(), TIMEOUT_S)).events:
-        pass
-    return list(message.events)
+async def read_until(call: Any, events: list[events_pb2.RuntimeEvent], what: str) -> None:
+    while not any(payload(e) == what for e in events):
+        message = await asyncio.wait_for(call.read(), TIMEOUT_S)
+        assert message is not grpc.aio.EOF, f"the stream ended before a {what} event: {events}"
+        events.extend(message.events)
 
 
-def accepted(turn_id: str) -> events_pb2.RuntimeEvent:
-    status = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
-    return events_pb2.RuntimeEvent(turn_id=turn_id, status=status)
-
-
-async def test_a_dead_gateways_turn_ends_before_the_sessions_next_turn_starts(
-    redis_url: str, redis_prefix: str
-) -> None:
+async def test_a_turn_no_runtime_took_runs_when_a_runtime_comes_back(redis_url: str, redis_prefix: str) -> None:
     async with running_suite(settings(redis_url, redis_prefix)) as (suite, stubs):
-        gateway, sessions = stubs["gateway"], stubs["sessions"]
-        events: RedisEventLog = suite.servers["gateway"].app.mounts[0].servicer.events
+        gateway = stubs["gateway"]
         session_id = await new_session(gateway)
-        tenant = SUITE_SETTINGS.tenant_id
-        # What a gateway killed mid-turn leaves: its turn open in the log and the session's lease, neither renewed.
-        dead = "dead0000000000000000000000000000"
-        delta = events_pb2.RuntimeEvent(turn_id=dead, assistant_delta=events_pb2.AssistantDelta(text="half"))
-        await events.append(session_id, [accepted(dead), delta], opened=OpenTurn(session_id, dead, tenant, ttl_s=1))
-        await sessions.AcquireTurnLease(
-            sessions_pb2.AcquireTurnLeaseRequest(tenant_id=tenant, session_id=session_id, turn_id=dead, ttl_seconds=2)
-        )
-        watcher = gateway.Subscribe(gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=2))
+        await suite.servers["runtime"].stop(0)  # every runtime replica away
 
-        # The client sends again, queued behind the lease: its turn starts the moment the lease lapses.
-        retried = await read_all(
-            gateway.SendMessage(
-                gateway_pb2.SendMessageRequest(
-                    session_id=session_id,
-                    content="What is 6 * 7?",
-                    multitask_strategy=sessions_pb2.MULTITASK_STRATEGY_ENQUEUE,
-                ),
-                timeout=TIMEOUT_S,
-            )
+        call = gateway.SendMessage(
+            gateway_pb2.SendMessageRequest(session_id=session_id, content="What is 6 * 7?"), timeout=TIMEOUT_S * 3
         )
-        assert payload(retried[-1]) == "final" and "42" in retried[-1].final.text
+        events: list[events_pb2.RuntimeEvent] = []
+        await read_until(call, events, "native_notice")
+        assert events[0].status.text == "accepted"
+        notice = events[-1].native_notice
+        assert notice.kind == "waiting_for_runtime" and "takes it over" in notice.text, notice
 
-        end = (await next_events(watcher))[0]
-        watcher.cancel()
-        assert end.turn_id == dead and end.seq == 3, "the dead turn's watcher gets its end"
-        assert end.error.kind == events_pb2.ERROR_KIND_UNAVAILABLE and end.error.retryable
-        assert "gateway lost" in end.error.message
-        assert retried[0].seq == 4, "the new turn starts after the dead one's end"
-        whole = await read_all(
-            gateway.Subscribe(gateway_pb2.SubscribeRequest(session_id=session_id, stop_when_idle=True))
+        await suite.restart("runtime")
+        events += await read_all(call)  # the same stream goes on
+        assert payload(events[-1]) == "final" and "42" in events[-1].final.text, events[-1]
+        assert "taken over" in [e.status.text for e in events if payload(e) == "status"]
+        assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
+        assert {e.turn_id for e in events} == {events[0].turn_id}
+
+        # Its messages were stored once, and the session takes the next turn at once.
+        listed = await stubs["sessions"].ListMessages(
+            sessions_pb2.ListMessagesRequest(tenant_id=SUITE_SETTINGS.tenant_id, session_id=session_id)
         )
-        ends = [(e.turn_id, payload(e)) for e in whole if payload(e) in ("final", "error")]
-        assert ends == [(dead, "error"), (retried[0].turn_id, "final")]
-        assert [t for t in await events.expired_turns() if t.session_id == session_id] == []
+        assert {m.turn_id for m in listed.messages} == {events[0].turn_id}
+        assert [m.content for m in listed.messages].count("What is 6 * 7?") == 1
+        again = await read_all(gateway.SendMessage(gateway_pb2.SendMessageRequest(session_id=session_id, content="hi")))
+        assert payload(again[-1]) == "final", again[-1]
 
 
 async def test_deleting_a_session_while_its_turn_runs_stops_the_turn_without_a_new_log(
@@ -106,18 +87,16 @@ async def test_deleting_a_session_while_its_turn_runs_stops_the_turn_without_a_n
 ) -> None:
     async with running_suite(settings(redis_url, redis_prefix)) as (suite, stubs):
         gateway = stubs["gateway"]
-        servicer = suite.servers["gateway"].app.mounts[0].servicer
+        runtime = suite.servers["runtime"].app.mounts[0].servicer.runner
         session_id = await new_session(gateway)
         call = gateway.SendMessage(gateway_pb2.SendMessageRequest(session_id=session_id, content=LONG))
         got: list[events_pb2.RuntimeEvent] = []
-        while not any(payload(e) == "assistant_delta" for e in got):
-            got += (await asyncio.wait_for(call.read(), TIMEOUT_S)).events
-        _, turn = servicer.turns._running[session_id]
+        await read_until(call, got, "assistant_delta")
         assert (await gateway.DeleteSession(gateway_pb2.DeleteSessionRequest(session_id=session_id))).deleted
 
         # The caller's stream ends: DeleteSession cancels the turn and gives it a moment to log its
-        # end (ERROR_KIND_CANCELLED, or final if it got there first) before the log goes; a turn
-        # later than that meets the dropped log.
+        # end (ERROR_KIND_CANCELLED, or final if it got there first) before the session goes; a
+        # later event meets the tombstone.
         try:
             rest = await read_all(call)
         except grpc.aio.AioRpcError as exc:
@@ -128,15 +107,14 @@ async def test_deleting_a_session_while_its_turn_runs_stops_the_turn_without_a_n
             end = rest[-1]
             assert payload(end) == "final" or end.error.kind == events_pb2.ERROR_KIND_CANCELLED, end
 
-        await asyncio.wait_for(asyncio.gather(turn, return_exceptions=True), TIMEOUT_S)  # the turn stopped
-        assert not servicer.turns.running_turn(session_id)
+        await asyncio.wait_for(runtime.idle(), TIMEOUT_S)  # the runtime's turn stopped
         keys = SessionKeys(redis_prefix, session_id)
-        stream = keys.key("events")
         admin = redis.Redis.from_url(redis_url)
         try:
-            assert admin.exists(keys.key("events:dropped")) == 1, "the session's log was dropped"
-            assert admin.exists(keys.key("events:seq")) == 0, "the turn must not start the session's log anew"
-            assert admin.xlen(stream) <= 1  # `drop`'s marker alone
-            assert int(admin.ttl(stream)) <= 600
+            assert admin.exists(keys.key("events:dropped")) == 1, "the session's tombstone"
+            assert admin.exists(keys.key("s")) == 0, "the turn must not write the session anew"
+            stream = admin.xrange(keys.key("events"))
+            assert [fields for _, fields in stream] == [{b"dropped": b"1"}], "the drop marker alone"
+            assert int(admin.ttl(keys.key("events"))) <= 600
         finally:
             admin.close()

@@ -108,9 +108,10 @@ async def test_a_turn_is_one_trace_spanning_every_service(spans: InMemorySpanExp
     assert events[-1].WhichOneof("payload") == "final"
 
     # The runtime's server span names the turn; every span of its trace belongs to this turn.
-    run_turn = await wait_for_span(spans, f"/{RUNTIME}/RunTurn", SpanKind.SERVER)
+    run_turn = await wait_for_span(spans, f"/{RUNTIME}/StartTurn", SpanKind.SERVER)
     assert run_turn.attributes is not None and run_turn.attributes["cogmesh.turn_id"] == turn_id
-    await wait_for_span(spans, f"/{SESSIONS}/ReleaseTurnLease", SpanKind.SERVER)
+    runner = traced_suite.servers["runtime"].app.mounts[0].servicer.runner
+    await asyncio.wait_for(runner.idle(), TIMEOUT_S)  # the turn's task ends after its last call (its end's append)
     trace_id = run_turn.context.trace_id
     tree = [s for s in spans.get_finished_spans() if s.context.trace_id == trace_id]
 
@@ -120,10 +121,10 @@ async def test_a_turn_is_one_trace_spanning_every_service(spans: InMemorySpanExp
     root = roots[0]
     assert root.kind == SpanKind.SERVER
 
-    # Gateway -> runtime, from the gateway's background turn task, under the caller's request.
-    runtime_server = one(tree, f"{RUNTIME}/RunTurn", SpanKind.SERVER)
+    # Gateway -> runtime, from the gateway's background hand-over task, under the caller's request.
+    runtime_server = one(tree, f"{RUNTIME}/StartTurn", SpanKind.SERVER)
     runtime_client = parent_of(tree, runtime_server)
-    assert runtime_client.kind == SpanKind.CLIENT and runtime_client.name == f"/{RUNTIME}/RunTurn"
+    assert runtime_client.kind == SpanKind.CLIENT and runtime_client.name == f"/{RUNTIME}/StartTurn"
     assert parent_of(tree, runtime_client) is root
     # Gateway -> sessions for the lease.
     lease = one(tree, f"{SESSIONS}/AcquireTurnLease", SpanKind.SERVER)
@@ -138,7 +139,8 @@ async def test_a_turn_is_one_trace_spanning_every_service(spans: InMemorySpanExp
         assert client.kind == SpanKind.CLIENT and client.name == server.name, server.name
         assert server.parent is not None and server.parent.is_remote, server.name
         assert parent_of(tree, client).kind == SpanKind.SERVER, server.name
-    # The runtime's calls to policy, context, sessions and models hang under its RunTurn span.
+    # The runtime's calls to policy, context, sessions and models, made by the turn's task after StartTurn
+    # answered, hang under its StartTurn span.
     called_by_runtime = {
         s.name.split("/")[1]
         for s in tree

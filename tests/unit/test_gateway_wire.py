@@ -9,8 +9,8 @@ import grpc
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.event_log import Batch, MemoryEventLog, wire_entry
 from gateway.servicer import encoded
+from services.kit.event_log import Batch, SessionLog, tail, wire_entry
 from services.kit.server import ObservabilityInterceptor
 
 
@@ -48,13 +48,12 @@ def test_an_empty_batch_is_an_empty_response() -> None:
 
 
 async def test_log_reads_carry_the_encoding_of_exactly_their_events_across_trims() -> None:
-    log = MemoryEventLog(retention=8, max_batch=3)
+    log = SessionLog(retention=8)
     for i in range(30):  # several retention trims
-        await log.append(
-            "s", [events_pb2.RuntimeEvent(turn_id="t", assistant_delta=events_pb2.AssistantDelta(text=f"w{i}"))]
-        )
+        text = events_pb2.AssistantDelta(text=f"w{i}")
+        log.add([events_pb2.RuntimeEvent(seq=i + 1, turn_id="t", assistant_delta=text)])
     seen = 0
-    async for batch in log.read("s", 24, 5):
+    async for batch in tail("s", log, 24, 5, max_lag=5_000, max_batch=3):
         assert isinstance(batch, Batch) and 0 < len(batch) <= 3
         assert batch.wire == gateway_pb2.SubscribeResponse(events=batch).SerializeToString()
         assert [e.assistant_delta.text for e in gateway_pb2.SubscribeResponse.FromString(batch.wire).events] == [

@@ -14,7 +14,7 @@ from cogmesh.client.errors import (
     Unavailable,
 )
 from cogmesh.client.gateway import GatewayClient
-from cogmesh.client.results import Pause, TurnResult, is_paused, is_terminal, kind
+from cogmesh.client.results import Pause, TurnResult, is_paused, is_terminal, kind, voided
 from cogmesh.client.sync import Client
 from cogmesh.client.tools import ClientTool, client_tool
 
@@ -39,4 +39,5 @@ __all__ = [
     "is_paused",
     "is_terminal",
     "kind",
+    "voided",
 ]

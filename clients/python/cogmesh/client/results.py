@@ -66,6 +66,21 @@ class Pause:
         return json_format.MessageToDict(self.event.approval_required.arguments)
 
 
+def voided(events: list[events_pb2.RuntimeEvent]) -> set[int]:
+    """Seqs of events that no longer count: the part of a step that ran again on another runtime replica.
+
+    A turn taken over after its runtime stopped starts with a `native_notice` of kind
+    "step_retried" whose metadata names the void range (void_after_seq, void_through_seq].
+    """
+    void: set[int] = set()
+    for event in events:
+        if event.HasField("native_notice") and event.native_notice.kind == "step_retried":
+            fields = event.native_notice.metadata.fields
+            after, through = int(fields["void_after_seq"].number_value), int(fields["void_through_seq"].number_value)
+            void.update(range(after + 1, through + 1))
+    return void
+
+
 @dataclass
 class TurnResult:
     """Everything a turn's stream carried, and its outcome: `ok` (final), `error`, or `pause`."""
@@ -93,7 +108,10 @@ class TurnResult:
         """The final answer, or what was streamed before an error or a pause."""
         if self.ok:
             return str(self.last.final.text)
-        return "".join(e.assistant_delta.text for e in self.events if e.HasField("assistant_delta"))
+        void = voided(self.events)
+        return "".join(
+            e.assistant_delta.text for e in self.events if e.HasField("assistant_delta") and e.seq not in void
+        )
 
     @property
     def final(self) -> events_pb2.FinalResult | None:
