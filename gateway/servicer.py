@@ -347,25 +347,32 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
                     )
                 ]
             )
-        if checkpoint.HasField("decision"):
+        decided = checkpoint.HasField("decision")
+        if decided and _answer_key(checkpoint.decision) != _answer_key(decision):
             # Decided already (a resume in progress, or one that failed to start): the same answer
             # resumes (or follows) the turn, whoever sends it; a different one is refused.
-            if _answer_key(checkpoint.decision) != _answer_key(decision):
-                raise FailedPrecondition(
-                    f"interrupt {interrupt_id!r} was already answered differently; the first answer wins",
-                    metadata={"interrupt_id": interrupt_id, "turn_id": checkpoint.turn_id},
-                )
-        else:
-            principal = auth.current.get(None)
-            decision.decided_by = principal.name if principal is not None else ""
-            await call(
-                "sessions",
-                self.clients.sessions.DecideCheckpoint,
-                sessions_pb2.DecideCheckpointRequest(
-                    tenant_id=tenant, session_id=session_id, interrupt_id=interrupt_id, decision=decision
-                ),
+            raise FailedPrecondition(
+                f"interrupt {interrupt_id!r} was already answered differently; the first answer wins",
+                metadata={"interrupt_id": interrupt_id, "turn_id": checkpoint.turn_id},
             )
-        return await self.turns.resume(tenant, session_id, checkpoint, deadline_s)
+        principal = auth.current.get(None)
+        decision.decided_by = principal.name if principal is not None else ""
+
+        async def decide_and_resume() -> tuple[str, int]:
+            if not decided:
+                await call(
+                    "sessions",
+                    self.clients.sessions.DecideCheckpoint,
+                    sessions_pb2.DecideCheckpointRequest(
+                        tenant_id=tenant, session_id=session_id, interrupt_id=interrupt_id, decision=decision
+                    ),
+                )
+            return await self.turns.resume(tenant, session_id, checkpoint, deadline_s)
+
+        # A caller that hangs up once its answer is recorded must not leave the turn decided but paused.
+        answering = asyncio.ensure_future(decide_and_resume())
+        answering.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, if we left
+        return await asyncio.shield(answering)
 
     @staticmethod
     def _approval_decision(

@@ -139,6 +139,40 @@ async def rpc_error(coroutine: Any) -> grpc.aio.AioRpcError:
 # --------------------------------------------------------------------------- approvals
 
 
+async def test_an_answer_whose_caller_hangs_up_mid_resume_still_resumes_the_turn(env: Env) -> None:
+    """The caller cancels ResolveApproval while the gateway waits for a runtime to take the resumed
+    turn: the answer is recorded, so the resume goes on without the caller and the turn finishes."""
+    session_id = await new_session(env.gateway, agent="careful")
+    paused = await stream(env.gateway.SendMessage(message(session_id, "What is 2 * 21?"), timeout=TIMEOUT_S))
+    approval = paused[-2].approval_required
+    runtime = env.suite.servers["gateway"].app.mounts[0].servicer.turns.clients.runtime
+    original, reached, release = runtime.ContinueTurn, asyncio.Event(), asyncio.Event()
+
+    async def slow_continue(request: Any, **options: Any) -> Any:
+        reached.set()
+        await release.wait()
+        return await original(request, **options)
+
+    runtime.ContinueTurn = slow_continue
+    try:
+        resolve = gateway_pb2.ResolveApprovalRequest(
+            session_id=session_id, interrupt_id=approval.interrupt_id, decision=events_pb2.APPROVAL_DECISION_APPROVE
+        )
+        call = env.gateway.ResolveApproval(resolve, timeout=TIMEOUT_S)
+        await asyncio.wait_for(reached.wait(), TIMEOUT_S)  # recorded; the resume is on its way
+        call.cancel()
+        release.set()
+        watcher = env.gateway.Subscribe(gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=paused[-1].seq))
+        rest: list[events_pb2.RuntimeEvent] = []
+        async with asyncio.timeout(TIMEOUT_S):
+            while not any(payload(e) == "final" for e in rest):
+                rest += (await watcher.read()).events
+        watcher.cancel()
+        assert rest[-1].final.text == "2 * 21 = 42." and rest[-1].turn_id == paused[0].turn_id
+    finally:
+        runtime.ContinueTurn = original
+
+
 async def test_approval_pauses_the_turn_and_resolving_it_finishes_the_same_turn(env: Env) -> None:
     session_id = await new_session(env.gateway, agent="careful")
     paused = await stream(env.gateway.SendMessage(message(session_id, "What is 17 * 23?"), timeout=TIMEOUT_S))
