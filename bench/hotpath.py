@@ -433,6 +433,11 @@ def cell(value: float, digits: int = 1) -> str:
     return "-" if math.isnan(value) else f"{value:,.{digits}f}"
 
 
+def ratio(value: float, base: float) -> float:
+    """value / base; NaN when the base measured nothing (a tiny run's CPU below one clock tick)."""
+    return value / base if base and not math.isnan(base) else math.nan
+
+
 def find(rows: list[dict[str, Any]], workload: str, concurrency: int, system: str) -> dict[str, Any] | None:
     return next(
         (r for r in rows if (r["workload"], r["concurrency"], r["system"]) == (workload, concurrency, system)), None
@@ -483,8 +488,8 @@ def targets(rows: list[dict[str, Any]]) -> list[list[str]]:
             [
                 f"CPU per turn, all processes, {label}",
                 "<= 1.5x SDK and < LangGraph",
-                f"cogmesh {cell(ours_cpu, 2)} ms = {cell(ours_cpu / sdk_cpu, 2)}x SDK ({cell(sdk_cpu, 2)} ms), "
-                f"{cell(ours_cpu / graph_cpu, 2)}x LangGraph ({cell(graph_cpu, 2)} ms)",
+                f"cogmesh {cell(ours_cpu, 2)} ms = {cell(ratio(ours_cpu, sdk_cpu), 2)}x SDK ({cell(sdk_cpu, 2)} ms), "
+                f"{cell(ratio(ours_cpu, graph_cpu), 2)}x LangGraph ({cell(graph_cpu, 2)} ms)",
                 verdict(ok),
             ]
         )
@@ -492,8 +497,8 @@ def targets(rows: list[dict[str, Any]]) -> list[list[str]]:
         ours_row, sdk_row = find(rows, "paced", 200, system), find(rows, "paced", 200, "sdk")
         if ours_row is None or sdk_row is None:
             continue
-        p50 = ours_row["ms"]["full_p50"] / sdk_row["ms"]["full_p50"]
-        p99 = ours_row["ms"]["full_p99"] / sdk_row["ms"]["full_p99"]
+        p50 = ratio(ours_row["ms"]["full_p50"], sdk_row["ms"]["full_p50"])
+        p99 = ratio(ours_row["ms"]["full_p99"], sdk_row["ms"]["full_p99"])
         out.append(
             [
                 f"200 paced turns at once, full turn ({'Redis' if 'redis' in system else 'memory'} stores)",
@@ -548,8 +553,8 @@ def report(data: dict[str, Any]) -> str:
                 cell(total, 2),
                 cell(row["cpu_ms"]["client"], 2),
                 cell(total - row["cpu_ms"]["client"], 2),
-                f"{cell(total / sdk, 2)}x",
-                f"{cell(total / graph, 2)}x",
+                f"{cell(ratio(total, sdk), 2)}x",
+                f"{cell(ratio(total, graph), 2)}x",
                 cell(total * row["turns"] / 1000 / row["wall_s"], 2),
                 cell(row["model_server_cores"], 2),
             ]

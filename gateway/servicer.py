@@ -535,6 +535,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         )
         if reply.session.active_turn_id:
             return False  # a turn holds the lease: more is coming
+        if cursor < await self.events.last_seq(session_id):
+            return False  # a turn ended since the first look: its end and the lease's release are one write
         # Nothing runs: the log ends with a turn's end, or with a pause that waits for an answer.
         return await self.events.ends_with_turn_end(session_id) or bool(reply.state.pending_interrupt_ids)
 

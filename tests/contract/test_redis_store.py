@@ -7,6 +7,7 @@ import asyncio
 import pytest
 import redis
 
+from services.kit.redis_event_log import DROP_WAKE_S, DROPPED_TTL_S
 from services.kit.redis_keys import SessionKeys, TenantKeys, identity_key
 from services.sessions.model import NewSession, SessionNotFound, Strategy
 from services.sessions.redis_store import RedisSessionStore
@@ -91,7 +92,13 @@ async def test_session_keys_share_one_slot_carry_the_ttl_and_vanish_with_the_ses
             assert 0 < direct.pttl(key) <= 60_000, key
         assert await store.delete("acme", sid)
         left = {k.decode() for k in direct.scan_iter(match=f"{prefix}*")}
-        assert left <= {tenant.seq}, left
+        # What stays: the tombstone that refuses a late append and, for a while, the marker that ends
+        # readers of the session's log on every replica; both expire.
+        marker, tombstone = session.key("events"), session.key("events:dropped")
+        assert left <= {tenant.seq, marker, tombstone}, left
+        assert 0 < direct.pttl(tombstone) <= DROPPED_TTL_S * 1000
+        assert 0 < direct.pttl(marker) <= DROP_WAKE_S * 1000
+        assert [fields for _, fields in direct.xrange(marker)] == [{b"dropped": b"1"}]
     finally:
         direct.close()
         await store.close()

@@ -31,7 +31,9 @@ from tests.integration.conftest import (
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 STALL_S = 1.0
-SETTINGS = SUITE_SETTINGS.model_copy(update={"subscriber_stall_s": STALL_S})
+# The built-in model waits 1 ms before each chunk: LONG's 4,000 deltas take seconds, so a second
+# message always finds the first turn running (without it the runtime finishes LONG in milliseconds).
+SETTINGS = SUITE_SETTINGS.model_copy(update={"subscriber_stall_s": STALL_S, "local_delay_ms": 1})
 LONG = "w " * 12_000  # about 4,000 streamed deltas: a turn that runs for a while
 # A client whose HTTP/2 receive window stays at 1 KiB: once it stops reading, the server cannot send.
 TINY_WINDOW = [("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)]

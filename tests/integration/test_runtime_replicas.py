@@ -42,7 +42,7 @@ async def gateway(suite: Suite) -> AsyncIterator[gateway_pb2_grpc.GatewayService
 def turns_on(server: RunningServer) -> set[tuple[str, str]]:
     """(session_id, turn_id) of the turns the runtime replica is running now."""
     servicer: Any = server.app.mounts[0].servicer
-    return set(servicer._running)
+    return set(servicer.runner._running)
 
 
 def running(server: RunningServer) -> int:
