@@ -33,6 +33,7 @@ ALL = [
     "peer",
     "concurrency",
     "hotpath",
+    "journal",
 ]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
@@ -42,6 +43,7 @@ QUICK = {
     "peer": ["--no-peer", "--turns", "8", "--rounds", "1", "--warmup", "2"],
     "concurrency": ["--levels", "4,12", "--warmup", "2", "--settle", "0.2"],
     "memory": ["--sizes", "1000", "--queries", "30"],
+    "journal": ["--turns", "5", "--rounds", "1", "--concurrency", "1"],
     "hotpath": [
         "--no-peer",
         "--levels",

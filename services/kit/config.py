@@ -143,6 +143,11 @@ class Settings(BaseSettings):
     max_takeovers: int = Field(
         3, ge=0, description="takeovers a turn gets; a turn whose runtime keeps stopping then ends with an error"
     )
+    journal_steps: bool = Field(
+        True,
+        description="record each step of a turn in its journal; false only to measure what the journal costs "
+        "(bench.journal): a turn taken over then starts again from its request, its tools run again",
+    )
     handover_grace_s: float = Field(
         2.0,
         ge=0,

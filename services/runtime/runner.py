@@ -157,6 +157,7 @@ class TurnRunner:
             outage_s=self.settings.event_log_outage_s,
             previous_state=state,
             meter=TurnMeter(how) if self.settings.metrics else None,
+            record_steps=self.settings.journal_steps,
         )
 
     def deadline_of(self, request: runtime_pb2.RunTurnRequest | runtime_pb2.ResumeTurnRequest) -> float:

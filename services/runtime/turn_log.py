@@ -71,12 +71,14 @@ class TurnLog:
         previous_state: dict[str, Any] | None = None,
         on_lost: Callable[[TurnLost], None] | None = None,
         meter: TurnMeter | None = None,
+        record_steps: bool = True,
     ) -> None:
         self.sessions = sessions
         self.tenant_id, self.session_id, self.turn_id, self.lease_token = tenant_id, session_id, turn_id, lease_token
         self.call_timeout_s, self.flush_s, self.outage_s = call_timeout_s, flush_s, outage_s
         self.on_lost = on_lost
         self.meter = meter
+        self.record_steps = record_steps
         self.last_seq = 0
         self.message_count = 0
         self.handing_over = False  # set on shutdown: the turn stops once its next step is stored
@@ -113,6 +115,10 @@ class TurnLog:
 
     async def record(self, kind: str, state: dict[str, Any]) -> None:
         """The loop's Journal: the state after step `kind`, stored before what follows it has effects."""
+        if not self.record_steps and kind != PAUSE:  # COGMESH_JOURNAL_STEPS=false: a takeover starts over
+            if self.handing_over:
+                raise HandedOver()
+            return
         payload = encode_state(state, self._state)
         self._state = state
         await self.record_raw(kind, payload)

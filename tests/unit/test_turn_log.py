@@ -446,6 +446,20 @@ async def test_handing_over_stops_the_turn_once_its_step_is_stored(sessions: Fak
     assert log.failure is None, "not lost: another replica goes on from that step"
 
 
+async def test_without_step_records_only_a_pause_is_journaled_as_a_delta_of_what_was_stored(
+    sessions: FakeSessions, make_log: MakeLog
+) -> None:
+    """COGMESH_JOURNAL_STEPS=false (bench.journal's baseline): steps are not recorded, a pause still is,
+    whole, since no state before it was stored."""
+    log = make_log(record_steps=False)
+    for kind in ("start", "model", "decide", "tool", "step"):
+        await log.record(kind, state(1, ["q"], []))
+    await log.record("pause", state(2, ["q", "a"], ["a"]))
+    await idle()
+    assert kinds(sessions.stored) == ["pause"]
+    assert replay(sessions.journal).state == state(2, ["q", "a"], ["a"])
+
+
 async def test_listeners_hear_each_event_with_its_seq_after_its_append(
     sessions: FakeSessions, make_log: MakeLog
 ) -> None:
