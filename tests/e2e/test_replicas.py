@@ -13,35 +13,18 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.e2e.test_cogmesh_up import free_ports
+from tests.support.replica_processes import PROCESSES, wait_serving
 
 LONG = "w " * 9_000  # about 3,000 streamed deltas, 1 ms apart: a turn still running when the test acts on it
-PROCESSES = [  # name, module
-    ("models", "services.models"),
-    ("sessions", "services.sessions"),
-    ("context", "services.context"),
-    ("policy", "services.policy"),
-    ("runtime_a", "services.runtime"),
-    ("runtime_b", "services.runtime"),
-    ("gateway_a", "gateway"),
-    ("gateway_b", "gateway"),
-]
 
 
 @dataclass
 class Replicas:
     addresses: dict[str, str]
-
-
-def wait_serving(address: str, timeout_s: float = 30) -> None:
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        grpc.channel_ready_future(channel).result(timeout=timeout_s)
-        assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
 
 
 @pytest.fixture(scope="module")

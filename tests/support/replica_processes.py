@@ -11,8 +11,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from tests.e2e.test_cogmesh_up import free_ports
-from tests.e2e.test_replicas import wait_serving
 
 PROCESSES = [  # name, module
     ("models", "services.models"),
@@ -25,6 +27,14 @@ PROCESSES = [  # name, module
     ("gateway_b", "gateway"),
 ]
 RUNTIMES, GATEWAYS = ["runtime_a", "runtime_b"], ["gateway_a", "gateway_b"]
+
+
+def wait_serving(address: str, timeout_s: float = 30) -> None:
+    """Until the process at `address` answers its health check SERVING (blocking)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+        assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
 
 
 @dataclass
