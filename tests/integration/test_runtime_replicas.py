@@ -123,3 +123,22 @@ async def test_a_draining_replica_finishes_its_turn_and_gets_no_new_ones(
         second.drain_s = 0.0
         draining.cancel()
         await asyncio.gather(draining, return_exceptions=True)
+
+
+async def test_a_stopped_replica_hands_its_turn_to_the_other_in_memory_mode(
+    suite: Suite, gateway: gateway_pb2_grpc.GatewayServiceStub
+) -> None:
+    """No Redis: the sessions service's own store keeps the journal and the leases, so a runtime
+    replica stopped mid-turn (a deploy) hands the turn over and the other replica finishes it."""
+    turn = Turn(gateway, await new_session(gateway))
+    await until(lambda: sum(running(r) for r in suite.replicas("runtime")) == 1)
+    name = next(n for n, server in suite.servers.items() if server in suite.replicas("runtime") and running(server))
+    try:
+        await suite.servers[name].stop(grace=0)
+        events = await turn.end()
+        assert events[-1].HasField("final"), events[-1]
+        assert "taken over" in [e.status.text for e in events if e.HasField("status")]
+        seqs = [e.seq for e in events]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    finally:
+        await suite.restart(name)
