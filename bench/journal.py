@@ -7,8 +7,9 @@ taken over would start again), on the memory store and on Redis (a private
 redis-server), in alternating rounds so that drift of the shared machine hits both.
 The turn is "What is 6 * 7?" to the built-in model with the calculator: after its
 request, five steps are recorded (start, the model step that calls the tool, decide,
-tool, step); the model step that answers goes out with the turn's end. The built-in model costs almost nothing, so the ratio is the journal's share of
-cogmesh's own work (with a real provider's client in the runtime it is smaller).
+tool, step); the model step that answers goes out with the turn's end. The built-in
+model costs almost nothing, so the ratio is the journal's share of cogmesh's own work
+(with a real provider's client in the runtime it is smaller).
 
 Per turn: CPU seconds of every process (client, services, Redis; from /proc), the full
 turn's p50, and the journal's records (read back with GetJournal). Per step: the CPU
