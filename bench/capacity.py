@@ -66,15 +66,18 @@ SUITE: dict[str, object] = {
 }
 READY_TIMEOUT_S = 120.0
 SERVICES = ["client", "gateway", "runtime", "sessions", "context", "policy", "models", "memory", "redis"]
+PACE_MS = 20.0  # a chunk every 20 ms: ~50 tokens/s, a hosted model's streaming pace
 TOLERANCE = 0.15  # issue 17: throughput per core within 15% when replicas share the cores
 # (label, gateways, runtime workers); the first is the baseline of the ratios.
 REPLICAS = [("1 gateway, 1 runtime", 1, 1), ("1 gateway, 2 runtimes", 1, 2), ("2 gateways, 2 runtimes", 2, 2)]
 
 
 @contextlib.asynccontextmanager
-async def running(redis_url: str, gateways: int = 1, runtimes: int = 0) -> AsyncIterator[dict[str, Any]]:
+async def running(
+    redis_url: str, gateways: int = 1, runtimes: int = 0, delay_ms: float = 0.0
+) -> AsyncIterator[dict[str, Any]]:
     """The suite on Redis with `gateways` gateway processes (harness.suite runs one) and `runtimes` workers."""
-    overrides = SUITE | {"redis_url": redis_url, "runtime_workers": runtimes}
+    overrides = SUITE | {"redis_url": redis_url, "runtime_workers": runtimes, "local_delay_ms": delay_ms}
     addresses = suite_addresses(runtimes)
     if gateways > 1:
         addresses["gateway_addr"] = ",".join(f"127.0.0.1:{port}" for port in free_ports(gateways))
@@ -279,6 +282,21 @@ async def single(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def paced(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """(a), (b) again with the model at a model's pace: a chunk every PACE_MS, many turns open at once.
+
+    Deltas then arrive one by one, so the runtime's appends coalesce fewer of them (one per
+    flush window, services/runtime/turn_log.py) and turns hold their leases for longer.
+    """
+    async with running(redis_url, delay_ms=PACE_MS) as system:
+        await turns(system, await create_sessions(system, 10), list(WORKLOADS), 4)  # warm-up
+        measured = {}
+        for name in WORKLOADS:
+            measured[name] = await turns(system, await create_sessions(system, args.turns), [name], args.open_turns)
+            print(f"  {name} at a model's pace: {measured[name]['cpu_ms_total']:.2f} ms CPU/turn", flush=True)
+    return measured
+
+
 async def replicas(redis_url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """(d): the same turns with 1 and 2 runtimes / gateways on this machine's cores, in alternating rounds."""
     rows = []
@@ -331,10 +349,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         version = (await client.info("server"))["redis_version"]
         await client.flushall()  # the replica runs start on an empty Redis
         await client.aclose()
+        print(f"the model at a model's pace ({PACE_MS:g} ms per chunk)", flush=True)
+        at_pace = await paced(redis_url, args)
         print("replicas on the same cores", flush=True)
         rows = await replicas(redis_url, args)
     summary = replica_summary(rows)
     return measured | {
+        "paced": at_pace,
         "replica_rows": rows,
         "replicas": summary,
         "replicas_within_tolerance": all(r["within_tolerance"] for r in summary),
@@ -349,19 +370,28 @@ def fmt(value: float, digits: int = 2) -> str:
 
 def report(data: dict[str, Any]) -> str:
     p = data["params"]
-    turns_ = data["turns"]
+    turns_ = [*data["turns"].items(), *((f"{n}, paced", m) for n, m in data["paced"].items())]
     cpu_rows = [
-        [name, *(fmt(m["cpu_ms"].get(s, 0.0)) for s in SERVICES), fmt(m["cpu_ms_total"])] for name, m in turns_.items()
+        [
+            name,
+            m["concurrency"],
+            *(fmt(m["cpu_ms"].get(s, 0.0)) for s in SERVICES),
+            fmt(m["cpu_ms_total"]),
+            fmt(m["p50_ms"], 0),
+        ]
+        for name, m in turns_
     ]
     cpu_rows.append(
         [
             "CreateSession",
+            16,
             *(fmt(data["create_session"]["cpu_ms"].get(s, 0.0)) for s in SERVICES),
             fmt(sum(data["create_session"]["cpu_ms"].values())),
+            "",
         ]
     )
     redis_rows = []
-    for name, m in [*turns_.items(), ("CreateSession", {"redis": data["create_session"]["redis"]})]:
+    for name, m in [*turns_, ("CreateSession", {"redis": data["create_session"]["redis"]})]:
         r = m["redis"]
         top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["by_command"].items())[:6])
         redis_rows.append(
@@ -437,7 +467,10 @@ def report(data: dict[str, Any]) -> str:
             "",
             "## (a) CPU ms per turn, by process",
             "",
-            table(["turn", *SERVICES, "total"], cpu_rows),
+            f"`paced`: the model sends a chunk every {PACE_MS:g} ms (COGMESH_LOCAL_DELAY_MS, ~50 tokens/s), "
+            f"{p['open_turns']} turns at once.",
+            "",
+            table(["turn", "at once", *SERVICES, "total", "p50 ms"], cpu_rows),
             "",
             "## (b) Redis per turn",
             "",
@@ -500,14 +533,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=300, help="turns per workload for (a)-(c)")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--open-turns", type=int, default=64, help="turns at once at a model's pace")
     parser.add_argument("--replica-turns", type=int, default=600, help="turns per configuration and round for (d)")
     parser.add_argument("--saturate", type=int, default=32, help="turns at once for (d)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--idle-s", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="a tiny run: checks the bench, not the figures")
     args = parser.parse_args()
     if args.quick:
-        args.turns, args.concurrency, args.replica_turns, args.saturate, args.rounds, args.idle_s = 25, 4, 20, 8, 1, 1.0
+        args.turns, args.concurrency, args.open_turns, args.replica_turns = 25, 4, 8, 20
+        args.saturate, args.rounds, args.idle_s = 8, 1, 1.0
     data = asyncio.run(run(args))
     write_data("capacity", data)
     text = report(data)
