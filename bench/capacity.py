@@ -42,6 +42,7 @@ from bench.harness import (
     free_ports,
     median,
     percentile,
+    read_data,
     rss_bytes,
     suite_addresses,
     table,
@@ -53,7 +54,7 @@ from bench.sessions import private_redis
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.kit.addresses import channel_target
 from services.kit.config import Settings
-from services.suite.supervisor import Supervisor
+from services.suite.supervisor import Supervisor, runtime_workers
 
 TOKENS = 50
 WORKLOADS = {"tool": "What is 6 * 7?", "tokens50": "Tell me something."}
@@ -245,6 +246,7 @@ async def subscribers(system: dict[str, Any], sessions: list[str], idle_s: float
 async def single(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
     """(a)-(c) on the suite as `cogmesh up` runs it here (1 gateway, a runtime worker per core, at least 2)."""
     async with running(redis_url) as system:
+        workers = len(system["supervisor"].of("runtime"))
         await turns(system, await create_sessions(system, 10), list(WORKLOADS), 4)  # warm-up
         quiet = await idle(system, args.idle_s)
         rss_before = rss(system)
@@ -268,6 +270,7 @@ async def single(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
         subscribed = await subscribers(system, [s for group in per_workload.values() for s in group], args.idle_s)
         print(f"  subscribers: {subscribed['rss_per_subscriber']['gateway']:.0f} B gateway RSS each", flush=True)
     return {
+        "runtime_workers": workers,
         "idle": quiet,
         "create_session": created,
         "turns": measured,
@@ -360,8 +363,156 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "replicas": summary,
         "replicas_within_tolerance": all(r["within_tolerance"] for r in summary),
         "tolerance": TOLERANCE,
-        "params": vars(args) | {"tokens": TOKENS, "cores": len(os.sched_getaffinity(0)), "redis_version": version},
+        "params": vars(args)
+        | {
+            "tokens": TOKENS,
+            "cores": len(os.sched_getaffinity(0)),
+            "redis_version": version,
+            "runtime_workers": measured["runtime_workers"],
+        },
     }
+
+
+# The capacity model (docs/capacity.md): its assumptions, then what follows from the measured figures.
+SCALES = [10_000, 100_000, 1_000_000]
+TURN_EVERY_S = 30.0  # each concurrent session sends a turn every 30 s
+TURN_S = 10.0  # a real model's turn holds its lease this long (renewed every turn_lease_renew_s)
+RENEW_S = 2.0  # Settings.turn_lease_renew_s
+RETAINED_TURNS = 20  # turns a live session keeps in Redis: 10 minutes of talk at one turn per 30 s
+UTILISATION = 0.6  # target CPU utilisation of every process and shard
+CORES_PER_POD = 2
+MIN_PODS = 2  # no service on one pod
+GATEWAY_POD_BYTES = 4 * 2**30  # memory of a gateway pod, for its subscribers
+SHARD_BYTES = 25 * 10**9  # data per Redis shard: a 32 GB node with room for fork and replication buffers
+SHARD_CORES = 1.0  # a shard executes commands on one thread
+SERVICES_SIZED = ["gateway", "runtime", "sessions", "context", "policy", "models", "memory"]
+
+
+def model_turn(data: dict[str, Any]) -> dict[str, Any]:
+    """One modelled turn: a tool call then a 50-token answer, at a model's pace (the two measured paced turns
+    together; this counts a turn's fixed cost twice), plus the lease renewals of a TURN_S turn."""
+    tool, tokens = data["paced"]["tool"], data["paced"]["tokens50"]
+    cpu = {k: tool["cpu_ms"].get(k, 0.0) + tokens["cpu_ms"].get(k, 0.0) for k in SERVICES}
+    writes = tool["redis"]["by_command"]["evalsha"] + tokens["redis"]["by_command"]["evalsha"]
+    commands = tool["redis"]["commands"] + tokens["redis"]["commands"]
+    renewals = TURN_S / RENEW_S
+    # A renewal is one script on the session like any write: its cost estimated as the average write's.
+    for name in ("sessions", "redis"):
+        cpu[name] += renewals * cpu[name] / writes
+    return {
+        "cpu_ms": cpu,
+        "redis_commands": commands * (1 + renewals / writes),
+        "redis_writes": writes + renewals,
+        "redis_bytes": tool["redis"]["bytes_in"]
+        + tool["redis"]["bytes_out"]
+        + tokens["redis"]["bytes_in"]
+        + tokens["redis"]["bytes_out"],
+        "events": tool["events_logged"] + tokens["events_logged"],
+        "renewals": renewals,
+    }
+
+
+def model(data: dict[str, Any]) -> dict[str, Any]:
+    """Cores, pods, Redis shards and memory for SCALES concurrent sessions."""
+    turn = model_turn(data)
+    mem, sub = data["memory"], data["subscribers"]
+    # The single suite ran `cogmesh up`'s default number of runtime workers (recorded since; this machine's else).
+    workers = data["params"].get("runtime_workers") or runtime_workers(Settings())
+    # Background: a runtime replica's takeover polls and a gateway's watch loop, whether turns run or not.
+    background_per_replica = data["idle"]["redis_per_s"]["commands"] / (workers + 1)
+    rows = []
+    for sessions in SCALES:
+        rate = sessions / TURN_EVERY_S
+        cores = {n: turn["cpu_ms"][n] * rate / 1000 / UTILISATION for n in SERVICES_SIZED}
+        pods = {n: max(MIN_PODS, math.ceil(c / CORES_PER_POD)) for n, c in cores.items()}
+        gateway_bytes = sessions * sub["rss_per_subscriber"]["gateway"]  # one open stream per session
+        pods["gateway"] = max(pods["gateway"], math.ceil(gateway_bytes / GATEWAY_POD_BYTES))
+        commands = turn["redis_commands"] * rate + background_per_replica * (pods["runtime"] + pods["gateway"])
+        redis_cores = turn["cpu_ms"]["redis"] * rate / 1000
+        redis_bytes = sessions * (mem["redis_bytes_per_session"] + RETAINED_TURNS * mem["redis_bytes_per_turn_kept"])
+        shards_cpu = math.ceil(redis_cores / (SHARD_CORES * UTILISATION))
+        shards_memory = math.ceil(redis_bytes / SHARD_BYTES)
+        rows.append(
+            {
+                "sessions": sessions,
+                "turns_per_s": rate,
+                "cores": cores,
+                "cores_total": sum(cores.values()),
+                "pods": pods,
+                "pods_total": sum(pods.values()),
+                "gateway_subscriber_bytes": gateway_bytes,
+                "open_turns": rate * TURN_S,
+                "redis_commands_per_s": commands,
+                "redis_writes_per_s": turn["redis_writes"] * rate,
+                "redis_bytes_per_s": turn["redis_bytes"] * rate,
+                "redis_events_per_s": turn["events"] * rate,
+                "redis_cores": redis_cores,
+                "redis_memory_bytes": redis_bytes,
+                "shards_cpu": shards_cpu,
+                "shards_memory": shards_memory,
+                "shards": max(1, shards_cpu, shards_memory),
+                "commands_per_s_per_shard": commands / max(1, shards_cpu, shards_memory),
+            }
+        )
+    return {
+        "turn": turn,
+        "rows": rows,
+        "background_commands_per_s_per_replica": background_per_replica,
+        "assumptions": {
+            "turn_every_s": TURN_EVERY_S,
+            "turn_s": TURN_S,
+            "renew_s": RENEW_S,
+            "retained_turns": RETAINED_TURNS,
+            "utilisation": UTILISATION,
+            "cores_per_pod": CORES_PER_POD,
+            "gateway_pod_bytes": GATEWAY_POD_BYTES,
+            "shard_bytes": SHARD_BYTES,
+        },
+    }
+
+
+def model_tables(data: dict[str, Any]) -> str:
+    m = model(data)
+    rows = m["rows"]
+    heads = [f"{r['sessions']:,} sessions" for r in rows]
+    per_turn = [[n, fmt(m["turn"]["cpu_ms"][n])] for n in [*SERVICES_SIZED, "redis"]] + [
+        ["Redis commands (scripts' included)", fmt(m["turn"]["redis_commands"], 0)],
+        ["Redis writes (EVALSHA), renewals included", fmt(m["turn"]["redis_writes"], 1)],
+        ["Redis bytes in + out", f"{m['turn']['redis_bytes']:,.0f}"],
+        ["events logged", fmt(m["turn"]["events"], 0)],
+    ]
+    sizing = [["turns/s", *(f"{r['turns_per_s']:,.0f}" for r in rows)]]
+    sizing += [[f"{n} cores (pods)", *(f"{r['cores'][n]:,.1f} ({r['pods'][n]})" for r in rows)] for n in SERVICES_SIZED]
+    sizing += [
+        ["all services: cores (pods)", *(f"{r['cores_total']:,.0f} ({r['pods_total']})" for r in rows)],
+        ["gateway memory for subscribers", *(f"{r['gateway_subscriber_bytes'] / 2**30:,.1f} GiB" for r in rows)],
+        ["turns open at once (leases)", *(f"{r['open_turns']:,.0f}" for r in rows)],
+        ["Redis commands/s", *(f"{r['redis_commands_per_s']:,.0f}" for r in rows)],
+        ["Redis writes (scripts)/s", *(f"{r['redis_writes_per_s']:,.0f}" for r in rows)],
+        ["Redis network MB/s (in + out)", *(f"{r['redis_bytes_per_s'] / 1e6:,.1f}" for r in rows)],
+        ["Redis CPU, cores", *(f"{r['redis_cores']:,.1f}" for r in rows)],
+        ["Redis memory", *(f"{r['redis_memory_bytes'] / 1e9:,.1f} GB" for r in rows)],
+        [
+            "Redis shards (by CPU / by memory)",
+            *(f"{r['shards']} ({r['shards_cpu']} / {r['shards_memory']})" for r in rows),
+        ],
+        ["Redis commands/s per shard", *(f"{r['commands_per_s_per_shard']:,.0f}" for r in rows)],
+    ]
+    a = m["assumptions"]
+    return "\n".join(
+        [
+            f"Assumptions: a turn every {a['turn_every_s']:g} s per session; a turn = the paced tool turn + the paced "
+            f"50-token turn, holding its lease {a['turn_s']:g} s (renewed every {a['renew_s']:g} s); "
+            f"{a['retained_turns']} turns kept per session; {a['utilisation']:.0%} target utilisation; "
+            f"{a['cores_per_pod']} cores per pod (at least {MIN_PODS} pods per service); gateway pods of "
+            f"{a['gateway_pod_bytes'] / 2**30:g} GiB; Redis shards of one core and {a['shard_bytes'] / 1e9:g} GB. "
+            f"Background Redis commands per replica: {m['background_commands_per_s_per_replica']:,.0f}/s.",
+            "",
+            table(["per modelled turn", "CPU ms / figure"], per_turn),
+            "",
+            table(["", *heads], sizing),
+        ]
+    )
 
 
 def fmt(value: float, digits: int = 2) -> str:
@@ -525,6 +676,10 @@ def report(data: dict[str, Any]) -> str:
             "",
             table(["round", "configuration", "turns/s", "cores busy", "turns per CPU-s", "load"], per_round),
             "",
+            "## The capacity model from these figures (docs/capacity.md)",
+            "",
+            model_tables(data),
+            "",
         ]
     )
 
@@ -539,7 +694,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--idle-s", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="a tiny run: checks the bench, not the figures")
+    parser.add_argument("--report", action="store_true", help="only render capacity.md again from capacity.json")
     args = parser.parse_args()
+    if args.report:  # the model's tables again, from the figures of the last run
+        data = read_data("capacity")
+        assert data is not None, "no capacity.json to report on"
+        print(write_result("capacity", report(data)))
+        return
     if args.quick:
         args.turns, args.concurrency, args.open_turns, args.replica_turns = 25, 4, 8, 20
         args.saturate, args.rounds, args.idle_s = 8, 1, 1.0
