@@ -408,6 +408,7 @@ def model_turn(data: dict[str, Any]) -> dict[str, Any]:
         + tokens["redis"]["bytes_in"]
         + tokens["redis"]["bytes_out"],
         "events": tool["events_logged"] + tokens["events_logged"],
+        "redis_bytes_kept": 2 * data["memory"]["redis_bytes_per_turn_kept"],  # per measured turn, of the two
         "renewals": renewals,
     }
 
@@ -429,7 +430,7 @@ def model(data: dict[str, Any]) -> dict[str, Any]:
         pods["gateway"] = max(pods["gateway"], math.ceil(gateway_bytes / GATEWAY_POD_BYTES))
         commands = turn["redis_commands"] * rate + background_per_replica * (pods["runtime"] + pods["gateway"])
         redis_cores = turn["cpu_ms"]["redis"] * rate / 1000
-        redis_bytes = sessions * (mem["redis_bytes_per_session"] + RETAINED_TURNS * mem["redis_bytes_per_turn_kept"])
+        redis_bytes = sessions * (mem["redis_bytes_per_session"] + RETAINED_TURNS * turn["redis_bytes_kept"])
         shards_cpu = math.ceil(redis_cores / (SHARD_CORES * UTILISATION))
         shards_memory = math.ceil(redis_bytes / SHARD_BYTES)
         rows.append(
@@ -480,6 +481,7 @@ def model_tables(data: dict[str, Any]) -> str:
         ["Redis writes (EVALSHA), renewals included", fmt(m["turn"]["redis_writes"], 1)],
         ["Redis bytes in + out", f"{m['turn']['redis_bytes']:,.0f}"],
         ["events logged", fmt(m["turn"]["events"], 0)],
+        ["Redis bytes kept", f"{m['turn']['redis_bytes_kept']:,.0f}"],
     ]
     sizing = [["turns/s", *(f"{r['turns_per_s']:,.0f}" for r in rows)]]
     sizing += [[f"{n} cores (pods)", *(f"{r['cores'][n]:,.1f} ({r['pods'][n]})" for r in rows)] for n in SERVICES_SIZED]
