@@ -34,6 +34,7 @@ ALL = [
     "concurrency",
     "hotpath",
     "journal",
+    "capacity",
 ]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
@@ -44,6 +45,7 @@ QUICK = {
     "concurrency": ["--levels", "4,12", "--warmup", "2", "--settle", "0.2"],
     "memory": ["--sizes", "1000", "--queries", "30"],
     "journal": ["--turns", "5", "--rounds", "1", "--concurrency", "1"],
+    "capacity": ["--quick"],
     "hotpath": [
         "--no-peer",
         "--levels",
