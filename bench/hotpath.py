@@ -639,7 +639,7 @@ def report(data: dict[str, Any]) -> str:
         "",
     ]
     if samples:
-        text += ["One message of each kind of error:", "", *samples, ""]
+        text += ["One message of each kind of error, and turns taken over by another runtime worker:", "", *samples, ""]
     return "\n".join(text)
 
 

@@ -200,6 +200,7 @@ class Cogmesh:
         self.channels = [grpc.aio.insecure_channel(config["gateway"]) for _ in range(CHANNELS)]
         self.stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
         self.agent = config["agent"]
+        self.taken_over = 0  # turns another runtime worker took over (their first one fell behind on its lease)
 
     async def prepare(self, count: int) -> list[Any]:
         request = self.pb.CreateSessionRequest(agent=self.agent)
@@ -215,7 +216,8 @@ class Cogmesh:
 
     async def turn(self, text: str, prepared: Any) -> tuple[Timing, str]:
         stub, session_id = prepared
-        answer: list[str] = []
+        deltas: list[tuple[int, str]] = []
+        void: set[int] = set()  # a step redone by another runtime replica voids what it had streamed
 
         async def events() -> AsyncIterator[Any]:
             request = self.pb.SendMessageRequest(session_id=session_id, content=text)
@@ -225,11 +227,16 @@ class Cogmesh:
                     if kind == "error":
                         raise RuntimeError(f"error event: {event.error.message}")
                     if kind == "assistant_delta":
-                        answer.append(event.assistant_delta.text)
+                        deltas.append((event.seq, event.assistant_delta.text))
+                    if kind == "native_notice" and event.native_notice.kind == "step_retried":
+                        fields = event.native_notice.metadata.fields
+                        after, through = fields["void_after_seq"].number_value, fields["void_through_seq"].number_value
+                        void.update(range(int(after) + 1, int(through) + 1))
+                        self.taken_over += 1
                     yield event
 
         timing = await time_stream(events, lambda event: event.WhichOneof("payload") == "assistant_delta")
-        return timing, "".join(answer)
+        return timing, "".join(text for seq, text in deltas if seq not in void)
 
 
 SYSTEMS = {"sdk": Sdk, "langgraph": LangGraph, "cogmesh": Cogmesh}
@@ -262,8 +269,11 @@ async def measure(system: Any, command: dict[str, Any], prepared: list[Any], lin
     if (await lines.readline()).strip() != b"go":
         raise SystemExit("expected go")
     step = command["concurrency"]
+    before = getattr(system, "taken_over", 0)
     for start in range(0, len(prepared), step):
         await asyncio.gather(*(one(slot) for slot in prepared[start : start + step]))
+    if taken := getattr(system, "taken_over", 0) - before:
+        samples["taken over"] = f"{taken} turn(s) finished by another runtime worker (a step redone, its deltas voided)"
     return {
         "timings": [[t.first_event, t.first_token, t.full, t.events] for t in timings],
         "errors": dict(errors),

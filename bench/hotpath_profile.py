@@ -542,7 +542,9 @@ async def run(turns: int, paced: int, rate: int, traced_turns: int) -> str:
         work = Path(tmp)
         async with model_server() as server:
             agents, providers = write_agent(work / "profiled", server.url)
+            # One runtime worker: each service's samples in one process, the profile's unit.
             overrides = SUITE | {"agents_dir": agents, "providers_file": providers, "metrics_port": base}
+            overrides |= {"runtime_workers": 1}
             async with suite(READY_TIMEOUT_S, **overrides) as (settings, supervisor):
                 config = {"system": "cogmesh", "gateway": settings.gateway_addr, "agent": AGENT}
                 async with driver("cogmesh-profiled", config) as client:
