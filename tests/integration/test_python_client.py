@@ -103,3 +103,18 @@ async def test_unreachable_gateway_is_a_clear_error() -> None:
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE
     with pytest.raises(ValueError, match="address"):
         GatewayClient(" , ")
+
+
+async def test_a_failover_for_one_stream_leaves_the_others_running() -> None:
+    """A subscriber whose stream breaks moves the client to the next gateway; another turn streaming
+    on the old channel at that moment goes on (closing that channel at once cancelled it)."""
+    slow = SUITE_SETTINGS.model_copy(update={"local_reply_tokens": 100, "local_delay_ms": 10})
+    async with running_suite(slow) as (suite, _), GatewayClient(suite.gateway_address) as client:
+        session = await client.create_session()
+        stream = client.send_message(session.session_id, "talk")
+        first = await anext(stream)  # the turn streams on the client's first channel
+        await client._failover(client._stub)  # what subscribe() does on UNAVAILABLE
+        rest = [event async for event in stream]
+        assert rest[-1].HasField("final"), rest[-1]
+        assert rest[-1].final.text == " ".join(f"tok{i}" for i in range(100))
+        assert [e.seq for e in [first, *rest]] == list(range(first.seq, first.seq + 1 + len(rest)))

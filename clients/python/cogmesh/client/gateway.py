@@ -58,6 +58,7 @@ SERVICE_CONFIG = json.dumps(
     }
 )
 TURN_TIMEOUT_S = 300.0
+RETIRE_GRACE_S = 30.0  # calls still on a channel failed over from get this long before it closes
 
 # What `tools=` accepts: plain functions, ClientTools, or bare ToolSpecs the caller answers itself.
 Tools = Sequence[Callable[..., Any] | ClientTool | messages_pb2.ToolSpec]
@@ -104,6 +105,7 @@ class GatewayClient:
         self._current = 0
         self._closed = False
         self._turn_tools: dict[str, dict[str, ClientTool]] = {}  # paused turns' runnable client tools
+        self._retired: set[grpc.aio.Channel] = set()  # channels failed over from, closing once their calls end
         self._channel, self._stub = self._connect(0)
 
     @property
@@ -120,11 +122,20 @@ class GatewayClient:
         )
         return channel, gateway_pb2_grpc.GatewayServiceStub(channel)
 
-    async def _failover(self) -> None:
-        """Move to the next gateway (the same one when only one is known)."""
-        await self._channel.close()
+    async def _failover(self, failed: Any) -> None:
+        """Move to the next gateway (the same one when only one is known), once per failed channel.
+
+        `failed` is the stub the failing call used: when another call moved on already, there is
+        nothing to do. The old channel is not closed at once (that would cancel every other call
+        still on it, healthy streams included): it gets RETIRE_GRACE_S to finish them first."""
+        if failed is not self._stub:
+            return
+        old = self._channel
         self._current = (self._current + 1) % len(self.addresses)
         self._channel, self._stub = self._connect(self._current)
+        self._retired.add(old)
+        closing = asyncio.create_task(old.close(grace=RETIRE_GRACE_S))
+        closing.add_done_callback(lambda _: self._retired.discard(old))
 
     async def __aenter__(self) -> GatewayClient:
         return self
@@ -137,6 +148,8 @@ class GatewayClient:
     async def close(self) -> None:
         """Close the channel; streams still open end with ClientClosed."""
         self._closed = True
+        for old in list(self._retired):
+            await old.close()
         await self._channel.close()
 
     def _check_open(self) -> None:
@@ -150,8 +163,13 @@ class GatewayClient:
 
     def _closed_under(self) -> bool:
         """grpc.aio cancels calls in flight when the channel closes; tell that from our task being cancelled."""
+        return self._closed and self._cancelled_underneath()
+
+    @staticmethod
+    def _cancelled_underneath() -> bool:
+        """A CancelledError that is not our task's: gRPC cancelled the call (its channel closed)."""
         task = asyncio.current_task()
-        return self._closed and (task is None or task.cancelling() == 0)
+        return task is None or task.cancelling() == 0
 
     async def _unary(self, method: str, request: Any) -> Any:
         waiter = self.rate_limit.start()
@@ -473,7 +491,9 @@ class GatewayClient:
             except asyncio.CancelledError:
                 if self._closed_under():
                     raise ClientClosed("the GatewayClient was closed while the stream was open") from None
-                raise
+                if not turn_id or not self._cancelled_underneath():
+                    raise
+                break  # its channel was retired after a failover: follow the turn by seq
             except grpc.aio.AioRpcError as err:
                 error = self._error(err)
                 # Before the first event we cannot know whether the turn started: retrying could run it twice,
@@ -511,8 +531,9 @@ class GatewayClient:
             request = gateway_pb2.SubscribeRequest(
                 session_id=session_id, after_seq=cursor, stop_when_idle=stop_when_idle
             )
+            stub = self._stub
             try:
-                async for response in self._stub.Subscribe(request, metadata=self._metadata):
+                async for response in stub.Subscribe(request, metadata=self._metadata):
                     resumes = 0
                     waiter.reset()
                     for event in response.events:
@@ -523,7 +544,10 @@ class GatewayClient:
             except asyncio.CancelledError:
                 if self._closed_under():
                     raise ClientClosed("the GatewayClient was closed while the stream was open") from None
-                raise
+                if not self._cancelled_underneath() or resumes >= self.max_resumes:
+                    raise
+                resumes += 1  # its channel was retired after a failover: resume from the cursor
+                continue
             except grpc.aio.AioRpcError as err:
                 error = self._error(err)
                 delay = waiter.delay(error, idempotent=True)
@@ -536,4 +560,4 @@ class GatewayClient:
                 resumes += 1
                 await asyncio.sleep(min(0.1 * 2**resumes, 2.0))
                 if error.code == grpc.StatusCode.UNAVAILABLE:
-                    await self._failover()
+                    await self._failover(stub)
