@@ -67,6 +67,12 @@ class Running:
     task: asyncio.Task[Any] | None = None
     interrupted: bool = False
 
+    def adopt(self, lease_token: int) -> None:
+        """The turn's lease under a new token (this replica claimed its own lapsed lease)."""
+        self.lease_token = self.log.lease_token = lease_token
+        if self.turn is not None and self.turn.compactor is not None:
+            self.turn.compactor.lease_token = lease_token
+
     def cancel(self) -> bool:
         """A cancellation: the turn ends with its cancelled error (logged), or, still building, without one."""
         if self.turn is not None:
@@ -295,6 +301,13 @@ class TurnRunner:
         """Go on with a turn whose runtime stopped, from the last step its journal recorded."""
         turn_id = turn_of_lease(claimed.turn_id)
         bind_request(session_id=claimed.session_id, turn_id=turn_id, tenant=claimed.tenant_id)
+        mine = self._running.get((claimed.session_id, turn_id))
+        if mine is not None and mine.task is not None and not mine.task.done() and mine.log.failure is None:
+            # Its lease lapsed while this very replica was too busy to renew it: go on under the new
+            # token rather than redo the step (its next write, refused under the old one, is resent).
+            log.warning("took over a turn this replica still runs: it goes on", takeovers=claimed.takeovers)
+            mine.adopt(claimed.lease_token)
+            return
         try:
             journal = await self._journal(claimed.tenant_id, claimed.session_id, turn_id)
         except grpc.aio.AioRpcError as exc:  # its lease lapses again and the next look retries

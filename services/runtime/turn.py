@@ -94,6 +94,8 @@ class CompactionFailed(Exception):
 
 
 class Compactor(Protocol):
+    lease_token: int  # its writes (the stored summary) go under the turn's lease
+
     def needed(self, transcript: Sequence[ChatMessage], summary: str) -> bool:
         """A cheap local estimate: is the transcript near its budget?"""
         ...

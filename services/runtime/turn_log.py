@@ -264,6 +264,9 @@ class TurnLog:
                 return
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
+                if code == grpc.StatusCode.FAILED_PRECONDITION and request.lease_token != self.lease_token:
+                    request.lease_token = self.lease_token  # this replica re-claimed the lease meanwhile
+                    continue
                 if code == grpc.StatusCode.FAILED_PRECONDITION:
                     raise TurnLost(f"the turn's lease was taken over: {exc.details()}", retryable=False) from exc
                 if code == grpc.StatusCode.NOT_FOUND:

@@ -380,6 +380,24 @@ async def test_a_refused_append_loses_the_turn_for_good(
     assert len(sessions.calls) == calls and sessions.stored == [], "nothing more is written"
 
 
+async def test_an_append_refused_under_a_token_the_log_since_replaced_is_resent_under_the_new_one(
+    sessions: FakeSessions, make_log: MakeLog
+) -> None:
+    """The replica claimed its own lapsed lease back while an append was in flight (Running.adopt)."""
+    log = make_log()
+    sessions.gate.clear()  # the append waits at sessions ...
+    recording = asyncio.create_task(log.record("tool", state(1, ["q"], [])))
+    await idle()
+    assert [call.lease_token for call, _ in sessions.calls] == [TOKEN]
+    log.lease_token = TOKEN + 1  # ... while the lease changes hands, to this same replica
+    sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]  # the old token is refused
+    sessions.gate.set()
+    await asyncio.wait_for(recording, 5)
+    assert [call.lease_token for call, _ in sessions.calls] == [TOKEN, TOKEN + 1]
+    assert [stored.lease_token for stored in sessions.stored] == [TOKEN + 1]
+    assert log.failure is None and kinds(sessions.stored) == ["tool"]
+
+
 async def test_a_failure_behind_a_record_that_did_not_wait_reaches_the_next_one(
     sessions: FakeSessions, make_log: MakeLog
 ) -> None:
