@@ -69,6 +69,17 @@ class TurnCard {
     );
   }
 
+  /** A step redone by another runtime replica: what it had streamed no longer counts, so hide it. */
+  private voidRange(metadata: JsonObject | undefined): void {
+    const after = Number(metadata?.void_after_seq);
+    const through = Number(metadata?.void_through_seq);
+    if (!Number.isFinite(after) || !Number.isFinite(through)) return;
+    for (const span of this.el.querySelectorAll<HTMLElement>("[data-kind=assistantDelta]")) {
+      const seq = Number(span.dataset.seq);
+      if (seq > after && seq <= through) span.classList.add("void");
+    }
+  }
+
   get live(): boolean {
     return !this.ended;
   }
@@ -146,6 +157,7 @@ class TurnCard {
       }
       case "nativeNotice":
         line("notice", `! ${p.value.kind ? `[${p.value.kind}] ` : ""}${p.value.text}`);
+        if (p.value.kind === "step_retried") this.voidRange(p.value.metadata);
         break;
       case "contextCompacted":
         line("status", `· context compacted: summary of ${p.value.summaryTokens} tokens`);
