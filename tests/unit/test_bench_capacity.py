@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench import run_bench_module
+
 # Processes that do work in every turn; policy, models, context and memory may round to 0 ticks in a tiny run.
 BUSY = ["client", "gateway", "runtime", "sessions", "redis"]
 
@@ -30,15 +28,7 @@ def finite(value: Any) -> bool:
 
 @pytest.mark.timeout(600)
 def test_the_capacity_bench_measures_every_input_of_the_model(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.capacity", "--quick"],
-        cwd=ROOT,
-        env=os.environ | {"COGMESH_BENCH_RESULTS": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=560,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_bench_module("bench.capacity", "--quick", results=tmp_path)
     data = json.loads((tmp_path / "capacity.json").read_text())
 
     # (a), (b): CPU of every process and Redis traffic, per turn of each workload.

@@ -5,9 +5,6 @@ peer's venv exists), and the profile's stack and span arithmetic."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +16,8 @@ from bench.hotpath import TOKENS, model_server
 from bench.hotpath_profile import Profile, cause_of, timeline
 from bench.model_server import Script
 from bench.peer import server as peer
+from tests.support.bench import run_bench_module
 
-ROOT = Path(__file__).resolve().parents[2]
 CALCULATOR = {
     "type": "function",
     "function": {"name": "calculator", "parameters": {"type": "object", "properties": {"expression": {}}}},
@@ -89,17 +86,8 @@ async def test_model_server_speaks_openai_streaming_with_tools_usage_and_pace() 
 @pytest.mark.timeout(600)
 def test_hotpath_runs_every_system_at_a_tiny_scale(tmp_path: Path) -> None:
     peer_args = [] if peer.venv_ready() else ["--no-peer"]
-    command = [sys.executable, "-m", "bench.hotpath", "--levels", "1,3", "--turns", "2", "--paced-turns", "1"]
-    command += ["--level-turns", "3", "--warmup", "1", "--idle", "0.5", *peer_args]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        env=os.environ | {"COGMESH_BENCH_RESULTS": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=560,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    args = ["--levels", "1,3", "--turns", "2", "--paced-turns", "1", "--level-turns", "3", "--warmup", "1"]
+    run_bench_module("bench.hotpath", *args, "--idle", "0.5", *peer_args, results=tmp_path)
 
     rows = json.loads((tmp_path / "hotpath.json").read_text())["rows"]
     systems = ["sdk", "cogmesh", "cogmesh+redis"] + ([] if peer_args else ["langgraph"])

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench import run_bench_module
 
 
 @pytest.mark.timeout(600)
 def test_the_journal_bench_compares_the_same_turns_with_and_without_step_records(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.journal", "--turns", "3", "--rounds", "1", "--concurrency", "1"],
-        cwd=ROOT,
-        env=os.environ | {"COGMESH_BENCH_RESULTS": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=560,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_bench_module("bench.journal", "--turns", "3", "--rounds", "1", "--concurrency", "1", results=tmp_path)
     rows = json.loads((tmp_path / "journal.json").read_text())["rows"]
     assert sorted((r["store"], r["journal"]) for r in rows) == [
         ("memory", False),
