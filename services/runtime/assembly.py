@@ -322,6 +322,7 @@ class TurnBuilder:
         remembered = self.memory.get(session_id, session.message_count)
         live = HISTORY_MESSAGES
         skills = list(session.active_skill_ids)
+        session_scope = dict(session.scope)
         scope = policy_pb2.Scope(
             tenant_id=tenant,
             session_id=session_id,
@@ -329,6 +330,7 @@ class TurnBuilder:
             agent=agent.name,
             role_id=session.role_id,
             active_skill_ids=skills,
+            session_scope=session_scope,
         )
 
         async def tools_then_policy() -> tuple[dict[str, Tool], list[str], policy_pb2.BeginTurnResponse]:
@@ -379,6 +381,7 @@ class TurnBuilder:
         meta = {
             "tenant": tenant,
             "session": session_id,
+            "scope": session_scope,
             "content": request.content,
             "role": role,
             "skills": role_skills,
@@ -424,6 +427,7 @@ class TurnBuilder:
     ) -> Turn:
         """The parts shared by new and resumed turns of the session's own agent."""
         tenant, session_id = str(meta["tenant"]), str(meta["session"])
+        session_scope = {str(k): str(v) for k, v in meta.get("scope", {}).items()}
         tools = dict(offered)
         for spec in meta["client_tools"]:
             tools[spec["name"]] = client_tool(spec)
@@ -437,6 +441,7 @@ class TurnBuilder:
             agent=agent.name,
             role_id=str(meta["role"]),
             active_skill_ids=list(meta["skills"]),
+            session_scope=session_scope,
         )
         policy = PolicyLink(self.clients, scope, phases)
         role, content = str(meta["role"]), str(meta["content"])
@@ -458,7 +463,7 @@ class TurnBuilder:
             check_tool=policy.check_one,
             fallbacks=chain,
             breakers=self.catalog.breakers,
-            context=ToolContext(session_id=session_id, tenant_id=tenant, turn_id=turn_id),
+            context=ToolContext(session_id=session_id, tenant_id=tenant, turn_id=turn_id, scope=session_scope),
             runtime=str(meta["runtime"]),
             agent=agent.name,
             interrupt_on=interrupt_matcher(agent.interrupt_on),
@@ -554,7 +559,13 @@ class TurnBuilder:
             meta = dict(snapshot["meta"])
             model_name, fallback_names = str(snapshot["model"]), list(snapshot["fallbacks"])
         else:
-            meta = {"tenant": tenant, "session": session_id, "content": task, "skills": skills}
+            meta = {
+                "tenant": tenant,
+                "session": session_id,
+                "scope": dict(parent.context.scope),
+                "content": task,
+                "skills": skills,
+            }
             model_name, fallback_names = agent.model_name, list(agent.config.fallback_models)
         scope = policy_pb2.Scope(
             tenant_id=tenant,
@@ -563,6 +574,7 @@ class TurnBuilder:
             agent=agent.name,
             role_id=str(meta.get("role", "")),
             active_skill_ids=skills,
+            session_scope=parent.context.scope,
         )
 
         async def tools_then_policy() -> tuple[dict[str, Tool], list[str], policy_pb2.BeginTurnResponse | None]:

@@ -10,7 +10,7 @@ with their seq. Times are seconds since the epoch.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -119,6 +119,7 @@ class NewSession:
     active_skill_ids: tuple[str, ...] = ()
     runtime_config: JsonObject = field(default_factory=dict)
     delegated_from: str = ""
+    scope: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class SessionRecord:
     delegation_turn_count: int = 0
     expires_at: float = 0.0  # 0: never
     pending_interrupt_ids: tuple[str, ...] = ()
+    scope: Mapping[str, str] = field(default_factory=dict)  # set at creation, never changed
 
 
 @dataclass(frozen=True)

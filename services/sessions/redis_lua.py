@@ -271,8 +271,8 @@ end
 )
 
 CREATE = r"""
-local user, topic, agent, role, skills, config, delegated_from, identity, reuse, expected =
-  ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16]
+local user, topic, agent, role, skills, config, delegated_from, identity, reuse, expected, scope =
+  ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
 if reuse == '1' and identity == '1' then
   local existing = redis.call('GET', K.i) or ''
   if existing == sid and mine() then return {'ok', sid, view()} end  -- a retried create
@@ -288,7 +288,8 @@ if redis.call('EXISTS', S) == 1 then
 end
 redis.call('HSET', S, 'session_id', sid, 'tenant_id', tenant, 'user_id', user, 'topic_id', topic,
   'agent', agent, 'role_id', role, 'skills', skills, 'prompt_hash', '', 'config', config,
-  'deleg_from', delegated_from, 'deleg_count', 0, 'created_at', now, 'last_token', 0, 'ikey', identity)
+  'deleg_from', delegated_from, 'deleg_count', 0, 'created_at', now, 'last_token', 0, 'ikey', identity,
+  'scope', scope)
 if identity == '1' then redis.call('SET', K.i, sid) end  -- the newest session answers for its identity
 touch()
 return {'ok', sid, view()}

@@ -29,13 +29,14 @@ import hashlib
 import json
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis import exceptions as rex
 from redis.commands.core import AsyncScript
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import scope as scopes
 from services.kit.event_log import Batch, check_cursor, is_terminal
 from services.kit.protos import now as proto_now
 from services.kit.redis_event_log import DROP_WAKE_S, RedisEventLog, decode_entries
@@ -265,11 +266,14 @@ class RedisSessionStore:
         keys = SessionKeys(self._prefix, session_id)
         return [*(keys.key(name) for name in lua.SESSION_KEYS), identity_key(self._prefix, keys.tag)]
 
-    def _identity_tag(self, tenant_id: str, user_id: str, topic_id: str) -> str:
-        """The hash tag a (tenant, user, topic)'s sessions start their ids with; "" for anonymous sessions."""
+    def _identity_tag(self, tenant_id: str, user_id: str, topic_id: str, scope: Mapping[str, str]) -> str:
+        """The hash tag a (tenant, user, topic, scope)'s sessions start their ids with; "" for anonymous sessions."""
         if not user_id and not topic_id:
             return ""
-        return hashlib.sha256(json.dumps([tenant_id, user_id, topic_id]).encode()).hexdigest()[:32]
+        identity: list[Any] = [tenant_id, user_id, topic_id]
+        if scope:  # unscoped sessions keep the tags they had before scopes existed
+            identity.append(scopes.identity(scope))
+        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
 
     async def _call(self, call: Awaitable[T]) -> T:
         """A plain command: connection failures, timeouts and Redis's "not now" replies become StoreUnavailable."""
@@ -339,6 +343,7 @@ class RedisSessionStore:
             delegation_turn_count=int(h.get("deleg_count", 0)),
             expires_at=_ms(h.get("expires_at")),
             pending_interrupt_ids=tuple(_s(p) for p in pending),
+            scope=json.loads(h.get("scope", b"{}")),
         )
 
     @staticmethod
@@ -349,7 +354,7 @@ class RedisSessionStore:
     # ----------------------------------------------------------------- sessions
 
     async def create(self, tenant_id: str, new: NewSession, reuse_existing: bool = False) -> tuple[SessionRecord, bool]:
-        tag = self._identity_tag(tenant_id, new.user_id, new.topic_id)
+        tag = self._identity_tag(tenant_id, new.user_id, new.topic_id, new.scope)
         # Chosen here so that a retried script recognises its own session.
         session_id = f"{tag}.{uuid.uuid4().hex[:16]}" if tag else uuid.uuid4().hex
         reuse = reuse_existing and bool(tag)
@@ -374,6 +379,7 @@ class RedisSessionStore:
                 "1" if tag else "",
                 "1" if reuse else "0",
                 expected,
+                json.dumps(dict(new.scope), sort_keys=True),
                 more_keys=more_keys,
             )
             status = _s(reply[0])
@@ -402,8 +408,10 @@ class RedisSessionStore:
         reply = await self._run("GET", tenant_id, session_id)
         return self._record(reply[1])
 
-    async def lookup(self, tenant_id: str, user_id: str, topic_id: str) -> SessionRecord:
-        tag = self._identity_tag(tenant_id, user_id, topic_id)
+    async def lookup(
+        self, tenant_id: str, user_id: str, topic_id: str, scope: Mapping[str, str] | None = None
+    ) -> SessionRecord:
+        tag = self._identity_tag(tenant_id, user_id, topic_id, scope or {})
         found = await self._call(self._redis.get(identity_key(self._prefix, tag))) if tag else None
         if not found:
             raise SessionNotFound(f"{user_id}/{topic_id}")

@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
+from services.kit import scope as scopes
 from services.kit.errors import (
     CogmeshError,
     FailedPrecondition,
@@ -51,6 +52,7 @@ from services.sessions.model import (
     NewCheckpoint,
     NewEvents,
     NewSession,
+    Page,
     Phase,
     Rehydration,
     Renewal,
@@ -182,6 +184,7 @@ def session_to_proto(record: SessionRecord) -> resources_pb2.Session:
         update_time=_timestamp(record.updated_at),
         message_count=record.message_count,
         active_turn_id=record.active_turn_id,
+        scope=record.scope,
     )
 
 
@@ -332,6 +335,7 @@ def _check_create(r: sessions_pb2.CreateSessionRequest, problems: Violations) ->
         _check_id(getattr(r, name), name, problems, required=False)
     _check_skills(r.active_skill_ids, "active_skill_ids", problems)
     _check_json(r.runtime_config, "runtime_config", problems)
+    scopes.check(r.scope, "scope", problems)
     problems.check(
         not r.reuse_existing or bool(r.user_id or r.topic_id),
         "reuse_existing",
@@ -344,10 +348,12 @@ def _check_lookup(r: sessions_pb2.LookupSessionRequest, problems: Violations) ->
     _check_id(r.user_id, "user_id", problems, required=False)
     _check_id(r.topic_id, "topic_id", problems, required=False)
     problems.check(bool(r.user_id or r.topic_id), "user_id", "user_id or topic_id is required")
+    scopes.check(r.scope, "scope", problems)
 
 
 def _check_list_sessions(r: sessions_pb2.ListSessionsRequest, problems: Violations) -> int:
     _check_id(r.tenant_id, "tenant_id", problems)
+    scopes.check(r.scope_filter, "scope_filter", problems)
     return page_size(r.page_size, 50, problems)
 
 
@@ -665,6 +671,30 @@ def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> Non
 
 # --------------------------------------------------------------------------- requests -> domain values
 
+# Pages of the tenant's index one filtered ListSessions reads before it answers with what it found.
+SCOPED_LIST_PAGES = 20
+
+
+async def list_scoped(
+    store: SessionStore, tenant_id: str, cursor: int | None, size: int, scope_filter: dict[str, str]
+) -> Page[SessionRecord]:
+    """A page of the tenant's sessions whose scope holds `scope_filter`.
+
+    The index is per tenant, so a filter reads pages until it has `size` sessions; after
+    SCOPED_LIST_PAGES pages it returns fewer (even none) with the token to go on from.
+    """
+    if not scope_filter:
+        return await store.list_sessions(tenant_id, cursor, size)
+    found: list[SessionRecord] = []
+    for _ in range(SCOPED_LIST_PAGES):
+        # Never more than the sessions still wanted: a page's matches all fit, so none is skipped.
+        page = await store.list_sessions(tenant_id, cursor, size - len(found))
+        found += [record for record in page.items if scopes.holds(record.scope, scope_filter)]
+        cursor = page.next_cursor
+        if cursor is None or len(found) >= size:
+            break
+    return Page(found, cursor)
+
 
 def _new_session(r: sessions_pb2.CreateSessionRequest) -> NewSession:
     return NewSession(
@@ -675,6 +705,7 @@ def _new_session(r: sessions_pb2.CreateSessionRequest) -> NewSession:
         active_skill_ids=tuple(r.active_skill_ids),
         runtime_config=struct_to_dict(r.runtime_config),
         delegated_from=r.delegated_from,
+        scope=dict(r.scope),
     )
 
 
@@ -846,13 +877,15 @@ RPCS: dict[str, Rpc] = {
     "LookupSession": rpc(
         sessions_pb2.LookupSessionRequest,
         _check_lookup,
-        lambda store, r, _, __: store.lookup(r.tenant_id, r.user_id, r.topic_id),
+        lambda store, r, _, __: store.lookup(r.tenant_id, r.user_id, r.topic_id, dict(r.scope)),
         lambda record: _with_state(sessions_pb2.LookupSessionResponse(), record),
     ),
     "ListSessions": rpc(
         sessions_pb2.ListSessionsRequest,
         _check_list_sessions,
-        lambda store, r, size, _: store.list_sessions(r.tenant_id, decode_page_token(r.page_token, "c"), size),
+        lambda store, r, size, _: list_scoped(
+            store, r.tenant_id, decode_page_token(r.page_token, "c"), size, dict(r.scope_filter)
+        ),
         lambda page: sessions_pb2.ListSessionsResponse(
             sessions=[session_to_proto(s) for s in page.items],
             next_page_token=encode_page_token("c", page.next_cursor),

@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from services.kit import scope as scopes
 from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, tail
 from services.kit.protos import now as proto_now
 from services.sessions.model import (
@@ -86,7 +87,9 @@ class SessionStore(Protocol):
         ...
 
     async def get(self, tenant_id: str, session_id: str) -> SessionRecord: ...
-    async def lookup(self, tenant_id: str, user_id: str, topic_id: str) -> SessionRecord: ...
+    async def lookup(
+        self, tenant_id: str, user_id: str, topic_id: str, scope: Mapping[str, str] | None = None
+    ) -> SessionRecord: ...
     async def list_sessions(self, tenant_id: str, cursor: int | None, limit: int) -> Page[SessionRecord]:
         """Newest first; `cursor` is the previous page's next_cursor."""
         ...
@@ -226,9 +229,9 @@ class _Entry:
     journals: dict[str, list[JournalRecord]] = field(default_factory=dict)  # turn id -> entries, oldest turn first
 
 
-def _key(tenant_id: str, user_id: str, topic_id: str) -> tuple[str, str, str] | None:
+def _key(tenant_id: str, user_id: str, topic_id: str, scope: Mapping[str, str]) -> tuple[object, ...] | None:
     """The application's identity of a conversation; anonymous sessions have none."""
-    return (tenant_id, user_id, topic_id) if user_id or topic_id else None
+    return (tenant_id, user_id, topic_id, scopes.identity(scope)) if user_id or topic_id else None
 
 
 class MemorySessionStore:
@@ -268,7 +271,7 @@ class MemorySessionStore:
         if entry.log is not None:
             entry.log.close()  # its readers end with NOT_FOUND
         r = entry.record
-        key = _key(r.tenant_id, r.user_id, r.topic_id)
+        key = _key(r.tenant_id, r.user_id, r.topic_id, r.scope)
         if key is not None and self._by_key.get(key) == session_id:
             del self._by_key[key]
         self._notify(session_id)
@@ -338,7 +341,7 @@ class MemorySessionStore:
     async def create(self, tenant_id: str, new: NewSession, reuse_existing: bool = False) -> tuple[SessionRecord, bool]:
         now = self._clock()
         self._sweep(now)
-        key = _key(tenant_id, new.user_id, new.topic_id)
+        key = _key(tenant_id, new.user_id, new.topic_id, new.scope)
         if reuse_existing and key is not None and key in self._by_key:
             try:
                 return self._view(self._entry(tenant_id, self._by_key[key])), True
@@ -357,6 +360,7 @@ class MemorySessionStore:
             updated_at=now,
             runtime_config=dict(new.runtime_config),
             delegated_from=new.delegated_from,
+            scope=dict(new.scope),
         )
         entry = _Entry(record, self._seq)
         self._touch(entry)
@@ -368,8 +372,10 @@ class MemorySessionStore:
     async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
         return self._view(self._entry(tenant_id, session_id))
 
-    async def lookup(self, tenant_id: str, user_id: str, topic_id: str) -> SessionRecord:
-        key = _key(tenant_id, user_id, topic_id)
+    async def lookup(
+        self, tenant_id: str, user_id: str, topic_id: str, scope: Mapping[str, str] | None = None
+    ) -> SessionRecord:
+        key = _key(tenant_id, user_id, topic_id, scope or {})
         session_id = self._by_key.get(key) if key is not None else None
         if session_id is None:
             raise SessionNotFound(f"{user_id}/{topic_id}")

@@ -28,7 +28,12 @@ async def invoke(run: Run, item: CallState) -> None:
         timeout = item.timeout_s
     breaker = turn.breakers.get(tool.server) if tool.server else None
     context = ToolContext(
-        call.id, turn.context.session_id, turn.context.tenant_id, turn.turn_id, idempotency_key(run, item)
+        call.id,
+        turn.context.session_id,
+        turn.context.tenant_id,
+        turn.turn_id,
+        idempotency_key(run, item),
+        turn.context.scope,
     )
     if item.wait_s > 0:
         await asyncio.sleep(item.wait_s)

@@ -11,7 +11,7 @@ failure. Any other exception from a tool is treated like a `ToolError`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from services.kit.llm import ToolSchema
@@ -38,6 +38,8 @@ class ToolContext:
 
     `idempotency_key` is the same every time this call is run, by any replica (a turn
     taken over after a crash runs a call again when its result was not yet recorded).
+    `scope` is the session's scope (end user, project...): set by the application at
+    CreateSession, never by the model.
     """
 
     call_id: str = ""
@@ -45,6 +47,7 @@ class ToolContext:
     tenant_id: str = ""
     turn_id: str = ""
     idempotency_key: str = ""
+    scope: Mapping[str, str] = field(default_factory=dict)
 
 
 ToolRun: TypeAlias = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]

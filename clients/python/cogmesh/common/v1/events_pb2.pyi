@@ -186,14 +186,23 @@ class UserInputRequested(_message.Message):
     def __init__(self, prompt: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., correlation_id: _Optional[str] = ...) -> None: ...
 
 class ClientToolCall(_message.Message):
-    __slots__ = ("call", "interrupt_id", "idempotency_key")
+    __slots__ = ("call", "interrupt_id", "idempotency_key", "scope")
+    class ScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CALL_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     call: _messages_pb2.ToolCall
     interrupt_id: str
     idempotency_key: str
-    def __init__(self, call: _Optional[_Union[_messages_pb2.ToolCall, _Mapping]] = ..., interrupt_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    scope: _containers.ScalarMap[str, str]
+    def __init__(self, call: _Optional[_Union[_messages_pb2.ToolCall, _Mapping]] = ..., interrupt_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class UsageReport(_message.Message):
     __slots__ = ("model", "provider", "input_tokens", "output_tokens", "cost_usd", "turn_cost_usd")

@@ -22,7 +22,14 @@ AGENT_MODE_SUBAGENT: AgentMode
 AGENT_MODE_ALL: AgentMode
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id")
+    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope")
+    class ScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +42,7 @@ class Session(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant_id: str
     user_id: str
@@ -47,7 +55,8 @@ class Session(_message.Message):
     update_time: _timestamp_pb2.Timestamp
     message_count: int
     active_turn_id: str
-    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ...) -> None: ...
+    scope: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ogmesh/policy/v1/hooks.proto\x12\x11\x63ogmesh.policy.v1\x1a\x1cgoogle/protobuf/struct.proto\"e\n\x0bHookContext\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\r\n\x05\x61gent\x18\x04 \x01(\t\x12\x0f\n\x07role_id\x18\x05 \x01(\t\"\x9a\x01\n\x11PreToolUseRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12+\n\ntool_input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\"b\n\x12PreToolUseResponse\x12\x0c\n\x04\x64\x65ny\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12.\n\rupdated_input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xbd\x01\n\x12PostToolUseRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12+\n\ntool_input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x10\n\x08is_error\x18\x05 \x01(\x08\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\">\n\x13PostToolUseResponse\x12\x0f\n\x07replace\x18\x01 \x01(\x08\x12\x16\n\x0eupdated_result\x18\x02 \x01(\t\"Z\n\x17UserPromptSubmitRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x0e\n\x06prompt\x18\x02 \x01(\t\"9\n\x18UserPromptSubmitResponse\x12\r\n\x05\x62lock\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"R\n\x0bStopRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x12\n\nfinal_text\x18\x02 \x01(\t\"\x0e\n\x0cStopResponse2\xfc\x02\n\x0bHookService\x12Y\n\nPreToolUse\x12$.cogmesh.policy.v1.PreToolUseRequest\x1a%.cogmesh.policy.v1.PreToolUseResponse\x12\\\n\x0bPostToolUse\x12%.cogmesh.policy.v1.PostToolUseRequest\x1a&.cogmesh.policy.v1.PostToolUseResponse\x12k\n\x10UserPromptSubmit\x12*.cogmesh.policy.v1.UserPromptSubmitRequest\x1a+.cogmesh.policy.v1.UserPromptSubmitResponse\x12G\n\x04Stop\x12\x1e.cogmesh.policy.v1.StopRequest\x1a\x1f.cogmesh.policy.v1.StopResponseB/Z-cogmesh.dev/go/gen/cogmesh/policy/v1;policyv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ogmesh/policy/v1/hooks.proto\x12\x11\x63ogmesh.policy.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xe3\x01\n\x0bHookContext\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\r\n\x05\x61gent\x18\x04 \x01(\t\x12\x0f\n\x07role_id\x18\x05 \x01(\t\x12G\n\rsession_scope\x18\x06 \x03(\x0b\x32\x30.cogmesh.policy.v1.HookContext.SessionScopeEntry\x1a\x33\n\x11SessionScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x01\n\x11PreToolUseRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12+\n\ntool_input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\"b\n\x12PreToolUseResponse\x12\x0c\n\x04\x64\x65ny\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12.\n\rupdated_input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xbd\x01\n\x12PostToolUseRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12+\n\ntool_input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x10\n\x08is_error\x18\x05 \x01(\x08\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\">\n\x13PostToolUseResponse\x12\x0f\n\x07replace\x18\x01 \x01(\x08\x12\x16\n\x0eupdated_result\x18\x02 \x01(\t\"Z\n\x17UserPromptSubmitRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x0e\n\x06prompt\x18\x02 \x01(\t\"9\n\x18UserPromptSubmitResponse\x12\r\n\x05\x62lock\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"R\n\x0bStopRequest\x12/\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1e.cogmesh.policy.v1.HookContext\x12\x12\n\nfinal_text\x18\x02 \x01(\t\"\x0e\n\x0cStopResponse2\xfc\x02\n\x0bHookService\x12Y\n\nPreToolUse\x12$.cogmesh.policy.v1.PreToolUseRequest\x1a%.cogmesh.policy.v1.PreToolUseResponse\x12\\\n\x0bPostToolUse\x12%.cogmesh.policy.v1.PostToolUseRequest\x1a&.cogmesh.policy.v1.PostToolUseResponse\x12k\n\x10UserPromptSubmit\x12*.cogmesh.policy.v1.UserPromptSubmitRequest\x1a+.cogmesh.policy.v1.UserPromptSubmitResponse\x12G\n\x04Stop\x12\x1e.cogmesh.policy.v1.StopRequest\x1a\x1f.cogmesh.policy.v1.StopResponseB/Z-cogmesh.dev/go/gen/cogmesh/policy/v1;policyv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,24 +33,28 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.policy.v1.hooks_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-cogmesh.dev/go/gen/cogmesh/policy/v1;policyv1'
-  _globals['_HOOKCONTEXT']._serialized_start=82
-  _globals['_HOOKCONTEXT']._serialized_end=183
-  _globals['_PRETOOLUSEREQUEST']._serialized_start=186
-  _globals['_PRETOOLUSEREQUEST']._serialized_end=340
-  _globals['_PRETOOLUSERESPONSE']._serialized_start=342
-  _globals['_PRETOOLUSERESPONSE']._serialized_end=440
-  _globals['_POSTTOOLUSEREQUEST']._serialized_start=443
-  _globals['_POSTTOOLUSEREQUEST']._serialized_end=632
-  _globals['_POSTTOOLUSERESPONSE']._serialized_start=634
-  _globals['_POSTTOOLUSERESPONSE']._serialized_end=696
-  _globals['_USERPROMPTSUBMITREQUEST']._serialized_start=698
-  _globals['_USERPROMPTSUBMITREQUEST']._serialized_end=788
-  _globals['_USERPROMPTSUBMITRESPONSE']._serialized_start=790
-  _globals['_USERPROMPTSUBMITRESPONSE']._serialized_end=847
-  _globals['_STOPREQUEST']._serialized_start=849
-  _globals['_STOPREQUEST']._serialized_end=931
-  _globals['_STOPRESPONSE']._serialized_start=933
-  _globals['_STOPRESPONSE']._serialized_end=947
-  _globals['_HOOKSERVICE']._serialized_start=950
-  _globals['_HOOKSERVICE']._serialized_end=1330
+  _globals['_HOOKCONTEXT_SESSIONSCOPEENTRY']._loaded_options = None
+  _globals['_HOOKCONTEXT_SESSIONSCOPEENTRY']._serialized_options = b'8\001'
+  _globals['_HOOKCONTEXT']._serialized_start=83
+  _globals['_HOOKCONTEXT']._serialized_end=310
+  _globals['_HOOKCONTEXT_SESSIONSCOPEENTRY']._serialized_start=259
+  _globals['_HOOKCONTEXT_SESSIONSCOPEENTRY']._serialized_end=310
+  _globals['_PRETOOLUSEREQUEST']._serialized_start=313
+  _globals['_PRETOOLUSEREQUEST']._serialized_end=467
+  _globals['_PRETOOLUSERESPONSE']._serialized_start=469
+  _globals['_PRETOOLUSERESPONSE']._serialized_end=567
+  _globals['_POSTTOOLUSEREQUEST']._serialized_start=570
+  _globals['_POSTTOOLUSEREQUEST']._serialized_end=759
+  _globals['_POSTTOOLUSERESPONSE']._serialized_start=761
+  _globals['_POSTTOOLUSERESPONSE']._serialized_end=823
+  _globals['_USERPROMPTSUBMITREQUEST']._serialized_start=825
+  _globals['_USERPROMPTSUBMITREQUEST']._serialized_end=915
+  _globals['_USERPROMPTSUBMITRESPONSE']._serialized_start=917
+  _globals['_USERPROMPTSUBMITRESPONSE']._serialized_end=974
+  _globals['_STOPREQUEST']._serialized_start=976
+  _globals['_STOPREQUEST']._serialized_end=1058
+  _globals['_STOPRESPONSE']._serialized_start=1060
+  _globals['_STOPRESPONSE']._serialized_end=1074
+  _globals['_HOOKSERVICE']._serialized_start=1077
+  _globals['_HOOKSERVICE']._serialized_end=1457
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping
@@ -7,18 +8,27 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class HookContext(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "agent", "role_id")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "agent", "role_id", "session_scope")
+    class SessionScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     ROLE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_SCOPE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
     agent: str
     role_id: str
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ...) -> None: ...
+    session_scope: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., session_scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PreToolUseRequest(_message.Message):
     __slots__ = ("context", "tool_name", "tool_input", "tool_call_id")

@@ -150,20 +150,29 @@ class TurnContext(_message.Message):
     def __init__(self, task: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., message_count: _Optional[int] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., model: _Optional[str] = ..., model_calls: _Optional[int] = ..., tool_calls: _Optional[int] = ..., mcp_calls: _Optional[int] = ..., run_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., is_subagent: _Optional[bool] = ...) -> None: ...
 
 class Scope(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "agent", "role_id", "active_skill_ids")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "agent", "role_id", "active_skill_ids", "session_scope")
+    class SessionScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     ROLE_ID_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_SKILL_IDS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_SCOPE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
     agent: str
     role_id: str
     active_skill_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    session_scope: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., session_scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class InterceptStep(_message.Message):
     __slots__ = ("interceptor", "action", "detail")

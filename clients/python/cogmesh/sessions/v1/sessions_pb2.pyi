@@ -52,7 +52,14 @@ class SessionState(_message.Message):
     def __init__(self, runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing")
+    __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing", "scope")
+    class ScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +69,7 @@ class CreateSessionRequest(_message.Message):
     RUNTIME_CONFIG_FIELD_NUMBER: _ClassVar[int]
     DELEGATED_FROM_FIELD_NUMBER: _ClassVar[int]
     REUSE_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     topic_id: str
@@ -71,7 +79,8 @@ class CreateSessionRequest(_message.Message):
     runtime_config: _struct_pb2.Struct
     delegated_from: str
     reuse_existing: bool
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., reuse_existing: _Optional[bool] = ...) -> None: ...
+    scope: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., reuse_existing: _Optional[bool] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session", "state", "reused")
@@ -100,14 +109,23 @@ class GetSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
 
 class LookupSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "topic_id")
+    __slots__ = ("tenant_id", "user_id", "topic_id", "scope")
+    class ScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     topic_id: str
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ...) -> None: ...
+    scope: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class LookupSessionResponse(_message.Message):
     __slots__ = ("session", "state")
@@ -118,14 +136,23 @@ class LookupSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("tenant_id", "page_size", "page_token")
+    __slots__ = ("tenant_id", "page_size", "page_token", "scope_filter")
+    class ScopeFilterEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FILTER_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     page_size: int
     page_token: str
-    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    scope_filter: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")

@@ -26,7 +26,7 @@ from cogmesh.common.v1 import messages_pb2 as cogmesh_dot_common_dot_v1_dot_mess
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ogmesh/tools/v1/tools.proto\x12\x10\x63ogmesh.tools.v1\x1a cogmesh/common/v1/messages.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x12\n\x10ListToolsRequest\"?\n\x11ListToolsResponse\x12*\n\x05tools\x18\x01 \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\"\xad\x01\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x11\n\ttenant_id\x18\x05 \x01(\t\x12\x0f\n\x07turn_id\x18\x06 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\"j\n\x10\x43\x61llToolResponse\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\x12\x33\n\x12structured_content\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct2\xb6\x01\n\x0bToolService\x12T\n\tListTools\x12\".cogmesh.tools.v1.ListToolsRequest\x1a#.cogmesh.tools.v1.ListToolsResponse\x12Q\n\x08\x43\x61llTool\x12!.cogmesh.tools.v1.CallToolRequest\x1a\".cogmesh.tools.v1.CallToolResponseB-Z+cogmesh.dev/go/gen/cogmesh/tools/v1;toolsv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ogmesh/tools/v1/tools.proto\x12\x10\x63ogmesh.tools.v1\x1a cogmesh/common/v1/messages.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x12\n\x10ListToolsRequest\"?\n\x11ListToolsResponse\x12*\n\x05tools\x18\x01 \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\"\x98\x02\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x11\n\ttenant_id\x18\x05 \x01(\t\x12\x0f\n\x07turn_id\x18\x06 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12;\n\x05scope\x18\x08 \x03(\x0b\x32,.cogmesh.tools.v1.CallToolRequest.ScopeEntry\x1a,\n\nScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\x10\x43\x61llToolResponse\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\x12\x33\n\x12structured_content\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct2\xb6\x01\n\x0bToolService\x12T\n\tListTools\x12\".cogmesh.tools.v1.ListToolsRequest\x1a#.cogmesh.tools.v1.ListToolsResponse\x12Q\n\x08\x43\x61llTool\x12!.cogmesh.tools.v1.CallToolRequest\x1a\".cogmesh.tools.v1.CallToolResponseB-Z+cogmesh.dev/go/gen/cogmesh/tools/v1;toolsv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,14 +34,18 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.tools.v1.tools_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z+cogmesh.dev/go/gen/cogmesh/tools/v1;toolsv1'
+  _globals['_CALLTOOLREQUEST_SCOPEENTRY']._loaded_options = None
+  _globals['_CALLTOOLREQUEST_SCOPEENTRY']._serialized_options = b'8\001'
   _globals['_LISTTOOLSREQUEST']._serialized_start=114
   _globals['_LISTTOOLSREQUEST']._serialized_end=132
   _globals['_LISTTOOLSRESPONSE']._serialized_start=134
   _globals['_LISTTOOLSRESPONSE']._serialized_end=197
   _globals['_CALLTOOLREQUEST']._serialized_start=200
-  _globals['_CALLTOOLREQUEST']._serialized_end=373
-  _globals['_CALLTOOLRESPONSE']._serialized_start=375
-  _globals['_CALLTOOLRESPONSE']._serialized_end=481
-  _globals['_TOOLSERVICE']._serialized_start=484
-  _globals['_TOOLSERVICE']._serialized_end=666
+  _globals['_CALLTOOLREQUEST']._serialized_end=480
+  _globals['_CALLTOOLREQUEST_SCOPEENTRY']._serialized_start=436
+  _globals['_CALLTOOLREQUEST_SCOPEENTRY']._serialized_end=480
+  _globals['_CALLTOOLRESPONSE']._serialized_start=482
+  _globals['_CALLTOOLRESPONSE']._serialized_end=588
+  _globals['_TOOLSERVICE']._serialized_start=591
+  _globals['_TOOLSERVICE']._serialized_end=773
 # @@protoc_insertion_point(module_scope)

@@ -19,7 +19,14 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("name", "arguments", "call_id", "session_id", "tenant_id", "turn_id", "idempotency_key")
+    __slots__ = ("name", "arguments", "call_id", "session_id", "tenant_id", "turn_id", "idempotency_key", "scope")
+    class ScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +34,7 @@ class CallToolRequest(_message.Message):
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     arguments: _struct_pb2.Struct
     call_id: str
@@ -34,7 +42,8 @@ class CallToolRequest(_message.Message):
     tenant_id: str
     turn_id: str
     idempotency_key: str
-    def __init__(self, name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    scope: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., call_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CallToolResponse(_message.Message):
     __slots__ = ("content", "is_error", "structured_content")

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/tools/v1/tools.proto.
  */
 export const file_cogmesh_tools_v1_tools: GenFile = /*@__PURE__*/
-  fileDesc("Chxjb2dtZXNoL3Rvb2xzL3YxL3Rvb2xzLnByb3RvEhBjb2dtZXNoLnRvb2xzLnYxIhIKEExpc3RUb29sc1JlcXVlc3QiPwoRTGlzdFRvb2xzUmVzcG9uc2USKgoFdG9vbHMYASADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYyKtAQoPQ2FsbFRvb2xSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoJYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdjYWxsX2lkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSEQoJdGVuYW50X2lkGAUgASgJEg8KB3R1cm5faWQYBiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAcgASgJImoKEENhbGxUb29sUmVzcG9uc2USDwoHY29udGVudBgBIAEoCRIQCghpc19lcnJvchgCIAEoCBIzChJzdHJ1Y3R1cmVkX2NvbnRlbnQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0MrYBCgtUb29sU2VydmljZRJUCglMaXN0VG9vbHMSIi5jb2dtZXNoLnRvb2xzLnYxLkxpc3RUb29sc1JlcXVlc3QaIy5jb2dtZXNoLnRvb2xzLnYxLkxpc3RUb29sc1Jlc3BvbnNlElEKCENhbGxUb29sEiEuY29nbWVzaC50b29scy52MS5DYWxsVG9vbFJlcXVlc3QaIi5jb2dtZXNoLnRvb2xzLnYxLkNhbGxUb29sUmVzcG9uc2VCLVorY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvdG9vbHMvdjE7dG9vbHN2MWIGcHJvdG8z", [file_cogmesh_common_v1_messages, file_google_protobuf_struct]);
+  fileDesc("Chxjb2dtZXNoL3Rvb2xzL3YxL3Rvb2xzLnByb3RvEhBjb2dtZXNoLnRvb2xzLnYxIhIKEExpc3RUb29sc1JlcXVlc3QiPwoRTGlzdFRvb2xzUmVzcG9uc2USKgoFdG9vbHMYASADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYyKYAgoPQ2FsbFRvb2xSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoJYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdjYWxsX2lkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSEQoJdGVuYW50X2lkGAUgASgJEg8KB3R1cm5faWQYBiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAcgASgJEjsKBXNjb3BlGAggAygLMiwuY29nbWVzaC50b29scy52MS5DYWxsVG9vbFJlcXVlc3QuU2NvcGVFbnRyeRosCgpTY29wZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiagoQQ2FsbFRvb2xSZXNwb25zZRIPCgdjb250ZW50GAEgASgJEhAKCGlzX2Vycm9yGAIgASgIEjMKEnN0cnVjdHVyZWRfY29udGVudBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QytgEKC1Rvb2xTZXJ2aWNlElQKCUxpc3RUb29scxIiLmNvZ21lc2gudG9vbHMudjEuTGlzdFRvb2xzUmVxdWVzdBojLmNvZ21lc2gudG9vbHMudjEuTGlzdFRvb2xzUmVzcG9uc2USUQoIQ2FsbFRvb2wSIS5jb2dtZXNoLnRvb2xzLnYxLkNhbGxUb29sUmVxdWVzdBoiLmNvZ21lc2gudG9vbHMudjEuQ2FsbFRvb2xSZXNwb25zZUItWitjb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC90b29scy92MTt0b29sc3YxYgZwcm90bzM", [file_cogmesh_common_v1_messages, file_google_protobuf_struct]);
 
 /**
  * ListToolsRequest asks for the tool list.
@@ -107,6 +107,15 @@ export type CallToolRequest = Message<"cogmesh.tools.v1.CallToolRequest"> & {
    * @generated from field: string idempotency_key = 7;
    */
   idempotencyKey: string;
+
+  /**
+   * The session's scope (cogmesh.common.v1.Session.scope), set by the
+   * application at CreateSession and never by the model: scope the call's
+   * effects by it (whose data, whose account).
+   *
+   * @generated from field: map<string, string> scope = 8;
+   */
+  scope: { [key: string]: string };
 };
 
 /**
