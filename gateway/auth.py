@@ -2,26 +2,96 @@
 
 The key arrives as `authorization: Bearer <key>` metadata. Without a keys file the
 gateway only runs in an explicit dev mode, where every caller is one tenant.
+
+A key may also bound the scope of the sessions it creates (see CreateSession's scope):
+`scope.pin` values are always set and cannot be changed by a request, and a key that
+pins values sees only sessions holding them (others are NOT_FOUND, like another
+tenant's); `scope.allow` lists the other keys a request may set (omitted: any key).
 """
 
 from __future__ import annotations
 
 import contextvars
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from services.kit.errors import Unauthenticated
+from cogmesh.common.v1 import errors_pb2, resources_pb2
+from services.kit import scope as scopes
+from services.kit.errors import NotFound, PermissionDenied, Unauthenticated, Violations
 
 
 @dataclass(frozen=True)
 class Principal:
     tenant_id: str
     name: str
+    # Scope values every session of this key has (and the only sessions it sees).
+    pinned_scope: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Scope keys a request may set besides the pinned ones; None: any.
+    allowed_scope_keys: frozenset[str] | None = None
+
+    def session_scope(self, requested: Mapping[str, str], where: str = "scope") -> dict[str, str]:
+        """The scope a session created by this key gets: the request's, checked, plus the pinned values."""
+        problems = Violations()
+        scopes.check(requested, where, problems)
+        problems.raise_if_any()
+        for key, value in requested.items():
+            pinned = self.pinned_scope.get(key)
+            if pinned is not None and value != pinned:
+                raise PermissionDenied(
+                    f"{where}[{key}]: this API key pins {key!r} to another value; leave it out or send that value",
+                    metadata={"scope_key": key, "principal": self.name},
+                )
+            if pinned is None and self.allowed_scope_keys is not None and key not in self.allowed_scope_keys:
+                allowed = ", ".join(sorted(self.allowed_scope_keys)) or "none"
+                raise PermissionDenied(
+                    f"{where}[{key}]: this API key may not set scope key {key!r} (it may set: {allowed})",
+                    metadata={"scope_key": key, "principal": self.name},
+                )
+        merged = {**requested, **self.pinned_scope}
+        problems.check(len(merged) <= scopes.MAX_ENTRIES, where, f"must have at most {scopes.MAX_ENTRIES} entries")
+        problems.raise_if_any()
+        return merged
+
+    def sees(self, session: resources_pb2.Session) -> bool:
+        return session.tenant_id == self.tenant_id and scopes.holds(session.scope, self.pinned_scope)
+
+    def check_sees(self, session: resources_pb2.Session) -> resources_pb2.Session:
+        """The session, or NOT_FOUND exactly as for a session that does not exist (nothing leaks)."""
+        if not self.sees(session):
+            raise NotFound(
+                f"session {session.session_id!r} not found",
+                reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND,
+                metadata={"session_id": session.session_id},
+            )
+        return session
+
+
+class _ScopeRules(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pin: dict[str, str] = Field({}, description="scope values set on every session of the key")
+    allow: list[str] | None = Field(None, description="other scope keys a request may set; omitted: any")
+
+    @field_validator("pin")
+    @classmethod
+    def _valid_pins(cls, pin: dict[str, str]) -> dict[str, str]:
+        problems = Violations()
+        scopes.check(pin, "pin", problems)
+        if problems.items:
+            raise ValueError("; ".join(f"{where}: {what}" for where, what in problems.items))
+        return pin
+
+    @field_validator("allow")
+    @classmethod
+    def _valid_keys(cls, allow: list[str] | None) -> list[str] | None:
+        bad = [key for key in allow or [] if not scopes.KEY_PATTERN.fullmatch(key)]
+        if bad:
+            raise ValueError(f"scope keys must match [a-z][a-z0-9_]{{0,63}}: {', '.join(map(repr, bad))}")
+        return allow
 
 
 class _KeyEntry(BaseModel):
@@ -29,6 +99,11 @@ class _KeyEntry(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the key")
     tenant: str = Field(min_length=1, max_length=128)
     principal: str = Field(min_length=1, max_length=128)
+    scope: _ScopeRules = _ScopeRules()
+
+    def to_principal(self) -> Principal:
+        allowed = None if self.scope.allow is None else frozenset(self.scope.allow)
+        return Principal(self.tenant, self.principal, dict(self.scope.pin), allowed)
 
 
 class _KeysFile(BaseModel):
@@ -53,7 +128,7 @@ def load_keys(path: Path) -> dict[str, Principal]:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"{path}: {where}: {first['msg']}") from exc
-    return {entry.sha256: Principal(entry.tenant, entry.principal) for entry in parsed.keys}
+    return {entry.sha256: entry.to_principal() for entry in parsed.keys}
 
 
 current: contextvars.ContextVar[Principal] = contextvars.ContextVar("cogmesh_principal")

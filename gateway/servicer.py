@@ -23,6 +23,7 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.delivery import Outlet
 from gateway.turns import TurnOptions, Turns, ends_stream, turn_of_lease
+from services.kit import scope as scopes
 from services.kit import turn_options
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
@@ -81,12 +82,24 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         return auth.current.get().tenant_id
 
     async def _session(self, tenant: str, session_id: str) -> resources_pb2.Session:
+        """The session, if the caller may see it: its tenant's, holding the scope values its key pins."""
         reply = await call(
             "sessions",
             self.clients.sessions.GetSession,
             sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
         )
-        return reply.session  # type: ignore[no-any-return]
+        return auth.current.get().check_sees(reply.session)
+
+    async def _tenant_of(self, context: Any, session_id: str) -> str:
+        """The caller's tenant, once the session is known to be the caller's.
+
+        The sessions service checks the tenant on every call; a key that pins scope values
+        costs one GetSession more, to check those too.
+        """
+        principal = auth.current.get()
+        if principal.pinned_scope:
+            await self._session(principal.tenant_id, session_id)
+        return principal.tenant_id
 
     @staticmethod
     def _check_session_id(value: str, problems: Violations) -> None:
@@ -110,6 +123,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             raise InvalidArgument(
                 [("agent", f"{agent.name!r} is a subagent (mode {agent.mode!r}): only other agents delegate to it")]
             )
+        scope = auth.current.get().session_scope(request.scope)
         reply = await call(
             "sessions",
             self.clients.sessions.CreateSession,
@@ -119,6 +133,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
                 topic_id=request.topic_id,
                 agent=agent.name,
                 role_id=agent.default_role,
+                scope=scope,
             ),
         )
         return gateway_pb2.CreateSessionResponse(session=reply.session)
@@ -132,11 +147,21 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def ListSessions(
         self, request: gateway_pb2.ListSessionsRequest, context: Any
     ) -> gateway_pb2.ListSessionsResponse:
+        principal = auth.current.get()
+        problems = Violations()
+        scopes.check(request.scope_filter, "scope_filter", problems)
+        problems.raise_if_any()
+        conflicting = [k for k, v in principal.pinned_scope.items() if request.scope_filter.get(k, v) != v]
+        if conflicting:  # no session of this key can match: an empty page, as for any filter matching nothing
+            return gateway_pb2.ListSessionsResponse()
         reply = await call(
             "sessions",
             self.clients.sessions.ListSessions,
             sessions_pb2.ListSessionsRequest(
-                tenant_id=self._tenant(context), page_size=request.page_size, page_token=request.page_token
+                tenant_id=principal.tenant_id,
+                page_size=request.page_size,
+                page_token=request.page_token,
+                scope_filter={**request.scope_filter, **principal.pinned_scope},
             ),
         )
         return gateway_pb2.ListSessionsResponse(sessions=reply.sessions, next_page_token=reply.next_page_token)
@@ -162,6 +187,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise from_dependency(exc, "sessions") from exc
+            return gateway_pb2.DeleteSessionResponse(deleted=False)
+        if not auth.current.get().sees(found.session):
             return gateway_pb2.DeleteSessionResponse(deleted=False)
         if found.session.active_turn_id:
             await self._stop_turn(session_id, tenant)
@@ -294,7 +321,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._check_message(request, problems)
         problems.raise_if_any()
         await self._check_names(request)
-        tenant = self._tenant(context)
+        tenant = await self._tenant_of(context, request.session_id)
         turn_id, start_seq = await self._start_turn(tenant, request, context.time_remaining())
         bind_request(session_id=request.session_id, turn_id=turn_id)
         out = self._outlet(context, request.session_id, start_seq)
@@ -447,7 +474,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._check_session_id(request.session_id, problems)
         decision = self._approval_request(request, problems)
         problems.raise_if_any()
-        tenant = self._tenant(context)
+        tenant = await self._tenant_of(context, request.session_id)
         turn_id, start_seq = await self._answer(
             tenant, request.session_id, request.interrupt_id, "approval", decision, context.time_remaining()
         )
@@ -465,7 +492,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._check_session_id(request.session_id, problems)
         given, decision = self._answer_request(request, problems)
         problems.raise_if_any()
-        tenant = self._tenant(context)
+        tenant = await self._tenant_of(context, request.session_id)
         turn_id, start_seq = await self._answer(
             tenant, request.session_id, request.interrupt_id, given, decision, context.time_remaining()
         )

@@ -102,7 +102,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         if reply.session.agent not in {a.name for a in self._exposed()}:
             raise NotFound(f"session {session_id!r} not found", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
-        return reply.session  # type: ignore[no-any-return]
+        return auth.current.get().check_sees(reply.session)
 
     async def _task_ref(self, tenant: str, task_id: str) -> TaskRef:
         ref = TaskRef.parse(task_id)
@@ -174,7 +174,12 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             reply = await call(
                 "sessions",
                 self.clients.sessions.CreateSession,
-                sessions_pb2.CreateSessionRequest(tenant_id=tenant, agent=agent.name, role_id=agent.default_role),
+                sessions_pb2.CreateSessionRequest(
+                    tenant_id=tenant,
+                    agent=agent.name,
+                    role_id=agent.default_role,
+                    scope=auth.current.get().pinned_scope,
+                ),
             )
             session_id = reply.session.session_id
         turn_id, start_seq = await self.turns.start(tenant, session_id, given.content, "", deadline_s)

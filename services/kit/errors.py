@@ -77,6 +77,11 @@ class NotFound(CogmeshError):
     code = grpc.StatusCode.NOT_FOUND
 
 
+class PermissionDenied(CogmeshError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+    reason = errors_pb2.ERROR_REASON_SCOPE_DENIED
+
+
 class FailedPrecondition(CogmeshError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 

@@ -25,7 +25,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from services.kit.logging import log
@@ -303,7 +312,14 @@ class HITLSpec(_Interceptor):
     description: str = Field("{tool} needs a human's approval before it runs", min_length=1)
 
 
-RateScope = Literal["agent", "session", "tenant", "global"]
+# "scope:<key>": one window per value of the session's scope key (per end user, per project...).
+def _rate_scope(value: str) -> str:
+    if value in ("agent", "session", "tenant", "global") or re.fullmatch(r"scope:[a-z][a-z0-9_]{0,63}", value):
+        return value
+    raise ValueError(f"must be agent, session, tenant, global or scope:<key> (e.g. scope:end_user), not {value!r}")
+
+
+RateScope = Annotated[str, AfterValidator(_rate_scope)]
 
 
 class RateLimiterSpec(_Interceptor):

@@ -33,6 +33,8 @@ class Scope:
     turn_id: str = ""
     role_id: str = ""
     active_skill_ids: frozenset[str] = frozenset()
+    # The session's scope (end user, project...), as the application set it at CreateSession.
+    session_scope: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -394,9 +394,7 @@ class PolicyEngine:
         if handled is not None:
             return TurnStart(command=handled[1], command_name=handled[0], config_version=version)
         role = self.resolve_role(scope.agent, text, explicit_role)
-        turn_scope = Scope(
-            scope.agent, scope.tenant_id, scope.session_id, scope.turn_id, role.role_id, frozenset(role.skill_ids)
-        )
+        turn_scope = replace(scope, role_id=role.role_id, active_skill_ids=frozenset(role.skill_ids))
         bundle = self.bundle(scope.agent, role.role_id)
         start = TurnStart(role=role, phases=bundle.phases, config_version=version)
         if len(bundle.hooks):

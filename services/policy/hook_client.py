@@ -45,7 +45,12 @@ class RemoteHook:
         stub = self.channels.stub(self.address)
         s = payload.scope
         context = hooks_pb2.HookContext(
-            tenant_id=s.tenant_id, session_id=s.session_id, turn_id=s.turn_id, agent=s.agent, role_id=s.role_id
+            tenant_id=s.tenant_id,
+            session_id=s.session_id,
+            turn_id=s.turn_id,
+            agent=s.agent,
+            role_id=s.role_id,
+            session_scope=s.session_scope,
         )
         try:
             match event:

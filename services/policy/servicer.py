@@ -48,6 +48,7 @@ def _call_scope(request: policy_pb2.CheckToolCallRequest) -> Scope:
         request.turn_id,
         request.role_id,
         frozenset(request.active_skill_ids),
+        dict(request.session_scope),
     )
 
 

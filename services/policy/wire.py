@@ -58,6 +58,7 @@ def scope_from(message: policy_pb2.Scope) -> Scope:
         turn_id=message.turn_id,
         role_id=message.role_id,
         active_skill_ids=frozenset(message.active_skill_ids),
+        session_scope=dict(message.session_scope),
     )
 
 

@@ -227,6 +227,7 @@ class PolicyLink:
             session_id=self.scope.session_id,
             turn_id=self.scope.turn_id,
             tool_call_id=call_.id,
+            session_scope=self.scope.session_scope,
         )
         if context is not None:
             request.context.CopyFrom(context)

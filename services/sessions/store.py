@@ -254,7 +254,7 @@ class MemorySessionStore:
         self._max_batch = max_batch
         self._open: set[str] = set()  # sessions whose lease belongs to an open turn
         self._entries: dict[str, _Entry] = {}
-        self._by_key: dict[tuple[str, str, str], str] = {}
+        self._by_key: dict[tuple[object, ...], str] = {}
         self._seq = 0
         self._queue_seq = 0
         self._changed: dict[str, asyncio.Event] = {}

@@ -5,16 +5,18 @@
 
 Tools: `add` (two numbers), `shout` (upper-cases text), `fail` (always raises: a tool
 error), `sleep` (waits, to test timeouts and cancellation), `pid` (the server's
-process id, to tell a restarted server from the first one).
+process id, to tell a restarted server from the first one), `whoami` (the `_meta`
+cogmesh sent with the call, as JSON: session, tenant, scope).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("cogmesh-test-tools")
 
@@ -49,6 +51,13 @@ async def sleep(seconds: float) -> str:
 def pid() -> str:
     """The server's process id."""
     return str(os.getpid())
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:  # type: ignore[type-arg]
+    """The call's _meta, as JSON."""
+    meta = ctx.request_context.meta or {}
+    return json.dumps({key: value for key, value in dict(meta).items() if key.startswith("dev.cogmesh/")})
 
 
 def main() -> None:

@@ -225,6 +225,21 @@ async def test_rate_limiter_per_tool_and_scopes_keep_separate_windows() -> None:
     assert (await per_session.run(Phase.PRE_ACT, ctx(scope=one, tool_name="a"))).action is Action.STOP
 
 
+async def test_a_rate_limit_per_scope_key_counts_each_end_user_across_their_sessions() -> None:
+    limit = Chain([RateLimiter(MemoryWindowStore(Clock()), 1, 60, "block", scope="scope:end_user")])
+
+    def of(session: str, tenant: str = "t", **scope: str) -> TurnContext:
+        return ctx(scope=Scope("default", tenant, session, session_scope=scope), tool_name="a")
+
+    assert (await limit.run(Phase.PRE_ACT, of("s1", end_user="alice"))).action is Action.OK
+    assert (await limit.run(Phase.PRE_ACT, of("s2", end_user="bob"))).action is Action.OK
+    assert (await limit.run(Phase.PRE_ACT, of("s3", tenant="other", end_user="alice"))).action is Action.OK
+    # Alice's other session shares her window; sessions without the key share their tenant's.
+    assert (await limit.run(Phase.PRE_ACT, of("s4", end_user="alice"))).action is Action.STOP
+    assert (await limit.run(Phase.PRE_ACT, of("s5"))).action is Action.OK
+    assert (await limit.run(Phase.PRE_ACT, of("s6", project="x"))).action is Action.STOP
+
+
 async def test_throttle_spaces_consecutive_calls() -> None:
     clock = Clock()
     throttle = Chain([ThrottleInterceptor(MemoryWindowStore(clock), min_delay=0.5, per_tool=True)])

@@ -80,6 +80,11 @@ def test_missing_and_empty_files_mean_defaults(tmp_path: Path) -> None:
         ),
         (
             "interceptors.yaml",
+            "interceptors:\n  - type: RateLimiter\n    scope: user\n",
+            "interceptors.yaml:3: interceptors.0.scope: must be agent, session, tenant, global or scope:<key>",
+        ),
+        (
+            "interceptors.yaml",
             "interceptors:\n  - type: Nope\n",
             "interceptors.yaml:2: interceptors.0: unknown type 'Nope'; expected one of: BudgetGuard, PIIShield",
         ),
@@ -250,7 +255,7 @@ interceptors:
   - {type: ToolGate, deny: ["admin_*"], filter: "tests.unit.test_policy_config:keep_first"}
   - {type: PermissionGate, tools: [search], by_role: {admin: ["*"]}}
   - {type: ConversationGate, stages: {0: [search], 4: [search, execute_order]}}
-  - {type: RateLimiter, calls_per_window: 10, window_seconds: 60, action: wait, per_tool: true}
+  - {type: RateLimiter, calls_per_window: 10, window_seconds: 60, action: wait, per_tool: true, scope: "scope:end_user"}
   - {type: ThrottleInterceptor, min_delay: 0.5}
   - {type: Failover, fallbacks: [backup], on: [rate_limit, context_length]}
   - {type: CircuitBreaker, failure_threshold: 5, reset_timeout: 30, tools: [database_query]}

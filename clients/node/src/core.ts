@@ -70,6 +70,8 @@ export interface CreateSessionOptions {
   userId?: string;
   /** Application topic id. */
   topicId?: string;
+  /** On whose behalf the session runs (e.g. `{ end_user: "u_42" }`); the API key decides what may be set. */
+  scope?: Record<string, string>;
 }
 
 export interface StreamOptions {
@@ -244,6 +246,7 @@ export class CogmeshClientBase {
       agent: requireString("agent", options.agent, { optional: true }),
       userId: requireString("userId", options.userId, { optional: true }),
       topicId: requireString("topicId", options.topicId, { optional: true }),
+      scope: options.scope ?? {},
     };
     const reply = await this.unary(false, (o) => this.gateway.createSession(request, o));
     return reply.session!;

@@ -13,11 +13,16 @@ from services.policy.domain import TurnContext
 from services.policy.interceptors.base import Interceptor, InterceptResult
 from services.policy.ratelimit import WindowStore
 
-Scope = Literal["agent", "session", "tenant", "global"]
+# Or "scope:<key>": one window per tenant and value of the session's scope key (sessions
+# without that key share one window of their tenant).
+Scope = Literal["agent", "session", "tenant", "global"] | str
 
 
 def _scope_key(ctx: TurnContext, scope: Scope) -> str:
     s = ctx.scope
+    if scope.startswith("scope:"):
+        name = scope.removeprefix("scope:")
+        return f"tenant={s.tenant_id}/{name}={s.session_scope.get(name, '')}"
     match scope:
         case "agent":
             return f"agent={s.agent}"
@@ -27,6 +32,7 @@ def _scope_key(ctx: TurnContext, scope: Scope) -> str:
             return f"tenant={s.tenant_id}"
         case "global":
             return "global"
+    raise ValueError(f"unknown rate limit scope {scope!r}")
 
 
 class RateLimiter(Interceptor):

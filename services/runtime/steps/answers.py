@@ -102,6 +102,7 @@ def pause(run: Run, item: CallState) -> None:
                 ),
                 interrupt_id=interrupt_id,
                 idempotency_key=idempotency_key(run, item),
+                scope=turn.context.scope,
             ),
         )
     run.snapshot = run.capture(item.state, item.call.id)

@@ -156,7 +156,7 @@ META_PREFIX = "dev.cogmesh/"  # keys of the _meta cogmesh sends with every MCP c
 
 
 def call_meta(context: ToolContext | None) -> mcp_types.RequestParamsMeta | None:
-    """Who calls, as the call's `_meta`: the server can scope by session and dedupe by idempotency key."""
+    """Who calls, as the call's `_meta`: the server can scope by session and scope and dedupe by idempotency key."""
     if context is None:
         return None
     meta: dict[str, Any] = {
@@ -170,6 +170,8 @@ def call_meta(context: ToolContext | None) -> mcp_types.RequestParamsMeta | None
         )
         if value
     }
+    if context.scope:  # the session's scope, as an object: the application's, never the model's
+        meta[f"{META_PREFIX}scope"] = dict(context.scope)
     return meta or None  # type: ignore[return-value]
 
 

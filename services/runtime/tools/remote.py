@@ -81,6 +81,7 @@ class RemoteToolServer:
             tenant_id=context.tenant_id,
             turn_id=context.turn_id,
             idempotency_key=context.idempotency_key,
+            scope=context.scope,
         )
         try:
             # The loop bounds the call with the tool timeout; this deadline only backs it up.

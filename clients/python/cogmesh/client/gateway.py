@@ -200,11 +200,15 @@ class GatewayClient:
 
     # ------------------------------------------------------------------ sessions and catalogue
 
-    async def create_session(self, agent: str = "", user_id: str = "", topic_id: str = "") -> resources_pb2.Session:
+    async def create_session(
+        self, agent: str = "", user_id: str = "", topic_id: str = "", scope: Mapping[str, str] | None = None
+    ) -> resources_pb2.Session:
+        """`scope`: on whose behalf the session runs (`{"end_user": "u_42"}`); the API key decides what may be set."""
         request = gateway_pb2.CreateSessionRequest(
             agent=options.text("agent", agent),
             user_id=options.text("user_id", user_id),
             topic_id=options.text("topic_id", topic_id),
+            scope=dict(scope or {}),
         )
         return (await self._unary("CreateSession", request)).session  # type: ignore[no-any-return]
 
@@ -212,9 +216,13 @@ class GatewayClient:
         request = gateway_pb2.GetSessionRequest(session_id=options.text("session_id", session_id))
         return (await self._unary("GetSession", request)).session  # type: ignore[no-any-return]
 
-    async def list_sessions(self, page_size: int = 50, page_token: str = "") -> gateway_pb2.ListSessionsResponse:
+    async def list_sessions(
+        self, page_size: int = 50, page_token: str = "", scope_filter: Mapping[str, str] | None = None
+    ) -> gateway_pb2.ListSessionsResponse:
         request = gateway_pb2.ListSessionsRequest(
-            page_size=options.count("page_size", page_size), page_token=options.text("page_token", page_token)
+            page_size=options.count("page_size", page_size),
+            page_token=options.text("page_token", page_token),
+            scope_filter=dict(scope_filter or {}),
         )
         return await self._unary("ListSessions", request)  # type: ignore[no-any-return]
 

@@ -81,14 +81,18 @@ class Client:
     def wait_ready(self, timeout_s: float) -> None:
         self._call(self._async.wait_ready(timeout_s))
 
-    def create_session(self, agent: str = "", user_id: str = "", topic_id: str = "") -> resources_pb2.Session:
-        return self._call(self._async.create_session(agent, user_id, topic_id))
+    def create_session(
+        self, agent: str = "", user_id: str = "", topic_id: str = "", scope: Mapping[str, str] | None = None
+    ) -> resources_pb2.Session:
+        return self._call(self._async.create_session(agent, user_id, topic_id, scope))
 
     def get_session(self, session_id: str) -> resources_pb2.Session:
         return self._call(self._async.get_session(session_id))
 
-    def list_sessions(self, page_size: int = 50, page_token: str = "") -> gateway_pb2.ListSessionsResponse:
-        return self._call(self._async.list_sessions(page_size, page_token))
+    def list_sessions(
+        self, page_size: int = 50, page_token: str = "", scope_filter: Mapping[str, str] | None = None
+    ) -> gateway_pb2.ListSessionsResponse:
+        return self._call(self._async.list_sessions(page_size, page_token, scope_filter))
 
     def delete_session(self, session_id: str) -> bool:
         return self._call(self._async.delete_session(session_id))

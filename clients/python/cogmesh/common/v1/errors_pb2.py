@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/common/v1/errors.proto\x12\x11\x63ogmesh.common.v1*\xfb\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n\x1e\x45RROR_REASON_SESSION_NOT_FOUND\x10\x02\x12 \n\x1c\x45RROR_REASON_AGENT_NOT_FOUND\x10\x03\x12 \n\x1c\x45RROR_REASON_MODEL_NOT_FOUND\x10\x04\x12!\n\x1d\x45RROR_REASON_TURN_IN_PROGRESS\x10\x05\x12\x1f\n\x1b\x45RROR_REASON_TURN_NOT_FOUND\x10\x06\x12\x1f\n\x1b\x45RROR_REASON_CURSOR_EXPIRED\x10\x07\x12$\n ERROR_REASON_SUBSCRIBER_TOO_SLOW\x10\x08\x12\'\n#ERROR_REASON_DEPENDENCY_UNAVAILABLE\x10\t\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\n\x12\x1d\n\x19\x45RROR_REASON_RATE_LIMITED\x10\x0b\x12\x1c\n\x18\x45RROR_REASON_TOOL_DENIED\x10\x0c\x12\x1e\n\x1a\x45RROR_REASON_SHUTTING_DOWN\x10\r\x12&\n\"ERROR_REASON_TOOL_RESULT_NOT_FOUND\x10\x0e\x12$\n ERROR_REASON_CHECKPOINT_CONFLICT\x10\x0f\x12\x1f\n\x1b\x45RROR_REASON_LIMIT_EXCEEDED\x10\x10\x12!\n\x1d\x45RROR_REASON_MEMORY_NOT_FOUND\x10\x11\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/common/v1/errors.proto\x12\x11\x63ogmesh.common.v1*\x9a\x05\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n\x1e\x45RROR_REASON_SESSION_NOT_FOUND\x10\x02\x12 \n\x1c\x45RROR_REASON_AGENT_NOT_FOUND\x10\x03\x12 \n\x1c\x45RROR_REASON_MODEL_NOT_FOUND\x10\x04\x12!\n\x1d\x45RROR_REASON_TURN_IN_PROGRESS\x10\x05\x12\x1f\n\x1b\x45RROR_REASON_TURN_NOT_FOUND\x10\x06\x12\x1f\n\x1b\x45RROR_REASON_CURSOR_EXPIRED\x10\x07\x12$\n ERROR_REASON_SUBSCRIBER_TOO_SLOW\x10\x08\x12\'\n#ERROR_REASON_DEPENDENCY_UNAVAILABLE\x10\t\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\n\x12\x1d\n\x19\x45RROR_REASON_RATE_LIMITED\x10\x0b\x12\x1c\n\x18\x45RROR_REASON_TOOL_DENIED\x10\x0c\x12\x1e\n\x1a\x45RROR_REASON_SHUTTING_DOWN\x10\r\x12&\n\"ERROR_REASON_TOOL_RESULT_NOT_FOUND\x10\x0e\x12$\n ERROR_REASON_CHECKPOINT_CONFLICT\x10\x0f\x12\x1f\n\x1b\x45RROR_REASON_LIMIT_EXCEEDED\x10\x10\x12!\n\x1d\x45RROR_REASON_MEMORY_NOT_FOUND\x10\x11\x12\x1d\n\x19\x45RROR_REASON_SCOPE_DENIED\x10\x12\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1'
   _globals['_ERRORREASON']._serialized_start=54
-  _globals['_ERRORREASON']._serialized_end=689
+  _globals['_ERRORREASON']._serialized_end=720
 # @@protoc_insertion_point(module_scope)

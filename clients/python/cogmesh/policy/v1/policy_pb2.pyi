@@ -64,7 +64,14 @@ INTERCEPT_ACTION_MODIFY_TOOL_RESULT: InterceptAction
 INTERCEPT_ACTION_REQUIRE_APPROVAL: InterceptAction
 
 class CheckToolCallRequest(_message.Message):
-    __slots__ = ("tenant_id", "agent", "role_id", "active_skill_ids", "tool_name", "arguments", "session_id", "turn_id", "context", "tool_call_id")
+    __slots__ = ("tenant_id", "agent", "role_id", "active_skill_ids", "tool_name", "arguments", "session_id", "turn_id", "context", "tool_call_id", "session_scope")
+    class SessionScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     ROLE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +82,7 @@ class CheckToolCallRequest(_message.Message):
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_SCOPE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     agent: str
     role_id: str
@@ -85,7 +93,8 @@ class CheckToolCallRequest(_message.Message):
     turn_id: str
     context: TurnContext
     tool_call_id: str
-    def __init__(self, tenant_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., context: _Optional[_Union[TurnContext, _Mapping]] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+    session_scope: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., context: _Optional[_Union[TurnContext, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., session_scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CheckToolCallResponse(_message.Message):
     __slots__ = ("verdict", "reason", "rule", "updated_arguments", "source", "pre_act", "events", "timeout_ms")
