@@ -140,6 +140,24 @@ async def test_identity_lookup_and_reuse(store: SessionStore) -> None:
     assert not was_reused and fresh.session_id not in (first, second)
 
 
+async def test_the_scope_is_stored_and_part_of_the_identity(store: SessionStore) -> None:
+    alice = {"end_user": "alice", "project": "apollo"}
+    first = await new_session(store, user="u1", topic="loans", scope=alice)
+    assert (await store.get(ACME, first)).scope == alice
+    # The same user and topic for another end user is another conversation, never reused.
+    bob, was_reused = await store.create(ACME, NewSession("u1", "loans", "default", scope={"end_user": "bob"}), True)
+    assert not was_reused and bob.session_id != first and bob.scope == {"end_user": "bob"}
+    same, was_reused = await store.create(
+        ACME, NewSession("u1", "loans", "default", scope={"project": "apollo", "end_user": "alice"}), True
+    )
+    assert was_reused and same.session_id == first  # entries in any order
+    assert (await store.lookup(ACME, "u1", "loans", alice)).session_id == first
+    with pytest.raises(SessionNotFound):
+        await store.lookup(ACME, "u1", "loans")  # the unscoped conversation does not exist
+    listed = await store.list_sessions(ACME, None, 100)
+    assert {r.session_id: r.scope for r in listed.items}[bob.session_id] == {"end_user": "bob"}
+
+
 async def test_concurrent_creates_of_one_identity_share_one_session(store: SessionStore) -> None:
     created = await asyncio.gather(
         *(store.create(ACME, NewSession("ann", "trip", "default"), reuse_existing=True) for _ in range(8))

@@ -9,7 +9,9 @@ from google.protobuf.descriptor import MethodDescriptor
 
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.sessions import model
-from services.sessions.servicer import RPCS, STATUSES, STREAMS, SessionsServicer, status_of
+from services.sessions.model import NewSession
+from services.sessions.servicer import RPCS, STATUSES, STREAMS, SessionsServicer, list_scoped, status_of
+from services.sessions.store import MemorySessionStore
 
 SERVICE = sessions_pb2.DESCRIPTOR.services_by_name["SessionsService"]
 
@@ -64,3 +66,22 @@ def test_a_domain_error_becomes_its_status_with_its_message(kind: type[model.Ses
 
 def test_an_error_without_a_row_is_internal() -> None:
     assert status_of(model.SessionError("surprise")).code == grpc.StatusCode.INTERNAL
+
+
+async def test_a_scope_filter_pages_through_every_matching_session_once() -> None:
+    store = MemorySessionStore()
+    made = []
+    for i in range(9):
+        record, _ = await store.create("t", NewSession("", "", "default", scope={"end_user": "ab"[i % 3 == 0]}))
+        made.append(record)
+    wanted = [r.session_id for r in reversed(made) if r.scope["end_user"] == "a"]  # newest first
+    seen: list[str] = []
+    cursor: int | None = None
+    while True:
+        page = await list_scoped(store, "t", cursor, 2, {"end_user": "a"})
+        assert len(page.items) <= 2
+        seen += [r.session_id for r in page.items]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == wanted
