@@ -63,6 +63,7 @@ GO_TESTS = [
     "TestSubscribeResumesAfterABrokenStream",
     "TestBadRequestIsInvalidArgumentNamingTheField",
     "TestRateLimitRefusalCarriesRetryInfo",
+    "TestTurnTextSkipsVoidedDeltas",
 ]
 
 

@@ -3,6 +3,7 @@ package cogmesh
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	commonv1 "cogmesh.dev/go/gen/cogmesh/common/v1"
 )
@@ -46,6 +47,43 @@ type Turn struct {
 	// or client_tool_call; the pause status when the stream did not carry it); nil
 	// otherwise. InterruptID(Pause) is what ResolveApproval or AnswerInterrupt answers.
 	Pause *commonv1.RuntimeEvent
+}
+
+// Voided is the set of seqs of events that no longer count: the part of a step that ran
+// again on another runtime replica. A turn taken over after its runtime stopped carries a
+// native_notice of kind "step_retried" whose metadata names the void range
+// (void_after_seq, void_through_seq]; a client drawing assistant deltas skips those seqs.
+func Voided(events []*commonv1.RuntimeEvent) map[uint64]bool {
+	void := map[uint64]bool{}
+	for _, event := range events {
+		notice := event.GetNativeNotice()
+		if notice == nil || notice.GetKind() != "step_retried" {
+			continue
+		}
+		fields := notice.GetMetadata().GetFields()
+		after := uint64(fields["void_after_seq"].GetNumberValue())
+		through := uint64(fields["void_through_seq"].GetNumberValue())
+		for seq := after + 1; seq <= through; seq++ {
+			void[seq] = true
+		}
+	}
+	return void
+}
+
+// Text is the turn's answer: the final text, or the assistant deltas streamed before an
+// error or a pause, without those a retried step voided.
+func (t *Turn) Text() string {
+	if t.Final != nil {
+		return t.Final.GetText()
+	}
+	void := Voided(t.Events)
+	var text strings.Builder
+	for _, event := range t.Events {
+		if delta := event.GetAssistantDelta(); delta != nil && !void[event.GetSeq()] {
+			text.WriteString(delta.GetText())
+		}
+	}
+	return text.String()
 }
 
 // TurnFailedError is a turn that ended with an error event.

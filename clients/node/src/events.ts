@@ -35,6 +35,32 @@ export function interruptOf(event: RuntimeEvent): string | undefined {
   }
 }
 
+/**
+ * Seqs of events that no longer count: the part of a step that ran again on another
+ * runtime replica. A turn taken over after its runtime stopped carries a `nativeNotice`
+ * of kind "step_retried" whose metadata names the void range (void_after_seq,
+ * void_through_seq]; a client drawing assistant deltas skips those seqs.
+ */
+export function voided(events: readonly RuntimeEvent[]): Set<bigint> {
+  const seqs = new Set<bigint>();
+  for (const event of events) {
+    if (event.payload.case !== "nativeNotice" || event.payload.value.kind !== "step_retried") continue;
+    const metadata = event.payload.value.metadata ?? {};
+    const number = (name: string): bigint => BigInt(Math.trunc(Number(metadata[name] ?? 0)));
+    for (let seq = number("void_after_seq") + 1n; seq <= number("void_through_seq"); seq++) seqs.add(seq);
+  }
+  return seqs;
+}
+
+/** The assistant text a turn's events streamed, without the deltas a retried step voided. */
+export function streamedText(events: readonly RuntimeEvent[]): string {
+  const void_ = voided(events);
+  return events
+    .filter((e) => e.payload.case === "assistantDelta" && !void_.has(e.seq))
+    .map((e) => (e.payload.case === "assistantDelta" ? e.payload.value.text : ""))
+    .join("");
+}
+
 /** Narrow an event to one kind: `if (is(event, "final")) event.payload.value.text`. */
 export function is<K extends EventKind>(event: RuntimeEvent, kind: K): event is EventOf<K> {
   return event.payload.case === kind;

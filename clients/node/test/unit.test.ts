@@ -13,9 +13,12 @@ import {
   is,
   isTerminal,
   RuntimeEventSchema,
+  streamedText,
   TurnErrorSchema,
   TurnFailedError,
+  voided,
   type EventOf,
+  type RuntimeEvent,
 } from "../src/index.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 
@@ -91,4 +94,23 @@ test("events from a newer server: an unknown payload has no case, an unknown enu
   const byName = new TurnFailedError(cancelled as EventOf<"error">);
   assert.equal(byName.kind, "CANCELLED");
   assert.equal(byName.partialText, "17 *");
+});
+
+test("a step_retried notice voids the deltas of the redone step: streamedText shows the text once", () => {
+  const delta = (seq: bigint, text: string): RuntimeEvent =>
+    create(RuntimeEventSchema, { seq, payload: { case: "assistantDelta", value: { text } } });
+  const retried = create(RuntimeEventSchema, {
+    seq: 4n,
+    payload: {
+      case: "nativeNotice",
+      value: {
+        kind: "step_retried",
+        metadata: { void_after_seq: 1, void_through_seq: 3 },
+      },
+    },
+  });
+  const events = [delta(1n, "The "), delta(2n, "ans"), delta(3n, "wer"), retried, delta(5n, "answer is 42")];
+  assert.deepEqual(voided(events), new Set([2n, 3n]));
+  assert.equal(streamedText(events), "The answer is 42");
+  assert.equal(streamedText(events.slice(0, 3)), "The answer");
 });
