@@ -38,7 +38,7 @@ import grpc
 import redis.asyncio as aioredis
 
 from bench.harness import (
-    _exported,
+    exported_settings,
     free_ports,
     median,
     percentile,
@@ -84,7 +84,7 @@ async def running(
         addresses["gateway_addr"] = ",".join(f"127.0.0.1:{port}" for port in free_ports(gateways))
     settings = Settings(**(addresses | overrides))  # type: ignore[arg-type]
     supervisor = Supervisor(settings, Path(tempfile.mkdtemp(prefix="cogmesh-bench-")), lambda _: None, READY_TIMEOUT_S)
-    with _exported(overrides):
+    with exported_settings(overrides):
         await supervisor.start()
         try:
             # One channel over every gateway: round_robin spreads the calls, as a load balancer would.

@@ -58,7 +58,7 @@ async def suite(ready_timeout_s: float = 30.0, **overrides: object) -> AsyncIter
     settings = Settings(**suite_addresses(int(workers)), **overrides)  # type: ignore[arg-type]
     log_dir = Path(tempfile.mkdtemp(prefix="cogmesh-bench-"))
     supervisor = Supervisor(settings, log_dir, lambda _: None, ready_timeout_s=ready_timeout_s)
-    with _exported(overrides):  # for the suite's lifetime: a restarted child must get them too
+    with exported_settings(overrides):  # for the suite's lifetime: a restarted child must get them too
         await supervisor.start()
         try:
             yield settings, supervisor
@@ -67,7 +67,7 @@ async def suite(ready_timeout_s: float = 30.0, **overrides: object) -> AsyncIter
 
 
 @contextlib.contextmanager
-def _exported(overrides: dict[str, object]) -> Iterator[None]:
+def exported_settings(overrides: dict[str, object]) -> Iterator[None]:
     """COGMESH_* variables for the overrides: the children read only their environment."""
     saved = dict(os.environ)
     for name, value in overrides.items():
