@@ -94,6 +94,19 @@ async def test_role_gate_reads_the_callers_role_not_the_agent_role() -> None:
     assert (await Chain([keyed]).run(Phase.PRE_THINK, ctx(None, run_context={"tier": "admin"}))).tools is None
 
 
+async def test_role_gate_trusts_the_session_scope_over_the_run_context() -> None:
+    gate = RoleGate()
+
+    def scoped(role: str, run_context: dict[str, Any]) -> TurnContext:
+        scope = Scope("default", session_id="s1", session_scope={"role": role})
+        return TurnContext(scope=scope, tools=list(TOOLS), run_context=run_context)
+
+    # A key that pins role=guest: a message claiming admin in its run context stays a guest.
+    claimed = await Chain([gate]).run(Phase.PRE_THINK, scoped("guest", {"role": "admin"}))
+    assert claimed.tools == ["search", "read_file"]
+    assert (await Chain([gate]).run(Phase.PRE_THINK, scoped("admin", {}))).tools is None
+
+
 # --------------------------------------------------------------------------- LoggingInterceptor
 
 

@@ -3,8 +3,10 @@ PermissionGate, as built-ins configurable from YAML.
 
 SafeGate offers only the tools named safe (read-only by default); RoleGate gives
 the caller's role its tool list, every tool to admin roles. The caller's role comes
-from the turn's run context (set by the application, never by the model), not from
-the agent role the router picked: PermissionGate's `by_role` covers that one.
+from the session's scope (set at CreateSession, and pinned by an API key that must not
+choose its own role), else from the turn's run context (set by the application with
+each message); never from the model, nor from the agent role the router picked:
+PermissionGate's `by_role` covers that one.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ class SafeGate(ToolGate):
 
 
 class RoleGate(PermissionGate):
-    """The caller's role (run_context[`role_key`]) picks the allowlist: an admin role
-    gets every tool, a role in `by_role` its own list, any other role (or none) `tools`."""
+    """The caller's role (scope[`role_key`], else run_context[`role_key`]) picks the allowlist:
+    an admin role gets every tool, a role in `by_role` its own list, any other role (or none) `tools`."""
 
     def __init__(
         self,
@@ -44,6 +46,9 @@ class RoleGate(PermissionGate):
         self.role_key = role_key
 
     def role(self, ctx: TurnContext) -> str:
+        # The scope wins: a per-message run context cannot claim more than the session was given.
+        if self.role_key in ctx.scope.session_scope:
+            return ctx.scope.session_scope[self.role_key]
         value = ctx.run_context.get(self.role_key)
         return value if isinstance(value, str) else ""
 
