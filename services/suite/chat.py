@@ -121,9 +121,11 @@ class Chat:
         agent: str,
         model: str,
         reader: LineReader,
+        scope: dict[str, str] | None = None,
     ):
         self.client, self.out, self.err = client, out, err
         self.as_json, self.agent, self.model = as_json, agent, model
+        self.scope = scope or {}  # of the sessions this chat creates
         self.printer = EventPrinter(out, as_json)
         self.reader = reader
         self.session_id = ""
@@ -462,7 +464,7 @@ class Chat:
             self.note(line)
 
     async def _new(self, agent: str) -> None:
-        session = await self.client.create_session(agent=agent)
+        session = await self.client.create_session(agent=agent, scope=self.scope)
         self.agent = session.agent
         self.session_id = session.session_id
         self._show_session(session)
@@ -493,8 +495,9 @@ class Chat:
             self.emit({"session": json_format.MessageToDict(session, preserving_proto_field_name=True)})
         else:
             busy = f" · turn {escape(session.active_turn_id)} running" if session.active_turn_id else ""
+            scope = "".join(f" · {escape(k)}={escape(v)}" for k, v in sorted(session.scope.items()))
             self.note(
-                f"[dim]session {escape(session.session_id)} · agent {escape(session.agent)} · "
+                f"[dim]session {escape(session.session_id)} · agent {escape(session.agent)}{scope} · "
                 f"{session.message_count} message(s){busy}[/dim]"
             )
 
@@ -509,8 +512,9 @@ async def interactive(
     model: str,
     session_id: str,
     stdin: IO[str] | None = None,
+    scope: dict[str, str] | None = None,
 ) -> int:
     reader = LineReader(stdin or sys.stdin)
     reader.start()
-    chat = Chat(client, out, err, as_json=as_json, agent=agent, model=model, reader=reader)
+    chat = Chat(client, out, err, as_json=as_json, agent=agent, model=model, reader=reader, scope=scope)
     return await chat.run(session_id)

@@ -59,11 +59,17 @@ def _print_json(message: Any) -> None:
 
 
 async def run_chat(
-    client: GatewayClient, message: str, printer: EventPrinter, session_id: str, agent: str, model: str
+    client: GatewayClient,
+    message: str,
+    printer: EventPrinter,
+    session_id: str,
+    agent: str,
+    model: str,
+    scope: dict[str, str] | None = None,
 ) -> tuple[str, bool]:
-    """Run one turn (creating a session if needed); returns (session_id, succeeded)."""
+    """Run one turn (creating a session if needed, with `scope`); returns (session_id, succeeded)."""
     if not session_id:
-        session = await client.create_session(agent=agent)
+        session = await client.create_session(agent=agent, scope=scope)
         session_id = session.session_id
         if not printer.as_json:
             out.print(f"[dim]session {session_id} · agent {session.agent}[/dim]")
@@ -99,7 +105,9 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     async with _client(args) as client:
         await _connect(client, args)
         if args.message:
-            _, ok = await run_chat(client, args.message, printer, args.session, args.agent, args.model)
+            _, ok = await run_chat(
+                client, args.message, printer, args.session, args.agent, args.model, dict(args.scope)
+            )
             return 0 if ok else 1
         return await interactive(
             client,
@@ -109,12 +117,15 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             agent=args.agent,
             model=args.model,
             session_id=args.session,
+            scope=dict(args.scope),
         )
 
 
 async def cmd_sessions_list(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        page = await client.list_sessions(page_size=args.page_size, page_token=args.page_token)
+        page = await client.list_sessions(
+            page_size=args.page_size, page_token=args.page_token, scope_filter=dict(args.scope)
+        )
     if args.json:
         _print_json(page)
         return 0
@@ -217,6 +228,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _scope_entry(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key or not value:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -276,6 +294,14 @@ def parser() -> argparse.ArgumentParser:
     chat.add_argument("--agent", default="default", help="agent for a new session")
     chat.add_argument("--session", default="", help="continue this session instead of creating one")
     chat.add_argument("--model", default="", help="model name overriding the agent's model")
+    chat.add_argument(
+        "--scope",
+        type=_scope_entry,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="scope of a new session, e.g. --scope end_user=u_42 (repeat for more entries)",
+    )
     chat.add_argument("--connect-timeout", type=_seconds, default=5.0, help="seconds to wait for the gateway")
 
     watch = with_gateway(command("watch", "follow a session's events from a cursor", cmd_watch))
@@ -288,6 +314,9 @@ def parser() -> argparse.ArgumentParser:
     sl = with_gateway(command("list", "list sessions, newest first", cmd_sessions_list, sessions))
     sl.add_argument("--page-size", type=_count, default=50)
     sl.add_argument("--page-token", default="")
+    sl.add_argument(
+        "--scope", type=_scope_entry, action="append", default=[], metavar="KEY=VALUE", help="only sessions of a scope"
+    )
 
     models = sub.add_parser("models", help="the model catalogue").add_subparsers(dest="action", required=True)
     ml = with_gateway(command("list", "list models", cmd_models_list, models))

@@ -244,6 +244,23 @@ def test_an_unknown_session_is_a_clear_error(up: Up) -> None:
     assert error["code"] == "NOT_FOUND" and error["reason"] == "SESSION_NOT_FOUND"
 
 
+def test_a_chat_with_a_scope_creates_its_session_in_that_scope(up: Up) -> None:
+    result = chat(up, "/quit\n", "--json", "--scope", "end_user=u_42", "--scope", "project=apollo")
+    assert result.returncode == 0, result.stderr
+    session = json_lines(result.stdout)[0]["session"]
+    assert session["scope"] == {"end_user": "u_42", "project": "apollo"}
+    listed = subprocess.run(
+        [str(BIN / "cogmesh"), "sessions", "list", "--json", "--scope", "end_user=u_42"]
+        + ["--gateway", up.addresses["gateway"]],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=up.env,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [s["session_id"] for s in json.loads(listed.stdout)["sessions"]] == [session["session_id"]]
+
+
 def test_ctrl_c_at_the_prompt_leaves(up: Up) -> None:
     live = Live(up)
     try:
@@ -261,6 +278,7 @@ def test_bad_arguments_are_named_before_any_call() -> None:
         (["watch", "s1", "--after", "-1"], "argument --after: must not be negative, got -1"),
         (["chat", "--connect-timeout", "soon"], "argument --connect-timeout: expected seconds, got 'soon'"),
         (["sessions", "list", "--page-size", "x"], "argument --page-size: expected a whole number, got 'x'"),
+        (["chat", "--scope", "end_user"], "argument --scope: expected KEY=VALUE, got 'end_user'"),
     ]:
         result = subprocess.run([str(BIN / "cogmesh"), *argv], capture_output=True, text=True, timeout=TIMEOUT_S)
         assert result.returncode == 2 and named in result.stderr, result.stderr
