@@ -324,6 +324,7 @@ def check_outputs(outputs: dict[str, str]) -> None:
 
     created = json.loads(output(outputs, "user_id", "/CreateSession"))["session"]
     assert (created["agent"], created["user_id"], created["topic_id"]) == ("default", "alice", "demo")
+    assert created["scope"] == {"end_user": "alice"}
     assert json.loads(output(outputs, "/GetSession"))["session"]["session_id"] == created["session_id"]
     assert created["session_id"] in [s["session_id"] for s in json.loads(output(outputs, "/ListSessions"))["sessions"]]
 
