@@ -80,10 +80,11 @@ describe("catalogue", () => {
 
 describe("sessions and turns", () => {
   test("createSession then sendMessage streams the calculator turn as typed events", async () => {
-    const session = await client.createSession({ userId: "u1", topicId: "t1" });
+    const session = await client.createSession({ userId: "u1", topicId: "t1", scope: { end_user: "u1" } });
     assert.match(session.sessionId, /.+/);
     assert.equal(session.agent, "default");
     assert.equal(session.tenantId, "acme");
+    assert.deepEqual(session.scope, { end_user: "u1" });
 
     const events = await collect(client.sendMessage(session.sessionId, "What is 17 * 23?"));
     assert.deepEqual(seqs(events), range(1, events.length));
