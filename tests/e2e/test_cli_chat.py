@@ -249,9 +249,9 @@ def test_a_chat_with_a_scope_creates_its_session_in_that_scope(up: Up) -> None:
     assert result.returncode == 0, result.stderr
     session = json_lines(result.stdout)[0]["session"]
     assert session["scope"] == {"end_user": "u_42", "project": "apollo"}
+    gateway = ["--gateway", up.addresses["gateway"]]
     listed = subprocess.run(
-        [str(BIN / "cogmesh"), "sessions", "list", "--json", "--scope", "end_user=u_42"]
-        + ["--gateway", up.addresses["gateway"]],
+        [str(BIN / "cogmesh"), "sessions", "list", "--json", "--scope", "end_user=u_42", *gateway],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
