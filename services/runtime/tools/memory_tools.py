@@ -229,6 +229,9 @@ class _MemoryTool:
         _no_other_arguments(arguments, self.name, ("query", "limit"))
         query = _text_argument(arguments, self.name, "query", MAX_QUERY_CHARS, required=True)
         limit = arguments.get("limit", DEFAULT_SEARCH_LIMIT)
+        # Arguments travel as a protobuf Struct, where every number is a double: 5.0 is 5.
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise ToolError(f"{self.name}: 'limit' must be an integer from 1 to {MAX_SEARCH_LIMIT}")
         request = memory_pb2.SearchMemoriesRequest(
