@@ -14,6 +14,8 @@ P2        skills              truncated to ``tools_max``
 P2.5      messages            error messages filtered; oldest messages removed
                               to fit ``messages_max``
 P3        memory              truncated to ``memory_max``
+P3.5      recalled_memories   lowest ranked memories removed to fit
+                              ``recalled_memories_max``
 P4        profile             truncated to ``profile_max``
 P5        summary             truncated to ``summary_max``; dropped first when
                               the budget is exceeded
@@ -66,6 +68,9 @@ CACHE_MAX_CHARS = 1 << 18
 # CharRatioCounter is stateless, so one shared instance serves every builder.
 DEFAULT_COUNTER = CharRatioCounter()
 
+# The recalled memories' section: the model reads them as what earlier sessions saved.
+RECALLED_HEADING = "Memories from earlier sessions (most relevant first)"
+
 PackAction = Literal["kept", "truncated", "dropped"]
 Fits = Callable[[str], bool]
 
@@ -82,6 +87,7 @@ class ContextBudget:
     memory_max: int = 1500
     profile_max: int = 1000
     summary_max: int = 1000
+    recalled_memories_max: int = 500
 
     def __post_init__(self) -> None:
         for budget_field in fields(self):
@@ -97,7 +103,8 @@ class ContextInput:
     ``role_id`` falls back to ``agent.default_role``. ``user_text`` is carried
     for callers that route on it (role or skill selection); it is not rendered,
     because the runtime sends it as the user turn. ``last_messages`` are
-    ``(role, text)`` pairs, oldest first.
+    ``(role, text)`` pairs, oldest first. ``recalled_memories`` are
+    ``(key, text)`` pairs recalled from the memory service, best first.
     """
 
     agent: AgentDefinition
@@ -110,6 +117,7 @@ class ContextInput:
     memory: Mapping[str, str] = field(default_factory=dict)
     user_profile: Mapping[str, str] = field(default_factory=dict)
     summary: str = ""
+    recalled_memories: Sequence[tuple[str, str]] = ()
     budget: ContextBudget = field(default_factory=ContextBudget)
 
 
@@ -249,6 +257,7 @@ class ContextBuilder:
         skills = _join_paragraphs(inp.skill_instructions)
         messages = [f"{role}: {text.strip()}" for role, text in inp.last_messages if not _is_error_message(role, text)]
         memory = _render_mapping(inp.memory)
+        recalled = [_recalled_line(key, text) for key, text in inp.recalled_memories if text.strip()]
         profile = _render_mapping(inp.user_profile)
         summary = inp.summary.strip()
         return [
@@ -264,6 +273,14 @@ class ContextBuilder:
                 budget.messages_max,
             ),
             _text_pack("memory", "P3", "Memory", memory, budget.memory_max),
+            _Pack(
+                "recalled_memories",
+                "P3.5",
+                RECALLED_HEADING,
+                "\n".join(recalled),
+                lambda fits: _keep_first(recalled, fits),
+                budget.recalled_memories_max,
+            ),
             _text_pack("profile", "P4", "User profile", profile, budget.profile_max),
             _text_pack("summary", "P5", "Summary", summary, budget.summary_max),
         ]
@@ -288,6 +305,7 @@ def _cache_key(inp: ContextInput, fixed: list[tuple[str, str, str, str]]) -> Has
     """Everything the prompt depends on besides the counter; None when the input is too large to keep."""
     size = sum(len(body) for *_, body in fixed) + len(inp.goal) + len(inp.phase) + len(inp.summary)
     size += sum(len(text) for text in inp.skill_instructions) + sum(len(text) for _, text in inp.last_messages)
+    size += sum(len(k) + len(v) for k, v in inp.recalled_memories)
     size += sum(len(k) + len(v) for k, v in inp.memory.items()) + sum(
         len(k) + len(v) for k, v in inp.user_profile.items()
     )
@@ -300,6 +318,7 @@ def _cache_key(inp: ContextInput, fixed: list[tuple[str, str, str, str]]) -> Has
         tuple(inp.skill_instructions),
         tuple(inp.last_messages),
         tuple(sorted(inp.memory.items())),
+        tuple(inp.recalled_memories),
         tuple(sorted(inp.user_profile.items())),
         inp.summary,
         inp.budget,
@@ -318,6 +337,11 @@ def _join_paragraphs(parts: Sequence[str]) -> str:
 
 def _render_mapping(items: Mapping[str, str]) -> str:
     return "\n".join(f"- {key}: {items[key].strip()}" for key in sorted(items))
+
+
+def _recalled_line(key: str, text: str) -> str:
+    flat = " ".join(text.split())
+    return f"- [{key}] {flat}" if key else f"- {flat}"
 
 
 def _is_error_message(role: str, text: str) -> bool:
@@ -357,6 +381,30 @@ def _keep_recent(lines: Sequence[str], fits: Fits) -> str:
     if low:
         return newest(low)
     return truncate(lines[-1], fits) if lines else ""
+
+
+def _keep_first(lines: Sequence[str], fits: Fits) -> str:
+    """The best ranked (first) lines that fit; the first line alone is truncated if needed.
+
+    The same galloping search as `_keep_recent`, from the other end.
+    """
+
+    def best(count: int) -> str:
+        return "\n".join(lines[:count])
+
+    low, probe = 0, 1
+    while probe <= len(lines) and fits(best(probe)):
+        low, probe = probe, probe * 2
+    high = min(probe, len(lines) + 1) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(best(middle)):
+            low = middle
+        else:
+            high = middle - 1
+    if low:
+        return best(low)
+    return truncate(lines[0], fits) if lines else ""
 
 
 def truncate(text: str, fits: Fits) -> str:

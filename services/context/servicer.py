@@ -45,6 +45,9 @@ _LIMIT_FIELDS = [f.name for f in dataclasses.fields(CompactionLimits)]
 MAX_TEXT = 1 << 20
 MAX_MESSAGES = 10_000
 MAX_LAST_N = 1000
+MAX_RECALLED = 50
+MAX_RECALLED_TEXT = 64 << 10
+MAX_MEMORY_KEY = 256
 ROLE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
@@ -69,6 +72,18 @@ def budget_from_proto(budget: context_pb2.ContextBudget, problems: Violations) -
 def _check_text_sizes(request: Any, names: tuple[str, ...], problems: Violations) -> None:
     for name in names:
         problems.check(len(getattr(request, name)) <= MAX_TEXT, name, "must be at most 1 MiB")
+
+
+def _check_recalled(memories: Any, problems: Violations) -> None:
+    problems.check(len(memories) <= MAX_RECALLED, "recalled_memories", f"must hold at most {MAX_RECALLED}")
+    for i, memory in enumerate(memories[:MAX_RECALLED]):
+        problems.check(bool(memory.text.strip()), f"recalled_memories[{i}].text", "must not be empty")
+        problems.check(len(memory.text) <= MAX_RECALLED_TEXT, f"recalled_memories[{i}].text", "must be at most 64 KiB")
+        problems.check(
+            len(memory.key) <= MAX_MEMORY_KEY,
+            f"recalled_memories[{i}].key",
+            f"must be at most {MAX_MEMORY_KEY} characters",
+        )
 
 
 def message_from_proto(message: messages_pb2.Message) -> Message:
@@ -134,6 +149,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         problems.check(
             0 <= request.rehydrate_last_n <= MAX_LAST_N, "rehydrate_last_n", f"must be between 0 and {MAX_LAST_N}"
         )
+        _check_recalled(request.recalled_memories, problems)
         budget = budget_from_proto(request.budget, problems)
         problems.raise_if_any()
         agent = self._agent(request.agent)
@@ -148,6 +164,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             memory=dict(request.memory),
             user_profile=dict(request.user_profile),
             summary=request.summary,
+            recalled_memories=tuple((m.key, m.text) for m in request.recalled_memories),
             budget=budget,
         )
         report: RehydrationReport | None = None

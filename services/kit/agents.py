@@ -20,18 +20,20 @@ in it changes (hot reload), so every service sees edits without a restart.
 from __future__ import annotations
 
 import builtins
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
 from services.kit.logging import log
+from services.kit.scope import KEY_PATTERN as SCOPE_KEY_PATTERN
 
 AGENT_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 AGENT_FILE_SUFFIXES = (".yaml", ".yml", ".md")
@@ -109,6 +111,92 @@ class AgentCompaction(BaseModel):
     model: str = ""
 
 
+# A memory namespace holds 1 to 8 labels of 1 to 128 characters without '/', '{', '}' or control
+# characters (the memory service's rule; docs/memory.md).
+MAX_NAMESPACE_LABELS = 8
+MAX_LABEL_CHARS = 128
+_BAD_LABEL_CHARS = re.compile(r"[/{}\x00-\x1f\x7f]")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+def _namespace_label(label: str) -> str:
+    """A literal label, or ``{key}``: the session's scope value for ``key``."""
+    placeholder = _PLACEHOLDER.fullmatch(label)
+    if placeholder is not None:
+        key = placeholder.group(1)
+        if not SCOPE_KEY_PATTERN.fullmatch(key):
+            raise ValueError(f"{label!r}: a placeholder names a scope key matching [a-z][a-z0-9_]{{0,63}}")
+        return label
+    if not label:
+        raise ValueError("a label must not be empty")
+    if len(label) > MAX_LABEL_CHARS:
+        raise ValueError(f"{label[:20]!r}...: a label has at most {MAX_LABEL_CHARS} characters")
+    if _BAD_LABEL_CHARS.search(label):
+        raise ValueError(
+            f"{label!r}: a label is a whole placeholder like '{{end_user}}' or literal text without "
+            "'/', '{', '}' or control characters"
+        )
+    return label
+
+
+def namespace_placeholder(label: str) -> str | None:
+    """The scope key of a ``{key}`` label; None for a literal label."""
+    placeholder = _PLACEHOLDER.fullmatch(label)
+    return placeholder.group(1) if placeholder is not None else None
+
+
+NamespaceLabel = Annotated[str, AfterValidator(_namespace_label)]
+
+
+class MemoryContext(BaseModel):
+    """The memory context pack: the top memories for the user's message, in the system prompt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    # How many memories the runtime recalls (SearchMemories' limit).
+    limit: int = Field(default=5, ge=1, le=20)
+    # Token cap of the pack (the context service's recalled_memories_max); the lowest ranked go first.
+    max_tokens: int = Field(default=400, ge=1, le=8000)
+
+
+class AgentMemory(BaseModel):
+    """Memories across sessions: the memory tools' names and namespace, and the context pack.
+
+    ``namespace`` is the template of the memory namespace (inside the session's tenant):
+    a label ``{key}`` is the session's scope value for ``key`` (set by the application at
+    CreateSession, never by the model), any other label is literal. The tools are offered
+    only when ``tools`` lists them by these names; the pack only when ``context.enabled``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: list[NamespaceLabel] = Field(
+        default_factory=lambda: ["{end_user}", "memories"], min_length=1, max_length=MAX_NAMESPACE_LABELS
+    )
+    save_tool: str = Field(default="save_memory", pattern=TOOL_NAME_PATTERN)
+    search_tool: str = Field(default="search_memories", pattern=TOOL_NAME_PATTERN)
+    context: MemoryContext = Field(default_factory=MemoryContext)
+
+    @model_validator(mode="after")
+    def _distinct_tools(self) -> AgentMemory:
+        if self.save_tool == self.search_tool:
+            raise ValueError(f"save_tool and search_tool must differ (both {self.save_tool!r})")
+        for name in (self.save_tool, self.search_tool):
+            if name.startswith("mcp__"):
+                raise ValueError(f"tool name {name!r}: 'mcp__' names MCP tools")
+        return self
+
+    @property
+    def scope_keys(self) -> list[str]:
+        """The scope keys the namespace needs, in template order."""
+        return [key for label in self.namespace if (key := namespace_placeholder(label)) is not None]
+
+    def tool_names(self) -> tuple[str, str]:
+        return self.save_tool, self.search_tool
+
+
 class AgentDefinition(BaseModel):
     """Declarative description of one agent.
 
@@ -121,7 +209,8 @@ class AgentDefinition(BaseModel):
     this one may delegate to (through the runtime's ``task`` tool); ``interrupt_on``
     maps tool names (or glob patterns) to whether a call needs a human's approval,
     which pauses the turn; ``runtime`` picks the runtime engine; ``compaction``
-    bounds the live transcript.
+    bounds the live transcript; ``memory`` configures the memory tools and the
+    memory context pack.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -147,6 +236,8 @@ class AgentDefinition(BaseModel):
     # JSON Schema of the structured answer every turn must give; None: free text.
     output_schema: dict[str, Any] | None = None
     compaction: AgentCompaction = Field(default_factory=AgentCompaction)
+    # Memories across sessions: tool names, namespace template, context pack (docs/memory.md).
+    memory: AgentMemory = Field(default_factory=AgentMemory)
 
     @property
     def model_name(self) -> str:

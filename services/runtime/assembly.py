@@ -42,6 +42,7 @@ from services.runtime.providers.registry import ProviderRegistry, ProviderUnavai
 from services.runtime.structured import RESPOND_TOOL, OutputSpec
 from services.runtime.tools.base import Tool, ToolContext, answered_outside
 from services.runtime.tools.catalog import ToolCatalog
+from services.runtime.tools.memory_tools import memory_tool_names, recall, tools_for_agent
 from services.runtime.turn import ModelChoice, ModelInfo, ResumePoint, Turn, interrupt_matcher
 
 # The live transcript loaded for a turn: at most this many messages after the rolling summary.
@@ -240,10 +241,41 @@ class TurnBuilder:
                 found.append(sub)
         return found
 
+    async def _tools_for(self, agent: AgentDefinition, skills: Sequence[str]) -> tuple[dict[str, Tool], list[str]]:
+        """The catalogue's tools for the agent, plus the memory tools it lists (bound to its definition)."""
+        own = memory_tool_names(agent)
+        tools, problems = await self.catalog.tools_for([n for n in agent.tools if n not in own], skills)
+        return tools | tools_for_agent(self.clients, agent), problems
+
+    async def _recall_then_prompt(
+        self,
+        agent: AgentDefinition,
+        role: str,
+        text: str,
+        summary: str | None,
+        tenant: str,
+        session_id: str,
+        scope: Mapping[str, str],
+    ) -> tuple[context_pb2.BuildContextResponse, list[tuple[str, str]], str]:
+        """The memory context pack's search (when the agent has it on), then the prompt with it."""
+        recalled, problem = await recall(self.clients, agent, tenant, scope, text)
+        built = await self._build_prompt(agent, role, text, summary, tenant, session_id, recalled)
+        return built, recalled, problem
+
     async def _build_prompt(
-        self, agent: AgentDefinition, role: str, text: str, summary: str | None, tenant: str, session_id: str
+        self,
+        agent: AgentDefinition,
+        role: str,
+        text: str,
+        summary: str | None,
+        tenant: str,
+        session_id: str,
+        recalled: Sequence[Sequence[str]] = (),
     ) -> context_pb2.BuildContextResponse:
         request = context_pb2.BuildContextRequest(agent=agent.name, role_id=role, user_text=text)
+        if recalled:
+            request.recalled_memories.extend(context_pb2.RecalledMemory(key=k, text=t) for k, t in recalled)
+            request.budget.recalled_memories_max = agent.memory.context.max_tokens
         if summary is not None:
             request.summary = summary
         else:  # this replica does not know the session's state: the context service loads it
@@ -334,7 +366,7 @@ class TurnBuilder:
         )
 
         async def tools_then_policy() -> tuple[dict[str, Tool], list[str], policy_pb2.BeginTurnResponse]:
-            tools, problems = await self.catalog.tools_for(agent.tools, skills)
+            tools, problems = await self._tools_for(agent, skills)
             begin = await begin_turn(
                 self.clients, scope, request.content, pinned, model_name, list(tools), agent.default_role
             )
@@ -342,13 +374,15 @@ class TurnBuilder:
 
         guessed_role = session.role_id
         summary = remembered.summary if remembered is not None else None
-        resolved, fallbacks, (history, summary_text, covered), built, (tools, problems, begin) = await asyncio.gather(
+        gathered = await asyncio.gather(
             self.resolve(model_name),
             asyncio.gather(*(self._resolve_fallback(name) for name in agent.config.fallback_models)),
             self._history(tenant, session_id, session.message_count, remembered, live),
-            self._build_prompt(agent, guessed_role, request.content, summary, tenant, session_id),
+            self._recall_then_prompt(agent, guessed_role, request.content, summary, tenant, session_id, session_scope),
             tools_then_policy(),
         )
+        resolved, fallbacks, (history, summary_text, covered), (built, recalled, recall_problem), rest = gathered
+        tools, problems, begin = rest
         events = list(begin.events)
         if begin.HasField("command"):
             return CommandTurn(begin.command, agent, model_name, runtime_config, session.message_count, events)
@@ -356,7 +390,7 @@ class TurnBuilder:
             return BlockedTurn(begin.block_reason or "the message was refused by a hook", events)
         role = begin.role.role_id
         if role != (guessed_role or agent.default_role):
-            built = await self._build_prompt(agent, role, request.content, summary_text, tenant, session_id)
+            built = await self._build_prompt(agent, role, request.content, summary_text, tenant, session_id, recalled)
         role_skills = list(begin.role.skill_ids)
         offered = {name: tools[name] for name in begin.tool_names if name in tools}
         if set(role_skills) - set(skills):  # the role activates skills: their MCP servers' tools too
@@ -372,6 +406,8 @@ class TurnBuilder:
             )
         primary = self._primary(resolved, agent)
         notices = [("tool_server", problem) for problem in problems]
+        if recall_problem:
+            notices.append(("memory", recall_problem))
         chain = self._chain(agent.config.fallback_models, fallbacks, agent, notices)
         seed = None
         if request.HasField("session_usage"):
@@ -390,6 +426,8 @@ class TurnBuilder:
             "client_tools": client_specs,
             "runtime": engine.name,
         }
+        if recalled:  # a prompt rebuilt later in the turn (compaction) keeps the same memories
+            meta["recalled_memories"] = [list(pair) for pair in recalled]
         turn = self._turn(
             request.turn_id,
             agent,
@@ -446,8 +484,10 @@ class TurnBuilder:
         policy = PolicyLink(self.clients, scope, phases)
         role, content = str(meta["role"]), str(meta["content"])
 
+        recalled = [(str(k), str(t)) for k, t in meta.get("recalled_memories", ())]
+
         async def rebuild(summary: str) -> str:
-            built = await self._build_prompt(agent, role, content, summary, tenant, session_id)
+            built = await self._build_prompt(agent, role, content, summary, tenant, session_id, recalled)
             return str(built.system_prompt)
 
         compactor = (
@@ -491,7 +531,7 @@ class TurnBuilder:
         resolved, fallbacks, (tools, problems) = await asyncio.gather(
             self.resolve(str(snapshot["model"])),
             asyncio.gather(*(self._resolve_fallback(name) for name in names)),
-            self.catalog.tools_for(agent.tools, list(meta["skills"])),
+            self._tools_for(agent, list(meta["skills"])),
         )
         wanted = meta.get("tool_names")
         offered = {n: t for n, t in tools.items() if wanted is None or n in wanted}
@@ -578,19 +618,21 @@ class TurnBuilder:
         )
 
         async def tools_then_policy() -> tuple[dict[str, Tool], list[str], policy_pb2.BeginTurnResponse | None]:
-            tools, problems = await self.catalog.tools_for(agent.tools, skills)
+            tools, problems = await self._tools_for(agent, skills)
             if resume is not None:
                 return tools, problems, None
             begin = await begin_turn(self.clients, scope, task, "", model_name, list(tools))
             return tools, problems, begin
 
-        async def prompt() -> str:
+        async def prompt() -> tuple[str, str]:
             if resume is not None:
-                return str(resume.snapshot["system_prompt"])
-            built = await self._build_prompt(agent, "", task, "", tenant, session_id)
-            return str(built.system_prompt)
+                return str(resume.snapshot["system_prompt"]), ""
+            built, _, problem = await self._recall_then_prompt(
+                agent, "", task, "", tenant, session_id, parent.context.scope
+            )
+            return str(built.system_prompt), problem
 
-        resolved, fallbacks, (tools, problems, begin), system_prompt = await asyncio.gather(
+        resolved, fallbacks, (tools, problems, begin), (system_prompt, recall_problem) = await asyncio.gather(
             self.resolve(model_name),
             asyncio.gather(*(self._resolve_fallback(n) for n in fallback_names)),
             tools_then_policy(),
@@ -611,6 +653,8 @@ class TurnBuilder:
         phases = frozenset(FROM_PHASES[p] for p in meta.get("phases", []) if p in FROM_PHASES)
         policy = PolicyLink(self.clients, scope, phases, is_subagent=True)
         notices = [("tool_server", problem) for problem in problems]
+        if recall_problem:
+            notices.append(("memory", recall_problem))
         primary = self.choice(resolved, agent)
         return Turn(
             turn_id=parent.turn_id,

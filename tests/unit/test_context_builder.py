@@ -523,7 +523,7 @@ def test_negative_budget_field_is_rejected(name: str) -> None:
 
 
 def test_budget_defaults_match_spec() -> None:
-    assert dataclasses.astuple(ContextBudget()) == (8000, 1500, 1000, 2000, 2000, 1500, 1000, 1000)
+    assert dataclasses.astuple(ContextBudget()) == (8000, 1500, 1000, 2000, 2000, 1500, 1000, 1000, 500)
 
 
 def test_truncate_prefers_word_boundary_and_cuts_long_words() -> None:

@@ -21,7 +21,7 @@ PACK_ACTION_TRUNCATED: PackAction
 PACK_ACTION_DROPPED: PackAction
 
 class ContextBudget(_message.Message):
-    __slots__ = ("total_tokens", "guardrails_reserved", "goal_max", "tools_max", "messages_max", "memory_max", "profile_max", "summary_max")
+    __slots__ = ("total_tokens", "guardrails_reserved", "goal_max", "tools_max", "messages_max", "memory_max", "profile_max", "summary_max", "recalled_memories_max")
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     GUARDRAILS_RESERVED_FIELD_NUMBER: _ClassVar[int]
     GOAL_MAX_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class ContextBudget(_message.Message):
     MEMORY_MAX_FIELD_NUMBER: _ClassVar[int]
     PROFILE_MAX_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_MAX_FIELD_NUMBER: _ClassVar[int]
+    RECALLED_MEMORIES_MAX_FIELD_NUMBER: _ClassVar[int]
     total_tokens: int
     guardrails_reserved: int
     goal_max: int
@@ -38,10 +39,19 @@ class ContextBudget(_message.Message):
     memory_max: int
     profile_max: int
     summary_max: int
-    def __init__(self, total_tokens: _Optional[int] = ..., guardrails_reserved: _Optional[int] = ..., goal_max: _Optional[int] = ..., tools_max: _Optional[int] = ..., messages_max: _Optional[int] = ..., memory_max: _Optional[int] = ..., profile_max: _Optional[int] = ..., summary_max: _Optional[int] = ...) -> None: ...
+    recalled_memories_max: int
+    def __init__(self, total_tokens: _Optional[int] = ..., guardrails_reserved: _Optional[int] = ..., goal_max: _Optional[int] = ..., tools_max: _Optional[int] = ..., messages_max: _Optional[int] = ..., memory_max: _Optional[int] = ..., profile_max: _Optional[int] = ..., summary_max: _Optional[int] = ..., recalled_memories_max: _Optional[int] = ...) -> None: ...
+
+class RecalledMemory(_message.Message):
+    __slots__ = ("key", "text")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    text: str
+    def __init__(self, key: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class BuildContextRequest(_message.Message):
-    __slots__ = ("agent", "role_id", "user_text", "goal", "phase", "skill_instructions", "last_messages", "summary", "budget", "memory", "user_profile", "tenant_id", "session_id", "rehydrate", "rehydrate_last_n", "rehydrate_without_messages")
+    __slots__ = ("agent", "role_id", "user_text", "goal", "phase", "skill_instructions", "last_messages", "summary", "budget", "memory", "user_profile", "tenant_id", "session_id", "rehydrate", "rehydrate_last_n", "rehydrate_without_messages", "recalled_memories")
     class MemoryEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +82,7 @@ class BuildContextRequest(_message.Message):
     REHYDRATE_FIELD_NUMBER: _ClassVar[int]
     REHYDRATE_LAST_N_FIELD_NUMBER: _ClassVar[int]
     REHYDRATE_WITHOUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RECALLED_MEMORIES_FIELD_NUMBER: _ClassVar[int]
     agent: str
     role_id: str
     user_text: str
@@ -88,7 +99,8 @@ class BuildContextRequest(_message.Message):
     rehydrate: bool
     rehydrate_last_n: int
     rehydrate_without_messages: bool
-    def __init__(self, agent: _Optional[str] = ..., role_id: _Optional[str] = ..., user_text: _Optional[str] = ..., goal: _Optional[str] = ..., phase: _Optional[str] = ..., skill_instructions: _Optional[_Iterable[str]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., summary: _Optional[str] = ..., budget: _Optional[_Union[ContextBudget, _Mapping]] = ..., memory: _Optional[_Mapping[str, str]] = ..., user_profile: _Optional[_Mapping[str, str]] = ..., tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., rehydrate: _Optional[bool] = ..., rehydrate_last_n: _Optional[int] = ..., rehydrate_without_messages: _Optional[bool] = ...) -> None: ...
+    recalled_memories: _containers.RepeatedCompositeFieldContainer[RecalledMemory]
+    def __init__(self, agent: _Optional[str] = ..., role_id: _Optional[str] = ..., user_text: _Optional[str] = ..., goal: _Optional[str] = ..., phase: _Optional[str] = ..., skill_instructions: _Optional[_Iterable[str]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., summary: _Optional[str] = ..., budget: _Optional[_Union[ContextBudget, _Mapping]] = ..., memory: _Optional[_Mapping[str, str]] = ..., user_profile: _Optional[_Mapping[str, str]] = ..., tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., rehydrate: _Optional[bool] = ..., rehydrate_last_n: _Optional[int] = ..., rehydrate_without_messages: _Optional[bool] = ..., recalled_memories: _Optional[_Iterable[_Union[RecalledMemory, _Mapping]]] = ...) -> None: ...
 
 class PackReport(_message.Message):
     __slots__ = ("name", "priority", "tokens", "action")

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/context/v1/context.proto.
  */
 export const file_cogmesh_context_v1_context: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb2dtZXNoL2NvbnRleHQvdjEvY29udGV4dC5wcm90bxISY29nbWVzaC5jb250ZXh0LnYxIrsBCg1Db250ZXh0QnVkZ2V0EhQKDHRvdGFsX3Rva2VucxgBIAEoAxIbChNndWFyZHJhaWxzX3Jlc2VydmVkGAIgASgDEhAKCGdvYWxfbWF4GAMgASgDEhEKCXRvb2xzX21heBgEIAEoAxIUCgxtZXNzYWdlc19tYXgYBSABKAMSEgoKbWVtb3J5X21heBgGIAEoAxITCgtwcm9maWxlX21heBgHIAEoAxITCgtzdW1tYXJ5X21heBgIIAEoAyLoBAoTQnVpbGRDb250ZXh0UmVxdWVzdBINCgVhZ2VudBgBIAEoCRIPCgdyb2xlX2lkGAIgASgJEhEKCXVzZXJfdGV4dBgDIAEoCRIMCgRnb2FsGAQgASgJEg0KBXBoYXNlGAUgASgJEhoKEnNraWxsX2luc3RydWN0aW9ucxgGIAMoCRIxCg1sYXN0X21lc3NhZ2VzGAcgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRIPCgdzdW1tYXJ5GAggASgJEjEKBmJ1ZGdldBgJIAEoCzIhLmNvZ21lc2guY29udGV4dC52MS5Db250ZXh0QnVkZ2V0EkMKBm1lbW9yeRgKIAMoCzIzLmNvZ21lc2guY29udGV4dC52MS5CdWlsZENvbnRleHRSZXF1ZXN0Lk1lbW9yeUVudHJ5Ek4KDHVzZXJfcHJvZmlsZRgLIAMoCzI4LmNvZ21lc2guY29udGV4dC52MS5CdWlsZENvbnRleHRSZXF1ZXN0LlVzZXJQcm9maWxlRW50cnkSEQoJdGVuYW50X2lkGAwgASgJEhIKCnNlc3Npb25faWQYDSABKAkSEQoJcmVoeWRyYXRlGA4gASgIEhgKEHJlaHlkcmF0ZV9sYXN0X24YDyABKAUSIgoacmVoeWRyYXRlX3dpdGhvdXRfbWVzc2FnZXMYECABKAgaLQoLTWVtb3J5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBVc2VyUHJvZmlsZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibAoKUGFja1JlcG9ydBIMCgRuYW1lGAEgASgJEhAKCHByaW9yaXR5GAIgASgJEg4KBnRva2VucxgDIAEoAxIuCgZhY3Rpb24YBCABKA4yHi5jb2dtZXNoLmNvbnRleHQudjEuUGFja0FjdGlvbiLxAQoUQnVpbGRDb250ZXh0UmVzcG9uc2USFQoNc3lzdGVtX3Byb21wdBgBIAEoCRITCgtwcm9tcHRfaGFzaBgCIAEoCRItCgVwYWNrcxgDIAMoCzIeLmNvZ21lc2guY29udGV4dC52MS5QYWNrUmVwb3J0EhcKD3RydW5jYXRlZF9wYWNrcxgEIAMoCRITCgt0b2tlbnNfdXNlZBgFIAEoAxIaChJ0b29sX2J1ZGdldF90b2tlbnMYBiABKAMSNAoLcmVoeWRyYXRpb24YByABKAsyHy5jb2dtZXNoLmNvbnRleHQudjEuUmVoeWRyYXRpb24ixwEKC1JlaHlkcmF0aW9uEg8KB3JvbGVfaWQYASABKAkSGAoQYWN0aXZlX3NraWxsX2lkcxgCIAMoCRIcChRwcmV2aW91c19wcm9tcHRfaGFzaBgDIAEoCRIWCg5zdW1tYXJ5X2xvYWRlZBgEIAEoCBIXCg9tZXNzYWdlc19sb2FkZWQYBSABKAUSEwoLZ29hbF9sb2FkZWQYBiABKAgSFAoMcGhhc2VfbG9hZGVkGAcgASgIEhMKC3VuYXZhaWxhYmxlGAggAygJInYKEENvbXBhY3Rpb25MaW1pdHMSEgoKbWF4X3Rva2VucxgBIAEoAxIbChNjb250ZXh0X3Rva2VuX2xpbWl0GAIgASgDEhsKE3N1bW1hcnlfdG9rZW5fbGltaXQYAyABKAMSFAoMY2h1bmtfdG9rZW5zGAQgASgDIqsCChVDb21wYWN0SGlzdG9yeVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDQoFYWdlbnQYAyABKAkSDQoFbW9kZWwYBCABKAkSLAoIbWVzc2FnZXMYBSADKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5NZXNzYWdlEg8KB3N1bW1hcnkYBiABKAkSNAoGbGltaXRzGAcgASgLMiQuY29nbWVzaC5jb250ZXh0LnYxLkNvbXBhY3Rpb25MaW1pdHMSDQoFZm9yY2UYCCABKAgSFQoNc3RvcmVfc3VtbWFyeRgJIAEoCBIdChVjb3ZlcmVkX21lc3NhZ2VfY291bnQYCiABKAMSEwoLbGVhc2VfdG9rZW4YCyABKAQicwoSQXJjaGl2ZWRUb29sUmVzdWx0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSFAoMdG9vbF9jYWxsX2lkGAMgASgJEg4KBnRva2VucxgEIAEoAxIOCgZtYXJrZXIYBSABKAkilQMKFkNvbXBhY3RIaXN0b3J5UmVzcG9uc2USEQoJY29tcGFjdGVkGAEgASgIEg8KB3N1bW1hcnkYAiABKAkSLAoIbWVzc2FnZXMYAyADKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5NZXNzYWdlEjgKCGFyY2hpdmVkGAQgAygLMiYuY29nbWVzaC5jb250ZXh0LnYxLkFyY2hpdmVkVG9vbFJlc3VsdBIbChNzdW1tYXJpemVkX21lc3NhZ2VzGAUgASgDEhUKDXRva2Vuc19iZWZvcmUYBiABKAMSFAoMdG9rZW5zX2FmdGVyGAcgASgDEg4KBmNodW5rcxgIIAEoAxISCgpzdW1tYXJpemVyGAkgASgJEjIKBWV2ZW50GAogASgLMiMuY29nbWVzaC5jb21tb24udjEuQ29udGV4dENvbXBhY3RlZBIWCg5zdW1tYXJ5X3N0b3JlZBgLIAEoCBIWCg5zdW1tYXJ5X3Rva2VucxgMIAEoAxIdChVjb3ZlcmVkX21lc3NhZ2VfY291bnQYDSABKAMiVQoWR2V0VG9vbFJlc3BvbnNlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIUCgxleGVjdXRpb25faWQYAyABKAkiaQoXR2V0VG9vbFJlc3BvbnNlUmVzcG9uc2USFAoMZXhlY3V0aW9uX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRIUCgx0b29sX2NhbGxfaWQYAyABKAkSDwoHY29udGVudBgEIAEoCSpzCgpQYWNrQWN0aW9uEhsKF1BBQ0tfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFAoQUEFDS19BQ1RJT05fS0VQVBABEhkKFVBBQ0tfQUNUSU9OX1RSVU5DQVRFRBACEhcKE1BBQ0tfQUNUSU9OX0RST1BQRUQQAzLIAgoOQ29udGV4dFNlcnZpY2USYQoMQnVpbGRDb250ZXh0EicuY29nbWVzaC5jb250ZXh0LnYxLkJ1aWxkQ29udGV4dFJlcXVlc3QaKC5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVzcG9uc2USZwoOQ29tcGFjdEhpc3RvcnkSKS5jb2dtZXNoLmNvbnRleHQudjEuQ29tcGFjdEhpc3RvcnlSZXF1ZXN0GiouY29nbWVzaC5jb250ZXh0LnYxLkNvbXBhY3RIaXN0b3J5UmVzcG9uc2USagoPR2V0VG9vbFJlc3BvbnNlEiouY29nbWVzaC5jb250ZXh0LnYxLkdldFRvb2xSZXNwb25zZVJlcXVlc3QaKy5jb2dtZXNoLmNvbnRleHQudjEuR2V0VG9vbFJlc3BvbnNlUmVzcG9uc2VCMVovY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvY29udGV4dC92MTtjb250ZXh0djFiBnByb3RvMw", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages]);
+  fileDesc("CiBjb2dtZXNoL2NvbnRleHQvdjEvY29udGV4dC5wcm90bxISY29nbWVzaC5jb250ZXh0LnYxItoBCg1Db250ZXh0QnVkZ2V0EhQKDHRvdGFsX3Rva2VucxgBIAEoAxIbChNndWFyZHJhaWxzX3Jlc2VydmVkGAIgASgDEhAKCGdvYWxfbWF4GAMgASgDEhEKCXRvb2xzX21heBgEIAEoAxIUCgxtZXNzYWdlc19tYXgYBSABKAMSEgoKbWVtb3J5X21heBgGIAEoAxITCgtwcm9maWxlX21heBgHIAEoAxITCgtzdW1tYXJ5X21heBgIIAEoAxIdChVyZWNhbGxlZF9tZW1vcmllc19tYXgYCSABKAMiKwoOUmVjYWxsZWRNZW1vcnkSCwoDa2V5GAEgASgJEgwKBHRleHQYAiABKAkipwUKE0J1aWxkQ29udGV4dFJlcXVlc3QSDQoFYWdlbnQYASABKAkSDwoHcm9sZV9pZBgCIAEoCRIRCgl1c2VyX3RleHQYAyABKAkSDAoEZ29hbBgEIAEoCRINCgVwaGFzZRgFIAEoCRIaChJza2lsbF9pbnN0cnVjdGlvbnMYBiADKAkSMQoNbGFzdF9tZXNzYWdlcxgHIAMoCzIaLmNvZ21lc2guY29tbW9uLnYxLk1lc3NhZ2USDwoHc3VtbWFyeRgIIAEoCRIxCgZidWRnZXQYCSABKAsyIS5jb2dtZXNoLmNvbnRleHQudjEuQ29udGV4dEJ1ZGdldBJDCgZtZW1vcnkYCiADKAsyMy5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVxdWVzdC5NZW1vcnlFbnRyeRJOCgx1c2VyX3Byb2ZpbGUYCyADKAsyOC5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVxdWVzdC5Vc2VyUHJvZmlsZUVudHJ5EhEKCXRlbmFudF9pZBgMIAEoCRISCgpzZXNzaW9uX2lkGA0gASgJEhEKCXJlaHlkcmF0ZRgOIAEoCBIYChByZWh5ZHJhdGVfbGFzdF9uGA8gASgFEiIKGnJlaHlkcmF0ZV93aXRob3V0X21lc3NhZ2VzGBAgASgIEj0KEXJlY2FsbGVkX21lbW9yaWVzGBEgAygLMiIuY29nbWVzaC5jb250ZXh0LnYxLlJlY2FsbGVkTWVtb3J5Gi0KC01lbW9yeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQVXNlclByb2ZpbGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImwKClBhY2tSZXBvcnQSDAoEbmFtZRgBIAEoCRIQCghwcmlvcml0eRgCIAEoCRIOCgZ0b2tlbnMYAyABKAMSLgoGYWN0aW9uGAQgASgOMh4uY29nbWVzaC5jb250ZXh0LnYxLlBhY2tBY3Rpb24i8QEKFEJ1aWxkQ29udGV4dFJlc3BvbnNlEhUKDXN5c3RlbV9wcm9tcHQYASABKAkSEwoLcHJvbXB0X2hhc2gYAiABKAkSLQoFcGFja3MYAyADKAsyHi5jb2dtZXNoLmNvbnRleHQudjEuUGFja1JlcG9ydBIXCg90cnVuY2F0ZWRfcGFja3MYBCADKAkSEwoLdG9rZW5zX3VzZWQYBSABKAMSGgoSdG9vbF9idWRnZXRfdG9rZW5zGAYgASgDEjQKC3JlaHlkcmF0aW9uGAcgASgLMh8uY29nbWVzaC5jb250ZXh0LnYxLlJlaHlkcmF0aW9uIscBCgtSZWh5ZHJhdGlvbhIPCgdyb2xlX2lkGAEgASgJEhgKEGFjdGl2ZV9za2lsbF9pZHMYAiADKAkSHAoUcHJldmlvdXNfcHJvbXB0X2hhc2gYAyABKAkSFgoOc3VtbWFyeV9sb2FkZWQYBCABKAgSFwoPbWVzc2FnZXNfbG9hZGVkGAUgASgFEhMKC2dvYWxfbG9hZGVkGAYgASgIEhQKDHBoYXNlX2xvYWRlZBgHIAEoCBITCgt1bmF2YWlsYWJsZRgIIAMoCSJ2ChBDb21wYWN0aW9uTGltaXRzEhIKCm1heF90b2tlbnMYASABKAMSGwoTY29udGV4dF90b2tlbl9saW1pdBgCIAEoAxIbChNzdW1tYXJ5X3Rva2VuX2xpbWl0GAMgASgDEhQKDGNodW5rX3Rva2VucxgEIAEoAyKrAgoVQ29tcGFjdEhpc3RvcnlSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBWFnZW50GAMgASgJEg0KBW1vZGVsGAQgASgJEiwKCG1lc3NhZ2VzGAUgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRIPCgdzdW1tYXJ5GAYgASgJEjQKBmxpbWl0cxgHIAEoCzIkLmNvZ21lc2guY29udGV4dC52MS5Db21wYWN0aW9uTGltaXRzEg0KBWZvcmNlGAggASgIEhUKDXN0b3JlX3N1bW1hcnkYCSABKAgSHQoVY292ZXJlZF9tZXNzYWdlX2NvdW50GAogASgDEhMKC2xlYXNlX3Rva2VuGAsgASgEInMKEkFyY2hpdmVkVG9vbFJlc3VsdBIUCgxleGVjdXRpb25faWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEhQKDHRvb2xfY2FsbF9pZBgDIAEoCRIOCgZ0b2tlbnMYBCABKAMSDgoGbWFya2VyGAUgASgJIpUDChZDb21wYWN0SGlzdG9yeVJlc3BvbnNlEhEKCWNvbXBhY3RlZBgBIAEoCBIPCgdzdW1tYXJ5GAIgASgJEiwKCG1lc3NhZ2VzGAMgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRI4CghhcmNoaXZlZBgEIAMoCzImLmNvZ21lc2guY29udGV4dC52MS5BcmNoaXZlZFRvb2xSZXN1bHQSGwoTc3VtbWFyaXplZF9tZXNzYWdlcxgFIAEoAxIVCg10b2tlbnNfYmVmb3JlGAYgASgDEhQKDHRva2Vuc19hZnRlchgHIAEoAxIOCgZjaHVua3MYCCABKAMSEgoKc3VtbWFyaXplchgJIAEoCRIyCgVldmVudBgKIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLkNvbnRleHRDb21wYWN0ZWQSFgoOc3VtbWFyeV9zdG9yZWQYCyABKAgSFgoOc3VtbWFyeV90b2tlbnMYDCABKAMSHQoVY292ZXJlZF9tZXNzYWdlX2NvdW50GA0gASgDIlUKFkdldFRvb2xSZXNwb25zZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFAoMZXhlY3V0aW9uX2lkGAMgASgJImkKF0dldFRvb2xSZXNwb25zZVJlc3BvbnNlEhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSFAoMdG9vbF9jYWxsX2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkqcwoKUGFja0FjdGlvbhIbChdQQUNLX0FDVElPTl9VTlNQRUNJRklFRBAAEhQKEFBBQ0tfQUNUSU9OX0tFUFQQARIZChVQQUNLX0FDVElPTl9UUlVOQ0FURUQQAhIXChNQQUNLX0FDVElPTl9EUk9QUEVEEAMyyAIKDkNvbnRleHRTZXJ2aWNlEmEKDEJ1aWxkQ29udGV4dBInLmNvZ21lc2guY29udGV4dC52MS5CdWlsZENvbnRleHRSZXF1ZXN0GiguY29nbWVzaC5jb250ZXh0LnYxLkJ1aWxkQ29udGV4dFJlc3BvbnNlEmcKDkNvbXBhY3RIaXN0b3J5EikuY29nbWVzaC5jb250ZXh0LnYxLkNvbXBhY3RIaXN0b3J5UmVxdWVzdBoqLmNvZ21lc2guY29udGV4dC52MS5Db21wYWN0SGlzdG9yeVJlc3BvbnNlEmoKD0dldFRvb2xSZXNwb25zZRIqLmNvZ21lc2guY29udGV4dC52MS5HZXRUb29sUmVzcG9uc2VSZXF1ZXN0GisuY29nbWVzaC5jb250ZXh0LnYxLkdldFRvb2xSZXNwb25zZVJlc3BvbnNlQjFaL2NvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2NvbnRleHQvdjE7Y29udGV4dHYxYgZwcm90bzM", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages]);
 
 /**
  * ContextBudget caps the tokens each context pack may use.
@@ -77,6 +77,14 @@ export type ContextBudget = Message<"cogmesh.context.v1.ContextBudget"> & {
    * @generated from field: int64 summary_max = 8;
    */
   summaryMax: bigint;
+
+  /**
+   * Cap for the recalled memories (BuildContextRequest.recalled_memories);
+   * 0 means the default (500).
+   *
+   * @generated from field: int64 recalled_memories_max = 9;
+   */
+  recalledMemoriesMax: bigint;
 };
 
 /**
@@ -85,6 +93,35 @@ export type ContextBudget = Message<"cogmesh.context.v1.ContextBudget"> & {
  */
 export const ContextBudgetSchema: GenMessage<ContextBudget> = /*@__PURE__*/
   messageDesc(file_cogmesh_context_v1_context, 0);
+
+/**
+ * RecalledMemory is one memory recalled from the memory service for a turn.
+ *
+ * @generated from message cogmesh.context.v1.RecalledMemory
+ */
+export type RecalledMemory = Message<"cogmesh.context.v1.RecalledMemory"> & {
+  /**
+   * The memory's key in its namespace (shown to the model, which can save a
+   * corrected fact under the same key).
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * The memory's text.
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message cogmesh.context.v1.RecalledMemory.
+ * Use `create(RecalledMemorySchema)` to create a new message.
+ */
+export const RecalledMemorySchema: GenMessage<RecalledMemory> = /*@__PURE__*/
+  messageDesc(file_cogmesh_context_v1_context, 1);
 
 /**
  * BuildContextRequest gives the agent and the turn's context.
@@ -207,6 +244,17 @@ export type BuildContextRequest = Message<"cogmesh.context.v1.BuildContextReques
    * @generated from field: bool rehydrate_without_messages = 16;
    */
   rehydrateWithoutMessages: boolean;
+
+  /**
+   * Memories recalled for the user's message, best first (the runtime
+   * searches the session's memory namespace when the agent's
+   * memory.context is enabled). They form the "recalled_memories" pack
+   * (P3.5): over its cap or the budget the lowest ranked go first. At most
+   * 50, each text at most 64 KiB.
+   *
+   * @generated from field: repeated cogmesh.context.v1.RecalledMemory recalled_memories = 17;
+   */
+  recalledMemories: RecalledMemory[];
 };
 
 /**
@@ -214,7 +262,7 @@ export type BuildContextRequest = Message<"cogmesh.context.v1.BuildContextReques
  * Use `create(BuildContextRequestSchema)` to create a new message.
  */
 export const BuildContextRequestSchema: GenMessage<BuildContextRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 1);
+  messageDesc(file_cogmesh_context_v1_context, 2);
 
 /**
  * PackReport tells how one pack was used.
@@ -256,7 +304,7 @@ export type PackReport = Message<"cogmesh.context.v1.PackReport"> & {
  * Use `create(PackReportSchema)` to create a new message.
  */
 export const PackReportSchema: GenMessage<PackReport> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 2);
+  messageDesc(file_cogmesh_context_v1_context, 3);
 
 /**
  * BuildContextResponse is the built prompt.
@@ -319,7 +367,7 @@ export type BuildContextResponse = Message<"cogmesh.context.v1.BuildContextRespo
  * Use `create(BuildContextResponseSchema)` to create a new message.
  */
 export const BuildContextResponseSchema: GenMessage<BuildContextResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 3);
+  messageDesc(file_cogmesh_context_v1_context, 4);
 
 /**
  * Rehydration reports the session state a build was completed from.
@@ -391,7 +439,7 @@ export type Rehydration = Message<"cogmesh.context.v1.Rehydration"> & {
  * Use `create(RehydrationSchema)` to create a new message.
  */
 export const RehydrationSchema: GenMessage<Rehydration> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 4);
+  messageDesc(file_cogmesh_context_v1_context, 5);
 
 /**
  * CompactionLimits are the token limits of summarization; 0 picks a default
@@ -438,7 +486,7 @@ export type CompactionLimits = Message<"cogmesh.context.v1.CompactionLimits"> & 
  * Use `create(CompactionLimitsSchema)` to create a new message.
  */
 export const CompactionLimitsSchema: GenMessage<CompactionLimits> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 5);
+  messageDesc(file_cogmesh_context_v1_context, 6);
 
 /**
  * CompactHistoryRequest gives the transcript to keep within budget.
@@ -532,7 +580,7 @@ export type CompactHistoryRequest = Message<"cogmesh.context.v1.CompactHistoryRe
  * Use `create(CompactHistoryRequestSchema)` to create a new message.
  */
 export const CompactHistoryRequestSchema: GenMessage<CompactHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 6);
+  messageDesc(file_cogmesh_context_v1_context, 7);
 
 /**
  * ArchivedToolResult is a tool result moved out of the live transcript.
@@ -581,7 +629,7 @@ export type ArchivedToolResult = Message<"cogmesh.context.v1.ArchivedToolResult"
  * Use `create(ArchivedToolResultSchema)` to create a new message.
  */
 export const ArchivedToolResultSchema: GenMessage<ArchivedToolResult> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 7);
+  messageDesc(file_cogmesh_context_v1_context, 8);
 
 /**
  * CompactHistoryResponse is the transcript to continue with.
@@ -688,7 +736,7 @@ export type CompactHistoryResponse = Message<"cogmesh.context.v1.CompactHistoryR
  * Use `create(CompactHistoryResponseSchema)` to create a new message.
  */
 export const CompactHistoryResponseSchema: GenMessage<CompactHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 8);
+  messageDesc(file_cogmesh_context_v1_context, 9);
 
 /**
  * GetToolResponseRequest names an archived tool result.
@@ -723,7 +771,7 @@ export type GetToolResponseRequest = Message<"cogmesh.context.v1.GetToolResponse
  * Use `create(GetToolResponseRequestSchema)` to create a new message.
  */
 export const GetToolResponseRequestSchema: GenMessage<GetToolResponseRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 9);
+  messageDesc(file_cogmesh_context_v1_context, 10);
 
 /**
  * GetToolResponseResponse is the original tool result.
@@ -765,7 +813,7 @@ export type GetToolResponseResponse = Message<"cogmesh.context.v1.GetToolRespons
  * Use `create(GetToolResponseResponseSchema)` to create a new message.
  */
 export const GetToolResponseResponseSchema: GenMessage<GetToolResponseResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_context_v1_context, 10);
+  messageDesc(file_cogmesh_context_v1_context, 11);
 
 /**
  * PackAction is what the budget did to a context pack.
