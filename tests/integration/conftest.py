@@ -97,7 +97,7 @@ async def send(
     return await asyncio.wait_for(run(), TIMEOUT_S)
 
 
-async def new_session(gateway: gateway_pb2_grpc.GatewayServiceStub, **fields: str) -> str:
+async def new_session(gateway: gateway_pb2_grpc.GatewayServiceStub, **fields: Any) -> str:
     reply = await gateway.CreateSession(gateway_pb2.CreateSessionRequest(**fields), timeout=TIMEOUT_S)
     return reply.session.session_id  # type: ignore[no-any-return]
 

@@ -381,7 +381,7 @@ async def test_ask_user_pauses_for_the_answer(env: Env) -> None:
 
 
 async def test_client_tools_declared_per_turn(env: Env) -> None:
-    session_id = await new_session(env.gateway)
+    session_id = await new_session(env.gateway, scope={"end_user": "u_7"})
     parameters = struct_pb2.Struct()
     parameters.update({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
     read_file = messages_pb2.ToolSpec(
@@ -394,6 +394,7 @@ async def test_client_tools_declared_per_turn(env: Env) -> None:
     call = paused[-2].client_tool_call
     assert call.call.name == "read_file" and json_format.MessageToDict(call.call.arguments) == {"path": "notes.txt"}
     assert call.call.id == started.correlation_id
+    assert dict(call.scope) == {"end_user": "u_7"}  # the session's scope, as every tool call gets it
 
     answer = gateway_pb2.AnswerInterruptRequest(
         session_id=session_id,
