@@ -35,6 +35,7 @@ ALL = [
     "hotpath",
     "journal",
     "capacity",
+    "memory_pack",
 ]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
@@ -46,6 +47,7 @@ QUICK = {
     "memory": ["--sizes", "1000", "--queries", "30"],
     "journal": ["--turns", "5", "--rounds", "1", "--concurrency", "1"],
     "capacity": ["--quick"],
+    "memory_pack": ["--turns", "10", "--memories", "50"],
     "hotpath": [
         "--no-peer",
         "--levels",
