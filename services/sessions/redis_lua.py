@@ -37,8 +37,8 @@ READS = frozenset(
 )
 
 # Scripts over no session, run without the PREAMBLE: the open-turn index.
-BARE = frozenset({"SCHEDULE", "DUE", "RESCHEDULE"})
-READS = READS | {"DUE"}
+BARE = frozenset({"SCHEDULE", "DUE", "DUE_ALL", "RESCHEDULE"})
+READS = READS | {"DUE", "DUE_ALL"}
 
 # The names (services/kit/redis_keys.py SessionKeys) of a session's keys, in KEYS order; the identity key follows.
 SESSION_KEYS = (
@@ -76,6 +76,19 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1])
 local out = {}
 for _, sid in ipairs(due) do table.insert(out, {sid, redis.call('HGET', KEYS[2], sid) or '0'}) end
+return out
+"""
+
+# DUE_ALL: DUE of every bucket in one call, where they all live on one Redis (not Cluster).
+# KEYS: the buckets' (due, gen) pairs; ARGV as DUE's. Returns {bucket index (0-based), session, generation}.
+DUE_ALL = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+local out = {}
+for b = 0, #KEYS / 2 - 1 do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2 * b + 1], '-inf', now, 'LIMIT', 0, ARGV[1])
+  for _, sid in ipairs(due) do table.insert(out, {b, sid, redis.call('HGET', KEYS[2 * b + 2], sid) or '0'}) end
+end
 return out
 """
 

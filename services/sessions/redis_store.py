@@ -229,7 +229,8 @@ class RedisSessionStore:
         self._loading: dict[str, asyncio.Future[Any]] = {}  # script sha -> its SCRIPT LOAD under way
         self._changed: dict[str, asyncio.Event] = {}
         self._listener: asyncio.Task[None] | None = None
-        self._pipeline = None if is_cluster(client) else AutoPipeline(client, wait)
+        self._cluster = is_cluster(client)
+        self._pipeline = None if self._cluster else AutoPipeline(client, wait)
         self._index_add = client.register_script(lua.INDEX_ADD)
         self._indexed: OrderedDict[str, int] = OrderedDict()  # session -> token of its open turn, in the index
 
@@ -897,12 +898,16 @@ class RedisSessionStore:
         its generation moved on, and the entry stays due).
         """
         buckets = open_turn_buckets(self._prefix)
-        due: Any = await self._call(
-            asyncio.gather(*(self._eval("DUE", list(b), [limit, self.clock_offset_ms]) for b in buckets))
-        )
-        looks = [
-            (bucket, _s(sid), _s(gen)) for bucket, entries in zip(buckets, due, strict=True) for sid, gen in entries
-        ]
+        looks: list[tuple[tuple[str, str], str, str]]
+        if self._cluster:  # the buckets sit on different slots: one call each
+            due: Any = await self._call(
+                asyncio.gather(*(self._eval("DUE", list(b), [limit, self.clock_offset_ms]) for b in buckets))
+            )
+            looks = [(b, _s(sid), _s(gen)) for b, entries in zip(buckets, due, strict=True) for sid, gen in entries]
+        else:  # one Redis holds them all: one call for every bucket (an idle replica's poll is one command)
+            keys = [key for bucket in buckets for key in bucket]
+            found = await self._call(self._eval("DUE_ALL", keys, [limit, self.clock_offset_ms]))
+            looks = [(buckets[int(b)], _s(sid), _s(gen)) for b, sid, gen in found]
         claimed: list[Claimed] = []
         while looks and len(claimed) < limit:
             batch, looks = looks[: limit - len(claimed)], looks[limit - len(claimed) :]
