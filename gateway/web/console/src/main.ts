@@ -60,7 +60,12 @@ function sessionLink(session: Session): HTMLLIElement {
   title.textContent = `${session.agent} · ${session.sessionId.slice(0, 8)}`;
   const meta = document.createElement("div");
   meta.className = "meta";
-  meta.textContent = `${created} · ${session.messageCount} message(s)${session.activeTurnId ? " · turn running" : ""}`;
+  // The scope says on whose behalf the session runs (end user, project...): the application's, shown as set.
+  const scope = Object.entries(session.scope)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([key, value]) => ` · ${key}=${value}`)
+    .join("");
+  meta.textContent = `${created} · ${session.messageCount} message(s)${scope}${session.activeTurnId ? " · turn running" : ""}`;
   link.append(title, meta);
   if (session.sessionId === currentSession()) link.classList.add("active");
   const item = document.createElement("li");
