@@ -41,7 +41,7 @@ from services.suite.supervisor import Supervisor
 AGENTS = {
     "plain.yaml": "name: plain\nsystem_prompt: You help.\nmodel: local\ntools: [calculator]\n",
     "pack.yaml": "name: pack\nsystem_prompt: You help.\nmodel: local\ntools: [calculator]\n"
-    "memory: {context: {enabled: true, limit: 5, max_tokens: 400}}\n",
+    "memory: {context: {enabled: true, limit: 5, max_tokens: 400, timeout_ms: 60000}}\n",
 }
 KEYS = {"bench-app": "", "bench-pinned": "{pin: {end_user: u_bench}}"}
 SCOPE = {"end_user": "u_bench"}

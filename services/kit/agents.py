@@ -159,6 +159,8 @@ class MemoryContext(BaseModel):
     limit: int = Field(default=5, ge=1, le=20)
     # Token cap of the pack (the context service's recalled_memories_max); the lowest ranked go first.
     max_tokens: int = Field(default=400, ge=1, le=8000)
+    # How long the prompt build waits for the search; past it the pack is left out (with a notice).
+    timeout_ms: int = Field(default=2000, ge=1, le=60000)
 
 
 class AgentMemory(BaseModel):

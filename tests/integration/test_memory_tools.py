@@ -50,7 +50,7 @@ name: keeper
 system_prompt: You remember things about the user.
 model: gpt-4o
 tools: [save_memory, search_memories]
-memory: {context: {enabled: true, limit: 3, max_tokens: 200}}
+memory: {context: {enabled: true, limit: 3, max_tokens: 200, timeout_ms: 60000}}  # no deadline a busy machine meets
 """
 # The memory tools without the pack, under other names.
 PLAIN = """

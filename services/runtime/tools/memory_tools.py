@@ -45,8 +45,6 @@ DEFAULT_SEARCH_LIMIT = 5
 MAX_SEARCH_LIMIT = 20
 # A found memory's text is cut to this many characters in a tool result and in the context pack.
 MAX_RESULT_CHARS = 1000
-# The context pack's search must not hold up the turn for long: its own deadline.
-RECALL_TIMEOUT_S = 2.0
 DERIVED_KEY_PREFIX = "m_"
 
 
@@ -288,7 +286,9 @@ async def recall(
         tenant_id=tenant_id, namespace_prefix=namespace, query=text[:MAX_QUERY_CHARS], limit=settings.limit
     )
     try:
-        reply = await clients.memory.SearchMemories(request, timeout=min(RECALL_TIMEOUT_S, clients.call_timeout_s))
+        # Its own deadline (memory.context.timeout_ms): the pack must not hold up the turn for long.
+        timeout = min(settings.timeout_ms / 1000, clients.call_timeout_s)
+        reply = await clients.memory.SearchMemories(request, timeout=timeout)
     except grpc.aio.AioRpcError as exc:
         return [], f"no memories were recalled: memory service {exc.code().name}: {exc.details()}"
     found = [(r.memory.key, one_line(memory_text(r.memory))) for r in reply.results]
