@@ -26,6 +26,8 @@ from cogmesh.common.v1 import errors_pb2, events_pb2
 from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 
 TERMINAL = ("final", "error")
+# The most events one AppendEvents may carry (the sessions service refuses more; a turn's writer splits).
+MAX_EVENTS_PER_APPEND = 10_000
 
 
 class Batch(list[events_pb2.RuntimeEvent]):

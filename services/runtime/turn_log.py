@@ -31,6 +31,7 @@ import grpc
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.kit.logging import log
 from services.kit.metrics import TurnMeter
 from services.runtime.journal import ANSWER, PAUSE, REQUEST, TAKEOVER, encode_state
@@ -186,14 +187,16 @@ class TurnLog:
                             await self._urgent.wait()
                 self._wake.clear()
                 self._urgent.clear()
-                upto = self._queued
                 taken = self._take()
                 if taken is None:
                     continue
-                request, events = taken
+                request, events, count = taken
                 await self._send(request)
                 self._last_write = loop.time()
-                self._written = upto
+                self._written += count
+                if self._events or self._entries or self._end:  # a backlog over one append's cap: go on at once
+                    self._wake.set()
+                    self._urgent.set()
                 self._signal()
                 if self.meter is not None:
                     self.meter.logged(events)
@@ -225,27 +228,36 @@ class TurnLog:
             for event in events:
                 listener.put_nowait(event)
 
-    def _take(self) -> tuple[sessions_pb2.AppendEventsRequest, list[events_pb2.RuntimeEvent]] | None:
+    def _take(self) -> tuple[sessions_pb2.AppendEventsRequest, list[events_pb2.RuntimeEvent], int] | None:
+        """The next append: what is queued, up to MAX_EVENTS_PER_APPEND events (a backlog, say while
+        sessions was slow, goes in several). Returns it, its events and how many queued items it carries."""
         if not self._events and not self._entries and not self._end:
             return None
+        cut = min(len(self._events), MAX_EVENTS_PER_APPEND)
+        last = cut == len(self._events)  # the entries after the cut and the end wait for the rest
+        events, self._events = self._events[:cut], self._events[cut:]
+        entries = [entry for entry in self._entries if last or entry.position <= cut]
+        self._entries = self._entries[len(entries) :]
+        for entry in self._entries:
+            entry.position -= cut
         self._appends += 1
         request = sessions_pb2.AppendEventsRequest(
             tenant_id=self.tenant_id,
             session_id=self.session_id,
             turn_id=self.turn_id,
             lease_token=self.lease_token,
-            events=self._events,
-            entries=self._entries,
+            events=events,
+            entries=entries,
             append_id=f"{self.turn_id}:{self.lease_token}:{self._appends}",
         )
-        if self._end:
+        count = len(events) + len(entries)
+        if self._end and last:
             request.release_lease = self._end["release_lease"]
             if self._end["pause"] is not None:
                 request.pause.CopyFrom(self._end["pause"])
             request.messages.extend(self._end["messages"])
-        events = self._events
-        self._events, self._entries, self._end = [], [], {}
-        return request, events
+            self._end, count = {}, count + 1
+        return request, events, count
 
     async def _send(self, request: sessions_pb2.AppendEventsRequest) -> None:
         """Append once, resending the same append (same id) while sessions is away, up to `outage_s`."""

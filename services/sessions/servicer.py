@@ -34,6 +34,7 @@ from services.kit.errors import (
     Unavailable,
     Violations,
 )
+from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct, now, struct_to_dict
 from services.sessions import leases
 from services.sessions.model import (
@@ -82,7 +83,6 @@ MAX_PAYLOAD_BYTES = 3 << 20
 DEFAULT_LEASE_TTL_S = 300
 DEFAULT_REHYDRATION_MESSAGES = 10
 MAX_LEASE_WAIT_S = 600.0  # an ENQUEUE without a deadline still gives up eventually
-MAX_EVENTS_PER_APPEND = 10_000
 MAX_EVENT_BYTES = 1 << 20
 MAX_CLAIMS = 100
 MAX_RENEWALS = 10_000

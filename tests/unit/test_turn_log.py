@@ -19,6 +19,7 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.runtime.journal import decode_state, encode_state, replay
 from services.runtime.turn_log import DURABLE, HandedOver, TurnLog, TurnLost
 
@@ -512,3 +513,30 @@ async def test_events_emitted_after_a_record_come_after_its_seq(sessions: FakeSe
     (model,) = [entry for entry in sessions.journal if entry.kind == "model"]
     seq_of = {e.status.text: e.seq for e in sessions.log if e.HasField("status")}
     assert seq_of["thinking"] <= model.seq < seq_of["deciding on the calls"]
+
+
+async def test_a_backlog_over_one_appends_cap_goes_in_several(sessions: FakeSessions, make_log: MakeLog) -> None:
+    # Under load an append can take long enough for a long reply to queue more events than one
+    # AppendEvents may carry (MAX_EVENTS_PER_APPEND): they go in several appends, none refused.
+    log = make_log()
+    sessions.gate.clear()
+    log.emit(status("running"))
+    await sessions.until(lambda: len(sessions.calls) == 1)  # the first append hangs; everything else queues
+    for i in range(MAX_EVENTS_PER_APPEND):
+        log.emit(delta(f"a{i} "))
+    await log.record("model", state(1, ["q"], []))  # recorded after the first cap's worth of deltas
+    for i in range(MAX_EVENTS_PER_APPEND // 2):
+        log.emit(delta(f"b{i} "))
+    ending = asyncio.create_task(log.end([final("done")]))
+    sessions.gate.set()
+    last_seq = await ending
+
+    assert all(len(request.events) <= MAX_EVENTS_PER_APPEND for request in sessions.stored)
+    assert len(sessions.stored) >= 3
+    sent = [t for request in sessions.stored for t in texts(request)]
+    expected = ["running", *(f"a{i} " for i in range(MAX_EVENTS_PER_APPEND))]
+    expected += [*(f"b{i} " for i in range(MAX_EVENTS_PER_APPEND // 2)), "done"]
+    assert sent == expected and last_seq == len(expected)
+    (model,) = sessions.journal
+    assert model.seq == 1 + MAX_EVENTS_PER_APPEND, "the step's entry keeps its place among the events"
+    assert sessions.stored[-1].release_lease and not any(r.release_lease for r in sessions.stored[:-1])
