@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,22 +21,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.kit.config import DEFAULT_PORTS
+from tests.support.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 GRPC_SERVICES = ["models", "policy", "context", "sessions", "memory", "runtime", "gateway"]
 SERVICES = [*GRPC_SERVICES, "web"]  # each gets a free port; web is the browser edge (HTTP)
-
-
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def suite_addresses(extra: int = 0) -> tuple[dict[str, str], dict[str, str], list[int]]:

@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_TOOLS = ROOT / "tests" / "node_tools"
@@ -23,12 +24,6 @@ def require_node_tools() -> None:
     """The Node servers come from npm: fail with the fix instead of a confusing error."""
     if not EVERYTHING.is_file() or not (NODE_TOOLS / "node_modules" / "@grpc" / "grpc-js").is_dir():
         raise RuntimeError(f"Node test servers are not installed: run `npm ci --prefix {NODE_TOOLS.relative_to(ROOT)}`")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _wait_for_port(port: int, process: asyncio.subprocess.Process) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import threading
 import time
@@ -34,6 +33,7 @@ from services.kit.telemetry import configure_tracing
 from services.suite.inprocess import Suite, start_suite
 from services.suite.supervisor import wait_serving
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, send
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -284,12 +284,6 @@ class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
                 for scope in resource_spans.scope_spans:
                     out.extend((attributes.get("service.name", ""), s.name) for s in scope.spans)
         return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_a_service_process_exports_its_spans_over_otlp_when_configured() -> None:

@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -38,16 +37,11 @@ from redis.cluster import ClusterNode
 from redis.sentinel import Sentinel
 
 from services.kit.redis_url import parse_redis_url
+from tests.support.ports import free_port
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 START_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ping(url: str, timeout_s: float = 0.5) -> bool:
