@@ -18,6 +18,7 @@ closed: its readers end with NOT_FOUND (SESSION_NOT_FOUND).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -107,6 +108,9 @@ class SessionLog:
     _published_at: float = float("-inf")
     _due: asyncio.TimerHandle | None = None
     _batch: Batch | None = None  # the last batch read: the next reader at the same cursor reuses it
+    # Every batch some reader still holds, by (cursor, last seq): readers spread over a long replay
+    # (a loaded machine spreads them) share one per cursor instead of one each.
+    _batches: weakref.WeakValueDictionary[tuple[int, int], Batch] | None = None
 
     def __post_init__(self) -> None:
         if self.published_seq < 0:
@@ -154,10 +158,15 @@ class SessionLog:
         shared = self._batch
         if shared is not None and shared[0].seq == cursor + 1 and shared[-1].seq == last:
             return shared
-        start = cursor - self.first_seq + 1
-        stop = start + last - cursor
-        batch = Batch(self.events[start:stop])
-        batch.wire = b"".join(self.wire[start:stop])
+        if self._batches is None:
+            self._batches = weakref.WeakValueDictionary()
+        batch = self._batches.get((cursor, last))
+        if batch is None:
+            start = cursor - self.first_seq + 1
+            stop = start + last - cursor
+            batch = Batch(self.events[start:stop])
+            batch.wire = b"".join(self.wire[start:stop])
+            self._batches[cursor, last] = batch
         self._batch = batch
         return batch
 

@@ -62,6 +62,38 @@ async def test_concurrent_replays_share_one_copy_of_the_history(redis_url: str, 
     assert many < 4 * one, f"{READERS} replays at once peaked at {many / one:.1f} times one replay"
 
 
+async def test_readers_spread_over_the_history_share_one_batch_per_cursor(redis_url: str, redis_prefix: str) -> None:
+    """Readers at different points of one replay (a loaded machine spreads them) hold one batch per point.
+
+    Each reader stops at its own batch and holds it, as a stream holds the message it writes;
+    the order they come in makes the last batch read a different one almost every time.
+    """
+    log, writer = RedisEventLog(redis_url, prefix=redis_prefix), LogWriter(redis_url, redis_prefix)
+    sid = await writer.session()
+    for start in range(0, EVENTS, 500):
+        await writer.append(sid, [delta(i) for i in range(start, start + 500)])
+    await writer.close()
+    batches_per_replay = -(-EVENTS // log.max_batch)
+    held: list[object] = []
+    all_holding = asyncio.Event()
+
+    async def hold_batch(k: int) -> None:
+        async with contextlib.aclosing(log.read(sid, 0, 30)) as reader:
+            for _ in range(k % batches_per_replay + 1):
+                batch = await anext(reader)
+            held.append(batch)
+            if len(held) == READERS:
+                all_holding.set()
+            await all_holding.wait()
+
+    try:
+        await asyncio.gather(*(hold_batch(k) for k in range(READERS)))
+    finally:
+        await log.close()
+    distinct = len({id(batch) for batch in held})
+    assert distinct == batches_per_replay, f"{READERS} readers held {distinct} batches"
+
+
 async def test_the_shared_history_is_forgotten_once_no_reader_replays_it(redis_url: str, redis_prefix: str) -> None:
     log, writer = RedisEventLog(redis_url, prefix=redis_prefix, max_batch=64), LogWriter(redis_url, redis_prefix)
     sid = await writer.session()
