@@ -356,7 +356,8 @@ async def check(stage: Stage, report: TurnReport, caller: Follower, watcher: Fol
         if [e.seq for e in got] != list(range(first, first + len(got))):
             problems.append(f"the {who}'s seqs have a gap or a duplicate")
         replayed = whole[first - 1 :]
-        differ = [(a, b) for a, b in zip(got, replayed, strict=False) if a.SerializeToString() != b.SerializeToString()]
+        # Compared as messages: a map (a notice's metadata) may encode its entries in any order.
+        differ = [(a, b) for a, b in zip(got, replayed, strict=False) if a != b]
         if differ or len(got) != len(replayed):
             at = f"seq {differ[0][0].seq}: {differ[0][0]} vs {differ[0][1]}" if differ else "length"
             problems.append(f"the {who}'s events differ from the replay ({len(differ)} of {len(got)}; first at {at})")
