@@ -29,6 +29,9 @@ from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceE
 TERMINAL = ("final", "error")
 # The most events one AppendEvents may carry (the sessions service refuses more; a turn's writer splits).
 MAX_EVENTS_PER_APPEND = 10_000
+# What a turn's writer puts in one append, events and journal entries together: under gRPC's
+# default 4 MiB message limit with room for the turn's end (its messages).
+MAX_APPEND_BYTES = 3 << 20
 
 
 class Batch(list[events_pb2.RuntimeEvent]):

@@ -31,7 +31,7 @@ import grpc
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.event_log import MAX_EVENTS_PER_APPEND
+from services.kit.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
 from services.kit.logging import log
 from services.kit.metrics import TurnMeter
 from services.runtime.journal import ANSWER, PAUSE, REQUEST, TAKEOVER, encode_state
@@ -229,11 +229,11 @@ class TurnLog:
                 listener.put_nowait(event)
 
     def _take(self) -> tuple[sessions_pb2.AppendEventsRequest, list[events_pb2.RuntimeEvent], int] | None:
-        """The next append: what is queued, up to MAX_EVENTS_PER_APPEND events (a backlog, say while
-        sessions was slow, goes in several). Returns it, its events and how many queued items it carries."""
+        """The next append: what is queued, up to the caps of one append (a backlog, say while sessions
+        was slow, goes in several). Returns it, its events and how many queued items it carries."""
         if not self._events and not self._entries and not self._end:
             return None
-        cut = min(len(self._events), MAX_EVENTS_PER_APPEND)
+        cut = self._cut()
         last = cut == len(self._events)  # the entries after the cut and the end wait for the rest
         events, self._events = self._events[:cut], self._events[cut:]
         entries = [entry for entry in self._entries if last or entry.position <= cut]
@@ -258,6 +258,23 @@ class TurnLog:
             request.messages.extend(self._end["messages"])
             self._end, count = {}, count + 1
         return request, events, count
+
+    def _cut(self) -> int:
+        """How many queued events the next append takes: at most MAX_EVENTS_PER_APPEND, and (from the
+        second on) only while they and the journal entries among them fit in MAX_APPEND_BYTES."""
+        events, entries = self._events, self._entries
+        limit, k = min(len(events), MAX_EVENTS_PER_APPEND), 0
+        size = 0
+        while k < len(entries) and entries[k].position == 0:
+            size, k = size + entries[k].ByteSize(), k + 1
+        for i in range(limit):
+            weight = events[i].ByteSize()  # with the entries recorded right after it, which go with it
+            while k < len(entries) and entries[k].position == i + 1:
+                weight, k = weight + entries[k].ByteSize(), k + 1
+            if i and size + weight > MAX_APPEND_BYTES:
+                return i
+            size += weight
+        return limit
 
     async def _send(self, request: sessions_pb2.AppendEventsRequest) -> None:
         """Append once, resending the same append (same id) while sessions is away, up to `outage_s`."""

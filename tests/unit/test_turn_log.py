@@ -19,7 +19,7 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.event_log import MAX_EVENTS_PER_APPEND
+from services.kit.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
 from services.runtime.journal import decode_state, encode_state, replay
 from services.runtime.turn_log import DURABLE, HandedOver, TurnLog, TurnLost
 
@@ -539,4 +539,30 @@ async def test_a_backlog_over_one_appends_cap_goes_in_several(sessions: FakeSess
     assert sent == expected and last_seq == len(expected)
     (model,) = sessions.journal
     assert model.seq == 1 + MAX_EVENTS_PER_APPEND, "the step's entry keeps its place among the events"
+    assert sessions.stored[-1].release_lease and not any(r.release_lease for r in sessions.stored[:-1])
+
+
+async def test_a_backlog_over_one_appends_bytes_goes_in_several(sessions: FakeSessions, make_log: MakeLog) -> None:
+    # A few large events (tool results, long finals) behind a slow append would make one request over
+    # gRPC's 4 MiB default, which the sessions server refuses: appends stay under MAX_APPEND_BYTES.
+    log = make_log()
+    sessions.gate.clear()
+    log.emit(status("running"))
+    await sessions.until(lambda: len(sessions.calls) == 1)
+    big = 700_000  # under the 1 MiB a single event may be
+    for i in range(6):
+        log.emit(delta(f"a{i}" + "x" * big))
+    await log.record("model", state(1, ["y" * big], []))  # a large entry, after the sixth event
+    for i in range(6):
+        log.emit(delta(f"b{i}" + "x" * big))
+    ending = asyncio.create_task(log.end([final("done")]))
+    sessions.gate.set()
+    last_seq = await ending
+
+    assert all(request.ByteSize() <= MAX_APPEND_BYTES + 1024 for request in sessions.stored)  # + ids, lease
+    sent = [t[:2] for request in sessions.stored for t in texts(request)]
+    expected = ["ru", *(f"a{i}" for i in range(6)), *(f"b{i}" for i in range(6)), "do"]
+    assert sent == expected and last_seq == len(expected)
+    (model,) = sessions.journal
+    assert model.seq == 7, "the step's entry keeps its place among the events"
     assert sessions.stored[-1].release_lease and not any(r.release_lease for r in sessions.stored[:-1])
