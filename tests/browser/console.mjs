@@ -4,7 +4,7 @@
 //
 //   node console.mjs <console url> <artifacts dir>
 //
-// Scenarios: a calculator turn streamed live, then a notice; an approval on the `careful` agent;
+// Scenarios: a scope refused, then a calculator turn in a scoped session streamed live, then a notice; an approval on the `careful` agent;
 // a reload in the middle of a long streaming reply. Every wait is for a condition on the page, bounded by
 // STEP_MS so a broken console fails instead of hanging.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -34,9 +34,10 @@ const FLAGS = [
 const renderedSeqs = (page) =>
   page.$$eval("#events [data-seq]", (els) => els.map((el) => Number(el.getAttribute("data-seq"))));
 
-async function newSession(page, agent) {
+async function newSession(page, agent, scope = "") {
   const before = await page.evaluate(() => location.hash);
   await page.selectOption("#agent", agent);
+  await page.fill("#scope", scope);
   await page.click("#new-session button");
   await page.waitForFunction((old) => /^#\/s\/\w+/.test(location.hash) && location.hash !== old, before, {
     timeout: STEP_MS,
@@ -62,17 +63,35 @@ const context = await chromium.launchPersistentContext(profile, {
 try {
   const page = context.pages()[0] ?? (await context.newPage());
   page.on("pageerror", (err) => result.errors.push(`pageerror: ${err.message}`));
-  page.on("console", (msg) => msg.type() === "error" && result.errors.push(`console: ${msg.text()}`));
+  // Step 0's refused CreateSession is an HTTP 400 (Connect's INVALID_ARGUMENT), which the browser logs as an error.
+  const refused = (msg) => /status of 400/.test(msg.text()) && msg.location().url.endsWith("/CreateSession");
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && !refused(msg)) result.errors.push(`console: ${msg.text()}`);
+  });
   await page.goto(url);
   await page.waitForSelector("#agent option[value=careful]", { state: "attached", timeout: STEP_MS });
 
-  // 1. The calculator turn.
-  const calc = await newSession(page, "default");
+  // 0. A scope the gateway refuses is shown, naming the entry; nothing is created.
+  const listed = await page.$$eval("#sessions a", (links) => links.length);
+  await page.selectOption("#agent", "default");
+  await page.fill("#scope", "Team=red");
+  await page.click("#new-session button");
+  await page.waitForSelector("#banner:not([hidden])", { timeout: STEP_MS });
+  result.badScope = {
+    banner: await page.textContent("#banner"),
+    listedBefore: listed,
+    listedAfter: await page.$$eval("#sessions a", (links) => links.length),
+  };
+
+  // 1. The calculator turn, in a session with a scope.
+  const calc = await newSession(page, "default", "end_user=alice, project=p1");
+  await page.waitForSelector("#banner", { state: "hidden", timeout: STEP_MS });
   await send(page, "What is 17 * 23?");
   await page.waitForSelector("[data-kind=toolCallStarted]:has-text('calculator')", { timeout: STEP_MS });
   await page.waitForSelector("[data-kind=final]", { timeout: STEP_MS });
   result.calculator = {
     session: calc,
+    listedScope: await page.textContent(`#sessions a[data-session="${calc}"] .meta`),
     rendered: await renderedSeqs(page),
     toolCall: await page.textContent("[data-kind=toolCallStarted]"),
     toolResult: await page.textContent("[data-kind=toolCallFinished]"),

@@ -74,6 +74,12 @@ def replay(up: Up, session_id: str) -> list[Any]:
         return [event for reply in stub.Subscribe(request, timeout=30) for event in reply.events]
 
 
+def session_scope(up: Up, session_id: str) -> dict[str, str]:
+    with grpc.insecure_channel(up.addresses["gateway"]) as channel:
+        stub: Any = gateway_pb2_grpc.GatewayServiceStub(channel)
+        return dict(stub.GetSession(gateway_pb2.GetSessionRequest(session_id=session_id), timeout=30).session.scope)
+
+
 def test_the_console_streams_approves_and_resumes_in_chromium(up: Up, capsys: pytest.CaptureFixture[str]) -> None:
     if (why := missing_prerequisite()) is not None:
         pytest.skip(why)
@@ -93,8 +99,15 @@ def test_the_console_streams_approves_and_resumes_in_chromium(up: Up, capsys: py
     seen = json.loads(driver.stdout.strip().splitlines()[-1])
     assert seen["errors"] == [], "\n".join(seen["errors"])
 
+    # 0. A bad scope: the gateway's violation, named, on the banner, and no session created.
+    bad = seen["badScope"]
+    assert bad["banner"].startswith("INVALID_ARGUMENT") and "scope[Team]" in bad["banner"], bad["banner"]
+    assert bad["listedAfter"] == bad["listedBefore"]
+
     # 1. The calculator call and 391 appeared, each event once, in the gateway's order.
     calc = seen["calculator"]
+    assert session_scope(up, calc["session"]) == {"end_user": "alice", "project": "p1"}
+    assert "end_user=alice · project=p1" in calc["listedScope"]
     log = replay(up, calc["session"])
     first_turn = [e.seq for e in log if e.turn_id == log[0].turn_id]
     assert calc["rendered"] == first_turn

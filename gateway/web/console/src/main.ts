@@ -13,6 +13,7 @@ const ui = {
   keyForm: $<HTMLFormElement>("key-form"),
   key: $<HTMLInputElement>("api-key"),
   agent: $<HTMLSelectElement>("agent"),
+  scope: $<HTMLInputElement>("scope"),
   newSession: $<HTMLFormElement>("new-session"),
   refresh: $<HTMLButtonElement>("refresh"),
   sessions: $<HTMLOListElement>("sessions"),
@@ -39,7 +40,10 @@ function showError(err: unknown): void {
   if (error.code === Code.Canceled) return; // we stopped it
   const reason = error.reason ? ` (${error.reason})` : "";
   const fields = error.violations.map((v) => `\n  ${v.field}: ${v.description}`).join("");
-  ui.banner.textContent = `${error.codeName}${reason}: ${error.message}${fields}`;
+  const text = error.message.startsWith(`${error.codeName}: `)
+    ? error.message.slice(error.codeName.length + 2)
+    : error.message;
+  ui.banner.textContent = `${error.codeName}${reason}: ${text}${fields}`;
   ui.banner.hidden = false;
   if (error.code === Code.Unauthenticated) {
     ui.keyForm.hidden = false;
@@ -136,11 +140,33 @@ ui.keyForm.addEventListener("submit", (e) => {
   void refresh().then(openSession);
 });
 
+/** "end_user=alice, project=p1" as a scope; the gateway checks keys and values and names a bad one. */
+function parseScope(text: string): Record<string, string> {
+  const scope: Record<string, string> = {};
+  for (const entry of text.split(",").map((part) => part.trim())) {
+    if (!entry) continue;
+    const at = entry.indexOf("=");
+    if (at <= 0) {
+      const violations = [{ field: "scope", description: `"${entry}" is not key=value` }];
+      throw new CogmeshError(Code.InvalidArgument, "the scope is comma-separated key=value pairs", { violations });
+    }
+    scope[entry.slice(0, at).trim()] = entry.slice(at + 1).trim();
+  }
+  return scope;
+}
+
 ui.newSession.addEventListener("submit", (e) => {
   e.preventDefault();
   clearError();
+  let scope: Record<string, string>;
+  try {
+    scope = parseScope(ui.scope.value);
+  } catch (err) {
+    showError(err);
+    return;
+  }
   client
-    .createSession({ agent: ui.agent.value })
+    .createSession({ agent: ui.agent.value, scope })
     .then(async (session) => {
       location.hash = `#/s/${session.sessionId}`;
       await loadSessions();
