@@ -6,7 +6,9 @@ gateway only runs in an explicit dev mode, where every caller is one tenant.
 A key may also bound the scope of the sessions it creates (see CreateSession's scope):
 `scope.pin` values are always set and cannot be changed by a request, and a key that
 pins values sees only sessions holding them (others are NOT_FOUND, like another
-tenant's); `scope.allow` lists the other keys a request may set (omitted: any key).
+tenant's); `scope.allow` lists the other keys a request may set. Omitted, it is any key
+for a key that pins nothing and none for a key that pins values: a bounded key (a
+browser's, an end user's) must not pick its own `role` or a fresh rate-limit window.
 """
 
 from __future__ import annotations
@@ -63,18 +65,25 @@ class Principal:
     def check_sees(self, session: resources_pb2.Session) -> resources_pb2.Session:
         """The session, or NOT_FOUND exactly as for a session that does not exist (nothing leaks)."""
         if not self.sees(session):
-            raise NotFound(
-                f"session {session.session_id!r} not found",
-                reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND,
-                metadata={"session_id": session.session_id},
-            )
+            raise session_not_found(session.session_id)
         return session
+
+
+def session_not_found(session_id: str) -> NotFound:
+    """The sessions service's answer for a missing session, word for word: a hidden one looks the same."""
+    return NotFound(
+        f"session {session_id!r} not found",
+        reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND,
+        metadata={"session_id": session_id},
+    )
 
 
 class _ScopeRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
     pin: dict[str, str] = Field({}, description="scope values set on every session of the key")
-    allow: list[str] | None = Field(None, description="other scope keys a request may set; omitted: any")
+    allow: list[str] | None = Field(
+        None, description="other scope keys a request may set; omitted: any without pins, none with pins"
+    )
 
     @field_validator("pin")
     @classmethod
@@ -102,7 +111,8 @@ class _KeyEntry(BaseModel):
     scope: _ScopeRules = _ScopeRules()
 
     def to_principal(self) -> Principal:
-        allowed = None if self.scope.allow is None else frozenset(self.scope.allow)
+        allow = self.scope.allow
+        allowed = frozenset(allow) if allow is not None else (frozenset() if self.scope.pin else None)
         return Principal(self.tenant, self.principal, dict(self.scope.pin), allowed)
 
 
@@ -128,6 +138,11 @@ def load_keys(path: Path) -> dict[str, Principal]:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"{path}: {where}: {first['msg']}") from exc
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(parsed.keys):
+        if entry.sha256 in seen:  # the later entry would silently replace the earlier one's tenant or pins
+            raise ValueError(f"{path}: keys.{index}.sha256: the same key as keys.{seen[entry.sha256]}")
+        seen[entry.sha256] = index
     return {entry.sha256: entry.to_principal() for entry in parsed.keys}
 
 
