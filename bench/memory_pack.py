@@ -92,7 +92,7 @@ async def seed(channel: grpc.aio.Channel, count: int) -> None:
     metadata = (("authorization", "Bearer bench-app"),)
     for i in range(count):
         text = " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(6)) + f" note {i}"
-        request = memory_pb2.PutMemoryRequest(namespace=["u_bench", "memories"], key=f"m{i}", text=text)
+        request = memory_pb2.PutMemoryRequest(namespace=["end_user=u_bench", "memories"], key=f"m{i}", text=text)
         await memory.PutMemory(request, metadata=metadata, timeout=30)
 
 

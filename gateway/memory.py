@@ -7,10 +7,10 @@ request that names another tenant is NOT_FOUND, exactly like a missing memory, s
 nothing about what that tenant holds.
 
 A key that pins scope values (the keys file's `scope.pin`) reaches only the namespaces
-that start with those values, in the order the keys file lists them: pinning
-`{end_user: u_42}` gives ["u_42", ...], the namespace the memory tools derive from the
-default template ["{end_user}", "memories"]. A prefix shorter than the pins is narrowed to
-them; any other namespace is NOT_FOUND.
+that start with its pins as `key=value` labels in key order: pinning `{end_user: u_42}`
+gives ["end_user=u_42", ...], the namespace the memory tools derive from the default
+template ["{end_user}", "memories"]. A prefix shorter than the pins is narrowed to them;
+any other namespace is NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.memory.v1 import memory_pb2_grpc
 from gateway import auth
+from services.kit import scope as scopes
 from services.kit.clients import Clients, call
 from services.kit.errors import NotFound
 
@@ -57,7 +58,7 @@ def _forward(method: str) -> Callable[[GatewayMemoryServicer, Any, Any], Awaitab
         if request.tenant_id and request.tenant_id != principal.tenant_id:
             raise _not_found()
         request.tenant_id = principal.tenant_id
-        pins = list(principal.pinned_scope.values())
+        pins = scopes.labels(principal.pinned_scope)
         if pins:
             labels = _within_pins(list(getattr(request, field)), pins, is_prefix=field != "namespace")
             request.ClearField(field)

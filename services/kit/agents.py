@@ -111,10 +111,10 @@ class AgentCompaction(BaseModel):
     model: str = ""
 
 
-# A memory namespace holds 1 to 8 labels of 1 to 128 characters without '/', '{', '}' or control
+# A memory namespace holds 1 to 8 labels of 1 to 384 characters without '/', '{', '}' or control
 # characters (the memory service's rule; docs/memory.md).
 MAX_NAMESPACE_LABELS = 8
-MAX_LABEL_CHARS = 128
+MAX_LABEL_CHARS = 384
 _BAD_LABEL_CHARS = re.compile(r"[/{}\x00-\x1f\x7f]")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -167,8 +167,8 @@ class AgentMemory(BaseModel):
     """Memories across sessions: the memory tools' names and namespace, and the context pack.
 
     ``namespace`` is the template of the memory namespace (inside the session's tenant):
-    a label ``{key}`` is the session's scope value for ``key`` (set by the application at
-    CreateSession, never by the model), any other label is literal. The tools are offered
+    a label ``{key}`` is the session's scope entry for ``key`` as ``key=value`` (set by the
+    application at CreateSession, never by the model), any other label is literal. The tools are offered
     only when ``tools`` lists them by these names; the pack only when ``context.enabled``.
     """
 

@@ -35,6 +35,17 @@ def holds(scope: Mapping[str, str], required: Mapping[str, str]) -> bool:
     return all(scope.get(key) == value for key, value in required.items())
 
 
+def label(key: str, value: str) -> str:
+    """A scope entry as a memory namespace label: `end_user=alice`, never the bare value, so that
+    `{end_user: 42}` and `{org: 42}` name different namespaces."""
+    return f"{key}={value}"
+
+
+def labels(scope: Mapping[str, str]) -> list[str]:
+    """A scope's entries as namespace labels, in key order (the prefix a pinned key's memories have)."""
+    return [label(key, value) for key, value in sorted(scope.items())]
+
+
 def identity(scope: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """A canonical, hashable form: the same entries in any order give the same identity."""
     return tuple(sorted(scope.items()))

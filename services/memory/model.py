@@ -20,7 +20,7 @@ from cogmesh.common.v1 import errors_pb2
 from services.kit.errors import NotFound, ResourceExhausted
 
 MAX_LABELS = 8  # labels after the tenant
-MAX_LABEL_CHARS = 128
+MAX_LABEL_CHARS = 384  # room for a scope label: a 64-character key, '=', a 256-character value
 MAX_KEY_CHARS = 256
 _BAD_LABEL_CHARS = re.compile(r"[/{}\x00-\x1f\x7f]")
 

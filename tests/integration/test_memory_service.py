@@ -68,7 +68,7 @@ async def test_bad_requests_name_their_fields() -> None:
             (memory.PutMemory, put("k", "x", namespace=("u{1}",)), "namespace[0]", '"{"'),
             (memory.PutMemory, put("k", "x", namespace=("",)), "namespace[0]", "must not be empty"),
             (memory.PutMemory, put("k", "x", namespace=("a",) * 9), "namespace", "at most 8 labels"),
-            (memory.PutMemory, put("k", "x", namespace=("x" * 129,)), "namespace[0]", "at most 128"),
+            (memory.PutMemory, put("k", "x", namespace=("x" * 385,)), "namespace[0]", "at most 384"),
             (memory.PutMemory, put("", "x"), "key", "is required"),
             (memory.PutMemory, put("k" * 257, "x"), "key", "at most 256"),
             (memory.PutMemory, put("k"), "value", "required when text is empty"),

@@ -172,7 +172,7 @@ async def test_a_fact_saved_in_one_session_is_found_in_the_next_session_of_the_s
     openai.then(*calling("save_memory", {"text": "prefers dark  roast coffee"}, "Noted."))
     await turn(gw, "key-acme", first, "I really like dark roast.")
     assert tool_result(openai).startswith("Updated the memory under key 'm_")
-    saved = await memories(env, "key-acme", "alice", "memories")
+    saved = await memories(env, "key-acme", "end_user=alice", "memories")
     assert [m.text for m in saved] == ["prefers dark  roast coffee"]
     assert dict(saved[0].value.fields.items())["agent"].string_value == "keeper"
 
@@ -203,13 +203,16 @@ async def test_another_end_user_or_tenant_finds_nothing_and_the_model_cannot_pic
 
         # Naming alice's namespace is an unknown argument: rejected, nothing found.
         openai.then(
-            *calling("search_memories", {"query": "peanuts", "namespace": ["alice", "memories"], "tenant_id": "acme"})
+            *calling(
+                "search_memories",
+                {"query": "peanuts", "namespace": ["end_user=alice", "memories"], "tenant_id": "acme"},
+            )
         )
         events = await turn(gw, key, other, "Look in alice's memories for peanuts.")
         assert not finished(events).ok
         result = tool_result(openai)
         assert "namespace" in result and "Allergic" not in result
-    assert await memories(env, "key-globex", "alice") == []
+    assert await memories(env, "key-globex", "end_user=alice") == []
 
 
 async def test_a_session_without_the_end_user_scope_gets_clear_errors_and_a_notice(env: Env) -> None:
@@ -269,7 +272,7 @@ async def test_renamed_tools_without_the_pack_make_no_memory_call_until_one_is_u
             env.openai.then(*calling("remember", {"text": "Works nights", "key": "schedule"}))
             events = await turn(gw, "key-acme", plain, "Remember that I work nights.")
             assert finished(events).ok and proxy.connections >= 1
-        saved = await memories(env, "key-acme", "carol", "notes")
+        saved = await memories(env, "key-acme", "end_user=carol", "notes")
         assert [(m.key, m.text) for m in saved] == [("schedule", "Works nights")]
     finally:
         await gateway.stop(0)
@@ -288,7 +291,7 @@ async def test_a_full_namespace_is_a_tool_error_naming_the_setting() -> None:
         assert (await tools["save_memory"].run({"text": "Likes tea"}, context)).startswith("Saved")
         with pytest.raises(ToolError, match="COGMESH_MEMORY_MAX_ITEMS") as caught:
             await tools["save_memory"].run({"text": "Likes cake"}, context)
-        assert str(caught.value).startswith("cannot save the memory: namespace ['dave', 'memories'] is full")
+        assert str(caught.value).startswith("cannot save the memory: namespace ['end_user=dave', 'memories'] is full")
         # Saving a known fact again replaces it: no new item, no error.
         assert (await tools["save_memory"].run({"text": "likes TEA"}, context)).startswith("Updated")
     finally:

@@ -41,6 +41,7 @@ KEYS = {
     "key-app": ("acme", "backend", ""),  # may set any scope key
     "key-alice": ("acme", "alice-web", "{pin: {end_user: alice}, allow: [project]}"),
     "key-bob": ("acme", "bob-web", "{pin: {end_user: bob}, allow: []}"),
+    "key-org": ("acme", "org-web", "{pin: {org: alice}}"),  # pins, no allow: sets nothing else
     "key-globex": ("globex", "globex-app", ""),
 }
 AGENT = """
@@ -195,6 +196,7 @@ async def test_the_api_key_decides_what_scope_a_session_gets(env: Env) -> None:
         ("key-alice", {"end_user": "bob"}, "pins 'end_user' to another value"),
         ("key-alice", {"team": "red"}, "may not set scope key 'team' (it may set: project)"),
         ("key-bob", {"project": "apollo"}, "(it may set: none)"),
+        ("key-org", {"role": "admin"}, "may not set scope key 'role' (it may set: none)"),
     ]:
         error = await refused(create(env, key, **scope))
         assert error.code() == grpc.StatusCode.PERMISSION_DENIED, error.details()
@@ -291,9 +293,9 @@ async def test_a_pinned_key_reaches_only_its_own_memory_namespaces(env: Env) -> 
         request = memory_pb2.PutMemoryRequest(namespace=namespace, key="fact", text=text)
         return env.memory.PutMemory(request, metadata=bearer(key), timeout=TIMEOUT_S)
 
-    await put("key-alice", ["alice", "memories"], "alice likes green tea")
-    await put("key-bob", ["bob", "memories"], "bob likes green tea too")
-    for key, namespace in [("key-alice", ["bob", "memories"]), ("key-bob", ["alice", "memories"])]:
+    await put("key-alice", ["end_user=alice", "memories"], "alice likes green tea")
+    await put("key-bob", ["end_user=bob", "memories"], "bob likes green tea too")
+    for key, namespace in [("key-alice", ["end_user=bob", "memories"]), ("key-bob", ["end_user=alice", "memories"])]:
         error = await refused(put(key, namespace, "planted"))
         assert error.code() == grpc.StatusCode.NOT_FOUND
         error = await refused(
@@ -309,3 +311,10 @@ async def test_a_pinned_key_reaches_only_its_own_memory_namespaces(env: Env) -> 
     assert await search("key-alice", []) == ["alice likes green tea"]  # an empty prefix narrowed to the pins
     assert await search("key-bob", []) == ["bob likes green tea too"]
     assert sorted(await search("key-app", [])) == ["alice likes green tea", "bob likes green tea too"]
+    # Pinned to another key with the same value: labels name the key, so alice's are not its own.
+    assert await search("key-org", []) == []
+    assert (
+        await refused(put("key-org", ["end_user=alice", "memories"], "planted"))
+    ).code() == grpc.StatusCode.NOT_FOUND
+    await put("key-org", ["org=alice", "notes"], "the org likes green tea")
+    assert await search("key-org", []) == ["the org likes green tea"]

@@ -147,8 +147,9 @@ async def test_vectors_rank_by_cosine_within_the_filter() -> None:
 
 def test_labels_and_index_text() -> None:
     assert label_problem("user_1@example.com") == ""
+    assert label_problem("end_user=" + "v" * 256) == ""  # a scope label: 64-character key at most, "=", value
     assert label_problem("日本") == ""
-    for bad in ("", "a/b", "a{b", "a}b", "tab\there", "x" * 129):
+    for bad in ("", "a/b", "a{b", "a}b", "tab\there", "x" * 385):
         assert label_problem(bad), bad
     assert namespace_problems(["ok", "a/b"], "namespace") == [("namespace[1]", label_problem("a/b"))]
     assert namespace_problems([], "prefix", allow_empty=True) == []

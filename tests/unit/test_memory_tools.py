@@ -40,12 +40,16 @@ def test_the_default_namespace_is_the_end_user_s_memories() -> None:
     keeper = agent()
     assert keeper.memory.namespace == ["{end_user}", "memories"]
     assert keeper.memory.scope_keys == ["end_user"]
-    assert namespace_for(keeper.memory, {"end_user": "u_42", "project": "p"}) == ["u_42", "memories"]
+    assert namespace_for(keeper.memory, {"end_user": "u_42", "project": "p"}) == ["end_user=u_42", "memories"]
 
 
 def test_placeholders_take_scope_values_and_other_labels_stay_literal() -> None:
     keeper = agent(namespace=["{project}", "shared", "{end_user}"])
-    assert namespace_for(keeper.memory, {"end_user": "u_1", "project": "apollo"}) == ["apollo", "shared", "u_1"]
+    assert namespace_for(keeper.memory, {"end_user": "u_1", "project": "apollo"}) == [
+        "project=apollo",
+        "shared",
+        "end_user=u_1",
+    ]
     assert namespace_for(agent(namespace=["team-notes"]).memory, {}) == ["team-notes"]
 
 

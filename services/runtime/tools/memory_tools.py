@@ -2,7 +2,7 @@
 
 Both reach the memory service (cogmesh.memory.v1.MemoryService) with the session's tenant
 and a namespace made from the agent's `memory.namespace` template and the session's scope:
-a label `{end_user}` is the scope's `end_user` value, other labels are literal. The scope is
+a label `{end_user}` is the scope's `end_user` entry as `end_user=<value>`, other labels are literal. The scope is
 set by the application at CreateSession; the model never names a namespace, tenant or scope
 (the tools' schemas have no such argument and reject unknown ones).
 
@@ -29,6 +29,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from cogmesh.memory.v1 import memory_pb2
+from services.kit import scope as scopes
 from services.kit.agents import AgentDefinition, AgentMemory, namespace_placeholder
 from services.kit.clients import Clients
 from services.kit.llm import ToolSchema
@@ -67,7 +68,7 @@ def namespace_for(memory: AgentMemory, scope: Mapping[str, str], agent: str = ""
         if key is None:
             labels.append(label)
         elif scope.get(key):
-            labels.append(scope[key])
+            labels.append(scopes.label(key, scope[key]))
         else:
             raise MissingScope(key, agent)
     return labels

@@ -613,10 +613,10 @@ export const SearchModeSchema: GenEnum<SearchMode> = /*@__PURE__*/
  * grouped in namespaces and searchable by text (BM25) and, when an embedding
  * model is configured, by meaning (vectors).
  *
- * A namespace is a path of labels, e.g. ["user_123", "memories"], always inside
- * one tenant: the full namespace is (tenant_id, *namespace). A label is 1 to 128
- * characters without "/", "{", "}" or control characters, and a namespace has
- * at most 8 labels. The memory service is internal: it trusts tenant_id. The
+ * A namespace is a path of labels, e.g. ["end_user=u_123", "memories"], always
+ * inside one tenant: the full namespace is (tenant_id, *namespace). A label is 1
+ * to 384 characters without "/", "{", "}" or control characters, and a namespace
+ * has at most 8 labels. The memory service is internal: it trusts tenant_id. The
  * gateway serves this same API to applications on its port, where tenant_id is
  * the caller's tenant from its API key: left empty it is filled in, and any other
  * tenant is NOT_FOUND (reason MEMORY_NOT_FOUND), as a missing memory is.
