@@ -101,7 +101,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
         )
         if reply.session.agent not in {a.name for a in self._exposed()}:
-            raise NotFound(f"session {session_id!r} not found", reason=errors_pb2.ERROR_REASON_SESSION_NOT_FOUND)
+            raise auth.session_not_found(session_id)
         return auth.current.get().check_sees(reply.session)
 
     async def _task_ref(self, tenant: str, task_id: str) -> TaskRef:

@@ -331,6 +331,25 @@ async def test_a_non_exposed_agent_is_refused(suite: Suite, acme: Client) -> Non
         await send(acme, user_message("hello", context_id=session.session_id))
 
 
+async def test_a_non_exposed_sessions_context_looks_like_a_missing_one(
+    suite: Suite, acme: Client, raw: a2a_pb2_grpc.A2AServiceStub
+) -> None:
+    async with grpc.aio.insecure_channel(suite.gateway_address) as channel:
+        gw = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
+        request = gateway_pb2.CreateSessionRequest(agent="planner")
+        hidden = (await gw.CreateSession(request, metadata=acme_md(), timeout=5)).session.session_id
+    missing = uuid.uuid4().hex
+
+    async def refusal(context_id: str) -> tuple[grpc.StatusCode, str, Any]:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await raw.SendMessage(user_message("hi", context_id=context_id), metadata=acme_md(), timeout=5)
+        status = rpc_status.from_call(caught.value)  # type: ignore[arg-type]
+        details = [d.SerializeToString().replace(context_id.encode(), b"ID") for d in status.details] if status else []
+        return caught.value.code(), (caught.value.details() or "").replace(context_id, "ID"), details
+
+    assert await refusal(hidden) == await refusal(missing)
+
+
 async def test_another_tenants_task_is_not_found(suite: Suite, done_task: a2a_pb2.Task) -> None:
     globex = await connect(suite.gateway_address, tenant="globex")
     try:
