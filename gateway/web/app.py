@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from connectrpc.compat import google_protobuf_binary_codec, google_protobuf_json_codec
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
@@ -73,7 +74,11 @@ def console_routes(directory: Path) -> list[BaseRoute]:
 
 def create_app(settings: Settings) -> ASGIApp:
     forwarder = GatewayForwarder()
-    rpc = GatewayServiceASGIApplication(forwarder)
+    # JSON with a field the protos do not have (a typo such as "scopes") is refused, as the
+    # protobuf JSON mapping asks, rather than dropped: a dropped scope would create an unscoped session.
+    rpc = GatewayServiceASGIApplication(
+        forwarder, codecs=[google_protobuf_binary_codec(), google_protobuf_json_codec(ignore_unknown_fields=False)]
+    )
     channel: grpc.aio.Channel | None = None
 
     @asynccontextmanager

@@ -173,6 +173,15 @@ async def test_connect_unary_json(edge: Edge) -> None:
     assert {"default", "careful"} <= {agent["name"] for agent in reply.json()["agents"]}
 
 
+async def test_json_with_a_field_the_protos_lack_is_refused_naming_it(edge: Edge) -> None:
+    # A typo dropped silently would create an unscoped session; the protobuf JSON mapping refuses it.
+    reply = await edge.unary("CreateSession", {"agent": "default", "scopes": {"end_user": "alice"}})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["code"] == "invalid_argument" and "scopes" in reply.json()["message"]
+    created = await edge.unary("CreateSession", {"agent": "default", "scope": {"end_user": "alice"}})
+    assert created.status_code == 200 and created.json()["session"]["scope"] == {"end_user": "alice"}
+
+
 async def test_connect_server_stream_carries_a_whole_turn(edge: Edge) -> None:
     session_id = await new_session(edge)
     messages, end = await edge.stream("SendMessage", {"sessionId": session_id, "content": "What is 17 * 23?"})
