@@ -90,6 +90,8 @@ class App:
 
     name: str
     mounts: list[Mount]
+    # Run in this order once the server has stopped (the runtime hands its turns over before
+    # it closes the tool and model clients those turns use).
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # Run inside the kit's own interceptors, so errors they raise are mapped like any other.
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
@@ -338,7 +340,7 @@ class RunningServer:
         for hand_off in self.app.on_drained:
             await hand_off()
         await self.server.stop(grace)
-        for close in reversed(self.app.on_close):
+        for close in self.app.on_close:
             await close()
         await self._clients.close()
 
