@@ -153,12 +153,13 @@ class Turns:
         if lease.pending_interrupt_ids and not lease.last_seq:
             # Nothing was logged: a paused turn waits. Unless it was answered meanwhile, refuse.
             await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
-            await self._append(request, acquire.events, acquire.entries)
+            await self._append("accepted", request, acquire.events, acquire.entries)
         self._spawn(self._hand_to_runtime(request, timeout_s))
         return turn_id, int(lease.start_seq)
 
     async def _append(
         self,
+        purpose: str,
         request: runtime_pb2.RunTurnRequest,
         events: Sequence[events_pb2.RuntimeEvent],
         entries: Sequence[sessions_pb2.JournalEntry] = (),
@@ -171,7 +172,9 @@ class Turns:
             lease_token=request.lease_token,
             events=events,
             entries=entries,
-            append_id=f"{request.turn_id}:gateway:{len(events)}:{release}",
+            # One id per purpose: sessions drops an append whose id it has seen (a resend), so two
+            # appends of one turn with the same id would lose the second.
+            append_id=f"{request.turn_id}:gateway:{purpose}",
             release_lease=release,
         )
         await call("sessions", self.clients.sessions.AppendEvents, append)
@@ -208,13 +211,13 @@ class Turns:
                 notice = events_pb2.NativeNotice(kind="waiting_for_runtime", text=text)
                 with contextlib.suppress(CogmeshError):  # taken over meanwhile: nothing to say
                     await self._append(
-                        request, [events_pb2.RuntimeEvent(turn_id=request.turn_id, native_notice=notice)]
+                        "waiting", request, [events_pb2.RuntimeEvent(turn_id=request.turn_id, native_notice=notice)]
                     )
                 return
             kind = _ERROR_KINDS.get(exc.code(), events_pb2.ERROR_KIND_INTERNAL)
             end = error_event(request.turn_id, kind, f"runtime: {exc.code().name}: {exc.details()}", False)
             try:
-                await self._append(request, [end], release=True)
+                await self._append("refused", request, [end], release=True)
             except CogmeshError as failure:  # the lease lapses; a takeover meets the same refusal and logs it
                 log.warning("could not log a refused turn's end", error=failure.message)
 
@@ -267,11 +270,15 @@ class Turns:
                 runtime_pb2.ContinueTurnRequest(resume=request), timeout=timeout_s
             )
         except BaseException as exc:
-            release = sessions_pb2.ReleaseTurnLeaseRequest(
-                tenant_id=tenant_id, session_id=session_id, lease_token=lease.lease_token
-            )
-            with contextlib.suppress(grpc.aio.AioRpcError):  # else it lapses: the turn stays paused
-                await asyncio.shield(self.clients.sessions.ReleaseTurnLease(release))
+            # Refused: the turn is still paused, and the lease goes back at once. Undecided (no answer,
+            # the call cut): the runtime may have recorded the answer, which a takeover goes on with
+            # once the lease lapses, so it is not given back under it.
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _UNDECIDED:
+                release = sessions_pb2.ReleaseTurnLeaseRequest(
+                    tenant_id=tenant_id, session_id=session_id, lease_token=lease.lease_token
+                )
+                with contextlib.suppress(grpc.aio.AioRpcError):  # else it lapses: the turn stays paused
+                    await asyncio.shield(self.clients.sessions.ReleaseTurnLease(release))
             if isinstance(exc, grpc.aio.AioRpcError):
                 raise from_dependency(exc, "runtime") from exc
             raise

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, Unavailable
+from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
@@ -95,8 +96,8 @@ def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> event
     return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)
 
 
-def answer_json(decision: Decision | None, abandon: bool, deadline: float) -> bytes:
-    data: dict[str, Any] = {"abandon": abandon, "deadline": deadline, "decision": None}
+def answer_json(decision: Decision | None, abandon: bool, deadline: float, interrupt_id: str = "") -> bytes:
+    data: dict[str, Any] = {"abandon": abandon, "deadline": deadline, "decision": None, "interrupt_id": interrupt_id}
     if decision is not None:
         data["decision"] = vars(decision) | {"arguments": dict(decision.arguments) if decision.arguments else None}
     return json.dumps(data, sort_keys=True, default=str).encode()
@@ -256,8 +257,11 @@ class TurnRunner:
         try:
             turn, engine = await self.builder.resumed_turn(request, state, point)
             turn.deadline = deadline
+            # The answer first: from here a takeover goes on with it (and takes the checkpoint), so a
+            # failure before the checkpoint is taken cannot leave a turn neither paused nor running.
+            answer = answer_json(point.decision, abandon, deadline, request.interrupt_id)
+            await running.log.record_raw(ANSWER, answer)
             await self.store.consume(request, allow_undecided=abandon)  # now this is the one resume of the turn
-            await running.log.record_raw(ANSWER, answer_json(point.decision, abandon, deadline))
         except asyncio.CancelledError:
             await self._forget(running)
             if running.interrupted:  # the checkpoint is left as it was: the turn is still paused
@@ -310,8 +314,15 @@ class TurnRunner:
             return
         try:
             journal = await self._journal(claimed.tenant_id, claimed.session_id, turn_id)
-        except grpc.aio.AioRpcError as exc:  # its lease lapses again and the next look retries
-            log.warning("cannot read the journal of a turn to take over", error=exc.details())
+        except CogmeshError as exc:  # sessions away: its lease lapses again and the next look retries
+            log.warning("cannot read the journal of a turn to take over", error=exc.message)
+            return
+        except (ValueError, DecodeError) as exc:  # claimed again and again, it would never end: end it now
+            log.error("the journal of a turn to take over is unreadable", error=str(exc))
+            running = self._track("takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token)
+            why = f"the turn's journal is unreadable ({exc}); it cannot go on"
+            end = error_event(turn_id, events_pb2.ERROR_KIND_INTERNAL, why, True)
+            self._spawn(running, self._end_now(running, end))
             return
         running = self._track(
             "takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token, journal.state
@@ -372,7 +383,11 @@ class TurnRunner:
             session_id=running.session_id,
             turn_id=turn_id,
             lease_token=claimed.lease_token,
+            interrupt_id=(journal.answer or {}).get("interrupt_id", ""),
         )
+        if resume.interrupt_id:  # answered: the resume that recorded it may have stopped before taking the checkpoint
+            with contextlib.suppress(NotFound):  # it did
+                await self.store.consume(resume, allow_undecided=True)
         turn, engine = await self.builder.resumed_turn(resume, journal.state, point)
         turn.deadline = deadline
         await self._run_built(running, turn, engine)
@@ -530,6 +545,7 @@ class TurnRunner:
             held = list(self._running.values())
             if not held:
                 continue
+            tokens = [r.lease_token for r in held]
             request = sessions_pb2.RenewTurnLeasesRequest(
                 leases=[
                     sessions_pb2.RenewTurnLeaseRequest(
@@ -547,7 +563,9 @@ class TurnRunner:
             except grpc.aio.AioRpcError as exc:  # the leases outlive a few missed renewals
                 log.warning("could not renew the running turns' leases", code=exc.code().name)
                 continue
-            for running, outcome in zip(held, reply.leases, strict=False):
+            for running, token, outcome in zip(held, tokens, reply.leases, strict=False):
+                if running.lease_token != token:
+                    continue  # re-claimed under a new token while this renewal was out: it holds the lease
                 if not outcome.held:
                     self._lost(running, TurnLost("the turn's lease was taken over", retryable=False))
                 elif outcome.interrupt_requested_by and not running.interrupted:
@@ -573,7 +591,10 @@ class TurnRunner:
                     log.warning("could not look for turns to take over", code=exc.code().name)
                 continue
             for claimed in reply.turns:
-                await self.take_over(claimed)
+                try:
+                    await self.take_over(claimed)
+                except Exception:  # noqa: BLE001 - one turn's failure must not end this replica's takeovers
+                    log.exception("could not take over a turn", session_id=claimed.session_id)
 
     async def close(self) -> None:
         """Hand the running turns over to the other replicas: at their next recorded step, or where they are."""

@@ -173,6 +173,49 @@ async def test_an_answer_whose_caller_hangs_up_mid_resume_still_resumes_the_turn
         runtime.ContinueTurn = original
 
 
+async def test_a_resume_that_stops_before_taking_the_checkpoint_is_taken_over_with_its_answer(
+    tmp_path: Path,
+) -> None:
+    """The runtime records the answer, then cannot take the checkpoint (sessions answers UNAVAILABLE):
+    the turn is neither left paused nor lost: once the lease lapses a takeover goes on with the
+    recorded answer, takes the checkpoint itself and finishes the turn."""
+    short = {"turn_lease_ttl_s": 2, "turn_lease_renew_s": 0.5, "takeover_poll_s": 0.2}
+    async with agents_suite(tmp_path, **short) as env:
+        session_id = await new_session(env.gateway, agent="careful")
+        paused = await stream(env.gateway.SendMessage(message(session_id, "What is 3 * 14?"), timeout=TIMEOUT_S))
+        approval = paused[-2].approval_required
+        sessions = env.suite.servers["runtime"].app.mounts[0].servicer.runner.store.clients.sessions
+        original, failed = sessions.ConsumeCheckpoint, asyncio.Event()
+
+        async def unavailable_once(request: Any, **options: Any) -> Any:
+            if not failed.is_set():
+                failed.set()
+                raise grpc.aio.AioRpcError(
+                    grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "sessions restarting"
+                )
+            return await original(request, **options)
+
+        sessions.ConsumeCheckpoint = unavailable_once
+        resolve = gateway_pb2.ResolveApprovalRequest(
+            session_id=session_id, interrupt_id=approval.interrupt_id, decision=events_pb2.APPROVAL_DECISION_APPROVE
+        )
+        with contextlib.suppress(grpc.aio.AioRpcError):  # the caller may hear of the failure, or of the turn
+            await stream(env.gateway.ResolveApproval(resolve, timeout=TIMEOUT_S))
+        assert failed.is_set()
+        log = await whole_log(env, session_id)
+        async with asyncio.timeout(TIMEOUT_S):
+            while payload(log[-1]) != "final":
+                watcher = env.gateway.Subscribe(
+                    gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=log[-1].seq)
+                )
+                log += (await watcher.read()).events
+                watcher.cancel()
+        assert log[-1].final.text == "3 * 14 = 42." and log[-1].turn_id == paused[0].turn_id
+        assert "taken over" in [e.status.text for e in log if payload(e) == "status"]
+        request = sessions_pb2.ListCheckpointsRequest(tenant_id="default", session_id=session_id)
+        assert list((await env.stubs["sessions"].ListCheckpoints(request, timeout=TIMEOUT_S)).checkpoints) == []
+
+
 async def test_approval_pauses_the_turn_and_resolving_it_finishes_the_same_turn(env: Env) -> None:
     session_id = await new_session(env.gateway, agent="careful")
     paused = await stream(env.gateway.SendMessage(message(session_id, "What is 17 * 23?"), timeout=TIMEOUT_S))

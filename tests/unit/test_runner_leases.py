@@ -1,0 +1,117 @@
+"""The runtime replica's background loops over its turns' leases: renewals and takeovers.
+
+The sessions service is a fake in process; each test waits on what the loops did, never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from cogmesh.sessions.v1 import sessions_pb2
+from services.kit.config import Settings
+from services.runtime.runner import Running, TurnRunner
+
+TIMEOUT_S = 30
+
+
+def unavailable() -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "away")
+
+
+class FakeSessions:
+    def __init__(self) -> None:
+        self.claims = 0
+        self.journal_reads = 0
+        self.appended: list[sessions_pb2.AppendEventsRequest] = []
+        self.on_renew: Any = None
+        self.changed = asyncio.Condition()
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def until(self, done: Any) -> None:
+        async with self.changed:
+            await asyncio.wait_for(self.changed.wait_for(done), TIMEOUT_S)
+
+    async def ClaimOrphanedTurns(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        self.claims += 1
+        await self._notify()
+        turn = sessions_pb2.ClaimedTurn(tenant_id="t", session_id=f"s{self.claims}", turn_id="turn", lease_token=9)
+        return sessions_pb2.ClaimOrphanedTurnsResponse(turns=[turn])
+
+    async def GetJournal(self, request: Any) -> Any:
+        self.journal_reads += 1
+        await self._notify()
+        if self.journal_reads == 1:
+            raise unavailable()  # sessions restarting just as turns are orphaned
+        # An unreadable request entry: the turn cannot go on and is ended rather than claimed forever.
+        return sessions_pb2.GetJournalResponse(entries=[sessions_pb2.JournalEntry(kind="request", state=b"\xff\xff")])
+
+    async def AppendEvents(self, request: Any, timeout: float | None = None, wait_for_ready: bool = False) -> Any:  # noqa: ASYNC109
+        self.appended.append(request)
+        await self._notify()
+        return sessions_pb2.AppendEventsResponse(last_seq=len(self.appended))
+
+    async def RenewTurnLeases(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        return await self.on_renew(request)
+
+
+class FakeClients:
+    def __init__(self, sessions: FakeSessions) -> None:
+        self.sessions = sessions
+
+
+def runner(sessions: FakeSessions, **settings: Any) -> TurnRunner:
+    return TurnRunner(FakeClients(sessions), Settings(**settings), None, None, None)  # type: ignore[arg-type]
+
+
+async def test_a_failed_journal_read_does_not_end_the_replicas_takeovers() -> None:
+    sessions = FakeSessions()
+    replica = runner(sessions, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200)
+    replica.serving("runtime-1:1")
+    try:
+        # The first claimed turn's journal cannot be read; the loop goes on and claims the next.
+        await sessions.until(lambda: sessions.claims >= 3)
+        # The unreadable journal's turn ends with an error under the claimed lease, releasing it.
+        await sessions.until(lambda: any(r.release_lease for r in sessions.appended))
+        assert not replica._loops[1].done(), "the takeover loop is still running"
+    finally:
+        await replica.close()
+    ends = [r for r in sessions.appended if r.release_lease]
+    assert all(r.lease_token == 9 for r in ends)
+    assert all(r.events[-1].error.message.startswith("the turn's journal is unreadable") for r in ends)
+
+
+async def test_a_renewal_answered_under_the_old_token_leaves_a_turn_taken_back_running() -> None:
+    sessions = FakeSessions()
+    replica = runner(sessions, takeover_poll_s=3600, turn_lease_renew_s=0.001, turn_lease_ttl_s=7200)
+    taken_back = asyncio.Event()
+
+    async def renew(request: Any) -> Any:
+        # While the first renewal is out, this replica claims the lapsed lease back (a new token):
+        # that renewal, sent under the old one, comes back not held. Later ones hold.
+        held = taken_back.is_set()
+        if not held:
+            running.adopt(10)
+            taken_back.set()
+        return sessions_pb2.RenewTurnLeasesResponse(leases=[sessions_pb2.RenewedTurnLease(held=held)])
+
+    sessions.on_renew = renew
+    work = asyncio.create_task(asyncio.Event().wait())
+    running = Running("t", "s", "turn", 9, replica._log("t", "s", "turn", 9, None, "test"), task=work)
+    replica._running[("s", "turn")] = running
+    replica.serving("runtime-1:1")
+    try:
+        await asyncio.wait_for(taken_back.wait(), TIMEOUT_S)
+        # The loop handles the answer before it next yields, so before this test runs again.
+        assert not work.cancelling() and not work.done()
+        assert not replica._loops[0].done(), "the renewal loop is still running"
+    finally:
+        work.cancel()
+        del replica._running[("s", "turn")]
+        await running.log.close()
+        await replica.close()
