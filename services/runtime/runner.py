@@ -33,7 +33,7 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, Unavailable
 from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
@@ -383,11 +383,17 @@ class TurnRunner:
             session_id=running.session_id,
             turn_id=turn_id,
             lease_token=claimed.lease_token,
-            interrupt_id=(journal.answer or {}).get("interrupt_id", ""),
         )
-        if resume.interrupt_id:  # answered: the resume that recorded it may have stopped before taking the checkpoint
-            with contextlib.suppress(NotFound):  # it did
-                await self.store.consume(resume, allow_undecided=True)
+        answered = (journal.answer or {}).get("interrupt_id", "")
+        if answered:  # the resume that recorded the answer may have stopped before taking the checkpoint
+            taking = runtime_pb2.ResumeTurnRequest()
+            taking.CopyFrom(resume)
+            taking.interrupt_id = answered
+            try:
+                await self.store.consume(taking, allow_undecided=True)
+            except CogmeshError as exc:
+                if exc.code != grpc.StatusCode.NOT_FOUND:  # NOT_FOUND: it did
+                    raise
         turn, engine = await self.builder.resumed_turn(resume, journal.state, point)
         turn.deadline = deadline
         await self._run_built(running, turn, engine)

@@ -173,12 +173,12 @@ async def test_an_answer_whose_caller_hangs_up_mid_resume_still_resumes_the_turn
         runtime.ContinueTurn = original
 
 
-async def test_a_resume_that_stops_before_taking_the_checkpoint_is_taken_over_with_its_answer(
-    tmp_path: Path,
-) -> None:
-    """The runtime records the answer, then cannot take the checkpoint (sessions answers UNAVAILABLE):
-    the turn is neither left paused nor lost: once the lease lapses a takeover goes on with the
-    recorded answer, takes the checkpoint itself and finishes the turn."""
+@pytest.mark.parametrize("taken", [False, True], ids=["checkpoint-left", "reply-lost"])
+async def test_a_resume_that_stops_at_the_checkpoint_is_taken_over_with_its_answer(tmp_path: Path, taken: bool) -> None:
+    """The runtime records the answer, then its ConsumeCheckpoint fails with UNAVAILABLE, before or
+    after sessions took the checkpoint: the turn is neither left paused nor lost; once the lease
+    lapses a takeover goes on with the recorded answer, takes the checkpoint if it is still there,
+    and finishes the turn."""
     short = {"turn_lease_ttl_s": 2, "turn_lease_renew_s": 0.5, "takeover_poll_s": 0.2}
     async with agents_suite(tmp_path, **short) as env:
         session_id = await new_session(env.gateway, agent="careful")
@@ -190,6 +190,8 @@ async def test_a_resume_that_stops_before_taking_the_checkpoint_is_taken_over_wi
         async def unavailable_once(request: Any, **options: Any) -> Any:
             if not failed.is_set():
                 failed.set()
+                if taken:
+                    await original(request, **options)  # taken, and the reply lost
                 raise grpc.aio.AioRpcError(
                     grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "sessions restarting"
                 )
