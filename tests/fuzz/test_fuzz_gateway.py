@@ -129,6 +129,10 @@ def test_public_rpc_survives_hostile_input(name: str, harness: Harness) -> None:
         check_responses(outcome)
         tenant = attempt.tenant()
         if tenant is None:
+            if outcome.lost_to_late_write:
+                # Refused before the client's write landed (a loaded machine delays the write): the
+                # refusal is lost to grpc's client; the server's fault counters above saw no fault.
+                return
             assert outcome.code in (
                 grpc.StatusCode.UNAUTHENTICATED,
                 grpc.StatusCode.INVALID_ARGUMENT,  # bytes that do not parse are refused before authentication
