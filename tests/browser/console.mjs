@@ -4,8 +4,9 @@
 //
 //   node console.mjs <console url> <artifacts dir>
 //
-// Scenarios: a scope refused, then a calculator turn in a scoped session streamed live, then a notice; an approval on the `careful` agent;
-// a reload in the middle of a long streaming reply. Every wait is for a condition on the page, bounded by
+// Scenarios: the agent picker as first shown; a scope refused, then a calculator turn in a scoped session streamed live,
+// then a notice; an approval on the `careful` agent; a reload in the middle of a long streaming reply; a turn cancelled
+// mid-stream; a turn a guardrail fails. Each turn's card is checked for the question that started it. Every wait is for a condition on the page, bounded by
 // STEP_MS so a broken console fails instead of hanging.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -47,6 +48,13 @@ async function newSession(page, agent, scope = "") {
   return id;
 }
 
+// The state and question a turn's card shows (the last card: the turn just sent).
+const lastTurn = (page) =>
+  page.$eval("#events .turn:last-of-type", (card) => ({
+    state: card.querySelector(".state")?.textContent ?? null,
+    question: card.querySelector(".user")?.textContent ?? null,
+  }));
+
 async function send(page, text) {
   await page.fill("#message", text);
   await page.press("#message", "Enter");
@@ -70,6 +78,11 @@ try {
   });
   await page.goto(url);
   await page.waitForSelector("#agent option[value=careful]", { state: "attached", timeout: STEP_MS });
+  // The picker as a new user first sees it: what is offered and what is selected.
+  result.picker = {
+    selected: await page.$eval("#agent", (select) => select.value),
+    offered: await page.$$eval("#agent option", (options) => options.map((o) => o.value)),
+  };
 
   // 0. A scope the gateway refuses is shown, naming the entry; nothing is created.
   const listed = await page.$$eval("#sessions a", (links) => links.length);
@@ -130,6 +143,7 @@ try {
     timeout: STEP_MS,
   });
   const beforeReload = await renderedSeqs(page);
+  const runningTurn = await lastTurn(page);
   const resumedFrom = new Promise((resolve) => {
     page.on("request", (request) => {
       // A server stream's request is one Connect envelope: 5 bytes of flags and length, then JSON.
@@ -139,16 +153,45 @@ try {
   await page.reload();
   const subscribe = await resumedFrom;
   const restored = await renderedSeqs(page); // what sessionStorage gave back, before any new event
+  const restoredTurn = await lastTurn(page);
   await page.waitForSelector("[data-kind=final]", { timeout: STEP_MS });
   result.reload = {
     session: long,
     beforeReload,
     restoredAtLeast: restored,
+    runningTurn,
+    restoredTurn,
     subscribe,
     rendered: await renderedSeqs(page),
     finalTurnDeltas: await page.$$eval("[data-kind=assistantDelta]", (els) => els.length),
   };
   await page.screenshot({ path: join(artifacts, "console-reload.png"), fullPage: true });
+
+  // 4. A turn cancelled mid-stream with the Cancel button.
+  const cancelled = await newSession(page, "default");
+  await send(page, "Tell me another long story.");
+  await page.waitForFunction(() => document.querySelectorAll("[data-kind=assistantDelta]").length >= 3, null, {
+    timeout: STEP_MS,
+  });
+  await page.click("#cancel-turn", { timeout: STEP_MS });
+  await page.waitForSelector("[data-kind=error]", { timeout: STEP_MS });
+  result.cancelled = {
+    session: cancelled,
+    turn: await lastTurn(page),
+    error: await page.textContent("[data-kind=error]"),
+  };
+  await page.screenshot({ path: join(artifacts, "console-cancelled.png"), fullPage: true });
+
+  // 5. A turn that fails: the fixture's content filter blocks the word "forbidden" with a guardrail error.
+  const failed = await newSession(page, "default");
+  await send(page, "Say the forbidden word.");
+  await page.waitForSelector("[data-kind=error]", { timeout: STEP_MS });
+  result.failed = {
+    session: failed,
+    turn: await lastTurn(page),
+    error: await page.textContent("[data-kind=error]"),
+  };
+  await page.screenshot({ path: join(artifacts, "console-failed.png"), fullPage: true });
 } catch (err) {
   result.errors.push(`driver: ${err.stack ?? err}`);
   const page = context.pages()[0];

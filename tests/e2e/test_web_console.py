@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
+from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.e2e.test_cogmesh_up import BIN, ROOT, SERVICES, Up, free_ports
 
@@ -44,6 +45,16 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     # 10th token lands mid-turn however loaded the machine is (the delays only stretch).
     env |= {"COGMESH_LOCAL_DELAY_MS": "40", "COGMESH_LOCAL_REPLY_TOKENS": "200"}
     env["COGMESH_MODELS_STRICT"] = "true"  # so `/model nosuch-model` is refused with a native_notice
+    # The shipped policy plus a content filter, so a message with "forbidden" fails its turn (a guardrail error).
+    policy = tmp_path_factory.mktemp("policy")
+    shutil.copytree(ROOT / "services" / "defaults" / "policy", policy, dirs_exist_ok=True)
+    interceptors = policy / "interceptors.yaml"
+    interceptors.write_text(
+        interceptors.read_text().replace(
+            "interceptors:\n", "interceptors:\n  - type: ContentFilter\n    blocked_words: [forbidden]\n", 1
+        )
+    )
+    env["COGMESH_POLICY_DIR"] = str(policy)
     env.pop("COGMESH_API_KEYS_FILE", None)  # dev mode: the console needs no key
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(
@@ -80,7 +91,7 @@ def session_scope(up: Up, session_id: str) -> dict[str, str]:
         return dict(stub.GetSession(gateway_pb2.GetSessionRequest(session_id=session_id), timeout=30).session.scope)
 
 
-def test_the_console_streams_approves_and_resumes_in_chromium(up: Up, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_console_in_chromium(up: Up, capsys: pytest.CaptureFixture[str]) -> None:
     if (why := missing_prerequisite()) is not None:
         pytest.skip(why)
     ARTIFACTS.mkdir(exist_ok=True)
@@ -98,6 +109,10 @@ def test_the_console_streams_approves_and_resumes_in_chromium(up: Up, capsys: py
     assert driver.returncode == 0, driver.stderr[-5000:]
     seen = json.loads(driver.stdout.strip().splitlines()[-1])
     assert seen["errors"] == [], "\n".join(seen["errors"])
+
+    # The picker offers only agents a session can run (not the `arithmetic` subagent) and starts on `default`.
+    assert seen["picker"]["selected"] == "default", seen["picker"]
+    assert "careful" in seen["picker"]["offered"] and "arithmetic" not in seen["picker"]["offered"]
 
     # 0. A bad scope: the gateway's violation, named, on the banner, and no session created.
     bad = seen["badScope"]
@@ -135,4 +150,21 @@ def test_the_console_streams_approves_and_resumes_in_chromium(up: Up, capsys: py
     # Mid-turn: the page showed events of a turn still running (live), and resumed before its end.
     assert log[-1].WhichOneof("payload") == "final" and resumed_after < log[-1].seq, "the reload came mid-turn"
     assert reload["finalTurnDeltas"] == 200
+    # The running turn showed its question, before the reload and after it (before the final event came).
+    assert reload["runningTurn"] == {"state": "running", "question": "Tell me a long story."}
+    assert reload["restoredTurn"]["question"] == "Tell me a long story."
+
+    # 4. Cancelled mid-stream: the card says "cancelled", not "failed", and keeps its question.
+    cancelled = seen["cancelled"]
+    end = replay(up, cancelled["session"])[-1]
+    assert end.WhichOneof("payload") == "error" and end.error.kind == events_pb2.ERROR_KIND_CANCELLED
+    assert cancelled["turn"] == {"state": "cancelled", "question": "Tell me another long story."}
+    assert cancelled["error"].startswith("✗ cancelled"), cancelled["error"]
+
+    # 5. Failed by the content filter: "failed", with its question.
+    failed = seen["failed"]
+    end = replay(up, failed["session"])[-1]
+    assert end.WhichOneof("payload") == "error" and end.error.kind == events_pb2.ERROR_KIND_GUARDRAIL
+    assert failed["turn"] == {"state": "failed", "question": "Say the forbidden word."}
+    assert "forbidden" in failed["error"], failed["error"]
     assert (ARTIFACTS / "console-reload.png").stat().st_size > 10_000

@@ -1,7 +1,7 @@
 // cogmesh's web console: the tenant's sessions, newest first; a session's live event stream; a
 // composer; approvals and questions answered in place. It talks to the browser edge that serves
 // it (same origin) over the Connect protocol, with @cogmesh/client's browser transport.
-import { Code, CogmeshError, CogmeshWebClient, type Session } from "@cogmesh/client/web";
+import { AgentMode, Code, CogmeshError, CogmeshWebClient, type Session } from "@cogmesh/client/web";
 import { SessionView } from "./session.js";
 import { apiKey, setApiKey } from "./store.js";
 
@@ -82,8 +82,13 @@ async function loadSessions(): Promise<void> {
   ui.sessions.replaceChildren(...sessions.map(sessionLink));
 }
 
+/** The agent a new session starts on: the shipped `default` when there is one. */
+const DEFAULT_AGENT = "default";
+
 async function loadAgents(): Promise<void> {
-  const agents = await client.listAgents();
+  // A subagent only takes tasks from other agents: CreateSession refuses it as a session's agent.
+  const agents = (await client.listAgents()).filter((agent) => agent.mode !== AgentMode.SUBAGENT);
+  const chosen = ui.agent.value; // a refresh keeps the user's choice
   ui.agent.replaceChildren(
     ...agents.map((agent) => {
       const option = document.createElement("option");
@@ -93,6 +98,8 @@ async function loadAgents(): Promise<void> {
       return option;
     }),
   );
+  const names = agents.map((agent) => agent.name);
+  ui.agent.value = [chosen, DEFAULT_AGENT].find((name) => names.includes(name)) ?? names[0] ?? "";
 }
 
 function currentSession(): string | undefined {

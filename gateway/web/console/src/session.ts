@@ -13,7 +13,7 @@ import {
   type JsonValue,
   type RuntimeEvent,
 } from "@cogmesh/client/web";
-import { keep, keptEvents, lastSeq } from "./store.js";
+import { keep, keepQuestion, keptEvents, lastSeq, question } from "./store.js";
 import { drawTimeline, formatMs } from "./timeline.js";
 
 export interface SessionHooks {
@@ -78,6 +78,11 @@ class TurnCard {
       const seq = Number(span.dataset.seq);
       if (seq > after && seq <= through) span.classList.add("void");
     }
+  }
+
+  /** Show the user's message that started the turn, above what the turn streamed (once). */
+  ask(text: string): void {
+    if (!this.el.querySelector(".user")) this.body.before(h("div", { class: "user" }, text));
   }
 
   get live(): boolean {
@@ -168,7 +173,7 @@ class TurnCard {
       case "final": {
         const m = p.value.metrics;
         const user = p.value.newMessages.find((message) => message.role === 1 /* ROLE_USER */);
-        if (user && !this.el.querySelector(".user")) this.body.before(h("div", { class: "user" }, user.content));
+        if (user) this.ask(user.content);
         if (!this.body.querySelector(".assistant") && p.value.text) line("assistant", p.value.text);
         line(
           "final",
@@ -185,7 +190,8 @@ class TurnCard {
           "error",
           `✗ ${enumName(ErrorKind, p.value.kind).replace("error_kind_", "")}${p.value.retryable ? " (retryable)" : ""}: ${p.value.message}`,
         );
-        this.end("failed");
+        // A cancel ends the turn with an error event too, but nothing went wrong.
+        this.end(p.value.kind === ErrorKind.CANCELLED ? "cancelled" : "failed");
         break;
       default:
         line("status", `${p.case ?? "unknown event"}`);
@@ -321,8 +327,18 @@ export class SessionView {
     this.stop.abort();
   }
 
+  /** Start a turn; its first event names it, so its card can show the question while it runs. */
   send(content: string): void {
-    this.answer(this.client.sendMessage(this.sessionId, content));
+    const stream = this.client.sendMessage(this.sessionId, content);
+    const named = async () => {
+      for await (const event of stream) {
+        if (event.turnId && !question(this.sessionId, event.turnId)) {
+          keepQuestion(this.sessionId, event.turnId, content);
+          this.turns.get(event.turnId)?.ask(content);
+        }
+      }
+    };
+    named().catch((err: unknown) => this.hooks.error(err));
   }
 
   /** Run a turn's stream (send, approval, answer) for its errors; its events come through Subscribe. */
@@ -357,6 +373,8 @@ export class SessionView {
       card = new TurnCard(event.turnId, this);
       this.turns.set(event.turnId, card);
       this.container.append(card.el);
+      const asked = question(this.sessionId, event.turnId);
+      if (asked !== undefined) card.ask(asked);
     }
     card.add(event);
     if (live) {

@@ -1,5 +1,5 @@
-// What one browser tab keeps across a reload (sessionStorage): the API key and, per session, the
-// events it has shown. A reload shows them again and resumes Subscribe after the last seq, so the
+// What one browser tab keeps across a reload (sessionStorage): the API key, per session the
+// events it has shown, and the question of each turn this tab started. A reload shows them again and resumes Subscribe after the last seq, so the
 // page neither repeats nor misses an event. One key per event keeps each write small.
 import { fromJson, RuntimeEventSchema, toJson, type RuntimeEvent } from "@cogmesh/client/web";
 
@@ -8,6 +8,7 @@ const MAX_KEPT = 5000; // events per session; older ones are dropped (the page t
 
 const eventKey = (sessionId: string, seq: bigint) => `cogmesh.event.${sessionId}.${seq}`;
 const lastKey = (sessionId: string) => `cogmesh.last.${sessionId}`;
+const questionKey = (sessionId: string, turnId: string) => `cogmesh.question.${sessionId}.${turnId}`;
 
 export function apiKey(): string {
   return sessionStorage.getItem(KEY) ?? "";
@@ -56,4 +57,21 @@ export function keep(event: RuntimeEvent): void {
   }
   const old = event.seq - BigInt(MAX_KEPT);
   if (old > 0n) sessionStorage.removeItem(eventKey(event.sessionId, old));
+}
+
+/**
+ * The question that started a turn this tab sent. Only a turn's final event carries its messages, so
+ * without this a running, failed or cancelled turn would show no question; a turn started elsewhere
+ * (another tab, the CLI) shows its question once it completes.
+ */
+export function question(sessionId: string, turnId: string): string | undefined {
+  return sessionStorage.getItem(questionKey(sessionId, turnId)) ?? undefined;
+}
+
+export function keepQuestion(sessionId: string, turnId: string, text: string): void {
+  try {
+    sessionStorage.setItem(questionKey(sessionId, turnId), text);
+  } catch {
+    // Storage full: the question is still shown until a reload.
+  }
 }
