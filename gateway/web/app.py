@@ -7,14 +7,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+from connectrpc.codec import Codec
 from connectrpc.compat import google_protobuf_binary_codec, google_protobuf_json_codec
+from connectrpc.errors import ConnectError, ErrorDetail
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from protobuf.wkt import Any as AnyDetail
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -23,10 +29,12 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
-from gateway.web.forward import GatewayForwarder
+from gateway.web.forward import GatewayForwarder, connect_code
 from services.kit.clients import open_channel
 from services.kit.config import Settings
+from services.kit.errors import CogmeshError, InvalidArgument
 
 SERVICE_PATH = "/cogmesh.gateway.v1.GatewayService/"
 DEFAULT_CONSOLE_DIR = Path(__file__).resolve().parent / "console" / "dist"
@@ -49,6 +57,105 @@ CORS_ALLOW_HEADERS = [
     "tracestate",
 ]
 CORS_EXPOSE_HEADERS = ["grpc-status", "grpc-message", "grpc-status-details-bin", "grpc-encoding"]
+
+M = TypeVar("M", bound=Message)
+
+
+class BadBody(CogmeshError):
+    """A request body that is not a message at all (no field of it to name)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = errors_pb2.ERROR_REASON_INVALID_ARGUMENT
+
+
+def refusal(error: CogmeshError) -> ConnectError:
+    """The error as the gateway would answer it: the same code, message and google.rpc details."""
+    status = error.to_status()
+    details = [ErrorDetail(AnyDetail(type_url=d.type_url, value=d.value)) for d in status.details]
+    return ConnectError(connect_code(error.code), status.message, details)
+
+
+def json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "null" if value is None else "a number"
+
+
+def misshapen(value: Any, descriptor: Any, path: str = "") -> tuple[str, Descriptor, Any] | None:
+    """The first message in `value` given as something other than a JSON object: (field path, type, value).
+
+    The protobuf JSON parser reads any iterable as a message: `[]` or `[[]]` becomes an empty
+    message instead of an error.
+    """
+    if not isinstance(value, dict):
+        return path, descriptor, value
+    fields = {name: f for f in descriptor.fields for name in (f.name, f.json_name)}
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None or field.message_type is None or item is None:
+            continue  # unknown names and scalars: the parser's to refuse; null: the field unset
+        for at, element, target in messages_in(field, item, f"{path}.{field.name}" if path else field.name):
+            if found := misshapen(element, target, at):
+                return found
+    return None
+
+
+def messages_in(field: Any, item: Any, name: str) -> Iterator[tuple[str, Any, Descriptor]]:
+    """(path, JSON value, type) of each message a message field's JSON value holds."""
+    target = field.message_type
+    if target.GetOptions().map_entry:
+        values = target.fields_by_name["value"].message_type
+        if values is not None and not is_well_known(values) and isinstance(item, dict):
+            yield from ((f"{name}[{key!r}]", v, values) for key, v in item.items() if v is not None)
+    elif is_well_known(target):
+        return  # Struct, Value, Timestamp...: JSON forms of their own, which the parser checks
+    elif field.is_repeated:
+        if isinstance(item, list):  # else the parser says a repeated field needs an array
+            yield from ((f"{name}[{i}]", v, target) for i, v in enumerate(item) if v is not None)
+    else:
+        yield name, item, target
+
+
+def is_well_known(descriptor: Descriptor) -> bool:
+    return descriptor.full_name.startswith("google.protobuf.")
+
+
+class ObjectJSONCodec:
+    """Protobuf JSON that refuses, as invalid_argument naming where, a message given as anything but an object.
+
+    Without it a body of `[]` is an empty CreateSessionRequest: a session created from no request.
+    Connect (unary, streaming and GET) and gRPC-Web with +json all decode requests through this codec.
+    """
+
+    def __init__(self, parser: Codec[Message, Any]) -> None:
+        self._parser = parser
+
+    def name(self) -> str:
+        return self._parser.name()
+
+    def encode(self, message: Message) -> bytes:
+        return self._parser.encode(message)
+
+    def decode(self, data: bytes | bytearray, message_class: type[M]) -> M:
+        try:
+            value = json.loads(data)
+        except ValueError as exc:
+            raise refusal(BadBody(f"the request is not JSON: {exc}")) from None
+        found = misshapen(value, message_class.DESCRIPTOR)
+        if found is not None:
+            path, descriptor, given = found
+            wanted = f"a JSON object (a {descriptor.full_name}), not {json_kind(given)}"
+            if not path:
+                raise refusal(BadBody(f"the request must be {wanted}"))
+            raise refusal(InvalidArgument([(path, f"must be {wanted}")]))
+        decoded: M = self._parser.decode(data, message_class)
+        return decoded
 
 
 def cors_origins(settings: Settings) -> list[str]:
@@ -77,7 +184,11 @@ def create_app(settings: Settings) -> ASGIApp:
     # JSON with a field the protos do not have (a typo such as "scopes") is refused, as the
     # protobuf JSON mapping asks, rather than dropped: a dropped scope would create an unscoped session.
     rpc = GatewayServiceASGIApplication(
-        forwarder, codecs=[google_protobuf_binary_codec(), google_protobuf_json_codec(ignore_unknown_fields=False)]
+        forwarder,
+        codecs=[
+            google_protobuf_binary_codec(),
+            ObjectJSONCodec(google_protobuf_json_codec(ignore_unknown_fields=False)),
+        ],
     )
     channel: grpc.aio.Channel | None = None
 
