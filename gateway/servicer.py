@@ -239,19 +239,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         # The turn's options: the runtime's own rules (limits, budget, output schema, client tools).
         turn_options.check(request, problems, prefix)
 
-    async def _check_names(self, request: gateway_pb2.SendMessageRequest, prefix: str = "") -> None:
+    async def _check_names(self, tenant: str, request: gateway_pb2.SendMessageRequest, prefix: str = "") -> None:
         """Names that only another service knows, checked before the turn takes the lease.
 
         A runtime engine the runtime does not have is INVALID_ARGUMENT naming `runtime`. A named
         model is resolved strictly, as the runtime resolves it (a turn's model is never replaced
         by the default), so one the catalogue lacks is NOT_FOUND (MODEL_NOT_FOUND) naming the
-        field. Nothing is cached: engines and the catalogue may change under a running suite.
+        field. A client tool named like one of the session's agent's tools is INVALID_ARGUMENT
+        naming it. Nothing is cached: engines and the catalogue may change under a running suite.
         """
         checks = []
         if request.runtime:
             checks.append(self._check_runtime(request.runtime, f"{prefix}runtime"))
         if request.model.strip():
             checks.append(self._check_model(request.model, f"{prefix}model"))
+        if request.client_tools:
+            checks.append(self._check_client_tools(tenant, request, prefix))
         failures = [r for r in await asyncio.gather(*checks, return_exceptions=True) if isinstance(r, BaseException)]
         failures.sort(key=lambda exc: not isinstance(exc, InvalidArgument))  # bad input first, then not found
         if failures:
@@ -262,6 +265,16 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         known = [engine.name for engine in reply.runtimes]
         if name not in known:
             raise InvalidArgument([(field, f"unknown runtime {name!r}; known runtimes: {', '.join(known)}")])
+
+    async def _check_client_tools(self, tenant: str, request: gateway_pb2.SendMessageRequest, prefix: str) -> None:
+        session = await self._session(tenant, request.session_id)
+        try:
+            agent = self.agents.get(session.agent)
+        except UnknownAgentError:
+            return  # the runtime refuses the turn of an agent gone from the registry, naming it
+        problems = Violations()
+        turn_options.client_tool_clashes(request.client_tools, agent.tools, problems, prefix)
+        problems.raise_if_any()
 
     async def _check_model(self, name: str, field: str) -> None:
         try:
@@ -320,7 +333,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._check_session_id(request.session_id, problems)
         self._check_message(request, problems)
         problems.raise_if_any()
-        await self._check_names(request)
+        await self._check_names(self._tenant(context), request)
         tenant = await self._tenant_of(context, request.session_id)
         turn_id, start_seq = await self._start_turn(tenant, request, context.time_remaining())
         bind_request(session_id=request.session_id, turn_id=turn_id)
@@ -695,7 +708,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             message.session_id = session_id
             self._check_message(message, problems, "message.")
             problems.raise_if_any()
-            await self._check_names(message, "message.")
+            await self._check_names(tenant, message, "message.")
             turn_id, _ = await self._start_turn(tenant, message, deadline)
             return turn_id
         if kind == "approval":

@@ -5,8 +5,10 @@ SendMessage (gateway) and RunTurn (runtime) carry the same options: `runtime`, `
 it takes the session's lease, so bad options are INVALID_ARGUMENT with field violations
 instead of a turn that starts and fails; the runtime applies the same ones to whoever
 calls it. Names only another service knows (the runtime engine, the model) are checked
-by asking that service; the clash of a client tool with the agent's own tools needs the
-agent's tool catalogue and stays with the runtime.
+by asking that service. A client tool may not take a name the session's agent lists or one
+of the runtime's own tools (`client_tool_clashes`, once the gateway knows the agent); a name
+only the agent's patterns reach (`mcp__github__*`) depends on the tool servers up at the
+turn, and the runtime refuses that one when it builds the turn.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ LIMIT_FIELDS = (
     "max_parallel_tools",
     "max_wall_clock_ms",
 )
+# The runtime's own tools, which it may offer whatever the agent lists: delegation's "task",
+# structured output's "final_response", archived results' "get_tool_response" (the runtime's
+# RESERVED_TOOLS in services/runtime/assembly.py; tests/unit/test_client_tool_clashes.py keeps them equal).
+RUNTIME_TOOLS = frozenset({"task", "final_response", "get_tool_response"})
 _CHECKED_SCHEMAS = 256  # valid schemas remembered by content: a client sends the same ones turn after turn
 
 
@@ -143,3 +149,14 @@ def _check_client_tools(specs: Sequence[messages_pb2.ToolSpec], problems: Violat
                 )  # ...of a JSON object: the model's arguments
             except InvalidSchema as exc:
                 problems.check(False, f"{field}.parameters", str(exc))
+
+
+def client_tool_clashes(
+    specs: Sequence[messages_pb2.ToolSpec], agent_tools: Sequence[str], problems: Violations, prefix: str = ""
+) -> None:
+    """Add a problem for each client tool named like one the agent lists or one of the runtime's own."""
+    listed = set(agent_tools)  # patterns (mcp__github__*) never equal a tool name: see the module's docstring
+    for i, spec in enumerate(specs[:MAX_CLIENT_TOOLS]):
+        field = f"{prefix}client_tools[{i}].name"
+        problems.check(spec.name not in listed, field, f"{spec.name!r} is already one of the agent's tools")
+        problems.check(spec.name not in RUNTIME_TOOLS, field, f"{spec.name!r} is one of the runtime's own tools")
