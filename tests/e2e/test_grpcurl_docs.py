@@ -3,7 +3,8 @@
 docs/grpcurl.md: every grpcurl command runs in a shell, in page order, so the session
 that the page's CreateSession makes is the one the later commands use. Only the
 ports (this test's free ports) and the SESSION_ID placeholder differ from the page.
-A command followed by a ```text block must fail with exactly that output; a block
+A command followed by a ```text block must fail with exactly that output on stderr and
+nothing on stdout, or, piped into another command, print exactly that on stdout; a block
 marked `<!-- grpcurl-docs: runs until stopped -->` runs in the background while the
 next block runs, and must show what that block did. Commands of the Authentication
 section go to a second gateway that has API keys.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cogmesh.gateway.v1 import gateway_pb2
 from gateway.servicer import GatewayServicer
 from services.kit.config import DEFAULT_PORTS
+from services.suite.supervisor import REPLICA_PORT_STEP
 from tests.e2e.test_cogmesh_up import suite_addresses
 from tools import protodoc
 
@@ -52,7 +55,7 @@ class Block:
     section: str
     commands: list[str]
     background: bool = False
-    expected_failure: str | None = None
+    expected: str | None = None  # what the ```text block after the command shows
 
 
 def page_blocks(text: str) -> list[Block]:
@@ -69,14 +72,14 @@ def page_blocks(text: str) -> list[Block]:
         end = lines.index("```", i + 1)
         commands = [c.strip() for c in lines[i + 1 : end] if c.strip().startswith("grpcurl ")]
         background = i > 0 and lines[i - 1].strip() == BACKGROUND_MARK
-        # A ```text block right after the command shows the error it must print.
+        # A ```text block right after the command shows what it must print.
         j = end + 1
         while j < len(lines) and not lines[j].strip():
             j += 1
         expected = None
         if j < len(lines) and lines[j].strip() == "```text":
             expected = "\n".join(lines[j + 1 : lines.index("```", j + 1)])
-            assert len(commands) == 1, f"one command per block with an expected error: {commands}"
+            assert len(commands) == 1, f"one command per block with an expected output: {commands}"
         if commands:
             blocks.append(Block(section, commands, background, expected))
         i = end + 1
@@ -276,11 +279,10 @@ def test_every_grpcurl_command_of_the_page_runs_as_written(live: Live) -> None:
                 follower = Follower(command, live.env)
                 follower.wait_for('"seq": "1"')  # it replayed the log so far; now it follows
                 continue
-            result = run(command, live.env)
-            if block.expected_failure is not None:
-                assert result.returncode != 0, f"{page_command} should fail:\n{result.stdout}"
-                assert (result.stderr + result.stdout).strip() == block.expected_failure.strip(), page_command
+            if block.expected is not None:
+                check_expected(command, block.expected, live.env)
                 continue
+            result = run(command, live.env)
             assert result.returncode == 0, f"{page_command}\n{result.stderr}"
             outputs[page_command] = result.stdout
             if "/CreateSession" in page_command and '"careful"' in page_command:
@@ -300,6 +302,25 @@ def test_every_grpcurl_command_of_the_page_runs_as_written(live: Live) -> None:
             follower = None
     assert follower is None, "a background command was never followed by another block"
     check_outputs(outputs)
+
+
+def check_expected(command: str, expected: str, env: dict[str, str]) -> None:
+    """A failing grpcurl prints its error on stderr only; piped on, the pipe prints `expected` on stdout."""
+    grpcurl, pipe, rest = command.partition(" | ")  # the first " | " is the shell's: the JSON before it has none
+    if not pipe:
+        result = run(command, env)
+        assert result.returncode != 0, f"{command} should fail:\n{result.stdout}"
+        assert result.stdout == "", f"{command} printed on stdout, the page says stderr:\n{result.stdout}"
+        assert result.stderr.strip() == expected.strip(), command
+        return
+    if rest.startswith("jq ") and shutil.which("jq") is None:
+        # No jq here (it is not a dependency): what the page pipes into it must still be the JSON it reads.
+        fed = run(grpcurl, env)
+        assert expected.strip() in json.dumps(json.loads(fed.stdout)), f"{grpcurl} fed jq:\n{fed.stdout}"
+        return
+    result = run(command, env)
+    assert result.returncode == 0, f"{command}\n{result.stderr}"
+    assert result.stdout.strip() == expected.strip(), f"{command} printed:\n{result.stdout}"
 
 
 def output(outputs: dict[str, str], *parts: str) -> str:
@@ -370,6 +391,18 @@ def test_the_page_calls_every_public_rpc_the_gateway_serves() -> None:
     # An RPC may stay off the page only while the gateway's servicer does not implement it yet.
     served = [rpc for rpc in missing if rpc.rsplit("/", 1)[1] in vars(GatewayServicer)]
     assert not served, f"docs/grpcurl.md shows no call of {served}, which the gateway serves"
+
+
+def test_the_page_lists_every_default_port_and_internal_service() -> None:
+    text = " ".join(PAGE.read_text().split())
+    ports = text.split("The default ports:", 1)[1].split("grpcurl comes with", 1)[0]
+    labels = {"runtime": "runtime workers", "web": "browser edge"}
+    for name, port in DEFAULT_PORTS.items():
+        assert f"{labels.get(name, name)} `{port}`" in ports, f"the port list leaves out {name} ({port}): {ports}"
+    assert f"`{DEFAULT_PORTS['runtime'] + REPLICA_PORT_STEP}`" in ports, "the second runtime worker's port"
+    internal = [name for name in DEFAULT_PORTS if name not in ("gateway", "web")]
+    count = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"][len(internal)]
+    assert f"The other {count} services ({', '.join(internal[:-1])} and {internal[-1]})" in text
 
 
 def test_api_reference_is_fresh_and_complete() -> None:
