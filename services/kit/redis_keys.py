@@ -16,8 +16,8 @@ first dot: sessions made for a user/topic get ids that start with their identity
 (services/sessions/redis_store.py), so the identity's key shares their slot too.
 
 Keys that belong to no single session carry a tag of their own, named here: a tenant's
-session index (`TenantKeys`), the buckets of the reaper's open-turn index
-(`open_turn_bucket`), the model store (`MODELS_TAG`), a memory namespace and its
+session index and scope indexes (`TenantKeys`), the buckets of the reaper's open-turn
+index (`open_turn_bucket`), the model store (`MODELS_TAG`), a memory namespace and its
 tenant's list of namespaces (`memory_keys`, `memory_registry`). Code that needs such a
 key and a session's together does it in separate steps, never in one script.
 """
@@ -69,13 +69,25 @@ def identity_key(prefix: str, tag: str) -> str:
 
 
 class TenantKeys:
-    """A tenant's index of sessions (newest first) and the counter that orders it: one slot per tenant."""
+    """A tenant's index of sessions (newest first), the counter that orders it, and its scope indexes:
+    one slot per tenant, so one script keeps them all.
 
-    __slots__ = ("index", "seq")
+    A scope index (`scope_index(key, value)`) holds the tenant's sessions whose scope has
+    key=value, under the same scores as the tenant's index; `scopes` names each scoped
+    session's scope (so an entry can leave every index once its session is gone), and its
+    field "*" says how far the one-time backfill of older sessions got ("done" once all are in).
+    """
+
+    __slots__ = ("base", "index", "scopes", "seq")
 
     def __init__(self, prefix: str, tenant_id: str):
-        base = f"{prefix}{{t:{tenant_id}}}"
-        self.index, self.seq = f"{base}:sessions", f"{base}:seq"
+        self.base = f"{prefix}{{t:{tenant_id}}}"
+        self.index, self.seq = f"{self.base}:sessions", f"{self.base}:seq"
+        self.scopes = f"{self.base}:scope-of"
+
+    def scope_index(self, key: str, value: str) -> str:
+        # A scope key never holds "=" (services/kit/scope.py KEY_PATTERN): the first one ends it.
+        return f"{self.base}:scope:{key}={value}"
 
 
 def open_turn_bucket(prefix: str, session_id: str) -> tuple[str, str]:

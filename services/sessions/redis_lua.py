@@ -9,7 +9,7 @@ for the gateways' shard watch), then the script's own arguments (ARGV[7]...).
 
 Times come from Redis (TIME), so every replica agrees on lease expiry. What spans
 sessions lives in slots of its own and is kept by the store between scripts: a
-tenant's index of sessions, and the index of open turns (`open_turn_bucket`) that
+tenant's index of sessions and its scope indexes, and the index of open turns (`open_turn_bucket`) that
 ClaimOrphanedTurns searches.
 
 The session's event log is a stream whose entry ids are `<seq>-0` (field `e`: the
@@ -49,13 +49,52 @@ SESSION_KEYS = (
 _DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "events:batches", "j", "jt")
 
 
-# A tenant's index (not a session script: KEYS = the index, its counter; ARGV = session id, how many
-# of the oldest entries to return for a check). Adds the session once, newest last; retried, it keeps its place.
+# A tenant's index and its scope indexes (services/kit/redis_keys.py TenantKeys: one slot). Not session
+# scripts. INDEX_ADD (KEYS = the index, its counter, the scope-of hash, then the session's scope indexes;
+# ARGV = session id, how many of the oldest entries to return for a check, its scope as JSON): adds the
+# session once, newest last, to the tenant's index and under the same score to each of its scope indexes;
+# retried, it keeps its place. A scoped session that opens the tenant's index marks the tenant indexed
+# ('*' = 'done'): no session older than it needs the backfill.
 INDEX_ADD = r"""
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then
+  if #KEYS > 3 and redis.call('ZCARD', KEYS[1]) == 0 then redis.call('HSET', KEYS[3], '*', 'done') end
+  score = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[1], score, ARGV[1])
+end
+if #KEYS > 3 then
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+  for i = 4, #KEYS do redis.call('ZADD', KEYS[i], score, ARGV[1]) end
 end
 return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+"""
+
+# INDEX_REMOVE (KEYS = the index, the scope-of hash, then every scope index the sessions are in;
+# ARGV = session ids): the sessions leave every index of their tenant.
+INDEX_REMOVE = r"""
+redis.call('ZREM', KEYS[1], unpack(ARGV))
+redis.call('HDEL', KEYS[2], unpack(ARGV))
+for i = 3, #KEYS do redis.call('ZREM', KEYS[i], unpack(ARGV)) end
+return 1
+"""
+
+# INDEX_BACKFILL (KEYS = the index, the scope-of hash, then scope indexes; ARGV = how far the backfill
+# has gone (a score, or 'done'), then per session: id, scope JSON, n, the n positions in KEYS of its scope
+# indexes): puts sessions listed before scope indexes existed into them, under their index scores. A
+# session no longer listed is left out; progress never moves back from 'done'.
+INDEX_BACKFILL = r"""
+local i = 2
+while i <= #ARGV do
+  local sid, scope, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local score = redis.call('ZSCORE', KEYS[1], sid)
+  if score then
+    redis.call('HSET', KEYS[2], sid, scope)
+    for j = 1, n do redis.call('ZADD', KEYS[tonumber(ARGV[i + 2 + j])], score, sid) end
+  end
+  i = i + 3 + n
+end
+if redis.call('HGET', KEYS[2], '*') ~= 'done' then redis.call('HSET', KEYS[2], '*', ARGV[1]) end
+return 1
 """
 
 # The index of open turns, one bucket (KEYS: due zset session -> ms, generations hash) per slot. An entry

@@ -8,9 +8,13 @@ lease expiry uses Redis's clock, so replicas never disagree about it. A release
 publishes on a channel that wakes the turns queued on any replica.
 
 What spans sessions lives in slots of its own and is kept in separate steps, each safe
-to repeat: a tenant's index of sessions (listing, CloseAll) gets a session after its
-script created it and loses it after its script deleted it; a listing skips, and
-forgets, an entry whose session expired. A session made for a user/topic gets an id
+to repeat: a tenant's index of sessions (listing, CloseAll) and its scope indexes (a
+listing filtered by scope) get a session after its script created it and lose it after
+its script deleted it; a listing skips, and forgets, an entry whose session expired.
+Sessions listed before scope indexes existed are put in them by the tenant's first
+filtered listing (`_backfill`, once per tenant); a replica of an older version still
+creating sessions after that leaves its sessions out of them (roll every replica first,
+or delete the field "*" of the tenant's `scope-of` hash to backfill again). A session made for a user/topic gets an id
 that starts with its identity's hash tag, so the identity's key ("the newest session
 of this user/topic") is in the session's slot and its script updates it atomically.
 
@@ -232,6 +236,8 @@ class RedisSessionStore:
         self._cluster = is_cluster(client)
         self._pipeline = None if self._cluster else AutoPipeline(client, wait)
         self._index_add = client.register_script(lua.INDEX_ADD)
+        self._index_remove = client.register_script(lua.INDEX_REMOVE)
+        self._index_backfill = client.register_script(lua.INDEX_BACKFILL)
         self._indexed: OrderedDict[str, int] = OrderedDict()  # session -> token of its open turn, in the index
 
     @classmethod
@@ -389,21 +395,63 @@ class RedisSessionStore:
             if status == "collision":  # a uuid4 collision: practically impossible, but never overwrite
                 return await self.create(tenant_id, new, reuse_existing)
             if status == "ok":
-                await self._index(tenant_id, session_id)
+                await self._index(tenant_id, session_id, new.scope)
             return self._record(reply[2]), status == "reused"
         raise StoreUnavailable(f"session identity {new.user_id}/{new.topic_id} kept changing under CreateSession")
 
-    async def _index(self, tenant_id: str, session_id: str) -> None:
-        """List the new session in its tenant's index; forget a few of the oldest entries whose session expired."""
+    async def _index(self, tenant_id: str, session_id: str, scope: Mapping[str, str]) -> None:
+        """List the new session in its tenant's index and scope indexes; forget a few of the oldest entries
+        whose session expired."""
         tenant = TenantKeys(self._prefix, tenant_id)
-        oldest = await self._call(self._index_add(keys=[tenant.index, tenant.seq], args=[session_id, INDEX_SWEEP]))
+        keys = [tenant.index, tenant.seq, tenant.scopes, *(tenant.scope_index(k, v) for k, v in sorted(scope.items()))]
+        scope_json = json.dumps(dict(scope), sort_keys=True)
+        oldest = await self._call(self._index_add(keys=keys, args=[session_id, INDEX_SWEEP, scope_json]))
         others = [_s(old) for old in oldest if _s(old) != session_id]
         if not others:
             return
         alive = await asyncio.gather(*(self._call(self._redis.exists(self._keys(sid)[0])) for sid in others))
         gone = [sid for sid, present in zip(others, alive, strict=True) if not present]
-        if gone:
-            await self._call(self._redis.zrem(tenant.index, *gone))
+        await self._unindex(tenant, gone)
+
+    async def _unindex(self, tenant: TenantKeys, session_ids: Sequence[str | bytes]) -> None:
+        """Take sessions out of their tenant's index and every scope index they are in."""
+        if not session_ids:
+            return
+        # A session's scope never changes, so what the hash says still holds when the script runs.
+        stored: Any = await self._call(self._redis.hmget(tenant.scopes, list(session_ids)))
+        keys = {tenant.scope_index(k, v) for blob in stored if blob for k, v in json.loads(blob).items()}
+        await self._call(self._index_remove(keys=[tenant.index, tenant.scopes, *sorted(keys)], args=list(session_ids)))
+
+    async def _backfill(self, tenant_id: str, tenant: TenantKeys) -> None:
+        """Put the tenant's sessions listed before scope indexes existed into them; once per tenant.
+
+        Sessions indexed since carry a score above the counter read here, and are in their
+        scope indexes already. Progress is kept after each batch, so an interrupted backfill
+        goes on where it stopped.
+        """
+        done: Any = await self._call(self._redis.hget(tenant.scopes, "*"))
+        if done == b"done":
+            return
+        top = int(await self._call(self._redis.get(tenant.seq)) or 0)
+        after = f"({int(done)}" if done else "-inf"
+        while True:
+            page: Any = await self._call(self._redis.zrangebyscore(tenant.index, after, top, 0, CLOSE_BATCH, True))
+            if not page:
+                break
+            held = await asyncio.gather(
+                *(self._call(self._redis.hmget(self._keys(_s(sid))[0], "tenant_id", "scope")) for sid, _ in page)
+            )
+            keys: dict[str, int] = {}
+            args: list[Any] = [int(page[-1][1])]
+            for (sid, _), (owner, blob) in zip(page, held, strict=True):
+                scope = json.loads(blob) if blob and _s(owner) == tenant_id else {}
+                if not scope:  # unscoped, or gone (a listing forgets it)
+                    continue
+                names = [tenant.scope_index(k, v) for k, v in sorted(scope.items())]
+                args += [sid, blob, len(names), *(keys.setdefault(name, len(keys) + 3) for name in names)]
+            await self._call(self._index_backfill(keys=[tenant.index, tenant.scopes, *keys], args=args))
+            after = f"({int(page[-1][1])}"
+        await self._call(self._redis.hset(tenant.scopes, "*", "done"))
 
     async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
         reply = await self._run("GET", tenant_id, session_id)
@@ -421,15 +469,32 @@ class RedisSessionStore:
         except SessionNotFound:
             raise SessionNotFound(f"{user_id}/{topic_id}") from None
 
-    async def list_sessions(self, tenant_id: str, cursor: int | None, limit: int) -> Page[SessionRecord]:
+    async def list_sessions(
+        self, tenant_id: str, cursor: int | None, limit: int, scope_filter: Mapping[str, str] | None = None
+    ) -> Page[SessionRecord]:
         tenant = TenantKeys(self._prefix, tenant_id)
+        index = tenant.index
+        if scope_filter:
+            # The smallest of the filter's scope indexes; its scores are the tenant index's, so are the cursors.
+            await self._backfill(tenant_id, tenant)
+            names = [tenant.scope_index(k, v) for k, v in sorted(scope_filter.items())]
+            sizes = await asyncio.gather(*(self._call(self._redis.zcard(name)) for name in names))
+            index = min(zip(sizes, names, strict=True))[1]
         found: list[tuple[SessionRecord, int]] = []
         below = "+inf" if cursor is None else f"({cursor}"
         while len(found) <= limit:
             want = limit + 1 - len(found)
-            batch: Any = await self._call(self._redis.zrevrangebyscore(tenant.index, below, "-inf", 0, want, True))
+            batch: Any = await self._call(self._redis.zrevrangebyscore(index, below, "-inf", 0, want, True))
             if not batch:
                 break
+            ended, below = len(batch) < want, f"({int(batch[-1][1])}"
+            if scope_filter and len(scope_filter) > 1:  # the other pairs, checked before any record is read
+                held = await self._call(self._redis.hmget(tenant.scopes, [sid for sid, _ in batch]))
+                batch = [
+                    (sid, score)
+                    for (sid, score), blob in zip(batch, held, strict=True)
+                    if not blob or scopes.holds(json.loads(blob), scope_filter)
+                ]
             records = await asyncio.gather(*(self.get(tenant_id, _s(sid)) for sid, _ in batch), return_exceptions=True)
             gone = []
             for (sid, score), record in zip(batch, records, strict=True):
@@ -437,12 +502,10 @@ class RedisSessionStore:
                     gone.append(sid)  # evicted by its TTL
                 elif isinstance(record, BaseException):
                     raise record
-                else:
+                elif not scope_filter or scopes.holds(record.scope, scope_filter):
                     found.append((record, int(score)))
-            if gone:
-                await self._call(self._redis.zrem(tenant.index, *gone))
-            below = f"({int(batch[-1][1])}"
-            if len(batch) < want:
+            await self._unindex(tenant, gone)
+            if ended:
                 break
         if len(found) > limit:
             return Page([r for r, _ in found[:limit]], found[limit - 1][1])
@@ -471,7 +534,7 @@ class RedisSessionStore:
             await self._run("DELETE", tenant_id, session_id, self.drop_wake_s)
         except SessionNotFound:
             return False
-        await self._call(self._redis.zrem(TenantKeys(self._prefix, tenant_id).index, session_id))
+        await self._unindex(TenantKeys(self._prefix, tenant_id), [session_id])
         return True
 
     async def close_all(self, tenant_id: str, user_id: str) -> int:
@@ -495,8 +558,7 @@ class RedisSessionStore:
                 elif _s(result[0]) == "ok":
                     gone.append(sid)
                     closed += 1
-            if gone:
-                await self._call(self._redis.zrem(tenant.index, *gone))
+            await self._unindex(tenant, gone)
             after = f"({int(page[-1][1])}"
 
     # ----------------------------------------------------------------- messages
