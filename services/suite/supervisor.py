@@ -4,6 +4,10 @@ Starts the services in dependency order, waits until each health check says
 SERVING, restarts a process that crashes (with backoff) and stops them all
 cleanly on Ctrl-C or SIGTERM.
 
+It starts nothing over a port another process holds (naming that process), counts as
+SERVING only an answer from its own child, and its children die with it: each runs
+under services.suite.child, which has the kernel send it SIGTERM when the supervisor dies.
+
 Replicas: the runtime runs as several workers, one per core and at least two by
 default (COGMESH_RUNTIME_WORKERS), every other service as COGMESH_REPLICAS processes
 (default 1; more need Redis, where replicas share their state). Each process has its
@@ -34,12 +38,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.kit import addresses
 from services.kit.config import Settings
+from services.suite import listeners
 
 # Start order: dependencies first, the public gateway last.
 ORDER = ["models", "sessions", "memory", "context", "policy", "runtime", "gateway"]
 # HTTP processes in front of the gateway, started after it: ready when GET /healthz answers 200.
 EDGES = ["web"]
 MODULES = {name: f"services.{name}" for name in ORDER} | {"gateway": "gateway", "web": "gateway.web"}
+LAUNCHER = "services.suite.child"  # runs a module as a child that dies with its supervisor
 MAX_BACKOFF_S = 30.0
 
 
@@ -182,6 +188,8 @@ class Supervisor:
             child.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
+                LAUNCHER,
+                str(os.getpid()),
                 MODULES[child.service],
                 "--listen",
                 child.address,
@@ -202,18 +210,41 @@ class Supervisor:
             return ""
         return "\n".join(text[-lines:])
 
+    async def _ready(self, child: Child) -> None:
+        """Until `child` answers its health check, and the answer is its own: a port held by another
+        process (a leftover of an earlier run) answers SERVING just the same while our child fails to bind."""
+        assert child.process is not None
+        deadline = time.monotonic() + self.ready_timeout_s
+        ready = wait_http_ready if child.service in EDGES else wait_serving
+        await ready(child.address, self.ready_timeout_s)
+        port = listeners.split_address(child.address)[1]
+        while listeners.listens(child.process.pid, port) is False:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{child.address} answers, but not from {child.name} (pid {child.process.pid}): "
+                    f"port {port} is held by {listeners.holder(port)}"
+                )
+            await asyncio.sleep(0.05)
+
+    def _held(self, child: Child) -> str:
+        """'; port N is held by ...' when another process listens on the child's port, else ''."""
+        port = listeners.split_address(child.address)[1]
+        pid = child.process.pid if child.process else -1
+        if listeners.listens(pid, port) or listeners.bindable(child.address):
+            return ""
+        return f"; port {port} is held by {listeners.holder(port)}"
+
     async def _start_one(self, child: Child) -> None:
         await self._spawn(child)
         assert child.process is not None
         exited = asyncio.create_task(child.process.wait())
-        ready = wait_http_ready if child.service in EDGES else wait_serving
-        healthy = asyncio.create_task(ready(child.address, self.ready_timeout_s))
+        healthy = asyncio.create_task(self._ready(child))
         done, _ = await asyncio.wait({exited, healthy}, return_when=asyncio.FIRST_COMPLETED)
         if exited in done:
             healthy.cancel()
             raise StartupError(
-                f"{child.name} exited with code {exited.result()} while starting on {child.address}:\n"
-                + self._tail(child)
+                f"{child.name} exited with code {exited.result()} while starting on {child.address}"
+                f"{self._held(child)}:\n" + self._tail(child)
             )
         exited.cancel()
         try:
@@ -221,7 +252,33 @@ class Supervisor:
         except TimeoutError as exc:
             raise StartupError(f"{child.name}: {exc}\n{self._tail(child)}") from exc
 
+    def ports(self) -> list[tuple[str, str]]:
+        """(what, address) of every port the children will listen on: services, edges and /metrics."""
+        ports = [(child.name, child.address) for child in self.children.values()]
+        if self.settings.metrics_port:
+            for child in self.children.values():
+                if child.metrics_offset >= 0:
+                    port = self.settings.metrics_port + child.metrics_offset
+                    ports.append((f"{child.name} /metrics", f"{self.settings.metrics_host}:{port}"))
+        return ports
+
+    def check_ports(self) -> None:
+        """Refuse to start over ports another process holds (an earlier `cogmesh up` whose services
+        outlived it, say): our children would fail to bind, and its servers answer our health checks."""
+        held = [
+            f"port {listeners.split_address(address)[1]} ({what}, {address}) is held by "
+            f"{listeners.holder(listeners.split_address(address)[1])}"
+            for what, address in self.ports()
+            if not listeners.bindable(address)
+        ]
+        if held:
+            raise StartupError(
+                "not starting: " + "; ".join(held) + ". Stop that process, or give the services other addresses "
+                "(COGMESH_<SERVICE>_ADDR, COGMESH_METRICS_PORT)"
+            )
+
     async def start(self) -> None:
+        self.check_ports()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             # One at a time, dependencies first: each gets its whole ready timeout, not shared with a sibling.
