@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import signal
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -175,46 +177,99 @@ async def cmd_up(args: argparse.Namespace) -> int:
 
     def report(text: str) -> None:
         if args.json:
-            print(json.dumps({"event": "supervisor", "text": text.strip()}), flush=True)
+            say(lambda: print(json.dumps({"event": "supervisor", "text": text.strip()}), flush=True))
         else:
-            out.print(text)
+            say(lambda: out.print(text))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP: the terminal was closed. Without a handler it would end us and leave every service running.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     try:
         supervisor = Supervisor(settings, log_dir, report, ready_timeout_s=args.ready_timeout, edges=EDGES)
+    except StartupError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True)
+        return 1
+    try:
         report(
             f"starting cogmesh: {len(ORDER)} services and the browser edge in {len(supervisor.children)} processes, "
             f"logs in {log_dir}"
         )
-        await supervisor.start()
+        if not await _until_stopped(supervisor.start(), stop):
+            return 130  # stopped while starting: start() stopped what it had started
+        gateways = ",".join(supervisor.addresses["gateway"])
+        first = supervisor.addresses["gateway"][0]
+        console = f"http://{settings.web_addr}/console/"
+        if args.json:
+            ready = {"event": "ready", "gateway": gateways, "console": console, "log_dir": str(log_dir)}
+            say(lambda: print(json.dumps(ready), flush=True))
+        else:
+            say(lambda: out.print(f"[green]ready[/green]: gateway on {gateways} · Ctrl-C stops everything"))
+            say(lambda: out.print(f"web console: {console}"))
+        if args.demo:
+            report(f"demo turn: {DEMO_MESSAGE}")
+            await _until_stopped(demo_turn(gateways, args.json), stop)
+            report(f'try: cogmesh chat "What is (2 + 3) * 4?"   ·   grpcurl -plaintext {first} list')
+        await stop.wait()
+        report("stopping all services")
     except StartupError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True)
+        message = f"[red]error:[/red] {escape(str(exc))}"
+        say(lambda: err.print(message, markup=True), sys.stderr)
         return 1
-    gateways = ",".join(supervisor.addresses["gateway"])
-    first = supervisor.addresses["gateway"][0]
-    console = f"http://{settings.web_addr}/console/"
-    if args.json:
-        ready = {"event": "ready", "gateway": gateways, "console": console, "log_dir": str(log_dir)}
-        print(json.dumps(ready), flush=True)
-    else:
-        out.print(f"[green]ready[/green]: gateway on {gateways} · Ctrl-C stops everything")
-        out.print(f"web console: {console}")
-    if args.demo:
-        report(f"demo turn: {DEMO_MESSAGE}")
-        async with GatewayClient(gateways) as client:
-            try:
-                await run_chat(client, DEMO_MESSAGE, EventPrinter(out, args.json), "", "default", "")
-            except GatewayError as exc:
-                err.print(f"demo turn failed: {exc}", markup=False)
-        report(f'try: cogmesh chat "What is (2 + 3) * 4?"   ·   grpcurl -plaintext {first} list')
-    await stop.wait()
-    report("stopping all services")
-    await supervisor.stop()
+    finally:  # whatever ended us (a signal, an error, a write that failed), no service outlives us
+        await supervisor.stop()
     report("stopped")
     return 0
+
+
+async def _until_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Run `work` until it is done (True) or `stop` is set (False: `work` is cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
+async def demo_turn(gateways: str, as_json: bool) -> None:
+    async with GatewayClient(gateways) as client:
+        try:
+            await run_chat(client, DEMO_MESSAGE, EventPrinter(out, as_json), "", "default", "")
+        except GatewayError as exc:
+            message = f"demo turn failed: {exc}"
+            say(lambda: err.print(message, markup=False), sys.stderr)
+        except OSError:  # stdout lost mid-turn: the services keep running until we are stopped
+            lose(sys.stdout)
+
+
+def say(write: Callable[[], object], stream: TextIO | None = None) -> None:
+    """Write to stdout (or `stream`), surviving its loss: a supervisor must go on to stop its
+    services, not die of a failed write."""
+    try:
+        write()
+    except OSError:
+        lose(stream or sys.stdout)
+
+
+def lose(stream: TextIO) -> None:
+    """Point a stream that can no longer be written (the reader of `cogmesh up | tee log` killed by the
+    same Ctrl-C: EPIPE; a closed terminal: EIO) at /dev/null from now on."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+    with contextlib.suppress(OSError):
+        stream.flush()  # what the failed write left in the buffer goes to /dev/null, not to exit's flush
+
+
+GATEWAY_HELP = "gateway address (default: $COGMESH_GATEWAY_ADDR or 127.0.0.1:50051)"
+API_KEY_HELP = "API key (default: $COGMESH_API_KEY; not needed in dev mode)"
 
 
 def _count(text: str) -> int:
@@ -249,21 +304,26 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="cogmesh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    # Global options go before the command or after it: `cogmesh --gateway H:P chat ...` and
+    # `cogmesh chat --gateway H:P ...`. A command's own copy defaults to SUPPRESS, so that when it is not
+    # given there the value given before the command stays (argparse copies a subparser's defaults over it).
+    root.add_argument("--json", action="store_true", help="machine-readable output")
+    root.add_argument("--gateway", default="", help=GATEWAY_HELP)
+    root.add_argument("--api-key", default="", help=API_KEY_HELP)
     sub = root.add_subparsers(dest="command", required=True)
 
     def command(
         name: str, help_text: str, run: Callable[[argparse.Namespace], Awaitable[int]], parent: Any = sub
     ) -> Any:
         p = parent.add_parser(name, help=help_text)
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
         p.set_defaults(run=run)
         return p
 
     def with_gateway(p: Any) -> Any:
-        p.add_argument(
-            "--gateway", default="", help="gateway address (default: $COGMESH_GATEWAY_ADDR or 127.0.0.1:50051)"
-        )
-        p.add_argument("--api-key", default="", help="API key (default: $COGMESH_API_KEY; not needed in dev mode)")
+        p.add_argument("--gateway", default=argparse.SUPPRESS, help=GATEWAY_HELP)
+        p.add_argument("--api-key", default=argparse.SUPPRESS, help=API_KEY_HELP)
+        p.set_defaults(takes_gateway=True)
         return p
 
     up = command("up", "start the whole suite as supervised processes", cmd_up)
@@ -343,8 +403,21 @@ async def cmd_keys_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, global options given before the command or after it."""
+    cli = parser()
+    args = cli.parse_args(argv)
+    if (args.gateway or args.api_key) and not getattr(args, "takes_gateway", False):
+        command = " ".join(part for part in (args.command, getattr(args, "action", "")) if part)
+        cli.error(
+            f"--gateway and --api-key do not apply to `cogmesh {command}`"
+            + (" (its services' addresses come from COGMESH_<SERVICE>_ADDR)" if command == "up" else "")
+        )
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    args = parse(argv)
     try:
         code = asyncio.run(args.run(args))
     except KeyboardInterrupt:  # Ctrl-C outside a turn: leave quietly, as shells expect
