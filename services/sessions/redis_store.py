@@ -478,8 +478,10 @@ class RedisSessionStore:
             # The smallest of the filter's scope indexes; its scores are the tenant index's, so are the cursors.
             await self._backfill(tenant_id, tenant)
             names = [tenant.scope_index(k, v) for k, v in sorted(scope_filter.items())]
-            sizes = await asyncio.gather(*(self._call(self._redis.zcard(name)) for name in names))
-            index = min(zip(sizes, names, strict=True))[1]
+            index = names[0]
+            if len(names) > 1:
+                sizes = await asyncio.gather(*(self._call(self._redis.zcard(name)) for name in names))
+                index = min(zip(sizes, names, strict=True))[1]
         found: list[tuple[SessionRecord, int]] = []
         below = "+inf" if cursor is None else f"({cursor}"
         while len(found) <= limit:
