@@ -72,14 +72,16 @@ from services.sessions.store import SessionStore
 
 MAX_PAGE = 1000
 MAX_ID = 256
-MAX_MESSAGE_BYTES = 1 << 20
+# A stored message may hold a long reply: internal calls take up to COGMESH_MAX_MESSAGE_BYTES (64 MiB).
+MAX_MESSAGE_BYTES = 16 << 20
+MAX_DECISION_BYTES = 1 << 20
 MAX_MESSAGES_PER_APPEND = 1000
 MAX_PAGE_BYTES = 3 << 20  # stay well under gRPC's 4 MiB message limit
 MAX_JSON_BYTES = 64 << 10
 MAX_SUMMARY_BYTES = 256 << 10
 MAX_GOAL_TEXT = 16 << 10
 MAX_SKILLS = 100
-MAX_PAYLOAD_BYTES = 3 << 20
+MAX_PAYLOAD_BYTES = 32 << 20  # a journal entry: a step's state, a long reply in it
 DEFAULT_LEASE_TTL_S = 300
 DEFAULT_REHYDRATION_MESSAGES = 10
 MAX_LEASE_WAIT_S = 600.0  # an ENQUEUE without a deadline still gives up eventually
@@ -393,7 +395,9 @@ def _stored_messages(r: sessions_pb2.AppendMessagesRequest, problems: Violations
         stored.CopyFrom(message)
         stored.create_time.CopyFrom(stamp)
         payload = stored.SerializeToString()
-        problems.check(len(payload) <= MAX_MESSAGE_BYTES, f"messages[{i}]", "must be at most 1 MiB")
+        problems.check(
+            len(payload) <= MAX_MESSAGE_BYTES, f"messages[{i}]", f"must be at most {MAX_MESSAGE_BYTES >> 20} MiB"
+        )
         payloads.append(payload)
     return payloads
 
@@ -474,7 +478,9 @@ def _check_events(events: Sequence[events_pb2.RuntimeEvent], problems: Violation
     problems.check(len(events) <= MAX_EVENTS_PER_APPEND, name, f"must hold at most {MAX_EVENTS_PER_APPEND} events")
     for i, event in enumerate(events):
         problems.check(event.WhichOneof("payload") is not None, f"{name}[{i}]", "must carry a payload")
-        problems.check(event.ByteSize() <= MAX_EVENT_BYTES, f"{name}[{i}]", "must be at most 1 MiB")
+        problems.check(
+            event.ByteSize() <= MAX_EVENT_BYTES, f"{name}[{i}]", f"must be at most {MAX_EVENT_BYTES >> 20} MiB"
+        )
 
 
 def _check_entries(entries: Sequence[sessions_pb2.JournalEntry], problems: Violations) -> None:
@@ -515,7 +521,9 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
         stored.CopyFrom(message)
         stored.create_time.CopyFrom(stamp)
         payload = stored.SerializeToString()
-        problems.check(len(payload) <= MAX_MESSAGE_BYTES, f"messages[{i}]", "must be at most 1 MiB")
+        problems.check(
+            len(payload) <= MAX_MESSAGE_BYTES, f"messages[{i}]", f"must be at most {MAX_MESSAGE_BYTES >> 20} MiB"
+        )
         messages.append(payload)
     return NewEvents(
         r.turn_id,
@@ -640,7 +648,7 @@ def _check_decide(r: sessions_pb2.DecideCheckpointRequest, problems: Violations)
     problems.check(r.HasField("decision"), "decision", "is required")
     _check_id(r.decision.decided_by, "decision.decided_by", problems, required=False)
     _check_json(r.decision.edited_arguments, "decision.edited_arguments", problems)
-    problems.check(r.decision.ByteSize() <= MAX_MESSAGE_BYTES, "decision", "must be at most 1 MiB")
+    problems.check(r.decision.ByteSize() <= MAX_DECISION_BYTES, "decision", "must be at most 1 MiB")
 
 
 def _check_consume(r: sessions_pb2.ConsumeCheckpointRequest, problems: Violations) -> None:
@@ -672,28 +680,11 @@ def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> Non
 # --------------------------------------------------------------------------- requests -> domain values
 
 # Pages of the tenant's index one filtered ListSessions reads before it answers with what it found.
-SCOPED_LIST_PAGES = 20
-
-
 async def list_scoped(
     store: SessionStore, tenant_id: str, cursor: int | None, size: int, scope_filter: dict[str, str]
 ) -> Page[SessionRecord]:
-    """A page of the tenant's sessions whose scope holds `scope_filter`.
-
-    The index is per tenant, so a filter reads pages until it has `size` sessions; after
-    SCOPED_LIST_PAGES pages it returns fewer (even none) with the token to go on from.
-    """
-    if not scope_filter:
-        return await store.list_sessions(tenant_id, cursor, size)
-    found: list[SessionRecord] = []
-    for _ in range(SCOPED_LIST_PAGES):
-        # Never more than the sessions still wanted: a page's matches all fit, so none is skipped.
-        page = await store.list_sessions(tenant_id, cursor, size - len(found))
-        found += [record for record in page.items if scopes.holds(record.scope, scope_filter)]
-        cursor = page.next_cursor
-        if cursor is None or len(found) >= size:
-            break
-    return Page(found, cursor)
+    """A page of the tenant's sessions whose scope holds `scope_filter`, read from the store's scope index."""
+    return await store.list_sessions(tenant_id, cursor, size, scope_filter or None)
 
 
 def _new_session(r: sessions_pb2.CreateSessionRequest) -> NewSession:
