@@ -295,9 +295,9 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         self, request: context_pb2.GetToolResponseRequest, context: Any
     ) -> context_pb2.GetToolResponseResponse:
         problems = Violations()
-        for name in ("tenant_id", "session_id", "execution_id"):
-            problems.require(getattr(request, name), name)
-            problems.check(len(getattr(request, name)) <= 256, name, "must be at most 256 characters")
+        _check_archive_ids(request, ("tenant_id", "session_id", "execution_id"), problems)
+        problems.check(request.offset >= 0, "offset", "must be >= 0")
+        problems.check(request.max_chars >= 0, "max_chars", "must be >= 0 (0: the whole rest)")
         problems.raise_if_any()
         try:
             found = await self.archive.get(request.tenant_id, request.session_id, request.execution_id)
@@ -309,9 +309,44 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
                 reason=errors_pb2.ERROR_REASON_TOOL_RESULT_NOT_FOUND,
                 metadata={"execution_id": request.execution_id, "session_id": request.session_id},
             )
+        total = len(found.content)
+        if request.offset > total:
+            raise InvalidArgument([("offset", f"must be at most {total}, the length of the archived result")])
+        end = total if request.max_chars == 0 else min(total, request.offset + request.max_chars)
         return context_pb2.GetToolResponseResponse(
             execution_id=found.execution_id,
             tool_name=found.tool_name,
             tool_call_id=found.tool_call_id,
-            content=found.content,
+            content=found.content[request.offset : end],
+            total_chars=total,
+            next_offset=end if end < total else 0,
         )
+
+    async def ArchiveToolResult(
+        self, request: context_pb2.ArchiveToolResultRequest, context: Any
+    ) -> context_pb2.ArchiveToolResultResponse:
+        problems = Violations()
+        _check_archive_ids(request, ("tenant_id", "session_id", "tool_call_id"), problems)
+        problems.check(len(request.tool_name) <= 256, "tool_name", "must be at most 256 characters")
+        problems.require(request.content, "content")
+        problems.raise_if_any()
+        try:
+            execution_id = await self.archive.put(
+                request.tenant_id,
+                request.session_id,
+                request.tool_call_id,
+                request.tool_name,
+                request.tool_call_id,
+                request.content,
+            )
+        except ArchiveUnavailable as exc:
+            raise Unavailable(str(exc), metadata={"dependency": "redis", "retryable": "true"}) from exc
+        except ArchiveFull as exc:
+            raise FailedPrecondition(str(exc)) from exc
+        return context_pb2.ArchiveToolResultResponse(execution_id=execution_id)
+
+
+def _check_archive_ids(request: Any, names: tuple[str, ...], problems: Violations) -> None:
+    for name in names:
+        problems.require(getattr(request, name), name)
+        problems.check(len(getattr(request, name)) <= 256, name, "must be at most 256 characters")

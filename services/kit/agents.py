@@ -57,6 +57,10 @@ class AgentConfig(BaseModel):
     max_tokens: int | None = Field(default=None, gt=0)
     # Maximum model calls per turn (the loop's iteration limit).
     recursion_limit: int | None = Field(default=None, gt=0)
+    # Tool results over this many tokens (4 characters a token) are archived: the model gets their
+    # head behind a marker and pages through them with get_tool_response. None: the runtime's
+    # COGMESH_TOOL_RESULT_LIMIT_TOKENS (25,000).
+    tool_token_limit_before_evict: int | None = Field(default=None, ge=100)
     # Models tried in order when the current one fails (provider error, rate
     # limit, timeout, context length): the failover chain.
     fallback_models: list[str] = Field(default_factory=list)

@@ -49,6 +49,8 @@ PEER_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A tool server's result may be megabytes: the loop archives what is over the agent's limit.
+    ("grpc.max_receive_message_length", 64 << 20),
 ]
 
 
@@ -63,6 +65,7 @@ def channel_options(settings: Settings) -> list[tuple[str, Any]]:
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
     ]
 
 
@@ -214,6 +217,10 @@ class Clients:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._readiness: dict[str, _Readiness] = {}
         self._stubs: dict[str, Any] = {}
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
 
     @property
     def call_timeout_s(self) -> float:

@@ -90,6 +90,18 @@ class Settings(BaseSettings):
     )
 
     call_timeout_s: float = Field(5.0, gt=0, description="deadline of internal unary calls, seconds")
+    max_message_bytes: int = Field(
+        64 << 20,
+        ge=4 << 20,
+        description="largest gRPC message a service takes from another one (tool results, journals, long "
+        "replies); the gateway's public port keeps gRPC's 4 MiB for what clients send",
+    )
+    tool_result_limit_tokens: int = Field(
+        25_000,
+        ge=100,
+        description="tool results over this many tokens (4 characters a token) are archived and the model gets "
+        "their head behind a marker it pages through; an agent's config.tool_token_limit_before_evict overrides it",
+    )
     turn_timeout_s: float = Field(300.0, gt=0, description="deadline of a whole turn, seconds")
     shutdown_grace_s: float = Field(5.0, ge=0, description="seconds in-flight RPCs get to finish on shutdown")
     heartbeat_s: float = Field(15.0, gt=0, description="idle seconds before a Subscribe heartbeat")

@@ -34,7 +34,7 @@ HEALTH = health.SERVICE_NAME
 _HEALTH_PREFIX = f"/{HEALTH}/"
 
 
-def server_options(settings: Settings, streams_resume: bool = True) -> list[tuple[str, Any]]:
+def server_options(settings: Settings, streams_resume: bool = True, public: bool = False) -> list[tuple[str, Any]]:
     """Keepalive matched to the suite's clients (clients.channel_options) and a maximum connection age.
 
     Clients ping every keepalive_time_s, with or without calls; the server accepts pings down to
@@ -55,6 +55,8 @@ def server_options(settings: Settings, streams_resume: bool = True) -> list[tupl
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.so_reuseport", 0),  # a second process on the same port must fail, not share it
     ]
+    if not public:  # peers send tool results, journals and long replies; clients keep gRPC's 4 MiB
+        options.append(("grpc.max_receive_message_length", settings.max_message_bytes))
     if settings.max_connection_age_s > 0:
         grace_s = settings.max_connection_age_grace_s
         if not streams_resume:
@@ -371,7 +373,9 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
         ErrorMappingInterceptor(),
         *app.interceptors,
     ]
-    server = grpc.aio.server(interceptors=interceptors, options=server_options(settings, app.streams_resume))
+    server = grpc.aio.server(
+        interceptors=interceptors, options=server_options(settings, app.streams_resume, app.public)
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for mount in app.mounts:

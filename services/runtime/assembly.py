@@ -33,7 +33,14 @@ from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgumen
 from services.kit.llm import ChatMessage, ChatModel, ToolSchema
 from services.kit.protos import struct_to_dict
 from services.runtime.budget import CostBudget, CostTracker, Limits, SessionCosts
-from services.runtime.context_link import GET_TOOL_RESPONSE, ContextLink, Memory, SessionMemory, archive_tool
+from services.runtime.context_link import (
+    GET_TOOL_RESPONSE,
+    ContextLink,
+    Memory,
+    SessionMemory,
+    archive_tool,
+    result_archiver,
+)
 from services.runtime.delegation import TASK_TOOL, task_tool
 from services.runtime.engines import Engine, RuntimeRegistry, UnknownRuntime
 from services.runtime.phases import Phase
@@ -511,8 +518,8 @@ class TurnBuilder:
             compactor=compactor,
             delegate=self.subagent,
             select_model=self._selector(agent),
-            archive_tool=archive_tool(self.clients, tenant, session_id) if agent.compaction.enabled else None,
             meta=meta,
+            **self._archive(agent, tenant, session_id),
             **fields,
         )
 
@@ -683,4 +690,15 @@ class TurnBuilder:
             depth=parent.depth + 1,
             meta=meta,
             resume=resume,
+            **self._archive(agent, tenant, session_id),
         )
+
+    def _archive(self, agent: AgentDefinition, tenant: str, session_id: str) -> dict[str, Any]:
+        """The turn's limit on tool results, the archive over it and get_tool_response to page through it."""
+        tokens = agent.config.tool_token_limit_before_evict or self.clients.settings.tool_result_limit_tokens
+        limit = tokens * 4  # characters, at the 4 a token every local estimate uses
+        return {
+            "result_limit_chars": limit,
+            "archive_result": result_archiver(self.clients, tenant, session_id),
+            "archive_tool": archive_tool(self.clients, tenant, session_id, limit),
+        }

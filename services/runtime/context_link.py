@@ -27,7 +27,7 @@ import grpc
 
 from cogmesh.context.v1 import context_pb2
 from services.kit.agents import AgentDefinition
-from services.kit.clients import Clients
+from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError, from_dependency
 from services.kit.llm import ChatMessage, ToolSchema
 from services.runtime.policy_link import message_from_proto, message_to_proto
@@ -42,26 +42,33 @@ MESSAGE_OVERHEAD_TOKENS = 4
 GET_TOOL_RESPONSE = ToolSchema(
     name="get_tool_response",
     description=(
-        "Read the full original of a tool result that was archived when the conversation was "
-        "summarized (its place in the conversation shows a SUMMARIZED executionId:'...' marker)."
+        "Read the original of a tool result that was archived, because it was too long or when the "
+        "conversation was summarized (its place shows a SUMMARIZED executionId:'...' marker). A long "
+        "result comes in pages: each ends saying the offset of the next."
     ),
     parameters={
         "type": "object",
         "properties": {
-            "execution_id": {"type": "string", "minLength": 1, "description": "The executionId from the marker."}
+            "execution_id": {"type": "string", "minLength": 1, "description": "The executionId from the marker."},
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Character to start reading at (default 0); each page says where the next starts.",
+            },
         },
         "required": ["execution_id"],
         "additionalProperties": False,
     },
 )
+PAGE_FOOTER_CHARS = 200  # room left in a page for its footer, so a page is never over the limit itself
 
 
 def estimate_tokens(messages: Sequence[ChatMessage], summary: str = "") -> int:
     chars = len(summary)
     for message in messages:
         chars += len(message.content)
-        for call in message.tool_calls:
-            chars += len(call.name) + len(json.dumps(dict(call.arguments), default=str))
+        for tool_call in message.tool_calls:
+            chars += len(tool_call.name) + len(json.dumps(dict(tool_call.arguments), default=str))
     return chars // 4 + MESSAGE_OVERHEAD_TOKENS * len(messages)
 
 
@@ -131,15 +138,19 @@ class ContextLink:
         )
 
 
-def archive_tool(clients: Clients, tenant_id: str, session_id: str) -> Tool:
-    """get_tool_response(execution_id): the original of an archived tool result."""
+def archive_tool(clients: Clients, tenant_id: str, session_id: str, page_chars: int = 0) -> Tool:
+    """get_tool_response(execution_id, offset): an archived tool result, in pages of `page_chars` (0: whole)."""
+    page = max(page_chars - PAGE_FOOTER_CHARS, 1000) if page_chars else 0
 
     async def run(arguments: Mapping[str, Any], context: ToolContext) -> str:
         execution_id = str(arguments.get("execution_id", ""))
+        offset = arguments.get("offset", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ToolError(f"offset must be a whole number >= 0, not {offset!r}")
         try:
             reply = await clients.context.GetToolResponse(
                 context_pb2.GetToolResponseRequest(
-                    tenant_id=tenant_id, session_id=session_id, execution_id=execution_id
+                    tenant_id=tenant_id, session_id=session_id, execution_id=execution_id, offset=offset, max_chars=page
                 )
             )
         except grpc.aio.AioRpcError as exc:
@@ -148,9 +159,30 @@ def archive_tool(clients: Clients, tenant_id: str, session_id: str) -> Tool:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise ToolError(exc.details() or "invalid execution_id") from exc
             raise ToolUnavailable(str(from_dependency(exc, "context"))) from exc
-        return str(reply.content)
+        if not reply.next_offset and offset == 0:
+            return str(reply.content)
+        end = reply.next_offset or reply.total_chars
+        footer = f"\n[characters {offset:,}-{end:,} of {reply.total_chars:,}"
+        footer += f"; the next page starts at offset {reply.next_offset}]" if reply.next_offset else "; the end]"
+        return str(reply.content) + footer
 
     return Tool(GET_TOOL_RESPONSE, run, source="internal", policy_checked=False)
+
+
+def result_archiver(clients: Clients, tenant_id: str, session_id: str) -> Callable[[str, str, str], Awaitable[str]]:
+    """Keeps a whole tool result in the context service's archive; returns its execution id."""
+
+    async def archive(tool_name: str, call_id: str, content: str) -> str:
+        reply = await call(
+            "context",
+            clients.context.ArchiveToolResult,
+            context_pb2.ArchiveToolResultRequest(
+                tenant_id=tenant_id, session_id=session_id, tool_name=tool_name, tool_call_id=call_id, content=content
+            ),
+        )
+        return str(reply.execution_id)
+
+    return archive
 
 
 @dataclass(frozen=True)

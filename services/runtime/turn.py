@@ -209,6 +209,10 @@ class Turn:
     select_model: Callable[[str], Awaitable[ModelChoice]] | None = None
     # Offered once the transcript holds archived tool results (get_tool_response).
     archive_tool: Tool | None = None
+    # Tool results longer than this (characters; 0: no limit) go to the archive (steps/evict.py) ...
+    result_limit_chars: int = 0
+    # ... through this: (tool name, call id, whole result) -> execution id.
+    archive_result: Callable[[str, str, str], Awaitable[str]] | None = None
     depth: int = 0  # 0 for the session's agent, 1+ for subagents
     # A subagent's place in its turn: the delegating calls' idempotency keys, so its calls' keys are its own.
     call_path: str = ""

@@ -6,7 +6,8 @@
 Tools: `add` (two numbers), `shout` (upper-cases text), `fail` (always raises: a tool
 error), `sleep` (waits, to test timeouts and cancellation), `pid` (the server's
 process id, to tell a restarted server from the first one), `whoami` (the `_meta`
-cogmesh sent with the call, as JSON: session, tenant, scope).
+cogmesh sent with the call, as JSON: session, tenant, scope), `blob` (a result of any
+size: numbered 15-byte lines, so a page of it shows where it comes from).
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def whoami(ctx: Context) -> str:  # type: ignore[type-arg]
     """The call's _meta, as JSON."""
     meta = ctx.request_context.meta or {}
     return json.dumps({key: value for key, value in dict(meta).items() if key.startswith("dev.cogmesh/")})
+
+
+@server.tool()
+def blob(size: int) -> str:
+    """A text of exactly `size` bytes: lines "line 000000001\n" (15 bytes), then padding."""
+    lines = "".join(f"line {n:09d}\n" for n in range(size // 15))
+    return lines + "." * (size - len(lines))
 
 
 def main() -> None:

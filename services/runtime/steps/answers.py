@@ -16,6 +16,7 @@ from cogmesh.common.v1 import events_pb2, messages_pb2
 from services.kit.limits import argument_depth_problem
 from services.kit.protos import dict_to_struct
 from services.runtime.steps.call import idempotency_key, run_now
+from services.runtime.steps.evict import bound_result
 from services.runtime.steps.state import CallState, Run, event, validate
 from services.runtime.turn import Decision
 
@@ -55,6 +56,7 @@ async def settle(run: Run, item: CallState) -> AsyncIterator[events_pb2.RuntimeE
         if decision.is_error and not text.startswith("error:"):
             text = f"error: {text}"
         item.answer(text, ok=not failed)
+        await bound_result(run, item)
     for out in run.drain():
         yield out
     item.state = "done"

@@ -9,6 +9,7 @@ import time
 from cogmesh.common.v1 import events_pb2
 from services.runtime.phases import Phase, run_phase
 from services.runtime.steps.decide import stop_after_step
+from services.runtime.steps.evict import bound_result
 from services.runtime.steps.state import CallState, Run
 from services.runtime.tools.base import ToolContext, ToolError, ToolUnavailable
 
@@ -73,6 +74,7 @@ async def invoke(run: Run, item: CallState) -> None:
             item.result = f"error: {exc}"
             break
     item.duration_ms = (time.perf_counter() - t0) * 1000
+    await bound_result(run, item)  # before POST_ACT: hooks and the policy see what the model will
 
 
 async def post_act(run: Run, item: CallState) -> None:

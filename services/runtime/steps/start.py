@@ -42,6 +42,9 @@ async def start(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:
         yield notice(turn, kind, text)
 
 
+MARKER_PREFIX = "SUMMARIZED executionId:"  # as the context service's archive writes it
+
+
 def is_marker(message: ChatMessage) -> bool:
-    """A tool result archived behind a marker by compaction (get_tool_response reads it back)."""
-    return message.role == "tool" and message.content.startswith("SUMMARIZED executionId:")
+    """A tool result archived behind a marker, by compaction or as too long (get_tool_response reads it back)."""
+    return message.role == "tool" and message.content.startswith(MARKER_PREFIX)

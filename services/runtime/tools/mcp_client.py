@@ -23,8 +23,6 @@ from services.kit.llm import ToolSchema
 from services.kit.logging import log
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable, mcp_tool_name
 
-MAX_RESULT_CHARS = 100_000
-
 
 class McpServer:
     """One MCP server: `target` is a URL (streamable HTTP) or stdio launch parameters."""
@@ -192,8 +190,8 @@ def result_text(result: mcp_types.CallToolResult) -> str:
             pieces.append(f"[{block.type} {uri}]".replace(" ]", "]"))
     if not pieces and result.structured_content is not None:
         pieces.append(json.dumps(result.structured_content, sort_keys=True))
-    text = "\n".join(pieces)
-    return text if len(text) <= MAX_RESULT_CHARS else text[: MAX_RESULT_CHARS - 1] + "…"
+    # A result over the agent's limit is archived, not cut, by the loop (steps/call.py).
+    return "\n".join(pieces)
 
 
 def _describe(exc: BaseException) -> str:

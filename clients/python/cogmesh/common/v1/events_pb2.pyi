@@ -275,18 +275,22 @@ class TurnMetrics(_message.Message):
     def __init__(self, duration_ms: _Optional[float] = ..., model_calls: _Optional[int] = ..., tool_calls: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., session_cost_usd: _Optional[float] = ..., session_total_tokens: _Optional[int] = ..., runtime: _Optional[str] = ..., failed_models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FinalResult(_message.Message):
-    __slots__ = ("text", "new_messages", "metrics", "structured_output", "model")
+    __slots__ = ("text", "new_messages", "metrics", "structured_output", "model", "text_omitted", "messages_omitted")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     NEW_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     STRUCTURED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_OMITTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_OMITTED_FIELD_NUMBER: _ClassVar[int]
     text: str
     new_messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
     metrics: TurnMetrics
     structured_output: _struct_pb2.Value
     model: str
-    def __init__(self, text: _Optional[str] = ..., new_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., metrics: _Optional[_Union[TurnMetrics, _Mapping]] = ..., structured_output: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+    text_omitted: bool
+    messages_omitted: bool
+    def __init__(self, text: _Optional[str] = ..., new_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., metrics: _Optional[_Union[TurnMetrics, _Mapping]] = ..., structured_output: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., model: _Optional[str] = ..., text_omitted: _Optional[bool] = ..., messages_omitted: _Optional[bool] = ...) -> None: ...
 
 class TurnError(_message.Message):
     __slots__ = ("kind", "message", "retryable", "partial_text")

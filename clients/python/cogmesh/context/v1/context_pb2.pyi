@@ -235,23 +235,51 @@ class CompactHistoryResponse(_message.Message):
     def __init__(self, compacted: _Optional[bool] = ..., summary: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., archived: _Optional[_Iterable[_Union[ArchivedToolResult, _Mapping]]] = ..., summarized_messages: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., chunks: _Optional[int] = ..., summarizer: _Optional[str] = ..., event: _Optional[_Union[_events_pb2.ContextCompacted, _Mapping]] = ..., summary_stored: _Optional[bool] = ..., summary_tokens: _Optional[int] = ..., covered_message_count: _Optional[int] = ...) -> None: ...
 
 class GetToolResponseRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "execution_id")
+    __slots__ = ("tenant_id", "session_id", "execution_id", "offset", "max_chars")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHARS_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     execution_id: str
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
+    offset: int
+    max_chars: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., offset: _Optional[int] = ..., max_chars: _Optional[int] = ...) -> None: ...
 
 class GetToolResponseResponse(_message.Message):
-    __slots__ = ("execution_id", "tool_name", "tool_call_id", "content")
+    __slots__ = ("execution_id", "tool_name", "tool_call_id", "content", "total_chars", "next_offset")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CHARS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     tool_name: str
     tool_call_id: str
     content: str
-    def __init__(self, execution_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+    total_chars: int
+    next_offset: int
+    def __init__(self, execution_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., content: _Optional[str] = ..., total_chars: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class ArchiveToolResultRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "tool_name", "tool_call_id", "content")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    tool_name: str
+    tool_call_id: str
+    content: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class ArchiveToolResultResponse(_message.Message):
+    __slots__ = ("execution_id",)
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    def __init__(self, execution_id: _Optional[str] = ...) -> None: ...

@@ -51,6 +51,11 @@ class ContextServiceStub:
                 request_serializer=cogmesh_dot_context_dot_v1_dot_context__pb2.GetToolResponseRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_context_dot_v1_dot_context__pb2.GetToolResponseResponse.FromString,
                 _registered_method=True)
+        self.ArchiveToolResult = channel.unary_unary(
+                '/cogmesh.context.v1.ContextService/ArchiveToolResult',
+                request_serializer=cogmesh_dot_context_dot_v1_dot_context__pb2.ArchiveToolResultRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_context_dot_v1_dot_context__pb2.ArchiveToolResultResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -78,7 +83,18 @@ class ContextServiceServicer:
 
     def GetToolResponse(self, request, context):
         """GetToolResponse returns the original content of a tool result that
-        CompactHistory archived (the runtime offers it as the get_tool_response tool).
+        CompactHistory or ArchiveToolResult archived, whole or a page of it (the
+        runtime offers it as the get_tool_response tool).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ArchiveToolResult(self, request, context):
+        """ArchiveToolResult keeps a tool result that is over its agent's limit
+        (config.tool_token_limit_before_evict): the model gets its head behind a
+        marker and pages through the rest with get_tool_response. Archiving the
+        same result again returns the same execution id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -101,6 +117,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.GetToolResponse,
                     request_deserializer=cogmesh_dot_context_dot_v1_dot_context__pb2.GetToolResponseRequest.FromString,
                     response_serializer=cogmesh_dot_context_dot_v1_dot_context__pb2.GetToolResponseResponse.SerializeToString,
+            ),
+            'ArchiveToolResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.ArchiveToolResult,
+                    request_deserializer=cogmesh_dot_context_dot_v1_dot_context__pb2.ArchiveToolResultRequest.FromString,
+                    response_serializer=cogmesh_dot_context_dot_v1_dot_context__pb2.ArchiveToolResultResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -186,6 +207,33 @@ class ContextService:
             '/cogmesh.context.v1.ContextService/GetToolResponse',
             cogmesh_dot_context_dot_v1_dot_context__pb2.GetToolResponseRequest.SerializeToString,
             cogmesh_dot_context_dot_v1_dot_context__pb2.GetToolResponseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ArchiveToolResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.context.v1.ContextService/ArchiveToolResult',
+            cogmesh_dot_context_dot_v1_dot_context__pb2.ArchiveToolResultRequest.SerializeToString,
+            cogmesh_dot_context_dot_v1_dot_context__pb2.ArchiveToolResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

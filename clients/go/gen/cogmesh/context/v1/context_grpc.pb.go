@@ -26,8 +26,14 @@ type ContextServiceClient interface {
 	// tool results are replaced by markers that GetToolResponse resolves.
 	CompactHistory(ctx context.Context, in *CompactHistoryRequest, opts ...grpc.CallOption) (*CompactHistoryResponse, error)
 	// GetToolResponse returns the original content of a tool result that
-	// CompactHistory archived (the runtime offers it as the get_tool_response tool).
+	// CompactHistory or ArchiveToolResult archived, whole or a page of it (the
+	// runtime offers it as the get_tool_response tool).
 	GetToolResponse(ctx context.Context, in *GetToolResponseRequest, opts ...grpc.CallOption) (*GetToolResponseResponse, error)
+	// ArchiveToolResult keeps a tool result that is over its agent's limit
+	// (config.tool_token_limit_before_evict): the model gets its head behind a
+	// marker and pages through the rest with get_tool_response. Archiving the
+	// same result again returns the same execution id.
+	ArchiveToolResult(ctx context.Context, in *ArchiveToolResultRequest, opts ...grpc.CallOption) (*ArchiveToolResultResponse, error)
 }
 
 type contextServiceClient struct {
@@ -65,6 +71,15 @@ func (c *contextServiceClient) GetToolResponse(ctx context.Context, in *GetToolR
 	return out, nil
 }
 
+func (c *contextServiceClient) ArchiveToolResult(ctx context.Context, in *ArchiveToolResultRequest, opts ...grpc.CallOption) (*ArchiveToolResultResponse, error) {
+	out := new(ArchiveToolResultResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.context.v1.ContextService/ArchiveToolResult", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ContextServiceServer is the server API for ContextService service.
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility
@@ -78,8 +93,14 @@ type ContextServiceServer interface {
 	// tool results are replaced by markers that GetToolResponse resolves.
 	CompactHistory(context.Context, *CompactHistoryRequest) (*CompactHistoryResponse, error)
 	// GetToolResponse returns the original content of a tool result that
-	// CompactHistory archived (the runtime offers it as the get_tool_response tool).
+	// CompactHistory or ArchiveToolResult archived, whole or a page of it (the
+	// runtime offers it as the get_tool_response tool).
 	GetToolResponse(context.Context, *GetToolResponseRequest) (*GetToolResponseResponse, error)
+	// ArchiveToolResult keeps a tool result that is over its agent's limit
+	// (config.tool_token_limit_before_evict): the model gets its head behind a
+	// marker and pages through the rest with get_tool_response. Archiving the
+	// same result again returns the same execution id.
+	ArchiveToolResult(context.Context, *ArchiveToolResultRequest) (*ArchiveToolResultResponse, error)
 	mustEmbedUnimplementedContextServiceServer()
 }
 
@@ -95,6 +116,9 @@ func (UnimplementedContextServiceServer) CompactHistory(context.Context, *Compac
 }
 func (UnimplementedContextServiceServer) GetToolResponse(context.Context, *GetToolResponseRequest) (*GetToolResponseResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetToolResponse not implemented")
+}
+func (UnimplementedContextServiceServer) ArchiveToolResult(context.Context, *ArchiveToolResultRequest) (*ArchiveToolResultResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ArchiveToolResult not implemented")
 }
 func (UnimplementedContextServiceServer) mustEmbedUnimplementedContextServiceServer() {}
 
@@ -163,6 +187,24 @@ func _ContextService_GetToolResponse_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContextService_ArchiveToolResult_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ArchiveToolResultRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).ArchiveToolResult(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.context.v1.ContextService/ArchiveToolResult",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).ArchiveToolResult(ctx, req.(*ArchiveToolResultRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ContextService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "cogmesh.context.v1.ContextService",
 	HandlerType: (*ContextServiceServer)(nil),
@@ -178,6 +220,10 @@ var _ContextService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetToolResponse",
 			Handler:    _ContextService_GetToolResponse_Handler,
+		},
+		{
+			MethodName: "ArchiveToolResult",
+			Handler:    _ContextService_ArchiveToolResult_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

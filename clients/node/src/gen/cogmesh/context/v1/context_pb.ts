@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/context/v1/context.proto.
  */
 export const file_cogmesh_context_v1_context: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb2dtZXNoL2NvbnRleHQvdjEvY29udGV4dC5wcm90bxISY29nbWVzaC5jb250ZXh0LnYxItoBCg1Db250ZXh0QnVkZ2V0EhQKDHRvdGFsX3Rva2VucxgBIAEoAxIbChNndWFyZHJhaWxzX3Jlc2VydmVkGAIgASgDEhAKCGdvYWxfbWF4GAMgASgDEhEKCXRvb2xzX21heBgEIAEoAxIUCgxtZXNzYWdlc19tYXgYBSABKAMSEgoKbWVtb3J5X21heBgGIAEoAxITCgtwcm9maWxlX21heBgHIAEoAxITCgtzdW1tYXJ5X21heBgIIAEoAxIdChVyZWNhbGxlZF9tZW1vcmllc19tYXgYCSABKAMiKwoOUmVjYWxsZWRNZW1vcnkSCwoDa2V5GAEgASgJEgwKBHRleHQYAiABKAkipwUKE0J1aWxkQ29udGV4dFJlcXVlc3QSDQoFYWdlbnQYASABKAkSDwoHcm9sZV9pZBgCIAEoCRIRCgl1c2VyX3RleHQYAyABKAkSDAoEZ29hbBgEIAEoCRINCgVwaGFzZRgFIAEoCRIaChJza2lsbF9pbnN0cnVjdGlvbnMYBiADKAkSMQoNbGFzdF9tZXNzYWdlcxgHIAMoCzIaLmNvZ21lc2guY29tbW9uLnYxLk1lc3NhZ2USDwoHc3VtbWFyeRgIIAEoCRIxCgZidWRnZXQYCSABKAsyIS5jb2dtZXNoLmNvbnRleHQudjEuQ29udGV4dEJ1ZGdldBJDCgZtZW1vcnkYCiADKAsyMy5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVxdWVzdC5NZW1vcnlFbnRyeRJOCgx1c2VyX3Byb2ZpbGUYCyADKAsyOC5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVxdWVzdC5Vc2VyUHJvZmlsZUVudHJ5EhEKCXRlbmFudF9pZBgMIAEoCRISCgpzZXNzaW9uX2lkGA0gASgJEhEKCXJlaHlkcmF0ZRgOIAEoCBIYChByZWh5ZHJhdGVfbGFzdF9uGA8gASgFEiIKGnJlaHlkcmF0ZV93aXRob3V0X21lc3NhZ2VzGBAgASgIEj0KEXJlY2FsbGVkX21lbW9yaWVzGBEgAygLMiIuY29nbWVzaC5jb250ZXh0LnYxLlJlY2FsbGVkTWVtb3J5Gi0KC01lbW9yeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQVXNlclByb2ZpbGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImwKClBhY2tSZXBvcnQSDAoEbmFtZRgBIAEoCRIQCghwcmlvcml0eRgCIAEoCRIOCgZ0b2tlbnMYAyABKAMSLgoGYWN0aW9uGAQgASgOMh4uY29nbWVzaC5jb250ZXh0LnYxLlBhY2tBY3Rpb24i8QEKFEJ1aWxkQ29udGV4dFJlc3BvbnNlEhUKDXN5c3RlbV9wcm9tcHQYASABKAkSEwoLcHJvbXB0X2hhc2gYAiABKAkSLQoFcGFja3MYAyADKAsyHi5jb2dtZXNoLmNvbnRleHQudjEuUGFja1JlcG9ydBIXCg90cnVuY2F0ZWRfcGFja3MYBCADKAkSEwoLdG9rZW5zX3VzZWQYBSABKAMSGgoSdG9vbF9idWRnZXRfdG9rZW5zGAYgASgDEjQKC3JlaHlkcmF0aW9uGAcgASgLMh8uY29nbWVzaC5jb250ZXh0LnYxLlJlaHlkcmF0aW9uIscBCgtSZWh5ZHJhdGlvbhIPCgdyb2xlX2lkGAEgASgJEhgKEGFjdGl2ZV9za2lsbF9pZHMYAiADKAkSHAoUcHJldmlvdXNfcHJvbXB0X2hhc2gYAyABKAkSFgoOc3VtbWFyeV9sb2FkZWQYBCABKAgSFwoPbWVzc2FnZXNfbG9hZGVkGAUgASgFEhMKC2dvYWxfbG9hZGVkGAYgASgIEhQKDHBoYXNlX2xvYWRlZBgHIAEoCBITCgt1bmF2YWlsYWJsZRgIIAMoCSJ2ChBDb21wYWN0aW9uTGltaXRzEhIKCm1heF90b2tlbnMYASABKAMSGwoTY29udGV4dF90b2tlbl9saW1pdBgCIAEoAxIbChNzdW1tYXJ5X3Rva2VuX2xpbWl0GAMgASgDEhQKDGNodW5rX3Rva2VucxgEIAEoAyKrAgoVQ29tcGFjdEhpc3RvcnlSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBWFnZW50GAMgASgJEg0KBW1vZGVsGAQgASgJEiwKCG1lc3NhZ2VzGAUgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRIPCgdzdW1tYXJ5GAYgASgJEjQKBmxpbWl0cxgHIAEoCzIkLmNvZ21lc2guY29udGV4dC52MS5Db21wYWN0aW9uTGltaXRzEg0KBWZvcmNlGAggASgIEhUKDXN0b3JlX3N1bW1hcnkYCSABKAgSHQoVY292ZXJlZF9tZXNzYWdlX2NvdW50GAogASgDEhMKC2xlYXNlX3Rva2VuGAsgASgEInMKEkFyY2hpdmVkVG9vbFJlc3VsdBIUCgxleGVjdXRpb25faWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEhQKDHRvb2xfY2FsbF9pZBgDIAEoCRIOCgZ0b2tlbnMYBCABKAMSDgoGbWFya2VyGAUgASgJIpUDChZDb21wYWN0SGlzdG9yeVJlc3BvbnNlEhEKCWNvbXBhY3RlZBgBIAEoCBIPCgdzdW1tYXJ5GAIgASgJEiwKCG1lc3NhZ2VzGAMgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRI4CghhcmNoaXZlZBgEIAMoCzImLmNvZ21lc2guY29udGV4dC52MS5BcmNoaXZlZFRvb2xSZXN1bHQSGwoTc3VtbWFyaXplZF9tZXNzYWdlcxgFIAEoAxIVCg10b2tlbnNfYmVmb3JlGAYgASgDEhQKDHRva2Vuc19hZnRlchgHIAEoAxIOCgZjaHVua3MYCCABKAMSEgoKc3VtbWFyaXplchgJIAEoCRIyCgVldmVudBgKIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLkNvbnRleHRDb21wYWN0ZWQSFgoOc3VtbWFyeV9zdG9yZWQYCyABKAgSFgoOc3VtbWFyeV90b2tlbnMYDCABKAMSHQoVY292ZXJlZF9tZXNzYWdlX2NvdW50GA0gASgDIlUKFkdldFRvb2xSZXNwb25zZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFAoMZXhlY3V0aW9uX2lkGAMgASgJImkKF0dldFRvb2xSZXNwb25zZVJlc3BvbnNlEhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSFAoMdG9vbF9jYWxsX2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkqcwoKUGFja0FjdGlvbhIbChdQQUNLX0FDVElPTl9VTlNQRUNJRklFRBAAEhQKEFBBQ0tfQUNUSU9OX0tFUFQQARIZChVQQUNLX0FDVElPTl9UUlVOQ0FURUQQAhIXChNQQUNLX0FDVElPTl9EUk9QUEVEEAMyyAIKDkNvbnRleHRTZXJ2aWNlEmEKDEJ1aWxkQ29udGV4dBInLmNvZ21lc2guY29udGV4dC52MS5CdWlsZENvbnRleHRSZXF1ZXN0GiguY29nbWVzaC5jb250ZXh0LnYxLkJ1aWxkQ29udGV4dFJlc3BvbnNlEmcKDkNvbXBhY3RIaXN0b3J5EikuY29nbWVzaC5jb250ZXh0LnYxLkNvbXBhY3RIaXN0b3J5UmVxdWVzdBoqLmNvZ21lc2guY29udGV4dC52MS5Db21wYWN0SGlzdG9yeVJlc3BvbnNlEmoKD0dldFRvb2xSZXNwb25zZRIqLmNvZ21lc2guY29udGV4dC52MS5HZXRUb29sUmVzcG9uc2VSZXF1ZXN0GisuY29nbWVzaC5jb250ZXh0LnYxLkdldFRvb2xSZXNwb25zZVJlc3BvbnNlQjFaL2NvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2NvbnRleHQvdjE7Y29udGV4dHYxYgZwcm90bzM", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages]);
+  fileDesc("CiBjb2dtZXNoL2NvbnRleHQvdjEvY29udGV4dC5wcm90bxISY29nbWVzaC5jb250ZXh0LnYxItoBCg1Db250ZXh0QnVkZ2V0EhQKDHRvdGFsX3Rva2VucxgBIAEoAxIbChNndWFyZHJhaWxzX3Jlc2VydmVkGAIgASgDEhAKCGdvYWxfbWF4GAMgASgDEhEKCXRvb2xzX21heBgEIAEoAxIUCgxtZXNzYWdlc19tYXgYBSABKAMSEgoKbWVtb3J5X21heBgGIAEoAxITCgtwcm9maWxlX21heBgHIAEoAxITCgtzdW1tYXJ5X21heBgIIAEoAxIdChVyZWNhbGxlZF9tZW1vcmllc19tYXgYCSABKAMiKwoOUmVjYWxsZWRNZW1vcnkSCwoDa2V5GAEgASgJEgwKBHRleHQYAiABKAkipwUKE0J1aWxkQ29udGV4dFJlcXVlc3QSDQoFYWdlbnQYASABKAkSDwoHcm9sZV9pZBgCIAEoCRIRCgl1c2VyX3RleHQYAyABKAkSDAoEZ29hbBgEIAEoCRINCgVwaGFzZRgFIAEoCRIaChJza2lsbF9pbnN0cnVjdGlvbnMYBiADKAkSMQoNbGFzdF9tZXNzYWdlcxgHIAMoCzIaLmNvZ21lc2guY29tbW9uLnYxLk1lc3NhZ2USDwoHc3VtbWFyeRgIIAEoCRIxCgZidWRnZXQYCSABKAsyIS5jb2dtZXNoLmNvbnRleHQudjEuQ29udGV4dEJ1ZGdldBJDCgZtZW1vcnkYCiADKAsyMy5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVxdWVzdC5NZW1vcnlFbnRyeRJOCgx1c2VyX3Byb2ZpbGUYCyADKAsyOC5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVxdWVzdC5Vc2VyUHJvZmlsZUVudHJ5EhEKCXRlbmFudF9pZBgMIAEoCRISCgpzZXNzaW9uX2lkGA0gASgJEhEKCXJlaHlkcmF0ZRgOIAEoCBIYChByZWh5ZHJhdGVfbGFzdF9uGA8gASgFEiIKGnJlaHlkcmF0ZV93aXRob3V0X21lc3NhZ2VzGBAgASgIEj0KEXJlY2FsbGVkX21lbW9yaWVzGBEgAygLMiIuY29nbWVzaC5jb250ZXh0LnYxLlJlY2FsbGVkTWVtb3J5Gi0KC01lbW9yeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQVXNlclByb2ZpbGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImwKClBhY2tSZXBvcnQSDAoEbmFtZRgBIAEoCRIQCghwcmlvcml0eRgCIAEoCRIOCgZ0b2tlbnMYAyABKAMSLgoGYWN0aW9uGAQgASgOMh4uY29nbWVzaC5jb250ZXh0LnYxLlBhY2tBY3Rpb24i8QEKFEJ1aWxkQ29udGV4dFJlc3BvbnNlEhUKDXN5c3RlbV9wcm9tcHQYASABKAkSEwoLcHJvbXB0X2hhc2gYAiABKAkSLQoFcGFja3MYAyADKAsyHi5jb2dtZXNoLmNvbnRleHQudjEuUGFja1JlcG9ydBIXCg90cnVuY2F0ZWRfcGFja3MYBCADKAkSEwoLdG9rZW5zX3VzZWQYBSABKAMSGgoSdG9vbF9idWRnZXRfdG9rZW5zGAYgASgDEjQKC3JlaHlkcmF0aW9uGAcgASgLMh8uY29nbWVzaC5jb250ZXh0LnYxLlJlaHlkcmF0aW9uIscBCgtSZWh5ZHJhdGlvbhIPCgdyb2xlX2lkGAEgASgJEhgKEGFjdGl2ZV9za2lsbF9pZHMYAiADKAkSHAoUcHJldmlvdXNfcHJvbXB0X2hhc2gYAyABKAkSFgoOc3VtbWFyeV9sb2FkZWQYBCABKAgSFwoPbWVzc2FnZXNfbG9hZGVkGAUgASgFEhMKC2dvYWxfbG9hZGVkGAYgASgIEhQKDHBoYXNlX2xvYWRlZBgHIAEoCBITCgt1bmF2YWlsYWJsZRgIIAMoCSJ2ChBDb21wYWN0aW9uTGltaXRzEhIKCm1heF90b2tlbnMYASABKAMSGwoTY29udGV4dF90b2tlbl9saW1pdBgCIAEoAxIbChNzdW1tYXJ5X3Rva2VuX2xpbWl0GAMgASgDEhQKDGNodW5rX3Rva2VucxgEIAEoAyKrAgoVQ29tcGFjdEhpc3RvcnlSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBWFnZW50GAMgASgJEg0KBW1vZGVsGAQgASgJEiwKCG1lc3NhZ2VzGAUgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRIPCgdzdW1tYXJ5GAYgASgJEjQKBmxpbWl0cxgHIAEoCzIkLmNvZ21lc2guY29udGV4dC52MS5Db21wYWN0aW9uTGltaXRzEg0KBWZvcmNlGAggASgIEhUKDXN0b3JlX3N1bW1hcnkYCSABKAgSHQoVY292ZXJlZF9tZXNzYWdlX2NvdW50GAogASgDEhMKC2xlYXNlX3Rva2VuGAsgASgEInMKEkFyY2hpdmVkVG9vbFJlc3VsdBIUCgxleGVjdXRpb25faWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEhQKDHRvb2xfY2FsbF9pZBgDIAEoCRIOCgZ0b2tlbnMYBCABKAMSDgoGbWFya2VyGAUgASgJIpUDChZDb21wYWN0SGlzdG9yeVJlc3BvbnNlEhEKCWNvbXBhY3RlZBgBIAEoCBIPCgdzdW1tYXJ5GAIgASgJEiwKCG1lc3NhZ2VzGAMgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRI4CghhcmNoaXZlZBgEIAMoCzImLmNvZ21lc2guY29udGV4dC52MS5BcmNoaXZlZFRvb2xSZXN1bHQSGwoTc3VtbWFyaXplZF9tZXNzYWdlcxgFIAEoAxIVCg10b2tlbnNfYmVmb3JlGAYgASgDEhQKDHRva2Vuc19hZnRlchgHIAEoAxIOCgZjaHVua3MYCCABKAMSEgoKc3VtbWFyaXplchgJIAEoCRIyCgVldmVudBgKIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLkNvbnRleHRDb21wYWN0ZWQSFgoOc3VtbWFyeV9zdG9yZWQYCyABKAgSFgoOc3VtbWFyeV90b2tlbnMYDCABKAMSHQoVY292ZXJlZF9tZXNzYWdlX2NvdW50GA0gASgDIngKFkdldFRvb2xSZXNwb25zZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFAoMZXhlY3V0aW9uX2lkGAMgASgJEg4KBm9mZnNldBgEIAEoAxIRCgltYXhfY2hhcnMYBSABKAMikwEKF0dldFRvb2xSZXNwb25zZVJlc3BvbnNlEhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSFAoMdG9vbF9jYWxsX2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkSEwoLdG90YWxfY2hhcnMYBSABKAMSEwoLbmV4dF9vZmZzZXQYBiABKAMiewoYQXJjaGl2ZVRvb2xSZXN1bHRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRIUCgx0b29sX2NhbGxfaWQYBCABKAkSDwoHY29udGVudBgFIAEoCSIxChlBcmNoaXZlVG9vbFJlc3VsdFJlc3BvbnNlEhQKDGV4ZWN1dGlvbl9pZBgBIAEoCSpzCgpQYWNrQWN0aW9uEhsKF1BBQ0tfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFAoQUEFDS19BQ1RJT05fS0VQVBABEhkKFVBBQ0tfQUNUSU9OX1RSVU5DQVRFRBACEhcKE1BBQ0tfQUNUSU9OX0RST1BQRUQQAzK6AwoOQ29udGV4dFNlcnZpY2USYQoMQnVpbGRDb250ZXh0EicuY29nbWVzaC5jb250ZXh0LnYxLkJ1aWxkQ29udGV4dFJlcXVlc3QaKC5jb2dtZXNoLmNvbnRleHQudjEuQnVpbGRDb250ZXh0UmVzcG9uc2USZwoOQ29tcGFjdEhpc3RvcnkSKS5jb2dtZXNoLmNvbnRleHQudjEuQ29tcGFjdEhpc3RvcnlSZXF1ZXN0GiouY29nbWVzaC5jb250ZXh0LnYxLkNvbXBhY3RIaXN0b3J5UmVzcG9uc2USagoPR2V0VG9vbFJlc3BvbnNlEiouY29nbWVzaC5jb250ZXh0LnYxLkdldFRvb2xSZXNwb25zZVJlcXVlc3QaKy5jb2dtZXNoLmNvbnRleHQudjEuR2V0VG9vbFJlc3BvbnNlUmVzcG9uc2UScAoRQXJjaGl2ZVRvb2xSZXN1bHQSLC5jb2dtZXNoLmNvbnRleHQudjEuQXJjaGl2ZVRvb2xSZXN1bHRSZXF1ZXN0Gi0uY29nbWVzaC5jb250ZXh0LnYxLkFyY2hpdmVUb29sUmVzdWx0UmVzcG9uc2VCMVovY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvY29udGV4dC92MTtjb250ZXh0djFiBnByb3RvMw", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages]);
 
 /**
  * ContextBudget caps the tokens each context pack may use.
@@ -764,6 +764,20 @@ export type GetToolResponseRequest = Message<"cogmesh.context.v1.GetToolResponse
    * @generated from field: string execution_id = 3;
    */
   executionId: string;
+
+  /**
+   * First character (Unicode code point) of the original to return.
+   *
+   * @generated from field: int64 offset = 4;
+   */
+  offset: bigint;
+
+  /**
+   * Most characters to return from `offset`; 0 returns the whole rest.
+   *
+   * @generated from field: int64 max_chars = 5;
+   */
+  maxChars: bigint;
 };
 
 /**
@@ -774,7 +788,7 @@ export const GetToolResponseRequestSchema: GenMessage<GetToolResponseRequest> = 
   messageDesc(file_cogmesh_context_v1_context, 10);
 
 /**
- * GetToolResponseResponse is the original tool result.
+ * GetToolResponseResponse is the original tool result, or a page of it.
  *
  * @generated from message cogmesh.context.v1.GetToolResponseResponse
  */
@@ -801,11 +815,25 @@ export type GetToolResponseResponse = Message<"cogmesh.context.v1.GetToolRespons
   toolCallId: string;
 
   /**
-   * The original content.
+   * The original content, from the request's offset.
    *
    * @generated from field: string content = 4;
    */
   content: string;
+
+  /**
+   * Characters in the whole original.
+   *
+   * @generated from field: int64 total_chars = 5;
+   */
+  totalChars: bigint;
+
+  /**
+   * Offset of the next page; 0 when `content` reaches the end.
+   *
+   * @generated from field: int64 next_offset = 6;
+   */
+  nextOffset: bigint;
 };
 
 /**
@@ -814,6 +842,76 @@ export type GetToolResponseResponse = Message<"cogmesh.context.v1.GetToolRespons
  */
 export const GetToolResponseResponseSchema: GenMessage<GetToolResponseResponse> = /*@__PURE__*/
   messageDesc(file_cogmesh_context_v1_context, 11);
+
+/**
+ * ArchiveToolResultRequest is one tool result to keep.
+ *
+ * @generated from message cogmesh.context.v1.ArchiveToolResultRequest
+ */
+export type ArchiveToolResultRequest = Message<"cogmesh.context.v1.ArchiveToolResultRequest"> & {
+  /**
+   * Owning tenant.
+   *
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * Session of the turn that called the tool.
+   *
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+
+  /**
+   * Tool that produced the result.
+   *
+   * @generated from field: string tool_name = 3;
+   */
+  toolName: string;
+
+  /**
+   * The tool call the result answered; the preferred execution id.
+   *
+   * @generated from field: string tool_call_id = 4;
+   */
+  toolCallId: string;
+
+  /**
+   * The whole result.
+   *
+   * @generated from field: string content = 5;
+   */
+  content: string;
+};
+
+/**
+ * Describes the message cogmesh.context.v1.ArchiveToolResultRequest.
+ * Use `create(ArchiveToolResultRequestSchema)` to create a new message.
+ */
+export const ArchiveToolResultRequestSchema: GenMessage<ArchiveToolResultRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_context_v1_context, 12);
+
+/**
+ * ArchiveToolResultResponse names the archived result.
+ *
+ * @generated from message cogmesh.context.v1.ArchiveToolResultResponse
+ */
+export type ArchiveToolResultResponse = Message<"cogmesh.context.v1.ArchiveToolResultResponse"> & {
+  /**
+   * Id under which GetToolResponse finds it.
+   *
+   * @generated from field: string execution_id = 1;
+   */
+  executionId: string;
+};
+
+/**
+ * Describes the message cogmesh.context.v1.ArchiveToolResultResponse.
+ * Use `create(ArchiveToolResultResponseSchema)` to create a new message.
+ */
+export const ArchiveToolResultResponseSchema: GenMessage<ArchiveToolResultResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_context_v1_context, 13);
 
 /**
  * PackAction is what the budget did to a context pack.
@@ -889,7 +987,8 @@ export const ContextService: GenService<{
   },
   /**
    * GetToolResponse returns the original content of a tool result that
-   * CompactHistory archived (the runtime offers it as the get_tool_response tool).
+   * CompactHistory or ArchiveToolResult archived, whole or a page of it (the
+   * runtime offers it as the get_tool_response tool).
    *
    * @generated from rpc cogmesh.context.v1.ContextService.GetToolResponse
    */
@@ -897,6 +996,19 @@ export const ContextService: GenService<{
     methodKind: "unary";
     input: typeof GetToolResponseRequestSchema;
     output: typeof GetToolResponseResponseSchema;
+  },
+  /**
+   * ArchiveToolResult keeps a tool result that is over its agent's limit
+   * (config.tool_token_limit_before_evict): the model gets its head behind a
+   * marker and pages through the rest with get_tool_response. Archiving the
+   * same result again returns the same execution id.
+   *
+   * @generated from rpc cogmesh.context.v1.ContextService.ArchiveToolResult
+   */
+  archiveToolResult: {
+    methodKind: "unary";
+    input: typeof ArchiveToolResultRequestSchema;
+    output: typeof ArchiveToolResultResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_cogmesh_context_v1_context, 0);

@@ -1,0 +1,142 @@
+"""Large payloads through a whole turn: a tool result of megabytes, a reply of megabytes.
+
+Issue 31: a 1.1 MB tool result had the turn taken over until it gave up, a 1.5 MB one
+locked the session for good. A result over the agent's limit is archived and the model
+gets its head behind a marker it can page through with get_tool_response; the session
+is free for the next message whatever the size.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from cogmesh.common.v1 import events_pb2, messages_pb2
+from cogmesh.gateway.v1 import gateway_pb2
+from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.suite.inprocess import Suite, start_suite
+from tests.support.redis_server import delete_prefix, unique_prefix
+from tests.integration.conftest import STUB_CLASSES, SUITE_SETTINGS, new_session, send
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+ROOT = Path(__file__).resolve().parents[2]
+BLOB_AGENT = """
+name: blob
+prompts_dir: default
+model: local
+tools: [mcp__py__blob]
+default_role: assistant
+"""
+SMALL_AGENT = """
+name: small
+prompts_dir: default
+model: local
+tools: [mcp__py__blob]
+default_role: assistant
+config: {tool_token_limit_before_evict: 1000}
+"""
+
+
+@dataclass
+class Env:
+    suite: Suite
+    stubs: dict[str, Any]
+
+    @property
+    def gateway(self) -> Any:
+        return self.stubs["gateway"]
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module", params=["memory", "redis"])
+async def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
+    tmp = tmp_path_factory.mktemp("large")
+    agents = tmp / "agents"
+    shutil.copytree(DEFAULT_AGENTS_DIR, agents)
+    (agents / "blob.yaml").write_text(BLOB_AGENT)
+    (agents / "small.yaml").write_text(SMALL_AGENT)
+    (tmp / "tools.yaml").write_text(
+        f"servers:\n  py:\n    transport: stdio\n    command: {sys.executable}\n"
+        f"    args: [-m, tests.fakes.mcp_server, stdio]\n    cwd: {ROOT}\n"
+    )
+    settings = SUITE_SETTINGS.model_copy(
+        update={"agents_dir": agents, "tool_servers_file": tmp / "tools.yaml", "call_timeout_s": 10}
+    )
+    prefix = ""
+    if request.param == "redis":
+        prefix = unique_prefix("large")
+        settings = settings.model_copy(
+            update={"redis_url": request.getfixturevalue("redis_url"), "redis_key_prefix": prefix}
+        )
+    suite = await start_suite(settings)
+    channels = {name: grpc.aio.insecure_channel(server.address) for name, server in suite.servers.items()}
+    try:
+        yield Env(suite, {name: STUB_CLASSES[name](channel) for name, channel in channels.items()})
+    finally:
+        for channel in channels.values():
+            await channel.close()
+        await suite.stop(0)
+        if prefix:
+            delete_prefix(settings.redis_url, prefix)
+
+
+def of(events: list[events_pb2.RuntimeEvent], kind: str) -> list[Any]:
+    return [getattr(e, kind) for e in events if e.WhichOneof("payload") == kind]
+
+
+def tool_message(events: list[events_pb2.RuntimeEvent]) -> str:
+    final = of(events, "final")[0]
+    return next(m.content for m in final.new_messages if m.role == messages_pb2.ROLE_TOOL)
+
+
+@pytest.mark.parametrize("size", [1_100_000, 1_500_000, 5_000_000])
+async def test_a_large_tool_result_is_archived_and_the_session_stays_free(env: Env, size: int) -> None:
+    session = await new_session(env.gateway, agent="blob")
+    events = await send(env.gateway, session, f'@mcp__py__blob {{"size": {size}}}')
+    assert events[-1].WhichOneof("payload") == "final", f"the turn ended with {events[-1]}"
+    assert [f.ok for f in of(events, "tool_call_finished")] == [True]
+    marker = tool_message(events)
+    match = re.match(r"SUMMARIZED executionId:'([^']+)' \(the mcp__py__blob result has ([\d,]+) characters", marker)
+    assert match, f"the model got {marker[:300]!r}"
+    assert int(match[2].replace(",", "")) == size
+    assert "line 000000000\nline 000000001\n" in marker, "the marker shows the result's head"
+    assert len(marker) < 4 * SUITE_SETTINGS.tool_result_limit_tokens
+
+    # The next turn pages through the archive from the middle, with get_tool_response.
+    offset = 15 * 50_000
+    paged = await send(env.gateway, session, f'@get_tool_response {{"execution_id": "{match[1]}", "offset": {offset}}}')
+    assert paged[-1].WhichOneof("payload") == "final", f"the turn ended with {paged[-1]}"
+    page = tool_message(paged)
+    assert page.startswith("line 000050000\nline 000050001\n")
+    assert f"of {size:,}; the next page starts at offset" in page
+    assert len(page) <= 4 * SUITE_SETTINGS.tool_result_limit_tokens
+
+
+async def test_the_last_page_says_it_is_the_end_and_a_bad_offset_is_a_tool_error(env: Env) -> None:
+    session = await new_session(env.gateway, agent="blob")
+    events = await send(env.gateway, session, '@mcp__py__blob {"size": 150000}')
+    execution_id = re.findall(r"executionId:'([^']+)'", tool_message(events))[0]
+    last = await send(
+        env.gateway, session, f'@get_tool_response {{"execution_id": "{execution_id}", "offset": 149000}}'
+    )
+    assert tool_message(last).endswith("[characters 149,000-150,000 of 150,000; the end]")
+    bad = await send(env.gateway, session, f'@get_tool_response {{"execution_id": "{execution_id}", "offset": 150001}}')
+    finished = of(bad, "tool_call_finished")
+    assert [f.ok for f in finished] == [False]
+    assert "offset" in finished[0].result_summary and "150000" in finished[0].result_summary
+
+
+async def test_an_agent_sets_its_own_limit(env: Env) -> None:
+    session = await new_session(env.gateway, agent="small")
+    events = await send(env.gateway, session, '@mcp__py__blob {"size": 5000}')
+    assert tool_message(events).startswith("SUMMARIZED executionId:"), (
+        "5,000 characters are over 1,000 tokens (4,000 characters)"
+    )
