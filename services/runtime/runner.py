@@ -45,7 +45,7 @@ from services.runtime.journal import ANSWER, TAKEOVER, replay
 from services.runtime.steps.state import decode_snapshot
 from services.runtime.structured import OutputSpec
 from services.runtime.turn import Decision, ResumePoint, Turn
-from services.runtime.turn_log import HandedOver, TurnLog, TurnLost
+from services.runtime.turn_log import HandedOver, TurnLog, TurnLost, fit_end_event
 from services.runtime.turn_store import TurnStore, decision_from, message_to_proto
 
 RESUME_MARK = ":resume:"  # a resuming turn holds the lease as <turn_id>:resume:<random> (gateway/interrupts.py)
@@ -314,21 +314,29 @@ class TurnRunner:
             return
         try:
             journal = await self._journal(claimed.tenant_id, claimed.session_id, turn_id)
-        except CogmeshError as exc:  # sessions away: its lease lapses again and the next look retries
-            log.warning("cannot read the journal of a turn to take over", error=exc.message)
+        except CogmeshError as exc:
+            if exc.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                # Sessions away: its lease lapses again and the next look retries.
+                log.warning("cannot read the journal of a turn to take over", error=exc.message)
+                return
+            self._end_unreadable(claimed, turn_id, exc)  # e.g. too large: every look would fail the same way
             return
-        except (ValueError, DecodeError) as exc:  # claimed again and again, it would never end: end it now
-            log.error("the journal of a turn to take over is unreadable", error=str(exc))
-            running = self._track("takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token)
-            why = f"the turn's journal is unreadable ({exc}); it cannot go on"
-            end = error_event(turn_id, events_pb2.ERROR_KIND_INTERNAL, why, True)
-            self._spawn(running, self._end_now(running, end))
+        except (ValueError, DecodeError) as exc:
+            self._end_unreadable(claimed, turn_id, exc)
             return
         running = self._track(
             "takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token, journal.state
         )
         log.info("taking over a turn", takeovers=claimed.takeovers, from_seq=journal.seq, log_seq=claimed.last_seq)
         self._spawn(running, self._run_takeover(running, claimed, journal))
+
+    def _end_unreadable(self, claimed: sessions_pb2.ClaimedTurn, turn_id: str, exc: Exception) -> None:
+        """Claimed again and again, the turn would never end (and its session stay busy): end it now."""
+        log.error("the journal of a turn to take over is unreadable", error=str(exc))
+        running = self._track("takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token)
+        why = f"the turn's journal is unreadable ({exc}); it cannot go on"
+        end = error_event(turn_id, events_pb2.ERROR_KIND_INTERNAL, why, False)
+        self._spawn(running, self._end_now(running, end))
 
     async def _run_takeover(self, running: Running, claimed: sessions_pb2.ClaimedTurn, journal: Any) -> None:
         turn_id, out = running.turn_id, running.log
@@ -501,6 +509,7 @@ class TurnRunner:
                     messages = [message_to_proto(m, turn.turn_id) for m in turn.new_messages]
                     if kind == "final":
                         event.final.new_messages.extend(messages)
+                    fit_end_event(event)
                     await out.end([event], messages)
                     self.memory.put(running.session_id, Memory(turn.summary, turn.covered, out.message_count))
                     log.info("turn ended", outcome=kind, messages=len(messages), runtime=engine.name)

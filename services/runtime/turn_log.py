@@ -36,6 +36,9 @@ from services.kit.logging import log
 from services.kit.metrics import TurnMeter
 from services.runtime.journal import ANSWER, PAUSE, REQUEST, TAKEOVER, encode_state
 
+# A turn's end event stays well under the log's 1 MiB per event: what a long reply would push over is left
+# out of it (the deltas carry the text, the session's messages the messages), and the event says so.
+END_EVENT_BYTES = 512 << 10
 # Steps after which something with an effect outside the turn runs: their record must be stored first.
 DURABLE = frozenset({"decide", "tool", "delegation", PAUSE, ANSWER, REQUEST, TAKEOVER})
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
@@ -44,13 +47,30 @@ _RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
 class TurnLost(Exception):
     """The turn may not write any more: its lease was taken over, its session deleted, or sessions stayed away."""
 
-    def __init__(self, why: str, retryable: bool) -> None:
+    def __init__(self, why: str, retryable: bool, refused: bool = False) -> None:
         super().__init__(why)
         self.retryable = retryable  # True when another replica will go on with the turn later
+        self.refused = refused  # the log refused what the turn wrote (a size limit): the turn must end
 
 
 class HandedOver(Exception):
     """The replica is shutting down: the turn stopped at a recorded step, for another replica to go on from."""
+
+
+def fit_end_event(event: events_pb2.RuntimeEvent) -> None:
+    """Leave out of a final (or error) event what would make it over END_EVENT_BYTES."""
+    if event.ByteSize() <= END_EVENT_BYTES:
+        return
+    if event.HasField("final"):
+        final = event.final
+        if final.new_messages:
+            del final.new_messages[:]
+            final.messages_omitted = True
+        if event.ByteSize() > END_EVENT_BYTES:
+            final.text, final.text_omitted = "", True
+    elif event.HasField("error"):  # the partial text is in the deltas and the stored messages
+        error = event.error
+        error.partial_text = error.partial_text[: END_EVENT_BYTES // 8] + "…"
 
 
 def _is_delta(event: events_pb2.RuntimeEvent) -> bool:
@@ -205,6 +225,8 @@ class TurnLog:
                     return
         except TurnLost as lost:
             self.failure = lost
+            if lost.refused:
+                await self._end_refused(lost)
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave the turn waiting forever
             log.exception("the turn's log writer failed")
             self.failure = TurnLost(f"the turn's log writer failed: {exc}", retryable=True)
@@ -212,6 +234,32 @@ class TurnLog:
             self._signal()
             if self.on_lost is not None:
                 self.on_lost(self.failure)
+
+    async def _end_refused(self, lost: TurnLost) -> None:
+        """The log refused what the turn wrote: run again, on any replica, the turn would write the same.
+        So it ends here, with an error saying why, and frees the session (its lease is still held)."""
+        message = (
+            f"the turn's output cannot be stored ({lost}): it is over a limit of the session's log "
+            "(docs/durability.md, 'Sizes'); the turn ends here"
+        )
+        error = events_pb2.TurnError(kind=events_pb2.ERROR_KIND_INTERNAL, message=message, retryable=False)
+        self._events, self._entries, self._end = [], [], {}
+        self._appends += 1
+        request = sessions_pb2.AppendEventsRequest(
+            tenant_id=self.tenant_id,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            lease_token=self.lease_token,
+            events=[events_pb2.RuntimeEvent(turn_id=self.turn_id, error=error)],
+            append_id=f"{self.turn_id}:{self.lease_token}:refused",
+            release_lease=True,
+        )
+        try:
+            await self._send(request)
+        except TurnLost as again:  # sessions away or the lease gone: a takeover ends it the same way
+            log.warning("could not end a turn whose output was refused", why=str(again))
+            return
+        log.warning("turn ended: the event log refused its output", why=str(lost))
 
     def _signal(self) -> None:
         progress, self._progress = self._progress, asyncio.Event()
@@ -301,7 +349,8 @@ class TurnLog:
                 if code == grpc.StatusCode.NOT_FOUND:
                     raise TurnLost(f"the session was deleted: {exc.details()}", retryable=False) from exc
                 if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                    raise TurnLost(f"the event log refused an append: {code.name}: {exc.details()}", False) from exc
+                    why = f"the event log refused an append: {code.name}: {exc.details()}"
+                    raise TurnLost(why, retryable=False, refused=True) from exc
                 failures += 1
                 if loop.time() + pause >= give_up:
                     raise TurnLost(

@@ -8,6 +8,7 @@ is free for the next message whatever the size.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import sys
@@ -21,11 +22,12 @@ import pytest
 import pytest_asyncio
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
-from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.agents import DEFAULT_AGENTS_DIR
 from services.suite.inprocess import Suite, start_suite
+from tests.fakes.providers import FakeOpenAI, Reply
+from tests.integration.conftest import STUB_CLASSES, SUITE_SETTINGS, TIMEOUT_S, new_session, send
 from tests.support.redis_server import delete_prefix, unique_prefix
-from tests.integration.conftest import STUB_CLASSES, SUITE_SETTINGS, new_session, send
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +38,7 @@ model: local
 tools: [mcp__py__blob]
 default_role: assistant
 """
+GPT_AGENT = "name: talker\nsystem_prompt: You talk.\nmodel: gpt-4o\n"
 SMALL_AGENT = """
 name: small
 prompts_dir: default
@@ -50,6 +53,7 @@ config: {tool_token_limit_before_evict: 1000}
 class Env:
     suite: Suite
     stubs: dict[str, Any]
+    openai: FakeOpenAI
 
     @property
     def gateway(self) -> Any:
@@ -58,17 +62,27 @@ class Env:
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module", params=["memory", "redis"])
 async def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
+    stack = contextlib.AsyncExitStack()
     tmp = tmp_path_factory.mktemp("large")
     agents = tmp / "agents"
     shutil.copytree(DEFAULT_AGENTS_DIR, agents)
     (agents / "blob.yaml").write_text(BLOB_AGENT)
     (agents / "small.yaml").write_text(SMALL_AGENT)
+    (agents / "talker.yaml").write_text(GPT_AGENT)
     (tmp / "tools.yaml").write_text(
         f"servers:\n  py:\n    transport: stdio\n    command: {sys.executable}\n"
         f"    args: [-m, tests.fakes.mcp_server, stdio]\n    cwd: {ROOT}\n"
     )
+    openai = await stack.enter_async_context(FakeOpenAI())
+    (tmp / "key").write_text("sk-large\n")
+    (tmp / "providers.yaml").write_text(f"providers:\n  openai: {{base_url: '{openai.url}/v1', api_key_file: key}}\n")
     settings = SUITE_SETTINGS.model_copy(
-        update={"agents_dir": agents, "tool_servers_file": tmp / "tools.yaml", "call_timeout_s": 10}
+        update={
+            "agents_dir": agents,
+            "tool_servers_file": tmp / "tools.yaml",
+            "providers_file": tmp / "providers.yaml",
+            "call_timeout_s": 10,
+        }
     )
     prefix = ""
     if request.param == "redis":
@@ -77,13 +91,15 @@ async def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
             update={"redis_url": request.getfixturevalue("redis_url"), "redis_key_prefix": prefix}
         )
     suite = await start_suite(settings)
-    channels = {name: grpc.aio.insecure_channel(server.address) for name, server in suite.servers.items()}
+    options = [("grpc.max_receive_message_length", settings.max_message_bytes)]  # as the suite's own callers
+    channels = {n: grpc.aio.insecure_channel(s.address, options=options) for n, s in suite.servers.items()}
     try:
-        yield Env(suite, {name: STUB_CLASSES[name](channel) for name, channel in channels.items()})
+        yield Env(suite, {name: STUB_CLASSES[name](channel) for name, channel in channels.items()}, openai)
     finally:
         for channel in channels.values():
             await channel.close()
         await suite.stop(0)
+        await stack.aclose()
         if prefix:
             delete_prefix(settings.redis_url, prefix)
 
@@ -140,3 +156,38 @@ async def test_an_agent_sets_its_own_limit(env: Env) -> None:
     assert tool_message(events).startswith("SUMMARIZED executionId:"), (
         "5,000 characters are over 1,000 tokens (4,000 characters)"
     )
+
+
+async def read_messages(env: Env, session: str) -> list[Any]:
+    """The session's stored messages, from the sessions service (the gateway has no message listing)."""
+    messages: list[Any] = []
+    token = ""
+    while True:  # a page holds at most 3 MiB (and at least one message)
+        request = sessions_pb2.ListMessagesRequest(tenant_id="default", session_id=session, page_token=token)
+        reply = await env.stubs["sessions"].ListMessages(request, timeout=TIMEOUT_S)
+        messages += reply.messages
+        token = reply.next_page_token
+        if not token:
+            return messages
+
+
+@pytest.mark.parametrize("size", [1_200_000, 5_000_000])
+async def test_a_long_streamed_reply_completes_and_is_stored(env: Env, size: int) -> None:
+    delta = "abcdefghijklmnopqrstuvwxyz0123456789 " * 55 + "\n"  # 2,036 bytes, as a chatty model streams
+    count = size // len(delta)
+    env.openai.then(Reply(text=[delta] * count, usage=(100, count * 500)))
+    session = await new_session(env.gateway, agent="talker")
+    events = await send(env.gateway, session, "Tell me everything.")
+    assert events[-1].WhichOneof("payload") == "final", f"the turn ended with {events[-1]}"
+    text = "".join(e.assistant_delta.text for e in events if e.WhichOneof("payload") == "assistant_delta")
+    assert text == delta * count, "the deltas carry the whole reply, in order, once"
+    assert "native_notice" not in [e.WhichOneof("payload") for e in events], "no step was retried"
+    final = events[-1].final
+    assert final.text_omitted and final.messages_omitted and not final.text and not final.new_messages
+    assert events[-1].ByteSize() < 1 << 20
+    stored = await read_messages(env, session)
+    assert [m.role for m in stored] == [messages_pb2.ROLE_USER, messages_pb2.ROLE_ASSISTANT]
+    assert stored[1].content == delta * count
+    env.openai.then(Reply(text=["short"]))
+    after = await send(env.gateway, session, "And now briefly?")
+    assert after[-1].WhichOneof("payload") == "final" and after[-1].final.text == "short"

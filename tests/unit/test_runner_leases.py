@@ -86,6 +86,34 @@ async def test_a_failed_journal_read_does_not_end_the_replicas_takeovers() -> No
     assert all(r.events[-1].error.message.startswith("the turn's journal is unreadable") for r in ends)
 
 
+class TooLargeJournal(FakeSessions):
+    async def GetJournal(self, request: Any) -> Any:
+        self.journal_reads += 1
+        await self._notify()
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            grpc.aio.Metadata(),
+            grpc.aio.Metadata(),
+            "Received message larger than max (70000000 vs. 67108864)",
+        )
+
+
+async def test_a_journal_too_large_to_read_ends_its_turn_instead_of_being_claimed_forever() -> None:
+    """Issue 31: a 1.5 MB tool result grew a journal past gRPC's limit; every takeover failed to read it and
+    the session answered "busy with turn" for good. Such a failure is not sessions being away: the turn ends."""
+    sessions = TooLargeJournal()
+    replica = runner(sessions, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200)
+    replica.serving("runtime-1:1")
+    try:
+        await sessions.until(lambda: any(r.release_lease for r in sessions.appended))
+    finally:
+        await replica.close()
+    end = next(r for r in sessions.appended if r.release_lease)
+    error = end.events[-1].error
+    assert end.lease_token == 9 and not error.retryable
+    assert error.message.startswith("the turn's journal is unreadable") and "larger than max" in error.message
+
+
 async def test_a_renewal_answered_under_the_old_token_leaves_a_turn_taken_back_running() -> None:
     sessions = FakeSessions()
     replica = runner(sessions, takeover_poll_s=3600, turn_lease_renew_s=0.001, turn_lease_ttl_s=7200)

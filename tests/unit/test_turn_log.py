@@ -357,9 +357,7 @@ async def test_a_resend_whose_first_try_landed_is_not_logged_twice(sessions: Fak
     assert [(e.seq, e.status.text) for e in got if e is not None] == [(1, "one"), (2, "two"), (3, "three")]
 
 
-@pytest.mark.parametrize(
-    "code", [grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT]
-)
+@pytest.mark.parametrize("code", [grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND])
 async def test_a_refused_append_loses_the_turn_for_good(
     sessions: FakeSessions, make_log: MakeLog, code: grpc.StatusCode
 ) -> None:
@@ -379,6 +377,31 @@ async def test_a_refused_append_loses_the_turn_for_good(
         assert again.value is failed.value
     await idle()
     assert len(sessions.calls) == calls and sessions.stored == [], "nothing more is written"
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED])
+async def test_output_the_log_refuses_ends_the_turn_with_an_error_and_frees_the_lease(
+    sessions: FakeSessions, make_log: MakeLog, code: grpc.StatusCode
+) -> None:
+    """Run again anywhere the turn would write the same: no takeover, it ends here (issue 31)."""
+    lost: list[TurnLost] = []
+    log = make_log(on_lost=lost.append)
+    log.emit(status("before"))
+    sessions.fail_next = [code]
+    with pytest.raises(TurnLost) as failed:
+        await log.record("tool", state(1, ["q"], []))
+    assert failed.value.retryable is False and failed.value.refused
+    assert lost == [failed.value]
+    (ending,) = sessions.stored
+    assert ending.release_lease and not ending.entries and not ending.messages
+    (error,) = [e.error for e in ending.events]
+    assert not error.retryable and error.kind == events_pb2.ERROR_KIND_INTERNAL
+    assert "cannot be stored" in error.message and f"{code.name}: the fake says {code.name}" in error.message
+    calls = len(sessions.calls)
+    with pytest.raises(TurnLost):
+        await log.end([final("x")])
+    await idle()
+    assert len(sessions.calls) == calls, "nothing more is written"
 
 
 async def test_an_append_refused_under_a_token_the_log_since_replaced_is_resent_under_the_new_one(
