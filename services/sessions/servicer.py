@@ -679,7 +679,7 @@ def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> Non
 
 # --------------------------------------------------------------------------- requests -> domain values
 
-# Pages of the tenant's index one filtered ListSessions reads before it answers with what it found.
+
 async def list_scoped(
     store: SessionStore, tenant_id: str, cursor: int | None, size: int, scope_filter: dict[str, str]
 ) -> Page[SessionRecord]:
