@@ -29,7 +29,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cogmesh.common.v1 import events_pb2
-from cogmesh.runtime.v1 import runtime_pb2
+from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
@@ -69,8 +69,9 @@ class Running:
     interrupted: bool = False
 
     def adopt(self, lease_token: int) -> None:
-        """The turn's lease under a new token (this replica claimed its own lapsed lease)."""
-        self.lease_token = self.log.lease_token = lease_token
+        """The turn's lease under a new token (a claim of its lapsed lease, by this replica or another)."""
+        self.lease_token = lease_token
+        self.log.adopt(lease_token)
         if self.turn is not None and self.turn.compactor is not None:
             self.turn.compactor.lease_token = lease_token
 
@@ -165,6 +166,7 @@ class TurnRunner:
             previous_state=state,
             meter=TurnMeter(how) if self.settings.metrics else None,
             record_steps=self.settings.journal_steps,
+            adopt_grace_s=self.settings.call_timeout_s,  # how long a claimer's AdoptTurn may take to come
         )
 
     def deadline_of(self, request: runtime_pb2.RunTurnRequest | runtime_pb2.ResumeTurnRequest) -> float:
@@ -305,12 +307,13 @@ class TurnRunner:
         """Go on with a turn whose runtime stopped, from the last step its journal recorded."""
         turn_id = turn_of_lease(claimed.turn_id)
         bind_request(session_id=claimed.session_id, turn_id=turn_id, tenant=claimed.tenant_id)
-        mine = self._running.get((claimed.session_id, turn_id))
-        if mine is not None and mine.task is not None and not mine.task.done() and mine.log.failure is None:
+        if self.adopt(claimed.session_id, turn_id, claimed.lease_token):
             # Its lease lapsed while this very replica was too busy to renew it: go on under the new
             # token rather than redo the step (its next write, refused under the old one, is resent).
             log.warning("took over a turn this replica still runs: it goes on", takeovers=claimed.takeovers)
-            mine.adopt(claimed.lease_token)
+            return
+        elsewhere = claimed.previous_holder not in ("", self.address)
+        if elsewhere and await self._adopted_by(claimed, turn_id):
             return
         try:
             journal = await self._journal(claimed.tenant_id, claimed.session_id, turn_id)
@@ -329,6 +332,35 @@ class TurnRunner:
         )
         log.info("taking over a turn", takeovers=claimed.takeovers, from_seq=journal.seq, log_seq=claimed.last_seq)
         self._spawn(running, self._run_takeover(running, claimed, journal))
+
+    def adopt(self, session_id: str, turn_id: str, lease_token: int) -> bool:
+        """Go on under `lease_token` with a turn this replica still runs (another replica claimed its lapsed
+        lease: its renewals were lost to a store outage or to load). False when it does not run it."""
+        mine = self._running.get((session_id, turn_id))
+        if mine is None or mine.task is None or mine.task.done() or mine.log.failure is not None:
+            return False
+        if lease_token > mine.lease_token:
+            mine.adopt(lease_token)
+        return True
+
+    async def _adopted_by(self, claimed: sessions_pb2.ClaimedTurn, turn_id: str) -> bool:
+        """Ask the replica that held the lapsed lease whether it still runs the turn (it then goes on)."""
+        stub = self.clients.stub_at(claimed.previous_holder, runtime_pb2_grpc.RuntimeServiceStub)
+        request = runtime_pb2.AdoptTurnRequest(
+            session_id=claimed.session_id, turn_id=turn_id, lease_token=claimed.lease_token
+        )
+        try:
+            reply = await stub.AdoptTurn(request, timeout=self.settings.call_timeout_s)
+        except grpc.aio.AioRpcError as exc:  # gone (the usual case of a takeover): take the turn over
+            log.info("the turn's last runtime does not answer: taking it over", code=exc.code().name)
+            return False
+        if reply.adopted:
+            log.warning(
+                "claimed a turn its runtime still runs (its lease lapsed): it goes on there",
+                holder=claimed.previous_holder,
+                takeovers=claimed.takeovers,
+            )
+        return bool(reply.adopted)
 
     def _end_unreadable(self, claimed: sessions_pb2.ClaimedTurn, turn_id: str, exc: Exception) -> None:
         """Claimed again and again, the turn would never end (and its session stay busy): end it now."""
@@ -582,11 +614,22 @@ class TurnRunner:
                 if running.lease_token != token:
                     continue  # re-claimed under a new token while this renewal was out: it holds the lease
                 if not outcome.held:
-                    self._lost(running, TurnLost("the turn's lease was taken over", retryable=False))
+                    self._spawn_check(running, token)
                 elif outcome.interrupt_requested_by and not running.interrupted:
                     log.info("turn asked to stop", by=outcome.interrupt_requested_by)
                     running.interrupted = True
                     running.cancel()
+
+    def _spawn_check(self, running: Running, token: int) -> None:
+        """A renewal found the lease taken: the turn stops, unless the claimer hands it back (AdoptTurn)."""
+
+        async def check() -> None:
+            if not await running.log.adopted_after(token):
+                self._lost(running, TurnLost("the turn's lease was taken over", retryable=False))
+
+        task = asyncio.create_task(check())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _claim_orphans(self) -> None:
         """Take over turns whose runtime stopped (their lease lapsed while they were open)."""

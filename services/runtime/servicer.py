@@ -192,6 +192,15 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         problems.raise_if_any()
         return runtime_pb2.CancelTurnResponse(cancelled=self.runner.cancel(request.session_id, request.turn_id))
 
+    async def AdoptTurn(self, request: runtime_pb2.AdoptTurnRequest, context: Any) -> runtime_pb2.AdoptTurnResponse:
+        problems = Violations()
+        problems.require(request.session_id, "session_id")
+        problems.require(request.turn_id, "turn_id")
+        problems.check(request.lease_token > 0, "lease_token", "is required: the token of the claim")
+        problems.raise_if_any()
+        adopted = self.runner.adopt(request.session_id, request.turn_id, request.lease_token)
+        return runtime_pb2.AdoptTurnResponse(adopted=adopted)
+
     async def ListRuntimes(
         self, request: runtime_pb2.ListRuntimesRequest, context: Any
     ) -> runtime_pb2.ListRuntimesResponse:

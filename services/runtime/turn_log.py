@@ -93,6 +93,7 @@ class TurnLog:
         on_lost: Callable[[TurnLost], None] | None = None,
         meter: TurnMeter | None = None,
         record_steps: bool = True,
+        adopt_grace_s: float = 0.0,
     ) -> None:
         self.sessions = sessions
         self.tenant_id, self.session_id, self.turn_id, self.lease_token = tenant_id, session_id, turn_id, lease_token
@@ -100,6 +101,8 @@ class TurnLog:
         self.on_lost = on_lost
         self.meter = meter
         self.record_steps = record_steps
+        self.adopt_grace_s = adopt_grace_s
+        self._adopted = asyncio.Event()
         self.last_seq = 0
         self.message_count = 0
         self.handing_over = False  # set on shutdown: the turn stops once its next step is stored
@@ -181,6 +184,29 @@ class TurnLog:
             await self._writer
         for listener in self.listeners:
             listener.put_nowait(None)
+
+    def adopt(self, lease_token: int) -> None:
+        """Go on under a new token: this replica claimed its own lapsed lease, or another handed it back."""
+        self.lease_token = lease_token
+        adopted, self._adopted = self._adopted, asyncio.Event()
+        adopted.set()
+
+    async def adopted_after(self, token: int) -> bool:
+        """Whether the lease, found taken under `token`, comes back under a new one within `adopt_grace_s`.
+
+        A lease that lapsed while this replica could not renew it (a store outage, load) is claimed by
+        another replica, which first asks this one whether it still runs the turn (AdoptTurn): a write
+        refused meanwhile waits for that answer rather than give the turn up."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.adopt_grace_s
+        while self.lease_token == token:
+            adopted = self._adopted
+            try:
+                async with asyncio.timeout_at(give_up):
+                    await adopted.wait()
+            except TimeoutError:
+                return False
+        return True
 
     # ------------------------------------------------------------------ the writer
 
@@ -345,6 +371,9 @@ class TurnLog:
                     request.lease_token = self.lease_token  # this replica re-claimed the lease meanwhile
                     continue
                 if code == grpc.StatusCode.FAILED_PRECONDITION:
+                    if await self.adopted_after(request.lease_token):
+                        request.lease_token = self.lease_token  # the claimer handed the turn back (AdoptTurn)
+                        continue
                     raise TurnLost(f"the turn's lease was taken over: {exc.details()}", retryable=False) from exc
                 if code == grpc.StatusCode.NOT_FOUND:
                     raise TurnLost(f"the session was deleted: {exc.details()}", retryable=False) from exc

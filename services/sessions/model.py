@@ -269,6 +269,7 @@ class Claimed:
     token: int
     takeovers: int
     last_seq: int
+    previous_holder: str = ""  # the replica that held the lapsed lease: it may still run the turn
 
 
 @dataclass(frozen=True)

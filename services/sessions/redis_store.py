@@ -982,8 +982,10 @@ class RedisSessionStore:
             for (bucket, sid, gen), reply in zip(batch, replies, strict=True):
                 status, next_look = _s(reply[0]), 0
                 if status == "claimed":
-                    tenant, turn, token, takeovers, last_seq, next_look = reply[1:7]
-                    claimed.append(Claimed(_s(tenant), sid, _s(turn), int(token), int(takeovers), int(last_seq)))
+                    tenant, turn, token, takeovers, last_seq, next_look, previous = reply[1:8]
+                    claimed.append(
+                        Claimed(_s(tenant), sid, _s(turn), int(token), int(takeovers), int(last_seq), _s(previous))
+                    )
                 elif status == "live":
                     next_look = reply[1]
                 args = [sid, gen, int(next_look)]  # when the lease could run out, by the scripts' clock

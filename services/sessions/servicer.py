@@ -1075,6 +1075,7 @@ RPCS: dict[str, Rpc] = {
                     lease_token=c.token,
                     takeovers=c.takeovers,
                     last_seq=c.last_seq,
+                    previous_holder=c.previous_holder,
                 )
                 for c in claimed
             ]

@@ -803,12 +803,15 @@ class MemorySessionStore:
             if lease.expires_at > now:
                 continue
             entry.last_token += 1
+            previous = lease.holder
             lease.token, lease.expires_at, lease.holder = entry.last_token, now + ttl_s, holder
             lease.takeovers += 1
             self._touch(entry)
             last_seq = entry.log.last_seq if entry.log is not None else 0
             record = entry.record
-            claimed.append(Claimed(record.tenant_id, session_id, lease.turn_id, lease.token, lease.takeovers, last_seq))
+            claimed.append(
+                Claimed(record.tenant_id, session_id, lease.turn_id, lease.token, lease.takeovers, last_seq, previous)
+            )
         return claimed
 
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.config import Settings
 from services.runtime.runner import Running, TurnRunner
@@ -60,13 +61,76 @@ class FakeSessions:
         return await self.on_renew(request)
 
 
+class FakeRuntime:
+    """The replica that held a claimed lease: it answers AdoptTurn."""
+
+    def __init__(self, adopted: bool) -> None:
+        self.adopted = adopted
+        self.asked: list[Any] = []
+
+    async def AdoptTurn(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        self.asked.append(request)
+        return runtime_pb2.AdoptTurnResponse(adopted=self.adopted)
+
+
 class FakeClients:
-    def __init__(self, sessions: FakeSessions) -> None:
+    def __init__(self, sessions: FakeSessions, runtimes: dict[str, FakeRuntime] | None = None) -> None:
         self.sessions = sessions
+        self.runtimes = runtimes or {}
+
+    def stub_at(self, address: str, stub_class: Any) -> FakeRuntime:
+        return self.runtimes[address]
 
 
-def runner(sessions: FakeSessions, **settings: Any) -> TurnRunner:
-    return TurnRunner(FakeClients(sessions), Settings(**settings), None, None, None)  # type: ignore[arg-type]
+def runner(sessions: FakeSessions, runtimes: dict[str, FakeRuntime] | None = None, **settings: Any) -> TurnRunner:
+    clients = FakeClients(sessions, runtimes)
+    return TurnRunner(clients, Settings(**settings), None, None, None)  # type: ignore[arg-type]
+
+
+class ClaimedFromAnother(FakeSessions):
+    async def ClaimOrphanedTurns(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        self.claims += 1
+        await self._notify()
+        turn = sessions_pb2.ClaimedTurn(
+            tenant_id="t", session_id=f"s{self.claims}", turn_id="turn", lease_token=9, previous_holder="runtime-2:1"
+        )
+        return sessions_pb2.ClaimOrphanedTurnsResponse(turns=[turn])
+
+
+async def test_a_claimed_turn_its_runtime_still_runs_is_left_to_it() -> None:
+    """Issue 31: Redis away for 5 s let a healthy turn's lease lapse; the other replica claimed it and redid
+    the model step. It now asks the last holder first, which goes on under the new token."""
+    sessions = ClaimedFromAnother()
+    holder = FakeRuntime(adopted=True)
+    replica = runner(
+        sessions, {"runtime-2:1": holder}, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200
+    )
+    replica.serving("runtime-1:1")
+    try:
+        await sessions.until(lambda: sessions.claims >= 3)
+    finally:
+        await replica.close()
+    assert len(holder.asked) >= 2 and holder.asked[0].lease_token == 9 and holder.asked[0].turn_id == "turn"
+    assert sessions.journal_reads == 0 and sessions.appended == [], "nothing was taken over"
+
+
+async def test_a_claimed_turn_its_runtime_no_longer_runs_is_taken_over() -> None:
+    sessions = ClaimedFromAnother()
+
+    async def renew(request: Any) -> Any:  # the hand-over at close
+        return sessions_pb2.RenewTurnLeasesResponse()
+
+    sessions.on_renew = renew
+    holder = FakeRuntime(adopted=False)
+    replica = runner(
+        sessions, {"runtime-2:1": holder}, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200
+    )
+    replica.serving("runtime-1:1")
+    try:
+        await sessions.until(lambda: sessions.journal_reads >= 2)
+    finally:
+        await replica.close()
+    assert holder.asked, "the last holder was asked first"
 
 
 async def test_a_failed_journal_read_does_not_end_the_replicas_takeovers() -> None:

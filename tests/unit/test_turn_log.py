@@ -422,6 +422,34 @@ async def test_an_append_refused_under_a_token_the_log_since_replaced_is_resent_
     assert log.failure is None and kinds(sessions.stored) == ["tool"]
 
 
+async def test_a_lease_handed_back_by_its_claimer_keeps_the_turn_going(
+    sessions: FakeSessions, make_log: MakeLog
+) -> None:
+    """Issue 31: a store outage let the lease lapse and another replica claimed it; it asks this one
+    (AdoptTurn), which still runs the turn: a write refused meanwhile waits for the new token."""
+    lost: list[TurnLost] = []
+    log = make_log(on_lost=lost.append, adopt_grace_s=3600)
+    sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
+    recording = asyncio.create_task(log.record("tool", state(1, ["q"], [])))
+    await sessions.until(lambda: len(sessions.calls) == 1)
+    await idle()
+    assert not recording.done(), "the refused write waits for the claimer's answer"
+    log.adopt(TOKEN + 5)
+    await asyncio.wait_for(recording, 30)
+    assert [call.lease_token for call, _ in sessions.calls] == [TOKEN, TOKEN + 5]
+    assert log.failure is None and not lost and kinds(sessions.stored) == ["tool"]
+
+
+async def test_a_lease_nobody_hands_back_within_the_grace_loses_the_turn(
+    sessions: FakeSessions, make_log: MakeLog
+) -> None:
+    log = make_log(adopt_grace_s=0.01)
+    sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
+    with pytest.raises(TurnLost) as failed:
+        await log.record("tool", state(1, ["q"], []))
+    assert "taken over" in str(failed.value) and len(sessions.calls) == 1
+
+
 async def test_a_failure_behind_a_record_that_did_not_wait_reaches_the_next_one(
     sessions: FakeSessions, make_log: MakeLog
 ) -> None:

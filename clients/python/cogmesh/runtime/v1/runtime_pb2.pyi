@@ -110,6 +110,22 @@ class CancelTurnResponse(_message.Message):
     cancelled: bool
     def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
 
+class AdoptTurnRequest(_message.Message):
+    __slots__ = ("session_id", "turn_id", "lease_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    turn_id: str
+    lease_token: int
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ...) -> None: ...
+
+class AdoptTurnResponse(_message.Message):
+    __slots__ = ("adopted",)
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    adopted: bool
+    def __init__(self, adopted: _Optional[bool] = ...) -> None: ...
+
 class ListRuntimesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -60,6 +60,11 @@ class RuntimeServiceStub:
                 request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.CancelTurnRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.CancelTurnResponse.FromString,
                 _registered_method=True)
+        self.AdoptTurn = channel.unary_unary(
+                '/cogmesh.runtime.v1.RuntimeService/AdoptTurn',
+                request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.AdoptTurnRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.AdoptTurnResponse.FromString,
+                _registered_method=True)
         self.ListRuntimes = channel.unary_unary(
                 '/cogmesh.runtime.v1.RuntimeService/ListRuntimes',
                 request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesRequest.SerializeToString,
@@ -110,6 +115,18 @@ class RuntimeServiceServicer:
 
     def CancelTurn(self, request, context):
         """CancelTurn signals a turn running on this replica to stop. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdoptTurn(self, request, context):
+        """AdoptTurn tells the replica that last held a turn's lease that another
+        replica claimed it as orphaned (ClaimOrphanedTurns) under a new token.
+        When this replica still runs the turn (its renewals were lost to a store
+        outage or to load, not to its death), it goes on under the new token and
+        answers adopted: the claimer then leaves the turn alone, so no step is
+        done twice. Otherwise adopted is false and the claimer takes it over.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -167,6 +184,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.CancelTurn,
                     request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.CancelTurnRequest.FromString,
                     response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.CancelTurnResponse.SerializeToString,
+            ),
+            'AdoptTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdoptTurn,
+                    request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.AdoptTurnRequest.FromString,
+                    response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.AdoptTurnResponse.SerializeToString,
             ),
             'ListRuntimes': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRuntimes,
@@ -293,6 +315,33 @@ class RuntimeService:
             '/cogmesh.runtime.v1.RuntimeService/CancelTurn',
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.CancelTurnRequest.SerializeToString,
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.CancelTurnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdoptTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.runtime.v1.RuntimeService/AdoptTurn',
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.AdoptTurnRequest.SerializeToString,
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.AdoptTurnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -769,20 +769,22 @@ class ClaimOrphanedTurnsRequest(_message.Message):
     def __init__(self, holder: _Optional[str] = ..., max_turns: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
 
 class ClaimedTurn(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq", "previous_holder")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_HOLDER_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
     lease_token: int
     takeovers: int
     last_seq: int
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+    previous_holder: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ..., previous_holder: _Optional[str] = ...) -> None: ...
 
 class ClaimOrphanedTurnsResponse(_message.Message):
     __slots__ = ("turns",)

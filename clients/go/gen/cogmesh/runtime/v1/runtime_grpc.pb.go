@@ -31,6 +31,13 @@ type RuntimeServiceClient interface {
 	ContinueTurn(ctx context.Context, in *ContinueTurnRequest, opts ...grpc.CallOption) (*ContinueTurnResponse, error)
 	// CancelTurn signals a turn running on this replica to stop. Idempotent.
 	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
+	// AdoptTurn tells the replica that last held a turn's lease that another
+	// replica claimed it as orphaned (ClaimOrphanedTurns) under a new token.
+	// When this replica still runs the turn (its renewals were lost to a store
+	// outage or to load, not to its death), it goes on under the new token and
+	// answers adopted: the claimer then leaves the turn alone, so no step is
+	// done twice. Otherwise adopted is false and the claimer takes it over.
+	AdoptTurn(ctx context.Context, in *AdoptTurnRequest, opts ...grpc.CallOption) (*AdoptTurnResponse, error)
 	// ListRuntimes lists the runtime engines this replica can run turns with.
 	ListRuntimes(ctx context.Context, in *ListRuntimesRequest, opts ...grpc.CallOption) (*ListRuntimesResponse, error)
 	// ResumeTurn continues a paused turn from its checkpoint with the answer it
@@ -120,6 +127,15 @@ func (c *runtimeServiceClient) CancelTurn(ctx context.Context, in *CancelTurnReq
 	return out, nil
 }
 
+func (c *runtimeServiceClient) AdoptTurn(ctx context.Context, in *AdoptTurnRequest, opts ...grpc.CallOption) (*AdoptTurnResponse, error) {
+	out := new(AdoptTurnResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.runtime.v1.RuntimeService/AdoptTurn", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *runtimeServiceClient) ListRuntimes(ctx context.Context, in *ListRuntimesRequest, opts ...grpc.CallOption) (*ListRuntimesResponse, error) {
 	out := new(ListRuntimesResponse)
 	err := c.cc.Invoke(ctx, "/cogmesh.runtime.v1.RuntimeService/ListRuntimes", in, out, opts...)
@@ -179,6 +195,13 @@ type RuntimeServiceServer interface {
 	ContinueTurn(context.Context, *ContinueTurnRequest) (*ContinueTurnResponse, error)
 	// CancelTurn signals a turn running on this replica to stop. Idempotent.
 	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
+	// AdoptTurn tells the replica that last held a turn's lease that another
+	// replica claimed it as orphaned (ClaimOrphanedTurns) under a new token.
+	// When this replica still runs the turn (its renewals were lost to a store
+	// outage or to load, not to its death), it goes on under the new token and
+	// answers adopted: the claimer then leaves the turn alone, so no step is
+	// done twice. Otherwise adopted is false and the claimer takes it over.
+	AdoptTurn(context.Context, *AdoptTurnRequest) (*AdoptTurnResponse, error)
 	// ListRuntimes lists the runtime engines this replica can run turns with.
 	ListRuntimes(context.Context, *ListRuntimesRequest) (*ListRuntimesResponse, error)
 	// ResumeTurn continues a paused turn from its checkpoint with the answer it
@@ -217,6 +240,9 @@ func (UnimplementedRuntimeServiceServer) ContinueTurn(context.Context, *Continue
 }
 func (UnimplementedRuntimeServiceServer) CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CancelTurn not implemented")
+}
+func (UnimplementedRuntimeServiceServer) AdoptTurn(context.Context, *AdoptTurnRequest) (*AdoptTurnResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AdoptTurn not implemented")
 }
 func (UnimplementedRuntimeServiceServer) ListRuntimes(context.Context, *ListRuntimesRequest) (*ListRuntimesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListRuntimes not implemented")
@@ -312,6 +338,24 @@ func _RuntimeService_CancelTurn_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RuntimeService_AdoptTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdoptTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeServiceServer).AdoptTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.runtime.v1.RuntimeService/AdoptTurn",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeServiceServer).AdoptTurn(ctx, req.(*AdoptTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RuntimeService_ListRuntimes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRuntimesRequest)
 	if err := dec(in); err != nil {
@@ -366,6 +410,10 @@ var _RuntimeService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTurn",
 			Handler:    _RuntimeService_CancelTurn_Handler,
+		},
+		{
+			MethodName: "AdoptTurn",
+			Handler:    _RuntimeService_AdoptTurn_Handler,
 		},
 		{
 			MethodName: "ListRuntimes",

@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/runtime/v1/runtime.proto.
  */
 export const file_cogmesh_runtime_v1_runtime: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb2dtZXNoL3J1bnRpbWUvdjEvcnVudGltZS5wcm90bxISY29nbWVzaC5ydW50aW1lLnYxIr0DCg5SdW5UdXJuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgd0dXJuX2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkSDQoFbW9kZWwYBSABKAkSEwoLbGVhc2VfdG9rZW4YBiABKAQSDwoHcnVudGltZRgHIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgZsaW1pdHMYCSABKAsyHi5jb2dtZXNoLnJ1bnRpbWUudjEuVHVybkxpbWl0cxIzCgtjb3N0X2J1ZGdldBgKIAEoCzIeLmNvZ21lc2gucnVudGltZS52MS5Db3N0QnVkZ2V0EjEKDGNsaWVudF90b29scxgLIAMoCzIbLmNvZ21lc2guY29tbW9uLnYxLlRvb2xTcGVjEjcKDXNlc3Npb25fdXNhZ2UYDCABKAsyIC5jb2dtZXNoLnJ1bnRpbWUudjEuU2Vzc2lvblVzYWdlEiwKCGRlYWRsaW5lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKjAQoKVHVybkxpbWl0cxIWCg5tYXhfaXRlcmF0aW9ucxgBIAEoBRIWCg5tYXhfdG9vbF9jYWxscxgCIAEoBRIVCg1tYXhfbWNwX2NhbGxzGAMgASgFEhcKD3Rvb2xfdGltZW91dF9tcxgEIAEoBRIaChJtYXhfcGFyYWxsZWxfdG9vbHMYBSABKAUSGQoRbWF4X3dhbGxfY2xvY2tfbXMYBiABKAUigwEKCkNvc3RCdWRnZXQSFAoMbWF4X2Nvc3RfdXNkGAEgASgBEhgKEG1heF90b3RhbF90b2tlbnMYAiABKAMSMAoGYWN0aW9uGAMgASgOMiAuY29nbWVzaC5ydW50aW1lLnYxLkJ1ZGdldEFjdGlvbhITCgtwZXJfc2Vzc2lvbhgEIAEoCCJNCgxTZXNzaW9uVXNhZ2USEAoIY29zdF91c2QYASABKAESFAoMaW5wdXRfdG9rZW5zGAIgASgDEhUKDW91dHB1dF90b2tlbnMYAyABKAMiQgoPUnVuVHVyblJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCI4ChFDYW5jZWxUdXJuUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkiJwoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIVChNMaXN0UnVudGltZXNSZXF1ZXN0IsYBChNSdW50aW1lQ2FwYWJpbGl0aWVzEg0KBXRvb2xzGAEgASgIEgsKA21jcBgCIAEoCBIRCglzdHJlYW1pbmcYAyABKAgSFAoMY2FuY2VsbGF0aW9uGAQgASgIEhkKEXN0cnVjdHVyZWRfb3V0cHV0GAUgASgIEhAKCGZhaWxvdmVyGAYgASgIEhMKC2Nvc3RfYnVkZ2V0GAcgASgIEhQKDHBhdXNlX3Jlc3VtZRgIIAEoCBISCgpkZWxlZ2F0aW9uGAkgASgIIoUBCg1SdW50aW1lRW5naW5lEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSPQoMY2FwYWJpbGl0aWVzGAMgASgLMicuY29nbWVzaC5ydW50aW1lLnYxLlJ1bnRpbWVDYXBhYmlsaXRpZXMSEgoKaXNfZGVmYXVsdBgEIAEoCCJkChRMaXN0UnVudGltZXNSZXNwb25zZRIzCghydW50aW1lcxgBIAMoCzIhLmNvZ21lc2gucnVudGltZS52MS5SdW50aW1lRW5naW5lEhcKD2RlZmF1bHRfcnVudGltZRgCIAEoCSLMAgoRUmVzdW1lVHVyblJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDwoHdHVybl9pZBgDIAEoCRIUCgxpbnRlcnJ1cHRfaWQYBCABKAkSEwoLbGVhc2VfdG9rZW4YBSABKAQSNgoIYXBwcm92YWwYCiABKAsyIi5jb2dtZXNoLnJ1bnRpbWUudjEuQXBwcm92YWxBbnN3ZXJIABIUCgp1c2VyX2lucHV0GAsgASgJSAASOwoLdG9vbF9yZXN1bHQYDCABKAsyJC5jb2dtZXNoLnJ1bnRpbWUudjEuQ2xpZW50VG9vbFJlc3VsdEgAEhEKB2FiYW5kb24YDSABKAhIABIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCAoGYW5zd2VyIkUKElJlc3VtZVR1cm5SZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQingEKDkFwcHJvdmFsQW5zd2VyEjUKCGRlY2lzaW9uGAEgASgOMiMuY29nbWVzaC5jb21tb24udjEuQXBwcm92YWxEZWNpc2lvbhIxChBlZGl0ZWRfYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIOCgZyZWFzb24YAyABKAkSEgoKZGVjaWRlZF9ieRgEIAEoCSI1ChBDbGllbnRUb29sUmVzdWx0Eg8KB2NvbnRlbnQYASABKAkSEAoIaXNfZXJyb3IYAiABKAgiRAoQU3RhcnRUdXJuUmVxdWVzdBIwCgR0dXJuGAEgASgLMiIuY29nbWVzaC5ydW50aW1lLnYxLlJ1blR1cm5SZXF1ZXN0IiMKEVN0YXJ0VHVyblJlc3BvbnNlEg4KBmhvbGRlchgBIAEoCSJMChNDb250aW51ZVR1cm5SZXF1ZXN0EjUKBnJlc3VtZRgBIAEoCzIlLmNvZ21lc2gucnVudGltZS52MS5SZXN1bWVUdXJuUmVxdWVzdCImChRDb250aW51ZVR1cm5SZXNwb25zZRIOCgZob2xkZXIYASABKAkqXgoMQnVkZ2V0QWN0aW9uEh0KGUJVREdFVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIXChNCVURHRVRfQUNUSU9OX0VSUk9SEAESFgoSQlVER0VUX0FDVElPTl9XQVJOEAIywgQKDlJ1bnRpbWVTZXJ2aWNlElQKB1J1blR1cm4SIi5jb2dtZXNoLnJ1bnRpbWUudjEuUnVuVHVyblJlcXVlc3QaIy5jb2dtZXNoLnJ1bnRpbWUudjEuUnVuVHVyblJlc3BvbnNlMAESWAoJU3RhcnRUdXJuEiQuY29nbWVzaC5ydW50aW1lLnYxLlN0YXJ0VHVyblJlcXVlc3QaJS5jb2dtZXNoLnJ1bnRpbWUudjEuU3RhcnRUdXJuUmVzcG9uc2USYQoMQ29udGludWVUdXJuEicuY29nbWVzaC5ydW50aW1lLnYxLkNvbnRpbnVlVHVyblJlcXVlc3QaKC5jb2dtZXNoLnJ1bnRpbWUudjEuQ29udGludWVUdXJuUmVzcG9uc2USWwoKQ2FuY2VsVHVybhIlLmNvZ21lc2gucnVudGltZS52MS5DYW5jZWxUdXJuUmVxdWVzdBomLmNvZ21lc2gucnVudGltZS52MS5DYW5jZWxUdXJuUmVzcG9uc2USYQoMTGlzdFJ1bnRpbWVzEicuY29nbWVzaC5ydW50aW1lLnYxLkxpc3RSdW50aW1lc1JlcXVlc3QaKC5jb2dtZXNoLnJ1bnRpbWUudjEuTGlzdFJ1bnRpbWVzUmVzcG9uc2USXQoKUmVzdW1lVHVybhIlLmNvZ21lc2gucnVudGltZS52MS5SZXN1bWVUdXJuUmVxdWVzdBomLmNvZ21lc2gucnVudGltZS52MS5SZXN1bWVUdXJuUmVzcG9uc2UwAUIxWi9jb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC9ydW50aW1lL3YxO3J1bnRpbWV2MWIGcHJvdG8z", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiBjb2dtZXNoL3J1bnRpbWUvdjEvcnVudGltZS5wcm90bxISY29nbWVzaC5ydW50aW1lLnYxIr0DCg5SdW5UdXJuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgd0dXJuX2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkSDQoFbW9kZWwYBSABKAkSEwoLbGVhc2VfdG9rZW4YBiABKAQSDwoHcnVudGltZRgHIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgZsaW1pdHMYCSABKAsyHi5jb2dtZXNoLnJ1bnRpbWUudjEuVHVybkxpbWl0cxIzCgtjb3N0X2J1ZGdldBgKIAEoCzIeLmNvZ21lc2gucnVudGltZS52MS5Db3N0QnVkZ2V0EjEKDGNsaWVudF90b29scxgLIAMoCzIbLmNvZ21lc2guY29tbW9uLnYxLlRvb2xTcGVjEjcKDXNlc3Npb25fdXNhZ2UYDCABKAsyIC5jb2dtZXNoLnJ1bnRpbWUudjEuU2Vzc2lvblVzYWdlEiwKCGRlYWRsaW5lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKjAQoKVHVybkxpbWl0cxIWCg5tYXhfaXRlcmF0aW9ucxgBIAEoBRIWCg5tYXhfdG9vbF9jYWxscxgCIAEoBRIVCg1tYXhfbWNwX2NhbGxzGAMgASgFEhcKD3Rvb2xfdGltZW91dF9tcxgEIAEoBRIaChJtYXhfcGFyYWxsZWxfdG9vbHMYBSABKAUSGQoRbWF4X3dhbGxfY2xvY2tfbXMYBiABKAUigwEKCkNvc3RCdWRnZXQSFAoMbWF4X2Nvc3RfdXNkGAEgASgBEhgKEG1heF90b3RhbF90b2tlbnMYAiABKAMSMAoGYWN0aW9uGAMgASgOMiAuY29nbWVzaC5ydW50aW1lLnYxLkJ1ZGdldEFjdGlvbhITCgtwZXJfc2Vzc2lvbhgEIAEoCCJNCgxTZXNzaW9uVXNhZ2USEAoIY29zdF91c2QYASABKAESFAoMaW5wdXRfdG9rZW5zGAIgASgDEhUKDW91dHB1dF90b2tlbnMYAyABKAMiQgoPUnVuVHVyblJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCI4ChFDYW5jZWxUdXJuUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkiJwoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCJMChBBZG9wdFR1cm5SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoBCIkChFBZG9wdFR1cm5SZXNwb25zZRIPCgdhZG9wdGVkGAEgASgIIhUKE0xpc3RSdW50aW1lc1JlcXVlc3QixgEKE1J1bnRpbWVDYXBhYmlsaXRpZXMSDQoFdG9vbHMYASABKAgSCwoDbWNwGAIgASgIEhEKCXN0cmVhbWluZxgDIAEoCBIUCgxjYW5jZWxsYXRpb24YBCABKAgSGQoRc3RydWN0dXJlZF9vdXRwdXQYBSABKAgSEAoIZmFpbG92ZXIYBiABKAgSEwoLY29zdF9idWRnZXQYByABKAgSFAoMcGF1c2VfcmVzdW1lGAggASgIEhIKCmRlbGVnYXRpb24YCSABKAgihQEKDVJ1bnRpbWVFbmdpbmUSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRI9CgxjYXBhYmlsaXRpZXMYAyABKAsyJy5jb2dtZXNoLnJ1bnRpbWUudjEuUnVudGltZUNhcGFiaWxpdGllcxISCgppc19kZWZhdWx0GAQgASgIImQKFExpc3RSdW50aW1lc1Jlc3BvbnNlEjMKCHJ1bnRpbWVzGAEgAygLMiEuY29nbWVzaC5ydW50aW1lLnYxLlJ1bnRpbWVFbmdpbmUSFwoPZGVmYXVsdF9ydW50aW1lGAIgASgJIswCChFSZXN1bWVUdXJuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgd0dXJuX2lkGAMgASgJEhQKDGludGVycnVwdF9pZBgEIAEoCRITCgtsZWFzZV90b2tlbhgFIAEoBBI2CghhcHByb3ZhbBgKIAEoCzIiLmNvZ21lc2gucnVudGltZS52MS5BcHByb3ZhbEFuc3dlckgAEhQKCnVzZXJfaW5wdXQYCyABKAlIABI7Cgt0b29sX3Jlc3VsdBgMIAEoCzIkLmNvZ21lc2gucnVudGltZS52MS5DbGllbnRUb29sUmVzdWx0SAASEQoHYWJhbmRvbhgNIAEoCEgAEiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIICgZhbnN3ZXIiRQoSUmVzdW1lVHVyblJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCKeAQoOQXBwcm92YWxBbnN3ZXISNQoIZGVjaXNpb24YASABKA4yIy5jb2dtZXNoLmNvbW1vbi52MS5BcHByb3ZhbERlY2lzaW9uEjEKEGVkaXRlZF9hcmd1bWVudHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg4KBnJlYXNvbhgDIAEoCRISCgpkZWNpZGVkX2J5GAQgASgJIjUKEENsaWVudFRvb2xSZXN1bHQSDwoHY29udGVudBgBIAEoCRIQCghpc19lcnJvchgCIAEoCCJEChBTdGFydFR1cm5SZXF1ZXN0EjAKBHR1cm4YASABKAsyIi5jb2dtZXNoLnJ1bnRpbWUudjEuUnVuVHVyblJlcXVlc3QiIwoRU3RhcnRUdXJuUmVzcG9uc2USDgoGaG9sZGVyGAEgASgJIkwKE0NvbnRpbnVlVHVyblJlcXVlc3QSNQoGcmVzdW1lGAEgASgLMiUuY29nbWVzaC5ydW50aW1lLnYxLlJlc3VtZVR1cm5SZXF1ZXN0IiYKFENvbnRpbnVlVHVyblJlc3BvbnNlEg4KBmhvbGRlchgBIAEoCSpeCgxCdWRnZXRBY3Rpb24SHQoZQlVER0VUX0FDVElPTl9VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9BQ1RJT05fRVJST1IQARIWChJCVURHRVRfQUNUSU9OX1dBUk4QAjKcBQoOUnVudGltZVNlcnZpY2USVAoHUnVuVHVybhIiLmNvZ21lc2gucnVudGltZS52MS5SdW5UdXJuUmVxdWVzdBojLmNvZ21lc2gucnVudGltZS52MS5SdW5UdXJuUmVzcG9uc2UwARJYCglTdGFydFR1cm4SJC5jb2dtZXNoLnJ1bnRpbWUudjEuU3RhcnRUdXJuUmVxdWVzdBolLmNvZ21lc2gucnVudGltZS52MS5TdGFydFR1cm5SZXNwb25zZRJhCgxDb250aW51ZVR1cm4SJy5jb2dtZXNoLnJ1bnRpbWUudjEuQ29udGludWVUdXJuUmVxdWVzdBooLmNvZ21lc2gucnVudGltZS52MS5Db250aW51ZVR1cm5SZXNwb25zZRJbCgpDYW5jZWxUdXJuEiUuY29nbWVzaC5ydW50aW1lLnYxLkNhbmNlbFR1cm5SZXF1ZXN0GiYuY29nbWVzaC5ydW50aW1lLnYxLkNhbmNlbFR1cm5SZXNwb25zZRJYCglBZG9wdFR1cm4SJC5jb2dtZXNoLnJ1bnRpbWUudjEuQWRvcHRUdXJuUmVxdWVzdBolLmNvZ21lc2gucnVudGltZS52MS5BZG9wdFR1cm5SZXNwb25zZRJhCgxMaXN0UnVudGltZXMSJy5jb2dtZXNoLnJ1bnRpbWUudjEuTGlzdFJ1bnRpbWVzUmVxdWVzdBooLmNvZ21lc2gucnVudGltZS52MS5MaXN0UnVudGltZXNSZXNwb25zZRJdCgpSZXN1bWVUdXJuEiUuY29nbWVzaC5ydW50aW1lLnYxLlJlc3VtZVR1cm5SZXF1ZXN0GiYuY29nbWVzaC5ydW50aW1lLnYxLlJlc3VtZVR1cm5SZXNwb25zZTABQjFaL2NvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL3J1bnRpbWUvdjE7cnVudGltZXYxYgZwcm90bzM", [file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * RunTurnRequest describes the turn to run.
@@ -334,6 +334,62 @@ export const CancelTurnResponseSchema: GenMessage<CancelTurnResponse> = /*@__PUR
   messageDesc(file_cogmesh_runtime_v1_runtime, 6);
 
 /**
+ * AdoptTurnRequest hands a claimed lease back to the replica still running its turn.
+ *
+ * @generated from message cogmesh.runtime.v1.AdoptTurnRequest
+ */
+export type AdoptTurnRequest = Message<"cogmesh.runtime.v1.AdoptTurnRequest"> & {
+  /**
+   * Session id.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * Turn id.
+   *
+   * @generated from field: string turn_id = 2;
+   */
+  turnId: string;
+
+  /**
+   * The lease's new fencing token, from the claim.
+   *
+   * @generated from field: uint64 lease_token = 3;
+   */
+  leaseToken: bigint;
+};
+
+/**
+ * Describes the message cogmesh.runtime.v1.AdoptTurnRequest.
+ * Use `create(AdoptTurnRequestSchema)` to create a new message.
+ */
+export const AdoptTurnRequestSchema: GenMessage<AdoptTurnRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_runtime_v1_runtime, 7);
+
+/**
+ * AdoptTurnResponse says whether the turn goes on here.
+ *
+ * @generated from message cogmesh.runtime.v1.AdoptTurnResponse
+ */
+export type AdoptTurnResponse = Message<"cogmesh.runtime.v1.AdoptTurnResponse"> & {
+  /**
+   * True when this replica runs the turn and goes on with it under the new token.
+   *
+   * @generated from field: bool adopted = 1;
+   */
+  adopted: boolean;
+};
+
+/**
+ * Describes the message cogmesh.runtime.v1.AdoptTurnResponse.
+ * Use `create(AdoptTurnResponseSchema)` to create a new message.
+ */
+export const AdoptTurnResponseSchema: GenMessage<AdoptTurnResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_runtime_v1_runtime, 8);
+
+/**
  * ListRuntimesRequest asks for the runtime engines.
  *
  * @generated from message cogmesh.runtime.v1.ListRuntimesRequest
@@ -346,7 +402,7 @@ export type ListRuntimesRequest = Message<"cogmesh.runtime.v1.ListRuntimesReques
  * Use `create(ListRuntimesRequestSchema)` to create a new message.
  */
 export const ListRuntimesRequestSchema: GenMessage<ListRuntimesRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 7);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 9);
 
 /**
  * RuntimeCapabilities lists what a runtime engine supports.
@@ -423,7 +479,7 @@ export type RuntimeCapabilities = Message<"cogmesh.runtime.v1.RuntimeCapabilitie
  * Use `create(RuntimeCapabilitiesSchema)` to create a new message.
  */
 export const RuntimeCapabilitiesSchema: GenMessage<RuntimeCapabilities> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 8);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 10);
 
 /**
  * RuntimeEngine is one named engine that can run turns.
@@ -465,7 +521,7 @@ export type RuntimeEngine = Message<"cogmesh.runtime.v1.RuntimeEngine"> & {
  * Use `create(RuntimeEngineSchema)` to create a new message.
  */
 export const RuntimeEngineSchema: GenMessage<RuntimeEngine> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 9);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 11);
 
 /**
  * ListRuntimesResponse lists engines.
@@ -493,7 +549,7 @@ export type ListRuntimesResponse = Message<"cogmesh.runtime.v1.ListRuntimesRespo
  * Use `create(ListRuntimesResponseSchema)` to create a new message.
  */
 export const ListRuntimesResponseSchema: GenMessage<ListRuntimesResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 10);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 12);
 
 /**
  * ResumeTurnRequest answers what a paused turn waits for.
@@ -593,7 +649,7 @@ export type ResumeTurnRequest = Message<"cogmesh.runtime.v1.ResumeTurnRequest"> 
  * Use `create(ResumeTurnRequestSchema)` to create a new message.
  */
 export const ResumeTurnRequestSchema: GenMessage<ResumeTurnRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 11);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 13);
 
 /**
  * ResumeTurnResponse carries one or more events of the resumed turn.
@@ -614,7 +670,7 @@ export type ResumeTurnResponse = Message<"cogmesh.runtime.v1.ResumeTurnResponse"
  * Use `create(ResumeTurnResponseSchema)` to create a new message.
  */
 export const ResumeTurnResponseSchema: GenMessage<ResumeTurnResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 12);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 14);
 
 /**
  * ApprovalAnswer is a human's decision on a tool call.
@@ -656,7 +712,7 @@ export type ApprovalAnswer = Message<"cogmesh.runtime.v1.ApprovalAnswer"> & {
  * Use `create(ApprovalAnswerSchema)` to create a new message.
  */
 export const ApprovalAnswerSchema: GenMessage<ApprovalAnswer> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 13);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 15);
 
 /**
  * ClientToolResult is what a client-side tool returned.
@@ -684,7 +740,7 @@ export type ClientToolResult = Message<"cogmesh.runtime.v1.ClientToolResult"> & 
  * Use `create(ClientToolResultSchema)` to create a new message.
  */
 export const ClientToolResultSchema: GenMessage<ClientToolResult> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 14);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 16);
 
 /**
  * StartTurnRequest carries the turn to start.
@@ -705,7 +761,7 @@ export type StartTurnRequest = Message<"cogmesh.runtime.v1.StartTurnRequest"> & 
  * Use `create(StartTurnRequestSchema)` to create a new message.
  */
 export const StartTurnRequestSchema: GenMessage<StartTurnRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 15);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 17);
 
 /**
  * StartTurnResponse says where the turn runs.
@@ -726,7 +782,7 @@ export type StartTurnResponse = Message<"cogmesh.runtime.v1.StartTurnResponse"> 
  * Use `create(StartTurnResponseSchema)` to create a new message.
  */
 export const StartTurnResponseSchema: GenMessage<StartTurnResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 16);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 18);
 
 /**
  * ContinueTurnRequest carries the paused turn to resume.
@@ -747,7 +803,7 @@ export type ContinueTurnRequest = Message<"cogmesh.runtime.v1.ContinueTurnReques
  * Use `create(ContinueTurnRequestSchema)` to create a new message.
  */
 export const ContinueTurnRequestSchema: GenMessage<ContinueTurnRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 17);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 19);
 
 /**
  * ContinueTurnResponse says where the turn runs.
@@ -768,7 +824,7 @@ export type ContinueTurnResponse = Message<"cogmesh.runtime.v1.ContinueTurnRespo
  * Use `create(ContinueTurnResponseSchema)` to create a new message.
  */
 export const ContinueTurnResponseSchema: GenMessage<ContinueTurnResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_runtime_v1_runtime, 18);
+  messageDesc(file_cogmesh_runtime_v1_runtime, 20);
 
 /**
  * BudgetAction says what happens when a cost budget is exceeded.
@@ -860,6 +916,21 @@ export const RuntimeService: GenService<{
     methodKind: "unary";
     input: typeof CancelTurnRequestSchema;
     output: typeof CancelTurnResponseSchema;
+  },
+  /**
+   * AdoptTurn tells the replica that last held a turn's lease that another
+   * replica claimed it as orphaned (ClaimOrphanedTurns) under a new token.
+   * When this replica still runs the turn (its renewals were lost to a store
+   * outage or to load, not to its death), it goes on under the new token and
+   * answers adopted: the claimer then leaves the turn alone, so no step is
+   * done twice. Otherwise adopted is false and the claimer takes it over.
+   *
+   * @generated from rpc cogmesh.runtime.v1.RuntimeService.AdoptTurn
+   */
+  adoptTurn: {
+    methodKind: "unary";
+    input: typeof AdoptTurnRequestSchema;
+    output: typeof AdoptTurnResponseSchema;
   },
   /**
    * ListRuntimes lists the runtime engines this replica can run turns with.
