@@ -10,7 +10,7 @@ import gc
 import inspect
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -269,21 +269,28 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
 
         streaming: Any
         if inspect.isasyncgenfunction(inner):
+            # Written here rather than yielded to grpc: grpc leaves a handler's generator suspended at
+            # its `yield` when a write fails (the client cancelled mid-write), and the garbage collector
+            # closes it later from another task, where the span's context cannot be detached ("Failed
+            # to detach context") and the handler's own cleanup runs late. Here the span, the handler's
+            # generator and its cleanup all end in the RPC's task.
 
-            async def streaming(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            async def streaming(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
                 with self._span(method, context) as span:
                     started = time.perf_counter()
                     recorder = begin(request, span)
                     error: BaseException | None = None
+                    responses = inner(request, context)
                     try:
-                        async for item in inner(request, context):
+                        async for item in responses:
                             if recorder is not None:
                                 recorder.sent(item)
-                            yield item
+                            await context.write(item)
                     except BaseException as exc:
                         error = exc
                         raise
                     finally:
+                        await responses.aclose()
                         finish(recorder, span, context, error, started)
 
         else:  # a coroutine that streams with context.write(), like grpc_health's Watch

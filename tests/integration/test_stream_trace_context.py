@@ -62,13 +62,6 @@ def read_events_metric(name: str) -> float:
     return REGISTRY.get_sample_value(name, {"grpc_service": SERVICE, "grpc_method": "ReadEvents"}) or 0.0
 
 
-# The cause is in services/kit/server.py (ObservabilityInterceptor's streaming wrapper), edited
-# elsewhere: remove this mark with that fix, which makes this test pass.
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 31, item 6: the kit's interceptor yields a server stream's messages to grpc from a "
-    "generator holding the span's context; it must write them itself (services/kit/server.py)",
-)
 async def test_a_stream_cancelled_mid_write_detaches_its_trace_context(otel_context_log: Records) -> None:
     assert SUITE_SETTINGS.tracing and SUITE_SETTINGS.metrics  # the kit's interceptor traces and counts
     server = await start(sessions_main.build, SUITE_SETTINGS, "127.0.0.1:0")
