@@ -45,7 +45,8 @@ HELD_TURN = "t-held"
 UNKNOWN_ID = "f" * 32
 LONG_ID = "s" * 257  # ids and names are capped at 256 characters
 BIG_CONTENT = "x" * 100_001  # message content is capped at 100000 characters
-MIB_PLUS = "y" * ((1 << 20) + 1)  # free texts of the context and stored messages are capped at 1 MiB
+MIB_PLUS = "y" * ((1 << 20) + 1)  # free texts of the context are capped at 1 MiB
+STORED_PLUS = "y" * ((16 << 20) + 1)  # a stored message at 16 MiB (a long reply)
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 OK = grpc.StatusCode.OK
@@ -283,7 +284,7 @@ CASES: list[Any] = [
             tenant_id=TENANT,
             session_id=env.session_id,
             lease_token=1,
-            messages=[messages_pb2.Message(role=messages_pb2.ROLE_USER, content=MIB_PLUS)],
+            messages=[messages_pb2.Message(role=messages_pb2.ROLE_USER, content=STORED_PLUS)],
         ),
         "messages[0]",
     ),
@@ -736,6 +737,13 @@ CASES: list[Any] = [
     ),
     bad("runtime", "RunTurn", lambda env: run_turn(env, model=LONG_ID), "model"),
     bad("runtime", "CancelTurn", R.CancelTurnRequest(), "session_id", "turn_id"),
+    bad("runtime", "AdoptTurn", R.AdoptTurnRequest(), "session_id", "turn_id", "lease_token"),
+    ok(
+        "runtime",
+        "AdoptTurn",
+        R.AdoptTurnRequest(session_id="s", turn_id="t", lease_token=3),
+        lambda reply: not reply.adopted,  # a turn this replica does not run is not adopted
+    ),
     bad(
         "runtime",
         "StartTurn",
@@ -832,6 +840,22 @@ CASES: list[Any] = [
         "GetToolResponse",
         C.GetToolResponseRequest(tenant_id="t", session_id="s", execution_id="x"),
         "TOOL_RESULT_NOT_FOUND",
+    ),
+    bad(
+        "context",
+        "GetToolResponse",
+        C.GetToolResponseRequest(tenant_id="t", session_id="s", execution_id="x", offset=-1, max_chars=-2),
+        "offset",
+        "max_chars",
+    ),
+    bad(
+        "context",
+        "ArchiveToolResult",
+        C.ArchiveToolResultRequest(),
+        "tenant_id",
+        "session_id",
+        "tool_call_id",
+        "content",
     ),
     bad(
         "context",
