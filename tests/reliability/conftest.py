@@ -29,7 +29,7 @@ SLOW_AGENT = """
 name: slow
 prompts_dir: default
 model: local
-tools: [calculator, mcp__slow__sleep]
+tools: [calculator, mcp__slow__sleep, mcp__slow__blob]
 default_role: assistant
 """
 TOOLS = f"""
