@@ -130,7 +130,8 @@ class Turns:
             with contextlib.suppress(CogmeshError):
                 await self.cancel(session_id, "", tenant_id, abandon_paused=False)
         accepted = events_pb2.RuntimeEvent(
-            turn_id=turn_id, status=events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
+            turn_id=turn_id,
+            status=events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted", content=content),
         )
         wait_s = deadline_s or self.settings.turn_timeout_s
         acquire = sessions_pb2.AcquireTurnLeaseRequest(

@@ -149,7 +149,8 @@ async def test_calculator_turn_event_sequence(calc_turn: Turn) -> None:
     ]
     accepted, status = events[0].status, events[1].status
     assert (accepted.state, accepted.text) == (events_pb2.TURN_STATE_QUEUED, "accepted")
-    assert status.state == events_pb2.TURN_STATE_RUNNING
+    assert accepted.content == "What is 17 * 23?", "every watcher sees what the turn answers from its start"
+    assert status.state == events_pb2.TURN_STATE_RUNNING and not status.content
     assert status.text != ""
 
     started, finished = events[3].tool_call_started, events[4].tool_call_finished

@@ -112,6 +112,7 @@ class TurnCard {
         this.assistant.append(h("span", { "data-seq": seq, "data-kind": "assistantDelta" }, p.value.text));
         break;
       case "status":
+        if (p.value.content) this.ask(p.value.content); // the accepted status: whoever started the turn
         if (p.value.state === TurnState.RUNNING) this.resolved();
         this.state.textContent = enumName(TurnState, p.value.state);
         line("status", `· ${p.value.text || enumName(TurnState, p.value.state)}`);

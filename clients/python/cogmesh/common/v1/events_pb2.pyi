@@ -120,14 +120,16 @@ class AssistantDelta(_message.Message):
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
 class StatusUpdate(_message.Message):
-    __slots__ = ("state", "text", "interrupt_id")
+    __slots__ = ("state", "text", "interrupt_id", "content")
     STATE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
     state: TurnState
     text: str
     interrupt_id: str
-    def __init__(self, state: _Optional[_Union[TurnState, str]] = ..., text: _Optional[str] = ..., interrupt_id: _Optional[str] = ...) -> None: ...
+    content: str
+    def __init__(self, state: _Optional[_Union[TurnState, str]] = ..., text: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class ToolCallStarted(_message.Message):
     __slots__ = ("name", "arguments", "correlation_id", "source", "server")
