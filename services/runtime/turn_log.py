@@ -270,16 +270,8 @@ class TurnLog:
         )
         error = events_pb2.TurnError(kind=events_pb2.ERROR_KIND_INTERNAL, message=message, retryable=False)
         self._events, self._entries, self._end = [], [], {}
-        self._appends += 1
-        request = sessions_pb2.AppendEventsRequest(
-            tenant_id=self.tenant_id,
-            session_id=self.session_id,
-            turn_id=self.turn_id,
-            lease_token=self.lease_token,
-            events=[events_pb2.RuntimeEvent(turn_id=self.turn_id, error=error)],
-            append_id=f"{self.turn_id}:{self.lease_token}:refused",
-            release_lease=True,
-        )
+        request = self._append([events_pb2.RuntimeEvent(turn_id=self.turn_id, error=error)], [])
+        request.append_id, request.release_lease = f"{self.turn_id}:{self.lease_token}:refused", True
         try:
             await self._send(request)
         except TurnLost as again:  # sessions away or the lease gone: a takeover ends it the same way
@@ -314,16 +306,7 @@ class TurnLog:
         self._entries = self._entries[len(entries) :]
         for entry in self._entries:
             entry.position -= cut
-        self._appends += 1
-        request = sessions_pb2.AppendEventsRequest(
-            tenant_id=self.tenant_id,
-            session_id=self.session_id,
-            turn_id=self.turn_id,
-            lease_token=self.lease_token,
-            events=events,
-            entries=entries,
-            append_id=f"{self.turn_id}:{self.lease_token}:{self._appends}",
-        )
+        request = self._append(events, entries)
         count = len(events) + len(entries)
         if self._end and last:
             request.release_lease = self._end["release_lease"]
@@ -332,6 +315,21 @@ class TurnLog:
             request.messages.extend(self._end["messages"])
             self._end, count = {}, count + 1
         return request, events, count
+
+    def _append(
+        self, events: list[events_pb2.RuntimeEvent], entries: list[sessions_pb2.JournalEntry]
+    ) -> sessions_pb2.AppendEventsRequest:
+        """An append under the turn's lease, with an id of its own (a resend of it is not stored twice)."""
+        self._appends += 1
+        return sessions_pb2.AppendEventsRequest(
+            tenant_id=self.tenant_id,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            lease_token=self.lease_token,
+            events=events,
+            entries=entries,
+            append_id=f"{self.turn_id}:{self.lease_token}:{self._appends}",
+        )
 
     def _cut(self) -> int:
         """How many queued events the next append takes: at most MAX_EVENTS_PER_APPEND, and (from the

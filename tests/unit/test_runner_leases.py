@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import grpc
+import pytest
 
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
@@ -97,40 +98,29 @@ class ClaimedFromAnother(FakeSessions):
         return sessions_pb2.ClaimOrphanedTurnsResponse(turns=[turn])
 
 
-async def test_a_claimed_turn_its_runtime_still_runs_is_left_to_it() -> None:
+@pytest.mark.parametrize("still_runs", [True, False])
+async def test_a_claimed_turn_is_left_to_its_runtime_when_that_still_runs_it(still_runs: bool) -> None:
     """Issue 31: Redis away for 5 s let a healthy turn's lease lapse; the other replica claimed it and redid
-    the model step. It now asks the last holder first, which goes on under the new token."""
-    sessions = ClaimedFromAnother()
-    holder = FakeRuntime(adopted=True)
-    replica = runner(
-        sessions, {"runtime-2:1": holder}, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200
-    )
-    replica.serving("runtime-1:1")
-    try:
-        await sessions.until(lambda: sessions.claims >= 3)
-    finally:
-        await replica.close()
-    assert len(holder.asked) >= 2 and holder.asked[0].lease_token == 9 and holder.asked[0].turn_id == "turn"
-    assert sessions.journal_reads == 0 and sessions.appended == [], "nothing was taken over"
-
-
-async def test_a_claimed_turn_its_runtime_no_longer_runs_is_taken_over() -> None:
+    the model step. It now asks the last holder first: one that still runs the turn goes on under the new
+    token and nothing is taken over; one that does not (or does not answer) has its turn taken over."""
     sessions = ClaimedFromAnother()
 
     async def renew(request: Any) -> Any:  # the hand-over at close
         return sessions_pb2.RenewTurnLeasesResponse()
 
     sessions.on_renew = renew
-    holder = FakeRuntime(adopted=False)
+    holder = FakeRuntime(adopted=still_runs)
     replica = runner(
         sessions, {"runtime-2:1": holder}, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200
     )
     replica.serving("runtime-1:1")
     try:
-        await sessions.until(lambda: sessions.journal_reads >= 2)
+        await sessions.until(lambda: sessions.claims >= 3 if still_runs else sessions.journal_reads >= 2)
     finally:
         await replica.close()
-    assert holder.asked, "the last holder was asked first"
+    assert holder.asked and holder.asked[0].lease_token == 9 and holder.asked[0].turn_id == "turn"
+    if still_runs:
+        assert sessions.journal_reads == 0 and sessions.appended == [], "nothing was taken over"
 
 
 async def test_a_failed_journal_read_does_not_end_the_replicas_takeovers() -> None:
