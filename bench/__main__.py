@@ -36,6 +36,7 @@ ALL = [
     "journal",
     "capacity",
     "memory_pack",
+    "large_payloads",
 ]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
