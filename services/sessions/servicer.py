@@ -81,7 +81,8 @@ MAX_JSON_BYTES = 64 << 10
 MAX_SUMMARY_BYTES = 256 << 10
 MAX_GOAL_TEXT = 16 << 10
 MAX_SKILLS = 100
-MAX_PAYLOAD_BYTES = 32 << 20  # a journal entry: a step's state, a long reply in it
+MAX_PAYLOAD_BYTES = 3 << 20  # a checkpoint's payload (paused turns keep theirs in the journal)
+MAX_ENTRY_BYTES = 32 << 20  # a journal entry: a step's state, a long reply in it
 DEFAULT_LEASE_TTL_S = 300
 DEFAULT_REHYDRATION_MESSAGES = 10
 MAX_LEASE_WAIT_S = 600.0  # an ENQUEUE without a deadline still gives up eventually
@@ -487,9 +488,9 @@ def _check_entries(entries: Sequence[sessions_pb2.JournalEntry], problems: Viola
     for i, entry in enumerate(entries):
         _check_id(entry.kind, f"entries[{i}].kind", problems)
         problems.check(
-            len(entry.state) <= MAX_PAYLOAD_BYTES,
+            len(entry.state) <= MAX_ENTRY_BYTES,
             f"entries[{i}].state",
-            f"must be at most {MAX_PAYLOAD_BYTES >> 20} MiB",
+            f"must be at most {MAX_ENTRY_BYTES >> 20} MiB",
         )
 
 

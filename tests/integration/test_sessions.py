@@ -371,7 +371,7 @@ async def test_interrupt_reaches_the_holder_through_renew(stub: Any) -> None:
 async def test_bad_input_names_the_field(stub: Any) -> None:
     sid = (await create(stub)).session.session_id
     token = (await acquire(stub, sid)).lease_token
-    oversized = message("y" * ((1 << 20) + 1))
+    oversized = message("y" * ((16 << 20) + 1))  # a stored message holds at most 16 MiB
     cases: list[tuple[Any, list[str]]] = [
         (stub.ListMessages(S.ListMessagesRequest(tenant_id=TENANT, session_id=sid, page_size=-1)), ["page_size"]),
         (stub.ListSessions(S.ListSessionsRequest(tenant_id=TENANT, page_size=-5)), ["page_size"]),
