@@ -167,6 +167,7 @@ class TurnRunner:
             meter=TurnMeter(how) if self.settings.metrics else None,
             record_steps=self.settings.journal_steps,
             adopt_grace_s=self.settings.call_timeout_s,  # how long a claimer's AdoptTurn may take to come
+            holder=self.address,  # a claimer of its lapsed lease asks this replica first
         )
 
     def deadline_of(self, request: runtime_pb2.RunTurnRequest | runtime_pb2.ResumeTurnRequest) -> float:

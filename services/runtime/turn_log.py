@@ -94,6 +94,7 @@ class TurnLog:
         meter: TurnMeter | None = None,
         record_steps: bool = True,
         adopt_grace_s: float = 0.0,
+        holder: str = "",
     ) -> None:
         self.sessions = sessions
         self.tenant_id, self.session_id, self.turn_id, self.lease_token = tenant_id, session_id, turn_id, lease_token
@@ -102,6 +103,8 @@ class TurnLog:
         self.meter = meter
         self.record_steps = record_steps
         self.adopt_grace_s = adopt_grace_s
+        self.holder = holder  # this replica's address: the next append records it as the lease's holder
+        self._announce = bool(holder)
         self._adopted = asyncio.Event()
         self.last_seq = 0
         self.message_count = 0
@@ -188,6 +191,7 @@ class TurnLog:
     def adopt(self, lease_token: int) -> None:
         """Go on under a new token: this replica claimed its own lapsed lease, or another handed it back."""
         self.lease_token = lease_token
+        self._announce = bool(self.holder)  # a claim recorded the claimer as the holder
         adopted, self._adopted = self._adopted, asyncio.Event()
         adopted.set()
 
@@ -321,6 +325,7 @@ class TurnLog:
     ) -> sessions_pb2.AppendEventsRequest:
         """An append under the turn's lease, with an id of its own (a resend of it is not stored twice)."""
         self._appends += 1
+        holder, self._announce = (self.holder if self._announce else ""), False
         return sessions_pb2.AppendEventsRequest(
             tenant_id=self.tenant_id,
             session_id=self.session_id,
@@ -329,6 +334,7 @@ class TurnLog:
             events=events,
             entries=entries,
             append_id=f"{self.turn_id}:{self.lease_token}:{self._appends}",
+            holder=holder,
         )
 
     def _cut(self) -> int:

@@ -231,6 +231,7 @@ class NewEvents:
     release: bool = False  # the turn's end: free the lease in the same write
     pause: NewCheckpoint | None = None  # the turn paused: store what it waits for, free the lease
     messages: Sequence[bytes] = ()  # the turn's messages, stored with its end
+    holder: str = ""  # the runtime replica writing, recorded as the lease's holder ("" keeps it)
 
 
 @dataclass(frozen=True)

@@ -515,7 +515,8 @@ return {'ok', queued, lease_reply('held', l)}
 
 # ARGV: token, turn, append id, how many append ids to remember, release ('1'), the events and journal
 # entries (log_events), the messages (count, payloads), the pause (interrupt id, checkpoint blob, max pending;
-# '' when none), the log's retention. Logs everything or nothing, fenced by the lease.
+# '' when none), the writing runtime replica ('' keeps the lease's holder), the log's retention. Logs
+# everything or nothing, fenced by the lease.
 APPEND_EVENTS = r"""
 local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10]),
   ARGV[11] == '1'
@@ -546,6 +547,7 @@ if release or pause_id ~= '' then
   free_lease()
 else
   redis.call('HSET', S, 'lease_open', '1')
+  if ARGV[#ARGV - 1] ~= '' then redis.call('HSET', S, 'holder', ARGV[#ARGV - 1]) end  -- who writes
 end
 if append_id ~= '' then
   redis.call('ZADD', K['events:batches'], last, append_id)

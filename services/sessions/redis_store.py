@@ -886,6 +886,7 @@ class RedisSessionStore:
             len(new.messages),
             *new.messages,
             *pause,
+            new.holder,
             self._retention,
         )
         status = _s(reply[0])

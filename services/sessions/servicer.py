@@ -501,6 +501,7 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
     _check_events(r.events, problems)
     _check_entries(r.entries, problems)
     problems.check(len(r.append_id) <= 256, "append_id", "must be at most 256 characters")
+    _check_id(r.holder, "holder", problems, required=False)
     problems.check(
         not (r.release_lease and r.HasField("pause")),
         "pause",
@@ -535,6 +536,7 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
         r.release_lease,
         pause,
         messages,
+        r.holder,
     )
 
 

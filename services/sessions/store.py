@@ -747,6 +747,7 @@ class MemorySessionStore:
             self._free(entry)
         else:
             self._opened(entry, lease)
+            lease.holder = new.holder or lease.holder
         if new.append_id:
             entry.log_appends[new.append_id] = last_seq
             if len(entry.log_appends) > REMEMBERED_APPENDS:

@@ -90,10 +90,11 @@ class Harness:
         release: bool = False,
         pause: NewCheckpoint | None = None,
         messages: Sequence[bytes] = (),
+        holder: str = "",
     ) -> Appended:
         """Append; a journal entry without a position comes after all of the append's events."""
         entries = [(e[0], e[1], e[2] if len(e) == 3 else len(events)) for e in journal]
-        new = NewEvents(turn_id, token, list(events), entries, append_id, release, pause, messages)
+        new = NewEvents(turn_id, token, list(events), entries, append_id, release, pause, messages, holder)
         return await self.store.append_events(ACME, sid, new)
 
     async def log(self, sid: str, after: int = 0) -> list[events_pb2.RuntimeEvent]:
@@ -542,6 +543,22 @@ async def test_an_open_turns_expired_lease_waits_for_a_takeover(h: Harness) -> N
     assert (state.lease.token, state.lease.holder, state.lease.takeovers) == (claimed.token, "10.0.0.2:50052", 1)
     await h.append(sid, "t1", claimed.token, final("whole answer", "t1"), release=True)
     assert isinstance(await h.store.try_acquire(ACME, sid, "t3", TTL, Strategy.ENQUEUE), Acquired), "the waiter's turn"
+
+
+async def test_a_claim_names_the_replica_that_last_wrote_the_turn(h: Harness) -> None:
+    """The runtime's first append records it as the holder, so a replica that claims the lapsed lease can
+    ask it whether it still runs the turn (RuntimeService.AdoptTurn) before redoing a step (issue 31)."""
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    await h.append(sid, "t1", grant.token, delta("half", "t1"), holder="10.0.0.1:50052")
+    await h.append(sid, "t1", grant.token, delta(" an answer", "t1"))  # "" keeps the holder
+    assert (await h.store.lease_state(ACME, sid)).lease.holder == "10.0.0.1:50052"  # type: ignore[union-attr]
+    await h.lapse(TTL + 1)
+    (claimed,) = await h.store.claim_orphans("10.0.0.2:50052", 10, TTL)
+    assert claimed.previous_holder == "10.0.0.1:50052"
+    # The first replica goes on under the new token and says so with its next append.
+    await h.append(sid, "t1", claimed.token, delta(" and more", "t1"), holder="10.0.0.1:50052")
+    assert (await h.store.lease_state(ACME, sid)).lease.holder == "10.0.0.1:50052"  # type: ignore[union-attr]
 
 
 async def test_claims_take_only_expired_open_turns_and_respect_the_limit(h: Harness) -> None:

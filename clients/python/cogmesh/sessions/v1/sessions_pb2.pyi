@@ -645,7 +645,7 @@ class JournalEntry(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., state: _Optional[bytes] = ..., seq: _Optional[int] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., position: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "events", "entries", "append_id", "release_lease", "pause", "messages")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "events", "entries", "append_id", "release_lease", "pause", "messages", "holder")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -656,6 +656,7 @@ class AppendEventsRequest(_message.Message):
     RELEASE_LEASE_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -666,7 +667,8 @@ class AppendEventsRequest(_message.Message):
     release_lease: bool
     pause: Checkpoint
     messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., append_id: _Optional[str] = ..., release_lease: _Optional[bool] = ..., pause: _Optional[_Union[Checkpoint, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ...) -> None: ...
+    holder: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., append_id: _Optional[str] = ..., release_lease: _Optional[bool] = ..., pause: _Optional[_Union[Checkpoint, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., holder: _Optional[str] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
     __slots__ = ("last_seq", "duplicate", "message_count")
