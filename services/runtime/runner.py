@@ -331,6 +331,8 @@ class TurnRunner:
         running = self._track(
             "takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token, journal.state
         )
+        # Cancelled while nobody ran it (its runtime gone): it ends as cancelled, keeping what it had done.
+        running.interrupted = bool(claimed.interrupt_requested_by)
         log.info("taking over a turn", takeovers=claimed.takeovers, from_seq=journal.seq, log_seq=claimed.last_seq)
         self._spawn(running, self._run_takeover(running, claimed, journal))
 

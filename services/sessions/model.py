@@ -271,6 +271,7 @@ class Claimed:
     takeovers: int
     last_seq: int
     previous_holder: str = ""  # the replica that held the lapsed lease: it may still run the turn
+    interrupt_requested_by: str = ""  # a cancel reached the lease while nobody ran the turn
 
 
 @dataclass(frozen=True)

@@ -592,7 +592,7 @@ local token = redis.call('HINCRBY', S, 'last_token', 1)
 redis.call('HSET', S, 'lease_token', token, 'lease_exp', now + lease_ms, 'holder', holder,
   'takeovers', l.takeovers + 1)
 touch()
-return {'claimed', owner, l.turn, token, l.takeovers + 1, last_seq(), now + lease_ms, l.holder}
+return {'claimed', owner, l.turn, token, l.takeovers + 1, last_seq(), now + lease_ms, l.holder, l.int_by}
 """
 
 # ARGV: turn (its base id; '' for whichever runs), requested by. Asks the turn's runtime to stop.

@@ -983,9 +983,18 @@ class RedisSessionStore:
             for (bucket, sid, gen), reply in zip(batch, replies, strict=True):
                 status, next_look = _s(reply[0]), 0
                 if status == "claimed":
-                    tenant, turn, token, takeovers, last_seq, next_look, previous = reply[1:8]
+                    tenant, turn, token, takeovers, last_seq, next_look, previous, interrupt = reply[1:9]
                     claimed.append(
-                        Claimed(_s(tenant), sid, _s(turn), int(token), int(takeovers), int(last_seq), _s(previous))
+                        Claimed(
+                            _s(tenant),
+                            sid,
+                            _s(turn),
+                            int(token),
+                            int(takeovers),
+                            int(last_seq),
+                            _s(previous),
+                            _s(interrupt),
+                        )
                     )
                 elif status == "live":
                     next_look = reply[1]

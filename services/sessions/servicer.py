@@ -1079,6 +1079,7 @@ RPCS: dict[str, Rpc] = {
                     takeovers=c.takeovers,
                     last_seq=c.last_seq,
                     previous_holder=c.previous_holder,
+                    interrupt_requested_by=c.interrupt_requested_by,
                 )
                 for c in claimed
             ]

@@ -811,7 +811,16 @@ class MemorySessionStore:
             last_seq = entry.log.last_seq if entry.log is not None else 0
             record = entry.record
             claimed.append(
-                Claimed(record.tenant_id, session_id, lease.turn_id, lease.token, lease.takeovers, last_seq, previous)
+                Claimed(
+                    record.tenant_id,
+                    session_id,
+                    lease.turn_id,
+                    lease.token,
+                    lease.takeovers,
+                    last_seq,
+                    previous,
+                    lease.interrupt_by,
+                )
             )
         return claimed
 

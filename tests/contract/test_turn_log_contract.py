@@ -556,9 +556,22 @@ async def test_a_claim_names_the_replica_that_last_wrote_the_turn(h: Harness) ->
     await h.lapse(TTL + 1)
     (claimed,) = await h.store.claim_orphans("10.0.0.2:50052", 10, TTL)
     assert claimed.previous_holder == "10.0.0.1:50052"
+    assert claimed.interrupt_requested_by == "", "nobody asked it to stop"
     # The first replica goes on under the new token and says so with its next append.
     await h.append(sid, "t1", claimed.token, delta(" and more", "t1"), holder="10.0.0.1:50052")
     assert (await h.store.lease_state(ACME, sid)).lease.holder == "10.0.0.1:50052"  # type: ignore[union-attr]
+
+
+async def test_a_claim_says_the_turn_was_asked_to_stop_while_nobody_ran_it(h: Harness) -> None:
+    """CancelTurn whose runtime is gone records the interrupt on the lease; whoever claims the turn ends it
+    as cancelled instead of going on (issue 31: CancelTurn always frees the session)."""
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    await h.append(sid, "t1", grant.token, delta("half", "t1"), holder="10.0.0.1:50052")
+    await h.lapse(TTL + 1)  # its runtime died
+    assert await h.store.interrupt_turn(ACME, sid, "t1", "cancel") is not None
+    (claimed,) = await h.store.claim_orphans("10.0.0.2:50052", 10, TTL)
+    assert (claimed.turn_id, claimed.interrupt_requested_by) == ("t1", "cancel")
 
 
 async def test_claims_take_only_expired_open_turns_and_respect_the_limit(h: Harness) -> None:

@@ -771,7 +771,7 @@ class ClaimOrphanedTurnsRequest(_message.Message):
     def __init__(self, holder: _Optional[str] = ..., max_turns: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
 
 class ClaimedTurn(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq", "previous_holder")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq", "previous_holder", "interrupt_requested_by")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -779,6 +779,7 @@ class ClaimedTurn(_message.Message):
     TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -786,7 +787,8 @@ class ClaimedTurn(_message.Message):
     takeovers: int
     last_seq: int
     previous_holder: str
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ..., previous_holder: _Optional[str] = ...) -> None: ...
+    interrupt_requested_by: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ..., previous_holder: _Optional[str] = ..., interrupt_requested_by: _Optional[str] = ...) -> None: ...
 
 class ClaimOrphanedTurnsResponse(_message.Message):
     __slots__ = ("turns",)
