@@ -37,6 +37,7 @@ ALL = [
     "capacity",
     "memory_pack",
     "large_payloads",
+    "session_scopes",
 ]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
