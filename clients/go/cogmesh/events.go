@@ -73,7 +73,7 @@ func Voided(events []*commonv1.RuntimeEvent) map[uint64]bool {
 // Text is the turn's answer: the final text, or the assistant deltas streamed before an
 // error or a pause, without those a retried step voided.
 func (t *Turn) Text() string {
-	if t.Final != nil {
+	if t.Final != nil && !t.Final.GetTextOmitted() { // a reply over 512 KiB is in the deltas only
 		return t.Final.GetText()
 	}
 	void := Voided(t.Events)

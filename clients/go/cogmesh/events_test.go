@@ -35,4 +35,8 @@ func TestTurnTextSkipsVoidedDeltas(t *testing.T) {
 	if got := turn.Text(); got != "final" {
 		t.Fatalf("text of a completed turn: %q", got)
 	}
+	turn.Final = &commonv1.FinalResult{TextOmitted: true} // a long reply: the final event leaves it out
+	if got := turn.Text(); got != "The answer is 42" {
+		t.Fatalf("text of a completed turn whose final left it out: %q", got)
+	}
 }

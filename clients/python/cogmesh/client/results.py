@@ -105,8 +105,9 @@ class TurnResult:
 
     @property
     def text(self) -> str:
-        """The final answer, or what was streamed before an error or a pause."""
-        if self.ok:
+        """The final answer, or what was streamed before an error or a pause (or of an answer so long
+        that the final event left it out: FinalResult.text_omitted)."""
+        if self.ok and not self.last.final.text_omitted:
             return str(self.last.final.text)
         void = voided(self.events)
         return "".join(
