@@ -140,7 +140,7 @@ class ContextLink:
 
 def archive_tool(clients: Clients, tenant_id: str, session_id: str, page_chars: int = 0) -> Tool:
     """get_tool_response(execution_id, offset): an archived tool result, in pages of `page_chars` (0: whole)."""
-    page = max(page_chars - PAGE_FOOTER_CHARS, 1000) if page_chars else 0
+    page = max(page_chars - PAGE_FOOTER_CHARS, page_chars // 2) if page_chars else 0  # a page + footer fits
 
     async def run(arguments: Mapping[str, Any], context: ToolContext) -> str:
         execution_id = str(arguments.get("execution_id", ""))

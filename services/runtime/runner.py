@@ -67,6 +67,7 @@ class Running:
     turn: Turn | None = None
     task: asyncio.Task[Any] | None = None
     interrupted: bool = False
+    checking: bool = False  # a renewal found the lease claimed: waiting for the claimer to hand it back
 
     def adopt(self, lease_token: int) -> None:
         """The turn's lease under a new token (a claim of its lapsed lease, by this replica or another)."""
@@ -313,9 +314,10 @@ class TurnRunner:
             # token rather than redo the step (its next write, refused under the old one, is resent).
             log.warning("took over a turn this replica still runs: it goes on", takeovers=claimed.takeovers)
             return
-        elsewhere = claimed.previous_holder not in ("", self.address)
-        if elsewhere and await self._adopted_by(claimed, turn_id):
-            return
+        if claimed.previous_holder not in ("", self.address):
+            runs = await self._holder_runs(claimed, turn_id)
+            if runs is not False:  # it goes on there; or unclear: the lease lapses and the next claim decides
+                return
         try:
             journal = await self._journal(claimed.tenant_id, claimed.session_id, turn_id)
         except CogmeshError as exc:
@@ -340,23 +342,30 @@ class TurnRunner:
         """Go on under `lease_token` with a turn this replica still runs (another replica claimed its lapsed
         lease: its renewals were lost to a store outage or to load). False when it does not run it."""
         mine = self._running.get((session_id, turn_id))
-        if mine is None or mine.task is None or mine.task.done() or mine.log.failure is not None:
+        if mine is None or mine.task is None or mine.task.done() or mine.task.cancelling():
+            return False  # not here, or ending (cancelled: it lost its lease, or is shutting down)
+        if mine.log.failure is not None:
             return False
         if lease_token > mine.lease_token:
             mine.adopt(lease_token)
         return True
 
-    async def _adopted_by(self, claimed: sessions_pb2.ClaimedTurn, turn_id: str) -> bool:
-        """Ask the replica that held the lapsed lease whether it still runs the turn (it then goes on)."""
+    async def _holder_runs(self, claimed: sessions_pb2.ClaimedTurn, turn_id: str) -> bool | None:
+        """Ask the replica that held the lapsed lease whether it still runs the turn (it then goes on under
+        the claim's token): True, False (it does not, or it is gone), or None when the answer is unclear
+        (a timeout: it may have adopted the token, so taking the turn over now could let two write)."""
         stub = self.clients.stub_at(claimed.previous_holder, runtime_pb2_grpc.RuntimeServiceStub)
         request = runtime_pb2.AdoptTurnRequest(
             session_id=claimed.session_id, turn_id=turn_id, lease_token=claimed.lease_token
         )
-        try:
-            reply = await stub.AdoptTurn(request, timeout=self.settings.call_timeout_s)
-        except grpc.aio.AioRpcError as exc:  # gone (the usual case of a takeover): take the turn over
-            log.info("the turn's last runtime does not answer: taking it over", code=exc.code().name)
-            return False
+        try:  # no waiting for a connection: a holder that is gone refuses at once
+            reply = await stub.AdoptTurn(request, timeout=self.settings.call_timeout_s, wait_for_ready=False)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:  # the usual takeover: its runtime is gone
+                log.info("the turn's last runtime is gone: taking the turn over", holder=claimed.previous_holder)
+                return False
+            log.warning("no clear answer from the turn's last runtime: its lease decides", code=exc.code().name)
+            return None
         if reply.adopted:
             log.warning(
                 "claimed a turn its runtime still runs (its lease lapsed): it goes on there",
@@ -625,11 +634,17 @@ class TurnRunner:
 
     def _spawn_check(self, running: Running, token: int) -> None:
         """A renewal found the lease taken: the turn stops, unless the claimer hands it back (AdoptTurn)."""
+        if running.checking:
+            return  # one check per turn: later renewals find the same claim
 
         async def check() -> None:
-            if not await running.log.adopted_after(token):
-                self._lost(running, TurnLost("the turn's lease was taken over", retryable=False))
+            try:
+                if not await running.log.adopted_after(token):
+                    self._lost(running, TurnLost("the turn's lease was taken over", retryable=False))
+            finally:
+                running.checking = False
 
+        running.checking = True
         task = asyncio.create_task(check())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -383,7 +383,9 @@ class TurnLog:
                     raise TurnLost(f"the session was deleted: {exc.details()}", retryable=False) from exc
                 if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     why = f"the event log refused an append: {code.name}: {exc.details()}"
-                    raise TurnLost(why, retryable=False, refused=True) from exc
+                    # Too large or malformed: written again anywhere, it would be refused the same way.
+                    refused = code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+                    raise TurnLost(why, retryable=False, refused=refused) from exc
                 failures += 1
                 if loop.time() + pause >= give_up:
                     raise TurnLost(

@@ -153,9 +153,13 @@ async def test_the_last_page_says_it_is_the_end_and_a_bad_offset_is_a_tool_error
 async def test_an_agent_sets_its_own_limit(env: Env) -> None:
     session = await new_session(env.gateway, agent="small")
     events = await send(env.gateway, session, '@mcp__py__blob {"size": 5000}')
-    assert tool_message(events).startswith("SUMMARIZED executionId:"), (
-        "5,000 characters are over 1,000 tokens (4,000 characters)"
-    )
+    marker = tool_message(events)
+    assert marker.startswith("SUMMARIZED executionId:"), "5,000 characters are over 1,000 tokens (4,000 characters)"
+    execution_id = re.findall(r"executionId:'([^']+)'", marker)[0]
+    paged = await send(env.gateway, session, f'@get_tool_response {{"execution_id": "{execution_id}"}}')
+    page = tool_message(paged)  # a page of the archive fits the agent's limit: it is not archived again
+    assert page.startswith("line 000000000\n") and page.endswith("the next page starts at offset 3800]")
+    assert len(page) <= 4000
 
 
 async def read_messages(env: Env, session: str) -> list[Any]:

@@ -65,13 +65,15 @@ class FakeSessions:
 class FakeRuntime:
     """The replica that held a claimed lease: it answers AdoptTurn."""
 
-    def __init__(self, adopted: bool) -> None:
-        self.adopted = adopted
+    def __init__(self, answer: bool | grpc.StatusCode) -> None:
+        self.answer = answer  # adopted or not, or the status the call fails with
         self.asked: list[Any] = []
 
-    async def AdoptTurn(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+    async def AdoptTurn(self, request: Any, timeout: float | None = None, wait_for_ready: bool = True) -> Any:  # noqa: ASYNC109
         self.asked.append(request)
-        return runtime_pb2.AdoptTurnResponse(adopted=self.adopted)
+        if isinstance(self.answer, grpc.StatusCode):
+            raise grpc.aio.AioRpcError(self.answer, grpc.aio.Metadata(), grpc.aio.Metadata(), "no answer")
+        return runtime_pb2.AdoptTurnResponse(adopted=self.answer)
 
 
 class FakeClients:
@@ -98,18 +100,29 @@ class ClaimedFromAnother(FakeSessions):
         return sessions_pb2.ClaimOrphanedTurnsResponse(turns=[turn])
 
 
-@pytest.mark.parametrize("still_runs", [True, False])
-async def test_a_claimed_turn_is_left_to_its_runtime_when_that_still_runs_it(still_runs: bool) -> None:
+@pytest.mark.parametrize(
+    ("answer", "left"),
+    [
+        (True, True),  # it still runs the turn: it goes on there under the new token
+        (False, False),  # it does not: taken over
+        (grpc.StatusCode.UNAVAILABLE, False),  # it is gone (connection refused): taken over
+        (grpc.StatusCode.DEADLINE_EXCEEDED, True),  # unclear (it may have adopted): the lease decides later
+    ],
+)
+async def test_a_claimed_turn_is_left_to_its_runtime_unless_that_says_it_does_not_run_it(
+    answer: bool | grpc.StatusCode, left: bool
+) -> None:
     """Issue 31: Redis away for 5 s let a healthy turn's lease lapse; the other replica claimed it and redid
-    the model step. It now asks the last holder first: one that still runs the turn goes on under the new
-    token and nothing is taken over; one that does not (or does not answer) has its turn taken over."""
+    the model step. It now asks the last holder first, and takes the turn over only on a clear no: after a
+    timeout the holder may have adopted the new token, and two replicas must never write under one."""
+    still_runs = left
     sessions = ClaimedFromAnother()
 
     async def renew(request: Any) -> Any:  # the hand-over at close
         return sessions_pb2.RenewTurnLeasesResponse()
 
     sessions.on_renew = renew
-    holder = FakeRuntime(adopted=still_runs)
+    holder = FakeRuntime(answer)
     replica = runner(
         sessions, {"runtime-2:1": holder}, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200
     )
@@ -196,4 +209,28 @@ async def test_a_renewal_answered_under_the_old_token_leaves_a_turn_taken_back_r
         work.cancel()
         del replica._running[("s", "turn")]
         await running.log.close()
+        await replica.close()
+
+
+async def test_a_renewal_that_finds_the_lease_claimed_waits_for_the_hand_back() -> None:
+    """The holder's renewal may hear of the claim before the claimer's AdoptTurn arrives: the turn goes on
+    if the new token comes within the grace (one check per turn, however many renewals hear it)."""
+    sessions = FakeSessions()
+    replica = runner(
+        sessions, takeover_poll_s=3600, turn_lease_renew_s=3600, turn_lease_ttl_s=7200, call_timeout_s=3600
+    )
+    lost: list[Any] = []
+    replica._lost = lambda running, why: lost.append(why)  # type: ignore[method-assign]
+    running = replica._track("StartTurn", "t", "s1", "turn", 9)
+    try:
+        replica._spawn_check(running, 9)
+        replica._spawn_check(running, 9)
+        assert running.checking and len(replica._tasks) == 1
+        assert replica.adopt("s1", "turn", 10), "the claimer's AdoptTurn finds the turn running"
+        async with asyncio.timeout(TIMEOUT_S):
+            while running.checking:  # noqa: ASYNC110 - the check runs on a task of its own
+                await asyncio.sleep(0)
+        assert lost == [] and running.lease_token == 10
+    finally:
+        await replica._forget(running)
         await replica.close()

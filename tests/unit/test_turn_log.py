@@ -357,7 +357,9 @@ async def test_a_resend_whose_first_try_landed_is_not_logged_twice(sessions: Fak
     assert [(e.seq, e.status.text) for e in got if e is not None] == [(1, "one"), (2, "two"), (3, "three")]
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND])
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INTERNAL]
+)
 async def test_a_refused_append_loses_the_turn_for_good(
     sessions: FakeSessions, make_log: MakeLog, code: grpc.StatusCode
 ) -> None:

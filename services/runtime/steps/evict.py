@@ -27,8 +27,8 @@ async def bound_result(run: Run, item: CallState) -> None:
     """Archive `item`'s result when it is over the turn's limit; its result becomes the marker."""
     turn = run.turn
     limit, result = turn.result_limit_chars, item.result
-    if limit <= 0 or len(result) <= limit:
-        return
+    if limit <= 0 or len(result) <= limit or item.tool is turn.archive_tool:
+        return  # a page of the archive is sized to the limit already
     name = item.call.name
     preview = result[: min(PREVIEW_CHARS, limit // 2)]
     archived = ""
