@@ -26,6 +26,7 @@ import {
 import { CogmeshError } from "./errors.js";
 import { RateLimitWait } from "./retry.js";
 import {
+  finalText,
   interruptOf,
   is,
   isPause,
@@ -463,7 +464,8 @@ export class CogmeshClientBase {
       events.push(event);
       if (is(event, "error")) throw new TurnFailedError(event);
       if (is(event, "final")) {
-        return { turnId: event.turnId, text: event.payload.value.text, final: event.payload.value, events };
+        const final = event.payload.value;
+        return { turnId: event.turnId, text: finalText(final, events), final, events };
       }
       if (isPause(event)) {
         const id = event.payload.value.interruptId;

@@ -61,6 +61,12 @@ export function streamedText(events: readonly RuntimeEvent[]): string {
     .join("");
 }
 
+/** A completed turn's answer: the final event's text, or the streamed text when the final event left an
+ * answer over 512 KiB out (`textOmitted`). */
+export function finalText(final: EventOf<"final">["payload"]["value"], events: readonly RuntimeEvent[]): string {
+  return final.textOmitted ? streamedText(events) : final.text;
+}
+
 /** Narrow an event to one kind: `if (is(event, "final")) event.payload.value.text`. */
 export function is<K extends EventKind>(event: RuntimeEvent, kind: K): event is EventOf<K> {
   return event.payload.case === kind;

@@ -21,6 +21,7 @@ export {
   isTerminal,
   pauseKindOf,
   streamedText,
+  finalText,
   TurnFailedError,
   TurnPausedError,
   voided,

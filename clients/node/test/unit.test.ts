@@ -14,6 +14,7 @@ import {
   isTerminal,
   RuntimeEventSchema,
   streamedText,
+  finalText,
   TurnErrorSchema,
   TurnFailedError,
   voided,
@@ -113,4 +114,10 @@ test("a step_retried notice voids the deltas of the redone step: streamedText sh
   assert.deepEqual(voided(events), new Set([2n, 3n]));
   assert.equal(streamedText(events), "The answer is 42");
   assert.equal(streamedText(events.slice(0, 3)), "The answer");
+  const final = (value: { text?: string; textOmitted?: boolean }) =>
+    create(RuntimeEventSchema, { seq: 6n, payload: { case: "final", value } });
+  const done = final({ text: "final" });
+  assert.equal(finalText(done.payload.value as never, [...events, done]), "final");
+  const long = final({ textOmitted: true }); // a reply over 512 KiB: the final event leaves it out
+  assert.equal(finalText(long.payload.value as never, [...events, long]), "The answer is 42");
 });
