@@ -60,9 +60,9 @@ export function keep(event: RuntimeEvent): void {
 }
 
 /**
- * The question that started a turn this tab sent. Only a turn's final event carries its messages, so
- * without this a running, failed or cancelled turn would show no question; a turn started elsewhere
- * (another tab, the CLI) shows its question once it completes.
+ * The question that started a turn this tab sent. Every turn's accepted status carries its question
+ * (StatusUpdate.content), but this tab keeps only its last events: after a reload, a long turn's card
+ * may no longer have that status, and this still names what the turn answers.
  */
 export function question(sessionId: string, turnId: string): string | undefined {
   return sessionStorage.getItem(questionKey(sessionId, turnId)) ?? undefined;
