@@ -7,7 +7,7 @@ Tools: `add` (two numbers), `shout` (upper-cases text), `fail` (always raises: a
 error), `sleep` (waits, to test timeouts and cancellation), `pid` (the server's
 process id, to tell a restarted server from the first one), `whoami` (the `_meta`
 cogmesh sent with the call, as JSON: session, tenant, scope), `blob` (a result of any
-size: numbered 15-byte lines, so a page of it shows where it comes from).
+size, after an optional wait: numbered 15-byte lines, so a page of it shows where it comes from).
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def whoami(ctx: Context) -> str:  # type: ignore[type-arg]
 
 
 @server.tool()
-def blob(size: int) -> str:
-    """A text of exactly `size` bytes: lines "line 000000001\n" (15 bytes), then padding."""
+async def blob(size: int, seconds: float = 0) -> str:
+    """A text of exactly `size` bytes: lines "line 000000001\n" (15 bytes), then padding; after `seconds`."""
+    await asyncio.sleep(seconds)
     lines = "".join(f"line {n:09d}\n" for n in range(size // 15))
     return lines + "." * (size - len(lines))
 
