@@ -112,3 +112,27 @@ class RemoveModelResponse(_message.Message):
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     removed: bool
     def __init__(self, removed: _Optional[bool] = ...) -> None: ...
+
+class WatchCatalogRequest(_message.Message):
+    __slots__ = ("known_version",)
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_version: str
+    def __init__(self, known_version: _Optional[str] = ...) -> None: ...
+
+class WatchCatalogResponse(_message.Message):
+    __slots__ = ("snapshot",)
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: CatalogSnapshot
+    def __init__(self, snapshot: _Optional[_Union[CatalogSnapshot, _Mapping]] = ...) -> None: ...
+
+class CatalogSnapshot(_message.Message):
+    __slots__ = ("version", "models", "default_model", "strict")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    models: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Model]
+    default_model: str
+    strict: bool
+    def __init__(self, version: _Optional[str] = ..., models: _Optional[_Iterable[_Union[_resources_pb2.Model, _Mapping]]] = ..., default_model: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...

@@ -65,6 +65,11 @@ class ModelsServiceStub:
                 request_serializer=cogmesh_dot_models_dot_v1_dot_models__pb2.RemoveModelRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_models_dot_v1_dot_models__pb2.RemoveModelResponse.FromString,
                 _registered_method=True)
+        self.WatchCatalog = channel.unary_stream(
+                '/cogmesh.models.v1.ModelsService/WatchCatalog',
+                request_serializer=cogmesh_dot_models_dot_v1_dot_models__pb2.WatchCatalogRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_models_dot_v1_dot_models__pb2.WatchCatalogResponse.FromString,
+                _registered_method=True)
 
 
 class ModelsServiceServicer:
@@ -116,6 +121,16 @@ class ModelsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchCatalog(self, request, context):
+        """WatchCatalog streams the catalogue as versioned snapshots: the one in
+        force at once (or, when the caller already holds it, the next one), then
+        each new version as it is loaded. A runtime or gateway resolves models
+        from the last snapshot it received instead of calling ResolveModel.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ModelsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -148,6 +163,11 @@ def add_ModelsServiceServicer_to_server(servicer, server):
                     servicer.RemoveModel,
                     request_deserializer=cogmesh_dot_models_dot_v1_dot_models__pb2.RemoveModelRequest.FromString,
                     response_serializer=cogmesh_dot_models_dot_v1_dot_models__pb2.RemoveModelResponse.SerializeToString,
+            ),
+            'WatchCatalog': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchCatalog,
+                    request_deserializer=cogmesh_dot_models_dot_v1_dot_models__pb2.WatchCatalogRequest.FromString,
+                    response_serializer=cogmesh_dot_models_dot_v1_dot_models__pb2.WatchCatalogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -313,6 +333,33 @@ class ModelsService:
             '/cogmesh.models.v1.ModelsService/RemoveModel',
             cogmesh_dot_models_dot_v1_dot_models__pb2.RemoveModelRequest.SerializeToString,
             cogmesh_dot_models_dot_v1_dot_models__pb2.RemoveModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchCatalog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/cogmesh.models.v1.ModelsService/WatchCatalog',
+            cogmesh_dot_models_dot_v1_dot_models__pb2.WatchCatalogRequest.SerializeToString,
+            cogmesh_dot_models_dot_v1_dot_models__pb2.WatchCatalogResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -448,3 +448,31 @@ class GetPolicyStatusResponse(_message.Message):
     files: _containers.RepeatedScalarFieldContainer[str]
     errors: _containers.RepeatedCompositeFieldContainer[ConfigError]
     def __init__(self, config_version: _Optional[int] = ..., directory: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ..., errors: _Optional[_Iterable[_Union[ConfigError, _Mapping]]] = ...) -> None: ...
+
+class WatchPolicyRequest(_message.Message):
+    __slots__ = ("known_version",)
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_version: str
+    def __init__(self, known_version: _Optional[str] = ...) -> None: ...
+
+class WatchPolicyResponse(_message.Message):
+    __slots__ = ("snapshot",)
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: PolicySnapshot
+    def __init__(self, snapshot: _Optional[_Union[PolicySnapshot, _Mapping]] = ...) -> None: ...
+
+class PolicySnapshot(_message.Message):
+    __slots__ = ("version", "files")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    files: _containers.RepeatedCompositeFieldContainer[PolicyFile]
+    def __init__(self, version: _Optional[str] = ..., files: _Optional[_Iterable[_Union[PolicyFile, _Mapping]]] = ...) -> None: ...
+
+class PolicyFile(_message.Message):
+    __slots__ = ("path", "content")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    content: str
+    def __init__(self, path: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...

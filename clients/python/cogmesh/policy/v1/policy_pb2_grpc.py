@@ -118,6 +118,11 @@ class PolicyServiceStub:
                 request_serializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.GetPolicyStatusRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.GetPolicyStatusResponse.FromString,
                 _registered_method=True)
+        self.WatchPolicy = channel.unary_stream(
+                '/cogmesh.policy.v1.PolicyService/WatchPolicy',
+                request_serializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.WatchPolicyRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.WatchPolicyResponse.FromString,
+                _registered_method=True)
 
 
 class PolicyServiceServicer:
@@ -234,6 +239,17 @@ class PolicyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchPolicy(self, request, context):
+        """WatchPolicy streams the configuration in force as versioned snapshots:
+        the current one at once (or, when the caller already holds it, the next
+        one), then each new version once it has been validated and activated. A
+        rejected reload sends nothing: watchers keep the last good version. A
+        runtime decides locally from the snapshot it holds, with the same engine.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PolicyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -281,6 +297,11 @@ def add_PolicyServiceServicer_to_server(servicer, server):
                     servicer.GetPolicyStatus,
                     request_deserializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.GetPolicyStatusRequest.FromString,
                     response_serializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.GetPolicyStatusResponse.SerializeToString,
+            ),
+            'WatchPolicy': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchPolicy,
+                    request_deserializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.WatchPolicyRequest.FromString,
+                    response_serializer=cogmesh_dot_policy_dot_v1_dot_policy__pb2.WatchPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -565,6 +586,33 @@ class PolicyService:
             '/cogmesh.policy.v1.PolicyService/GetPolicyStatus',
             cogmesh_dot_policy_dot_v1_dot_policy__pb2.GetPolicyStatusRequest.SerializeToString,
             cogmesh_dot_policy_dot_v1_dot_policy__pb2.GetPolicyStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/cogmesh.policy.v1.PolicyService/WatchPolicy',
+            cogmesh_dot_policy_dot_v1_dot_policy__pb2.WatchPolicyRequest.SerializeToString,
+            cogmesh_dot_policy_dot_v1_dot_policy__pb2.WatchPolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

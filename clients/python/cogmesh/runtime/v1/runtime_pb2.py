@@ -24,11 +24,12 @@ _sym_db = _symbol_database.Default()
 
 from cogmesh.common.v1 import events_pb2 as cogmesh_dot_common_dot_v1_dot_events__pb2
 from cogmesh.common.v1 import messages_pb2 as cogmesh_dot_common_dot_v1_dot_messages__pb2
+from cogmesh.sessions.v1 import sessions_pb2 as cogmesh_dot_sessions_dot_v1_dot_sessions__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/runtime/v1/runtime.proto\x12\x12\x63ogmesh.runtime.v1\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x03\n\x0eRunTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0blease_token\x18\x06 \x01(\x04\x12\x0f\n\x07runtime\x18\x07 \x01(\t\x12.\n\routput_schema\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\x06limits\x18\t \x01(\x0b\x32\x1e.cogmesh.runtime.v1.TurnLimits\x12\x33\n\x0b\x63ost_budget\x18\n \x01(\x0b\x32\x1e.cogmesh.runtime.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\x0b \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\x12\x37\n\rsession_usage\x18\x0c \x01(\x0b\x32 .cogmesh.runtime.v1.SessionUsage\x12,\n\x08\x64\x65\x61\x64line\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa3\x01\n\nTurnLimits\x12\x16\n\x0emax_iterations\x18\x01 \x01(\x05\x12\x16\n\x0emax_tool_calls\x18\x02 \x01(\x05\x12\x15\n\rmax_mcp_calls\x18\x03 \x01(\x05\x12\x17\n\x0ftool_timeout_ms\x18\x04 \x01(\x05\x12\x1a\n\x12max_parallel_tools\x18\x05 \x01(\x05\x12\x19\n\x11max_wall_clock_ms\x18\x06 \x01(\x05\"\x83\x01\n\nCostBudget\x12\x14\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x12\x18\n\x10max_total_tokens\x18\x02 \x01(\x03\x12\x30\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32 .cogmesh.runtime.v1.BudgetAction\x12\x13\n\x0bper_session\x18\x04 \x01(\x08\"M\n\x0cSessionUsage\x12\x10\n\x08\x63ost_usd\x18\x01 \x01(\x01\x12\x14\n\x0cinput_tokens\x18\x02 \x01(\x03\x12\x15\n\routput_tokens\x18\x03 \x01(\x03\"B\n\x0fRunTurnResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x10\x41\x64optTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0blease_token\x18\x03 \x01(\x04\"$\n\x11\x41\x64optTurnResponse\x12\x0f\n\x07\x61\x64opted\x18\x01 \x01(\x08\"\x15\n\x13ListRuntimesRequest\"\xc6\x01\n\x13RuntimeCapabilities\x12\r\n\x05tools\x18\x01 \x01(\x08\x12\x0b\n\x03mcp\x18\x02 \x01(\x08\x12\x11\n\tstreaming\x18\x03 \x01(\x08\x12\x14\n\x0c\x63\x61ncellation\x18\x04 \x01(\x08\x12\x19\n\x11structured_output\x18\x05 \x01(\x08\x12\x10\n\x08\x66\x61ilover\x18\x06 \x01(\x08\x12\x13\n\x0b\x63ost_budget\x18\x07 \x01(\x08\x12\x14\n\x0cpause_resume\x18\x08 \x01(\x08\x12\x12\n\ndelegation\x18\t \x01(\x08\"\x85\x01\n\rRuntimeEngine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.cogmesh.runtime.v1.RuntimeCapabilities\x12\x12\n\nis_default\x18\x04 \x01(\x08\"d\n\x14ListRuntimesResponse\x12\x33\n\x08runtimes\x18\x01 \x03(\x0b\x32!.cogmesh.runtime.v1.RuntimeEngine\x12\x17\n\x0f\x64\x65\x66\x61ult_runtime\x18\x02 \x01(\t\"\xcc\x02\n\x11ResumeTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x04 \x01(\t\x12\x13\n\x0blease_token\x18\x05 \x01(\x04\x12\x36\n\x08\x61pproval\x18\n \x01(\x0b\x32\".cogmesh.runtime.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12;\n\x0btool_result\x18\x0c \x01(\x0b\x32$.cogmesh.runtime.v1.ClientToolResultH\x00\x12\x11\n\x07\x61\x62\x61ndon\x18\r \x01(\x08H\x00\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06\x61nswer\"E\n\x12ResumeTurnResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"\x9e\x01\n\x0e\x41pprovalAnswer\x12\x35\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t\"5\n\x10\x43lientToolResult\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\"D\n\x10StartTurnRequest\x12\x30\n\x04turn\x18\x01 \x01(\x0b\x32\".cogmesh.runtime.v1.RunTurnRequest\"#\n\x11StartTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t\"L\n\x13\x43ontinueTurnRequest\x12\x35\n\x06resume\x18\x01 \x01(\x0b\x32%.cogmesh.runtime.v1.ResumeTurnRequest\"&\n\x14\x43ontinueTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t*^\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_ACTION_ERROR\x10\x01\x12\x16\n\x12\x42UDGET_ACTION_WARN\x10\x02\x32\x9c\x05\n\x0eRuntimeService\x12T\n\x07RunTurn\x12\".cogmesh.runtime.v1.RunTurnRequest\x1a#.cogmesh.runtime.v1.RunTurnResponse0\x01\x12X\n\tStartTurn\x12$.cogmesh.runtime.v1.StartTurnRequest\x1a%.cogmesh.runtime.v1.StartTurnResponse\x12\x61\n\x0c\x43ontinueTurn\x12\'.cogmesh.runtime.v1.ContinueTurnRequest\x1a(.cogmesh.runtime.v1.ContinueTurnResponse\x12[\n\nCancelTurn\x12%.cogmesh.runtime.v1.CancelTurnRequest\x1a&.cogmesh.runtime.v1.CancelTurnResponse\x12X\n\tAdoptTurn\x12$.cogmesh.runtime.v1.AdoptTurnRequest\x1a%.cogmesh.runtime.v1.AdoptTurnResponse\x12\x61\n\x0cListRuntimes\x12\'.cogmesh.runtime.v1.ListRuntimesRequest\x1a(.cogmesh.runtime.v1.ListRuntimesResponse\x12]\n\nResumeTurn\x12%.cogmesh.runtime.v1.ResumeTurnRequest\x1a&.cogmesh.runtime.v1.ResumeTurnResponse0\x01\x42\x31Z/cogmesh.dev/go/gen/cogmesh/runtime/v1;runtimev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/runtime/v1/runtime.proto\x12\x12\x63ogmesh.runtime.v1\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a\"cogmesh/sessions/v1/sessions.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x03\n\x0eRunTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0blease_token\x18\x06 \x01(\x04\x12\x0f\n\x07runtime\x18\x07 \x01(\t\x12.\n\routput_schema\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\x06limits\x18\t \x01(\x0b\x32\x1e.cogmesh.runtime.v1.TurnLimits\x12\x33\n\x0b\x63ost_budget\x18\n \x01(\x0b\x32\x1e.cogmesh.runtime.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\x0b \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\x12\x37\n\rsession_usage\x18\x0c \x01(\x0b\x32 .cogmesh.runtime.v1.SessionUsage\x12,\n\x08\x64\x65\x61\x64line\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa3\x01\n\nTurnLimits\x12\x16\n\x0emax_iterations\x18\x01 \x01(\x05\x12\x16\n\x0emax_tool_calls\x18\x02 \x01(\x05\x12\x15\n\rmax_mcp_calls\x18\x03 \x01(\x05\x12\x17\n\x0ftool_timeout_ms\x18\x04 \x01(\x05\x12\x1a\n\x12max_parallel_tools\x18\x05 \x01(\x05\x12\x19\n\x11max_wall_clock_ms\x18\x06 \x01(\x05\"\x83\x01\n\nCostBudget\x12\x14\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x12\x18\n\x10max_total_tokens\x18\x02 \x01(\x03\x12\x30\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32 .cogmesh.runtime.v1.BudgetAction\x12\x13\n\x0bper_session\x18\x04 \x01(\x08\"M\n\x0cSessionUsage\x12\x10\n\x08\x63ost_usd\x18\x01 \x01(\x01\x12\x14\n\x0cinput_tokens\x18\x02 \x01(\x03\x12\x15\n\routput_tokens\x18\x03 \x01(\x03\"B\n\x0fRunTurnResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x10\x41\x64optTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0blease_token\x18\x03 \x01(\x04\"$\n\x11\x41\x64optTurnResponse\x12\x0f\n\x07\x61\x64opted\x18\x01 \x01(\x08\"\x15\n\x13ListRuntimesRequest\"\xc6\x01\n\x13RuntimeCapabilities\x12\r\n\x05tools\x18\x01 \x01(\x08\x12\x0b\n\x03mcp\x18\x02 \x01(\x08\x12\x11\n\tstreaming\x18\x03 \x01(\x08\x12\x14\n\x0c\x63\x61ncellation\x18\x04 \x01(\x08\x12\x19\n\x11structured_output\x18\x05 \x01(\x08\x12\x10\n\x08\x66\x61ilover\x18\x06 \x01(\x08\x12\x13\n\x0b\x63ost_budget\x18\x07 \x01(\x08\x12\x14\n\x0cpause_resume\x18\x08 \x01(\x08\x12\x12\n\ndelegation\x18\t \x01(\x08\"\x85\x01\n\rRuntimeEngine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.cogmesh.runtime.v1.RuntimeCapabilities\x12\x12\n\nis_default\x18\x04 \x01(\x08\"d\n\x14ListRuntimesResponse\x12\x33\n\x08runtimes\x18\x01 \x03(\x0b\x32!.cogmesh.runtime.v1.RuntimeEngine\x12\x17\n\x0f\x64\x65\x66\x61ult_runtime\x18\x02 \x01(\t\"\xcc\x02\n\x11ResumeTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x04 \x01(\t\x12\x13\n\x0blease_token\x18\x05 \x01(\x04\x12\x36\n\x08\x61pproval\x18\n \x01(\x0b\x32\".cogmesh.runtime.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12;\n\x0btool_result\x18\x0c \x01(\x0b\x32$.cogmesh.runtime.v1.ClientToolResultH\x00\x12\x11\n\x07\x61\x62\x61ndon\x18\r \x01(\x08H\x00\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06\x61nswer\"E\n\x12ResumeTurnResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"\x9e\x01\n\x0e\x41pprovalAnswer\x12\x35\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t\"5\n\x10\x43lientToolResult\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\"s\n\x10StartTurnRequest\x12\x30\n\x04turn\x18\x01 \x01(\x0b\x32\".cogmesh.runtime.v1.RunTurnRequest\x12-\n\x05start\x18\x02 \x01(\x0b\x32\x1e.cogmesh.sessions.v1.TurnStart\"#\n\x11StartTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t\"L\n\x13\x43ontinueTurnRequest\x12\x35\n\x06resume\x18\x01 \x01(\x0b\x32%.cogmesh.runtime.v1.ResumeTurnRequest\"&\n\x14\x43ontinueTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t*^\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_ACTION_ERROR\x10\x01\x12\x16\n\x12\x42UDGET_ACTION_WARN\x10\x02\x32\x9c\x05\n\x0eRuntimeService\x12T\n\x07RunTurn\x12\".cogmesh.runtime.v1.RunTurnRequest\x1a#.cogmesh.runtime.v1.RunTurnResponse0\x01\x12X\n\tStartTurn\x12$.cogmesh.runtime.v1.StartTurnRequest\x1a%.cogmesh.runtime.v1.StartTurnResponse\x12\x61\n\x0c\x43ontinueTurn\x12\'.cogmesh.runtime.v1.ContinueTurnRequest\x1a(.cogmesh.runtime.v1.ContinueTurnResponse\x12[\n\nCancelTurn\x12%.cogmesh.runtime.v1.CancelTurnRequest\x1a&.cogmesh.runtime.v1.CancelTurnResponse\x12X\n\tAdoptTurn\x12$.cogmesh.runtime.v1.AdoptTurnRequest\x1a%.cogmesh.runtime.v1.AdoptTurnResponse\x12\x61\n\x0cListRuntimes\x12\'.cogmesh.runtime.v1.ListRuntimesRequest\x1a(.cogmesh.runtime.v1.ListRuntimesResponse\x12]\n\nResumeTurn\x12%.cogmesh.runtime.v1.ResumeTurnRequest\x1a&.cogmesh.runtime.v1.ResumeTurnResponse0\x01\x42\x31Z/cogmesh.dev/go/gen/cogmesh/runtime/v1;runtimev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,50 +37,50 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.runtime.v1.runtime_
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z/cogmesh.dev/go/gen/cogmesh/runtime/v1;runtimev1'
-  _globals['_BUDGETACTION']._serialized_start=2604
-  _globals['_BUDGETACTION']._serialized_end=2698
-  _globals['_RUNTURNREQUEST']._serialized_start=186
-  _globals['_RUNTURNREQUEST']._serialized_end=631
-  _globals['_TURNLIMITS']._serialized_start=634
-  _globals['_TURNLIMITS']._serialized_end=797
-  _globals['_COSTBUDGET']._serialized_start=800
-  _globals['_COSTBUDGET']._serialized_end=931
-  _globals['_SESSIONUSAGE']._serialized_start=933
-  _globals['_SESSIONUSAGE']._serialized_end=1010
-  _globals['_RUNTURNRESPONSE']._serialized_start=1012
-  _globals['_RUNTURNRESPONSE']._serialized_end=1078
-  _globals['_CANCELTURNREQUEST']._serialized_start=1080
-  _globals['_CANCELTURNREQUEST']._serialized_end=1136
-  _globals['_CANCELTURNRESPONSE']._serialized_start=1138
-  _globals['_CANCELTURNRESPONSE']._serialized_end=1177
-  _globals['_ADOPTTURNREQUEST']._serialized_start=1179
-  _globals['_ADOPTTURNREQUEST']._serialized_end=1255
-  _globals['_ADOPTTURNRESPONSE']._serialized_start=1257
-  _globals['_ADOPTTURNRESPONSE']._serialized_end=1293
-  _globals['_LISTRUNTIMESREQUEST']._serialized_start=1295
-  _globals['_LISTRUNTIMESREQUEST']._serialized_end=1316
-  _globals['_RUNTIMECAPABILITIES']._serialized_start=1319
-  _globals['_RUNTIMECAPABILITIES']._serialized_end=1517
-  _globals['_RUNTIMEENGINE']._serialized_start=1520
-  _globals['_RUNTIMEENGINE']._serialized_end=1653
-  _globals['_LISTRUNTIMESRESPONSE']._serialized_start=1655
-  _globals['_LISTRUNTIMESRESPONSE']._serialized_end=1755
-  _globals['_RESUMETURNREQUEST']._serialized_start=1758
-  _globals['_RESUMETURNREQUEST']._serialized_end=2090
-  _globals['_RESUMETURNRESPONSE']._serialized_start=2092
-  _globals['_RESUMETURNRESPONSE']._serialized_end=2161
-  _globals['_APPROVALANSWER']._serialized_start=2164
-  _globals['_APPROVALANSWER']._serialized_end=2322
-  _globals['_CLIENTTOOLRESULT']._serialized_start=2324
-  _globals['_CLIENTTOOLRESULT']._serialized_end=2377
-  _globals['_STARTTURNREQUEST']._serialized_start=2379
-  _globals['_STARTTURNREQUEST']._serialized_end=2447
-  _globals['_STARTTURNRESPONSE']._serialized_start=2449
-  _globals['_STARTTURNRESPONSE']._serialized_end=2484
-  _globals['_CONTINUETURNREQUEST']._serialized_start=2486
-  _globals['_CONTINUETURNREQUEST']._serialized_end=2562
-  _globals['_CONTINUETURNRESPONSE']._serialized_start=2564
-  _globals['_CONTINUETURNRESPONSE']._serialized_end=2602
-  _globals['_RUNTIMESERVICE']._serialized_start=2701
-  _globals['_RUNTIMESERVICE']._serialized_end=3369
+  _globals['_BUDGETACTION']._serialized_start=2687
+  _globals['_BUDGETACTION']._serialized_end=2781
+  _globals['_RUNTURNREQUEST']._serialized_start=222
+  _globals['_RUNTURNREQUEST']._serialized_end=667
+  _globals['_TURNLIMITS']._serialized_start=670
+  _globals['_TURNLIMITS']._serialized_end=833
+  _globals['_COSTBUDGET']._serialized_start=836
+  _globals['_COSTBUDGET']._serialized_end=967
+  _globals['_SESSIONUSAGE']._serialized_start=969
+  _globals['_SESSIONUSAGE']._serialized_end=1046
+  _globals['_RUNTURNRESPONSE']._serialized_start=1048
+  _globals['_RUNTURNRESPONSE']._serialized_end=1114
+  _globals['_CANCELTURNREQUEST']._serialized_start=1116
+  _globals['_CANCELTURNREQUEST']._serialized_end=1172
+  _globals['_CANCELTURNRESPONSE']._serialized_start=1174
+  _globals['_CANCELTURNRESPONSE']._serialized_end=1213
+  _globals['_ADOPTTURNREQUEST']._serialized_start=1215
+  _globals['_ADOPTTURNREQUEST']._serialized_end=1291
+  _globals['_ADOPTTURNRESPONSE']._serialized_start=1293
+  _globals['_ADOPTTURNRESPONSE']._serialized_end=1329
+  _globals['_LISTRUNTIMESREQUEST']._serialized_start=1331
+  _globals['_LISTRUNTIMESREQUEST']._serialized_end=1352
+  _globals['_RUNTIMECAPABILITIES']._serialized_start=1355
+  _globals['_RUNTIMECAPABILITIES']._serialized_end=1553
+  _globals['_RUNTIMEENGINE']._serialized_start=1556
+  _globals['_RUNTIMEENGINE']._serialized_end=1689
+  _globals['_LISTRUNTIMESRESPONSE']._serialized_start=1691
+  _globals['_LISTRUNTIMESRESPONSE']._serialized_end=1791
+  _globals['_RESUMETURNREQUEST']._serialized_start=1794
+  _globals['_RESUMETURNREQUEST']._serialized_end=2126
+  _globals['_RESUMETURNRESPONSE']._serialized_start=2128
+  _globals['_RESUMETURNRESPONSE']._serialized_end=2197
+  _globals['_APPROVALANSWER']._serialized_start=2200
+  _globals['_APPROVALANSWER']._serialized_end=2358
+  _globals['_CLIENTTOOLRESULT']._serialized_start=2360
+  _globals['_CLIENTTOOLRESULT']._serialized_end=2413
+  _globals['_STARTTURNREQUEST']._serialized_start=2415
+  _globals['_STARTTURNREQUEST']._serialized_end=2530
+  _globals['_STARTTURNRESPONSE']._serialized_start=2532
+  _globals['_STARTTURNRESPONSE']._serialized_end=2567
+  _globals['_CONTINUETURNREQUEST']._serialized_start=2569
+  _globals['_CONTINUETURNREQUEST']._serialized_end=2645
+  _globals['_CONTINUETURNRESPONSE']._serialized_start=2647
+  _globals['_CONTINUETURNRESPONSE']._serialized_end=2685
+  _globals['_RUNTIMESERVICE']._serialized_start=2784
+  _globals['_RUNTIMESERVICE']._serialized_end=3452
 # @@protoc_insertion_point(module_scope)

@@ -2,6 +2,7 @@ import datetime
 
 from cogmesh.common.v1 import events_pb2 as _events_pb2
 from cogmesh.common.v1 import messages_pb2 as _messages_pb2
+from cogmesh.sessions.v1 import sessions_pb2 as _sessions_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -223,10 +224,12 @@ class ClientToolResult(_message.Message):
     def __init__(self, content: _Optional[str] = ..., is_error: _Optional[bool] = ...) -> None: ...
 
 class StartTurnRequest(_message.Message):
-    __slots__ = ("turn",)
+    __slots__ = ("turn", "start")
     TURN_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
     turn: RunTurnRequest
-    def __init__(self, turn: _Optional[_Union[RunTurnRequest, _Mapping]] = ...) -> None: ...
+    start: _sessions_pb2.TurnStart
+    def __init__(self, turn: _Optional[_Union[RunTurnRequest, _Mapping]] = ..., start: _Optional[_Union[_sessions_pb2.TurnStart, _Mapping]] = ...) -> None: ...
 
 class StartTurnResponse(_message.Message):
     __slots__ = ("holder",)

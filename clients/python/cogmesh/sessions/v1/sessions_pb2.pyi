@@ -267,7 +267,7 @@ class ListMessagesResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AcquireTurnLeaseRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "ttl_seconds", "strategy", "events", "entries")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "ttl_seconds", "strategy", "events", "entries", "start_messages")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -275,6 +275,7 @@ class AcquireTurnLeaseRequest(_message.Message):
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    START_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -282,10 +283,11 @@ class AcquireTurnLeaseRequest(_message.Message):
     strategy: MultitaskStrategy
     events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
     entries: _containers.RepeatedCompositeFieldContainer[JournalEntry]
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ...) -> None: ...
+    start_messages: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., start_messages: _Optional[int] = ...) -> None: ...
 
 class AcquireTurnLeaseResponse(_message.Message):
-    __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds", "pending_interrupt_ids", "start_seq", "last_seq")
+    __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds", "pending_interrupt_ids", "start_seq", "last_seq", "start")
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTED_TURN_ID_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -293,6 +295,7 @@ class AcquireTurnLeaseResponse(_message.Message):
     PENDING_INTERRUPT_IDS_FIELD_NUMBER: _ClassVar[int]
     START_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
     lease_token: int
     interrupted_turn_id: str
     expire_time: _timestamp_pb2.Timestamp
@@ -300,7 +303,20 @@ class AcquireTurnLeaseResponse(_message.Message):
     pending_interrupt_ids: _containers.RepeatedScalarFieldContainer[str]
     start_seq: int
     last_seq: int
-    def __init__(self, lease_token: _Optional[int] = ..., interrupted_turn_id: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited_seconds: _Optional[float] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ..., start_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+    start: TurnStart
+    def __init__(self, lease_token: _Optional[int] = ..., interrupted_turn_id: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited_seconds: _Optional[float] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ..., start_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., start: _Optional[_Union[TurnStart, _Mapping]] = ...) -> None: ...
+
+class TurnStart(_message.Message):
+    __slots__ = ("session", "state", "summary", "messages")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    state: SessionState
+    summary: Summary
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ...) -> None: ...
 
 class ReleaseTurnLeaseRequest(_message.Message):
     __slots__ = ("tenant_id", "session_id", "lease_token")

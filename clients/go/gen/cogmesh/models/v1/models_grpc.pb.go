@@ -32,6 +32,11 @@ type ModelsServiceClient interface {
 	// RemoveModel removes a model that AddModel added; models of the catalogue
 	// file are changed by editing the file.
 	RemoveModel(ctx context.Context, in *RemoveModelRequest, opts ...grpc.CallOption) (*RemoveModelResponse, error)
+	// WatchCatalog streams the catalogue as versioned snapshots: the one in
+	// force at once (or, when the caller already holds it, the next one), then
+	// each new version as it is loaded. A runtime or gateway resolves models
+	// from the last snapshot it received instead of calling ResolveModel.
+	WatchCatalog(ctx context.Context, in *WatchCatalogRequest, opts ...grpc.CallOption) (ModelsService_WatchCatalogClient, error)
 }
 
 type modelsServiceClient struct {
@@ -96,6 +101,38 @@ func (c *modelsServiceClient) RemoveModel(ctx context.Context, in *RemoveModelRe
 	return out, nil
 }
 
+func (c *modelsServiceClient) WatchCatalog(ctx context.Context, in *WatchCatalogRequest, opts ...grpc.CallOption) (ModelsService_WatchCatalogClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_ModelsService_serviceDesc.Streams[0], "/cogmesh.models.v1.ModelsService/WatchCatalog", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &modelsServiceWatchCatalogClient{stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+type ModelsService_WatchCatalogClient interface {
+	Recv() (*WatchCatalogResponse, error)
+	grpc.ClientStream
+}
+
+type modelsServiceWatchCatalogClient struct {
+	grpc.ClientStream
+}
+
+func (x *modelsServiceWatchCatalogClient) Recv() (*WatchCatalogResponse, error) {
+	m := new(WatchCatalogResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // ModelsServiceServer is the server API for ModelsService service.
 // All implementations must embed UnimplementedModelsServiceServer
 // for forward compatibility
@@ -115,6 +152,11 @@ type ModelsServiceServer interface {
 	// RemoveModel removes a model that AddModel added; models of the catalogue
 	// file are changed by editing the file.
 	RemoveModel(context.Context, *RemoveModelRequest) (*RemoveModelResponse, error)
+	// WatchCatalog streams the catalogue as versioned snapshots: the one in
+	// force at once (or, when the caller already holds it, the next one), then
+	// each new version as it is loaded. A runtime or gateway resolves models
+	// from the last snapshot it received instead of calling ResolveModel.
+	WatchCatalog(*WatchCatalogRequest, ModelsService_WatchCatalogServer) error
 	mustEmbedUnimplementedModelsServiceServer()
 }
 
@@ -139,6 +181,9 @@ func (UnimplementedModelsServiceServer) AddModel(context.Context, *AddModelReque
 }
 func (UnimplementedModelsServiceServer) RemoveModel(context.Context, *RemoveModelRequest) (*RemoveModelResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveModel not implemented")
+}
+func (UnimplementedModelsServiceServer) WatchCatalog(*WatchCatalogRequest, ModelsService_WatchCatalogServer) error {
+	return status.Errorf(codes.Unimplemented, "method WatchCatalog not implemented")
 }
 func (UnimplementedModelsServiceServer) mustEmbedUnimplementedModelsServiceServer() {}
 
@@ -261,6 +306,27 @@ func _ModelsService_RemoveModel_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ModelsService_WatchCatalog_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchCatalogRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ModelsServiceServer).WatchCatalog(m, &modelsServiceWatchCatalogServer{stream})
+}
+
+type ModelsService_WatchCatalogServer interface {
+	Send(*WatchCatalogResponse) error
+	grpc.ServerStream
+}
+
+type modelsServiceWatchCatalogServer struct {
+	grpc.ServerStream
+}
+
+func (x *modelsServiceWatchCatalogServer) Send(m *WatchCatalogResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
 var _ModelsService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "cogmesh.models.v1.ModelsService",
 	HandlerType: (*ModelsServiceServer)(nil),
@@ -290,6 +356,12 @@ var _ModelsService_serviceDesc = grpc.ServiceDesc{
 			Handler:    _ModelsService_RemoveModel_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchCatalog",
+			Handler:       _ModelsService_WatchCatalog_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "cogmesh/models/v1/models.proto",
 }

@@ -44,6 +44,12 @@ type PolicyServiceClient interface {
 	SelectTools(ctx context.Context, in *SelectToolsRequest, opts ...grpc.CallOption) (*SelectToolsResponse, error)
 	// GetPolicyStatus reports the configuration in force and the last reload error.
 	GetPolicyStatus(ctx context.Context, in *GetPolicyStatusRequest, opts ...grpc.CallOption) (*GetPolicyStatusResponse, error)
+	// WatchPolicy streams the configuration in force as versioned snapshots:
+	// the current one at once (or, when the caller already holds it, the next
+	// one), then each new version once it has been validated and activated. A
+	// rejected reload sends nothing: watchers keep the last good version. A
+	// runtime decides locally from the snapshot it holds, with the same engine.
+	WatchPolicy(ctx context.Context, in *WatchPolicyRequest, opts ...grpc.CallOption) (PolicyService_WatchPolicyClient, error)
 }
 
 type policyServiceClient struct {
@@ -135,6 +141,38 @@ func (c *policyServiceClient) GetPolicyStatus(ctx context.Context, in *GetPolicy
 	return out, nil
 }
 
+func (c *policyServiceClient) WatchPolicy(ctx context.Context, in *WatchPolicyRequest, opts ...grpc.CallOption) (PolicyService_WatchPolicyClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_PolicyService_serviceDesc.Streams[0], "/cogmesh.policy.v1.PolicyService/WatchPolicy", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &policyServiceWatchPolicyClient{stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+type PolicyService_WatchPolicyClient interface {
+	Recv() (*WatchPolicyResponse, error)
+	grpc.ClientStream
+}
+
+type policyServiceWatchPolicyClient struct {
+	grpc.ClientStream
+}
+
+func (x *policyServiceWatchPolicyClient) Recv() (*WatchPolicyResponse, error) {
+	m := new(WatchPolicyResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility
@@ -166,6 +204,12 @@ type PolicyServiceServer interface {
 	SelectTools(context.Context, *SelectToolsRequest) (*SelectToolsResponse, error)
 	// GetPolicyStatus reports the configuration in force and the last reload error.
 	GetPolicyStatus(context.Context, *GetPolicyStatusRequest) (*GetPolicyStatusResponse, error)
+	// WatchPolicy streams the configuration in force as versioned snapshots:
+	// the current one at once (or, when the caller already holds it, the next
+	// one), then each new version once it has been validated and activated. A
+	// rejected reload sends nothing: watchers keep the last good version. A
+	// runtime decides locally from the snapshot it holds, with the same engine.
+	WatchPolicy(*WatchPolicyRequest, PolicyService_WatchPolicyServer) error
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -199,6 +243,9 @@ func (UnimplementedPolicyServiceServer) SelectTools(context.Context, *SelectTool
 }
 func (UnimplementedPolicyServiceServer) GetPolicyStatus(context.Context, *GetPolicyStatusRequest) (*GetPolicyStatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetPolicyStatus not implemented")
+}
+func (UnimplementedPolicyServiceServer) WatchPolicy(*WatchPolicyRequest, PolicyService_WatchPolicyServer) error {
+	return status.Errorf(codes.Unimplemented, "method WatchPolicy not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 
@@ -375,6 +422,27 @@ func _PolicyService_GetPolicyStatus_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_WatchPolicy_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchPolicyRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(PolicyServiceServer).WatchPolicy(m, &policyServiceWatchPolicyServer{stream})
+}
+
+type PolicyService_WatchPolicyServer interface {
+	Send(*WatchPolicyResponse) error
+	grpc.ServerStream
+}
+
+type policyServiceWatchPolicyServer struct {
+	grpc.ServerStream
+}
+
+func (x *policyServiceWatchPolicyServer) Send(m *WatchPolicyResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
 var _PolicyService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "cogmesh.policy.v1.PolicyService",
 	HandlerType: (*PolicyServiceServer)(nil),
@@ -416,6 +484,12 @@ var _PolicyService_serviceDesc = grpc.ServiceDesc{
 			Handler:    _PolicyService_GetPolicyStatus_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchPolicy",
+			Handler:       _PolicyService_WatchPolicy_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "cogmesh/policy/v1/policy.proto",
 }

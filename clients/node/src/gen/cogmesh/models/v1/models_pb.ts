@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/models/v1/models.proto.
  */
 export const file_cogmesh_models_v1_models: GenFile = /*@__PURE__*/
-  fileDesc("Ch5jb2dtZXNoL21vZGVscy92MS9tb2RlbHMucHJvdG8SEWNvZ21lc2gubW9kZWxzLnYxIjMKE1Jlc29sdmVNb2RlbFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIOCgZzdHJpY3QYAiABKAgiigEKFFJlc29sdmVNb2RlbFJlc3BvbnNlEicKBW1vZGVsGAEgASgLMhguY29nbWVzaC5jb21tb24udjEuTW9kZWwSMAoKbWF0Y2hlZF9ieRgCIAEoDjIcLmNvZ21lc2gubW9kZWxzLnYxLk1hdGNoS2luZBIXCg9mYWxsYmFja19yZWFzb24YAyABKAkiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkiFgoUTGlzdFByb3ZpZGVyc1JlcXVlc3QiKgoVTGlzdFByb3ZpZGVyc1Jlc3BvbnNlEhEKCXByb3ZpZGVycxgBIAMoCSImChJMaXN0QWxpYXNlc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiKAoFQWxpYXMSDQoFYWxpYXMYASABKAkSEAoIbW9kZWxfaWQYAiABKAkiQAoTTGlzdEFsaWFzZXNSZXNwb25zZRIpCgdhbGlhc2VzGAEgAygLMhguY29nbWVzaC5tb2RlbHMudjEuQWxpYXMiSwoPQWRkTW9kZWxSZXF1ZXN0EicKBW1vZGVsGAEgASgLMhguY29nbWVzaC5jb21tb24udjEuTW9kZWwSDwoHcmVwbGFjZRgCIAEoCCJgChBBZGRNb2RlbFJlc3BvbnNlEicKBW1vZGVsGAEgASgLMhguY29nbWVzaC5jb21tb24udjEuTW9kZWwSEAoIcmVwbGFjZWQYAiABKAgSEQoJcGVyc2lzdGVkGAMgASgIIiAKElJlbW92ZU1vZGVsUmVxdWVzdBIKCgJpZBgBIAEoCSImChNSZW1vdmVNb2RlbFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgqhgEKCU1hdGNoS2luZBIaChZNQVRDSF9LSU5EX1VOU1BFQ0lGSUVEEAASFAoQTUFUQ0hfS0lORF9BTElBUxABEhgKFE1BVENIX0tJTkRfRlVMTF9OQU1FEAISFQoRTUFUQ0hfS0lORF9QUkVGSVgQAxIWChJNQVRDSF9LSU5EX0RFRkFVTFQQBDLABAoNTW9kZWxzU2VydmljZRJfCgxSZXNvbHZlTW9kZWwSJi5jb2dtZXNoLm1vZGVscy52MS5SZXNvbHZlTW9kZWxSZXF1ZXN0GicuY29nbWVzaC5tb2RlbHMudjEuUmVzb2x2ZU1vZGVsUmVzcG9uc2USWQoKTGlzdE1vZGVscxIkLmNvZ21lc2gubW9kZWxzLnYxLkxpc3RNb2RlbHNSZXF1ZXN0GiUuY29nbWVzaC5tb2RlbHMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEmIKDUxpc3RQcm92aWRlcnMSJy5jb2dtZXNoLm1vZGVscy52MS5MaXN0UHJvdmlkZXJzUmVxdWVzdBooLmNvZ21lc2gubW9kZWxzLnYxLkxpc3RQcm92aWRlcnNSZXNwb25zZRJcCgtMaXN0QWxpYXNlcxIlLmNvZ21lc2gubW9kZWxzLnYxLkxpc3RBbGlhc2VzUmVxdWVzdBomLmNvZ21lc2gubW9kZWxzLnYxLkxpc3RBbGlhc2VzUmVzcG9uc2USUwoIQWRkTW9kZWwSIi5jb2dtZXNoLm1vZGVscy52MS5BZGRNb2RlbFJlcXVlc3QaIy5jb2dtZXNoLm1vZGVscy52MS5BZGRNb2RlbFJlc3BvbnNlElwKC1JlbW92ZU1vZGVsEiUuY29nbWVzaC5tb2RlbHMudjEuUmVtb3ZlTW9kZWxSZXF1ZXN0GiYuY29nbWVzaC5tb2RlbHMudjEuUmVtb3ZlTW9kZWxSZXNwb25zZUIvWi1jb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC9tb2RlbHMvdjE7bW9kZWxzdjFiBnByb3RvMw", [file_cogmesh_common_v1_resources]);
+  fileDesc("Ch5jb2dtZXNoL21vZGVscy92MS9tb2RlbHMucHJvdG8SEWNvZ21lc2gubW9kZWxzLnYxIjMKE1Jlc29sdmVNb2RlbFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIOCgZzdHJpY3QYAiABKAgiigEKFFJlc29sdmVNb2RlbFJlc3BvbnNlEicKBW1vZGVsGAEgASgLMhguY29nbWVzaC5jb21tb24udjEuTW9kZWwSMAoKbWF0Y2hlZF9ieRgCIAEoDjIcLmNvZ21lc2gubW9kZWxzLnYxLk1hdGNoS2luZBIXCg9mYWxsYmFja19yZWFzb24YAyABKAkiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkiFgoUTGlzdFByb3ZpZGVyc1JlcXVlc3QiKgoVTGlzdFByb3ZpZGVyc1Jlc3BvbnNlEhEKCXByb3ZpZGVycxgBIAMoCSImChJMaXN0QWxpYXNlc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiKAoFQWxpYXMSDQoFYWxpYXMYASABKAkSEAoIbW9kZWxfaWQYAiABKAkiQAoTTGlzdEFsaWFzZXNSZXNwb25zZRIpCgdhbGlhc2VzGAEgAygLMhguY29nbWVzaC5tb2RlbHMudjEuQWxpYXMiSwoPQWRkTW9kZWxSZXF1ZXN0EicKBW1vZGVsGAEgASgLMhguY29nbWVzaC5jb21tb24udjEuTW9kZWwSDwoHcmVwbGFjZRgCIAEoCCJgChBBZGRNb2RlbFJlc3BvbnNlEicKBW1vZGVsGAEgASgLMhguY29nbWVzaC5jb21tb24udjEuTW9kZWwSEAoIcmVwbGFjZWQYAiABKAgSEQoJcGVyc2lzdGVkGAMgASgIIiAKElJlbW92ZU1vZGVsUmVxdWVzdBIKCgJpZBgBIAEoCSImChNSZW1vdmVNb2RlbFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgiLAoTV2F0Y2hDYXRhbG9nUmVxdWVzdBIVCg1rbm93bl92ZXJzaW9uGAEgASgJIkwKFFdhdGNoQ2F0YWxvZ1Jlc3BvbnNlEjQKCHNuYXBzaG90GAEgASgLMiIuY29nbWVzaC5tb2RlbHMudjEuQ2F0YWxvZ1NuYXBzaG90InMKD0NhdGFsb2dTbmFwc2hvdBIPCgd2ZXJzaW9uGAEgASgJEigKBm1vZGVscxgCIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAyABKAkSDgoGc3RyaWN0GAQgASgIKoYBCglNYXRjaEtpbmQSGgoWTUFUQ0hfS0lORF9VTlNQRUNJRklFRBAAEhQKEE1BVENIX0tJTkRfQUxJQVMQARIYChRNQVRDSF9LSU5EX0ZVTExfTkFNRRACEhUKEU1BVENIX0tJTkRfUFJFRklYEAMSFgoSTUFUQ0hfS0lORF9ERUZBVUxUEAQyowUKDU1vZGVsc1NlcnZpY2USXwoMUmVzb2x2ZU1vZGVsEiYuY29nbWVzaC5tb2RlbHMudjEuUmVzb2x2ZU1vZGVsUmVxdWVzdBonLmNvZ21lc2gubW9kZWxzLnYxLlJlc29sdmVNb2RlbFJlc3BvbnNlElkKCkxpc3RNb2RlbHMSJC5jb2dtZXNoLm1vZGVscy52MS5MaXN0TW9kZWxzUmVxdWVzdBolLmNvZ21lc2gubW9kZWxzLnYxLkxpc3RNb2RlbHNSZXNwb25zZRJiCg1MaXN0UHJvdmlkZXJzEicuY29nbWVzaC5tb2RlbHMudjEuTGlzdFByb3ZpZGVyc1JlcXVlc3QaKC5jb2dtZXNoLm1vZGVscy52MS5MaXN0UHJvdmlkZXJzUmVzcG9uc2USXAoLTGlzdEFsaWFzZXMSJS5jb2dtZXNoLm1vZGVscy52MS5MaXN0QWxpYXNlc1JlcXVlc3QaJi5jb2dtZXNoLm1vZGVscy52MS5MaXN0QWxpYXNlc1Jlc3BvbnNlElMKCEFkZE1vZGVsEiIuY29nbWVzaC5tb2RlbHMudjEuQWRkTW9kZWxSZXF1ZXN0GiMuY29nbWVzaC5tb2RlbHMudjEuQWRkTW9kZWxSZXNwb25zZRJcCgtSZW1vdmVNb2RlbBIlLmNvZ21lc2gubW9kZWxzLnYxLlJlbW92ZU1vZGVsUmVxdWVzdBomLmNvZ21lc2gubW9kZWxzLnYxLlJlbW92ZU1vZGVsUmVzcG9uc2USYQoMV2F0Y2hDYXRhbG9nEiYuY29nbWVzaC5tb2RlbHMudjEuV2F0Y2hDYXRhbG9nUmVxdWVzdBonLmNvZ21lc2gubW9kZWxzLnYxLldhdGNoQ2F0YWxvZ1Jlc3BvbnNlMAFCL1otY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvbW9kZWxzL3YxO21vZGVsc3YxYgZwcm90bzM", [file_cogmesh_common_v1_resources]);
 
 /**
  * ResolveModelRequest names the model to resolve.
@@ -340,6 +340,92 @@ export const RemoveModelResponseSchema: GenMessage<RemoveModelResponse> = /*@__P
   messageDesc(file_cogmesh_models_v1_models, 12);
 
 /**
+ * WatchCatalogRequest says which snapshot the watcher already holds.
+ *
+ * @generated from message cogmesh.models.v1.WatchCatalogRequest
+ */
+export type WatchCatalogRequest = Message<"cogmesh.models.v1.WatchCatalogRequest"> & {
+  /**
+   * Version the caller holds; the stream's first message is the next version
+   * after it. Empty: the current snapshot is sent at once.
+   *
+   * @generated from field: string known_version = 1;
+   */
+  knownVersion: string;
+};
+
+/**
+ * Describes the message cogmesh.models.v1.WatchCatalogRequest.
+ * Use `create(WatchCatalogRequestSchema)` to create a new message.
+ */
+export const WatchCatalogRequestSchema: GenMessage<WatchCatalogRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_models_v1_models, 13);
+
+/**
+ * WatchCatalogResponse is one message of the watch: a whole snapshot.
+ *
+ * @generated from message cogmesh.models.v1.WatchCatalogResponse
+ */
+export type WatchCatalogResponse = Message<"cogmesh.models.v1.WatchCatalogResponse"> & {
+  /**
+   * The snapshot, complete: a watcher replaces what it held with it.
+   *
+   * @generated from field: cogmesh.models.v1.CatalogSnapshot snapshot = 1;
+   */
+  snapshot?: CatalogSnapshot | undefined;
+};
+
+/**
+ * Describes the message cogmesh.models.v1.WatchCatalogResponse.
+ * Use `create(WatchCatalogResponseSchema)` to create a new message.
+ */
+export const WatchCatalogResponseSchema: GenMessage<WatchCatalogResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_models_v1_models, 14);
+
+/**
+ * CatalogSnapshot is the whole catalogue at one version.
+ *
+ * @generated from message cogmesh.models.v1.CatalogSnapshot
+ */
+export type CatalogSnapshot = Message<"cogmesh.models.v1.CatalogSnapshot"> & {
+  /**
+   * Digest of the content: equal on every replica that serves the same
+   * catalogue, different whenever a model, alias or the default changes.
+   *
+   * @generated from field: string version = 1;
+   */
+  version: string;
+
+  /**
+   * Every model, the file's and those AddModel added, in id order.
+   *
+   * @generated from field: repeated cogmesh.common.v1.Model models = 2;
+   */
+  models: Model[];
+
+  /**
+   * Id of the model an empty or unknown name resolves to (non-strict).
+   *
+   * @generated from field: string default_model = 3;
+   */
+  defaultModel: string;
+
+  /**
+   * True when the service resolves unknown names strictly (NOT_FOUND).
+   *
+   * @generated from field: bool strict = 4;
+   */
+  strict: boolean;
+};
+
+/**
+ * Describes the message cogmesh.models.v1.CatalogSnapshot.
+ * Use `create(CatalogSnapshotSchema)` to create a new message.
+ */
+export const CatalogSnapshotSchema: GenMessage<CatalogSnapshot> = /*@__PURE__*/
+  messageDesc(file_cogmesh_models_v1_models, 15);
+
+/**
  * MatchKind tells which resolution step matched.
  *
  * @generated from enum cogmesh.models.v1.MatchKind
@@ -455,6 +541,19 @@ export const ModelsService: GenService<{
     methodKind: "unary";
     input: typeof RemoveModelRequestSchema;
     output: typeof RemoveModelResponseSchema;
+  },
+  /**
+   * WatchCatalog streams the catalogue as versioned snapshots: the one in
+   * force at once (or, when the caller already holds it, the next one), then
+   * each new version as it is loaded. A runtime or gateway resolves models
+   * from the last snapshot it received instead of calling ResolveModel.
+   *
+   * @generated from rpc cogmesh.models.v1.ModelsService.WatchCatalog
+   */
+  watchCatalog: {
+    methodKind: "server_streaming";
+    input: typeof WatchCatalogRequestSchema;
+    output: typeof WatchCatalogResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_cogmesh_models_v1_models, 0);
