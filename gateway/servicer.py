@@ -39,7 +39,7 @@ from services.kit.errors import (
 )
 from services.kit.event_log import Batch, EventLogReader
 from services.kit.logging import bind_request, log
-from services.kit.protos import APPROVAL_DECISIONS
+from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct
 
 MAX_CONTENT = 100_000
 MAX_ID = 256
@@ -63,6 +63,8 @@ def agent_to_proto(agent: AgentDefinition) -> resources_pb2.Agent:
         skills=list(agent.skills),
         mode=_MODES[agent.mode],
         a2a_exposed=agent.a2a_exposed,
+        mcp_exposed=agent.mcp_exposed,
+        output_schema=None if agent.output_schema is None else dict_to_struct(agent.output_schema),
     )
 
 

@@ -233,6 +233,7 @@ class AgentDefinition(BaseModel):
     mode: AgentMode = "primary"
     hidden: bool = False
     a2a_exposed: bool = False
+    mcp_exposed: bool = False
     config: AgentConfig = Field(default_factory=AgentConfig)
     subagents: list[str] = Field(default_factory=list)
     interrupt_on: dict[str, bool] = Field(default_factory=dict)

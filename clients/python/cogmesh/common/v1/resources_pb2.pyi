@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -59,7 +60,7 @@ class Session(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed")
+    __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed", "mcp_exposed", "output_schema")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +68,8 @@ class Agent(_message.Message):
     SKILLS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     A2A_EXPOSED_FIELD_NUMBER: _ClassVar[int]
+    MCP_EXPOSED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     model: str
@@ -74,7 +77,9 @@ class Agent(_message.Message):
     skills: _containers.RepeatedScalarFieldContainer[str]
     mode: AgentMode
     a2a_exposed: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., skills: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[AgentMode, str]] = ..., a2a_exposed: _Optional[bool] = ...) -> None: ...
+    mcp_exposed: bool
+    output_schema: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., skills: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[AgentMode, str]] = ..., a2a_exposed: _Optional[bool] = ..., mcp_exposed: _Optional[bool] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ModelCapabilities(_message.Message):
     __slots__ = ("tools", "streaming", "vision", "structured_output")
