@@ -1,9 +1,10 @@
-"""Services share code only through services/kit, never through another service's package.
+"""Services share code only through services/kit and services/lib, never through another service's package.
 
-Every module under services/<name>/ (except kit, which is the shared library, and
-suite, which wires all services into one process) may import from services.kit
-and from its own package, but not from services.<other>. Imports anywhere in a
-module count, including function-local and TYPE_CHECKING ones.
+Every module under services/<name>/ (except kit, the boot kit, lib, the libraries a
+control plane and a data plane share, and suite, which wires all services into one
+process) may import from services.kit, services.lib and its own package, but not
+from services.<other>. A library imports only services.kit and services.lib.
+Imports anywhere in a module count, including function-local and TYPE_CHECKING ones.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
-EXEMPT = {"kit", "suite"}
+SHARED = {"kit", "lib"}  # importable by every service
+EXEMPT = SHARED | {"suite"}
 
 
 def _service_names() -> set[str]:
@@ -52,7 +54,7 @@ def _imported_modules(source: str, package: list[str]) -> list[tuple[int, str]]:
 def _other_service(module: str, service: str, services: set[str]) -> str | None:
     """The other service's package ``module`` belongs to, if any (kit belongs to every service)."""
     parts = module.split(".")
-    if len(parts) >= 2 and parts[0] == "services" and parts[1] in services - {service, "kit"}:
+    if len(parts) >= 2 and parts[0] == "services" and parts[1] in services - {service} - SHARED:
         return f"services.{parts[1]}"
     return None
 
@@ -80,6 +82,11 @@ def test_a_service_imports_no_other_service(service: str) -> None:
         f"services/{service} imports another service's package; share the code through services/kit "
         "instead:\n  " + "\n  ".join(problems)
     )
+
+
+def test_a_library_imports_only_the_kit_and_other_libraries() -> None:
+    problems = _violations("lib", _service_names() | {"lib"})
+    assert not problems, "services/lib imports a service:\n  " + "\n  ".join(problems)
 
 
 def test_the_check_resolves_absolute_relative_and_package_imports() -> None:

@@ -1,0 +1,1 @@
+"""Libraries shared by services: each imports only services.kit and services.lib."""
