@@ -37,12 +37,12 @@ from services.kit.agents import AgentRegistry
 from services.kit.config import Settings
 from services.kit.logging import configure_logging
 from services.kit.protos import dict_to_struct
-from services.policy.assembly import Shared
-from services.policy.config import DEFAULT_POLICY_DIR, ConfigStore
-from services.policy.domain import Phase, Scope, TurnContext
-from services.policy.engine import PolicyEngine
-from services.policy.hooks import HookEvent, HookHandler, HookPayload, HookReply
-from services.policy.ratelimit import MemoryWindowStore
+from services.lib.policy.assembly import Shared
+from services.lib.policy.config import DEFAULT_POLICY_DIR, ConfigStore
+from services.lib.policy.domain import Phase, Scope, TurnContext
+from services.lib.policy.engine import PolicyEngine
+from services.lib.policy.hooks import HookEvent, HookHandler, HookPayload, HookReply
+from services.lib.policy.ratelimit import MemoryWindowStore
 
 INTERCEPTORS = """
 interceptors:

@@ -695,7 +695,7 @@ def check_config(docs: list[dict[str, Any]], label: str = "base") -> list[str]:
 
     from services.kit.agents import AGENT_FILE_SUFFIXES, AgentRegistry
     from services.models.catalog import CatalogError, ModelCatalog
-    from services.policy.config import ConfigRejected, ConfigStore
+    from services.lib.policy.config import ConfigRejected, ConfigStore
 
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as scratch:

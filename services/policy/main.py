@@ -11,14 +11,14 @@ from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.metrics import register_breakers
 from services.kit.server import App, mount, run
-from services.policy.assembly import Shared
-from services.policy.compactor import ContextServiceCompactor
-from services.policy.config import DEFAULT_POLICY_DIR, ConfigRejected, ConfigStore
-from services.policy.engine import PolicyEngine
-from services.policy.hook_client import HookChannels, RemoteHook
-from services.policy.hooks import HookHandler
-from services.policy.ratelimit import MemoryWindowStore, RedisWindowStore, WindowStore
-from services.policy.ratelimit import redis_client as connect_redis
+from services.lib.policy.assembly import Shared
+from services.lib.policy.compactor import ContextServiceCompactor
+from services.lib.policy.config import DEFAULT_POLICY_DIR, ConfigRejected, ConfigStore
+from services.lib.policy.engine import PolicyEngine
+from services.lib.policy.hook_client import HookChannels, RemoteHook
+from services.lib.policy.hooks import HookHandler
+from services.lib.policy.ratelimit import MemoryWindowStore, RedisWindowStore, WindowStore
+from services.lib.policy.ratelimit import redis_client as connect_redis
 from services.policy.servicer import PolicyServicer
 
 

@@ -11,10 +11,10 @@ from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from services.kit.agents import UnknownAgentError
 from services.kit.errors import NotFound, Violations
 from services.kit.protos import dict_to_struct, struct_to_dict
-from services.policy import wire
-from services.policy.commands import CommandResult
-from services.policy.domain import MODEL_FAILURE_KINDS, Phase, Scope
-from services.policy.engine import PolicyEngine, RoleResolution, ToolCallCheck, ToolCallDecision
+from services.lib.policy import wire
+from services.lib.policy.commands import CommandResult
+from services.lib.policy.domain import MODEL_FAILURE_KINDS, Phase, Scope
+from services.lib.policy.engine import PolicyEngine, RoleResolution, ToolCallCheck, ToolCallDecision
 
 MAX_NAME = 256
 MAX_BATCH = 64

@@ -16,7 +16,7 @@ from services.kit import redis_event_log
 from services.kit.errors import Unavailable
 from services.kit.event_log import Batch
 from services.kit.redis_event_log import RedisEventLog
-from services.policy.ratelimit import RedisWindowStore, redis_client
+from services.lib.policy.ratelimit import RedisWindowStore, redis_client
 from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore, connect
 from tests.support.redis_server import RedisServer, admin_client, delete_prefix, unique_prefix

@@ -23,10 +23,10 @@ from services.context import main as context_main
 from services.kit.config import Settings
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.kit.server import RunningServer, start
+from services.lib.policy.domain import TurnContext
+from services.lib.policy.interceptors import Interceptor, InterceptResult
 from services.models import main as models_main
 from services.policy import main as policy_main
-from services.policy.domain import TurnContext
-from services.policy.interceptors import Interceptor, InterceptResult
 from tests.integration.conftest import status_details
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.policy.commands import CommandContext, CommandResult, builtin_registry, parse, static_reply
-from services.policy.domain import Scope
+from services.lib.policy.commands import CommandContext, CommandResult, builtin_registry, parse, static_reply
+from services.lib.policy.domain import Scope
 
 CTX = CommandContext(Scope("default"), "", ("coach", "deposit_advisor"), "coach", "local")
 

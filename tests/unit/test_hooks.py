@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.policy.domain import Scope
-from services.policy.hooks import (
+from services.lib.policy.domain import Scope
+from services.lib.policy.hooks import (
     Hook,
     HookEvent,
     HookPayload,

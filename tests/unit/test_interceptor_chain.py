@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.policy.domain import Msg, Phase, Scope, ToolInfo, TurnContext
-from services.policy.interceptors.base import ALLOWED_ACTIONS, Action, Chain, Interceptor, InterceptResult
+from services.lib.policy.domain import Msg, Phase, Scope, ToolInfo, TurnContext
+from services.lib.policy.interceptors.base import ALLOWED_ACTIONS, Action, Chain, Interceptor, InterceptResult
 
 
 def ctx(**fields: Any) -> TurnContext:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.policy.domain import Msg, Phase, Scope, ToolInfo, TurnContext
-from services.policy.interceptors import (
+from services.lib.policy.domain import Msg, Phase, Scope, ToolInfo, TurnContext
+from services.lib.policy.interceptors import (
     Action,
     Chain,
     ContextPrompt,

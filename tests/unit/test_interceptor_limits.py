@@ -9,8 +9,8 @@ import pytest_asyncio
 import structlog
 
 from services.kit.redis_pool import Client
-from services.policy.domain import Msg, Phase, Scope, ToolCallRef, TurnContext
-from services.policy.interceptors import (
+from services.lib.policy.domain import Msg, Phase, Scope, ToolCallRef, TurnContext
+from services.lib.policy.interceptors import (
     Action,
     BudgetGuard,
     Chain,
@@ -19,8 +19,8 @@ from services.policy.interceptors import (
     ThrottleInterceptor,
     TokenLimiter,
 )
-from services.policy.interceptors.context import SUMMARY_PREFIX, Compaction, split_point
-from services.policy.ratelimit import MemoryWindowStore, RedisWindowStore, redis_client
+from services.lib.policy.interceptors.context import SUMMARY_PREFIX, Compaction, split_point
+from services.lib.policy.ratelimit import MemoryWindowStore, RedisWindowStore, redis_client
 from tests.support.redis_topologies import RedisUnderTest
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.policy.domain import ModelFailure, Phase, Scope, TurnContext
-from services.policy.interceptors import Action, Chain, CircuitBreaker, Failover
-from services.policy.resilience import CircuitBreaker as Breaker
-from services.policy.resilience import CircuitBreakerRegistry, CircuitState
+from services.lib.policy.domain import ModelFailure, Phase, Scope, TurnContext
+from services.lib.policy.interceptors import Action, Chain, CircuitBreaker, Failover
+from services.lib.policy.resilience import CircuitBreaker as Breaker
+from services.lib.policy.resilience import CircuitBreakerRegistry, CircuitState
 
 
 class Clock:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.policy.domain import Msg, Phase, Scope, TurnContext
-from services.policy.interceptors import Action, Chain, ContentFilter, PIIShield
-from services.policy.interceptors.security import PII_PATTERN_NAMES
+from services.lib.policy.domain import Msg, Phase, Scope, TurnContext
+from services.lib.policy.interceptors import Action, Chain, ContentFilter, PIIShield
+from services.lib.policy.interceptors.security import PII_PATTERN_NAMES
 
 
 def ctx(*texts: str, **fields: object) -> TurnContext:

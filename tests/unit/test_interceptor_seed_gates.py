@@ -9,12 +9,12 @@ import pytest
 import structlog
 
 from services.kit.agents import AgentDefinition, AgentRegistry
-from services.policy.assembly import Shared, build_bundle
-from services.policy.config import ConfigRejected, ConfigStore, HITLSpec, RoleGateSpec, load_config
-from services.policy.domain import ModelFailure, Msg, Phase, Scope, ToolCallRef, ToolInfo, TurnContext
-from services.policy.engine import PolicyEngine
-from services.policy.hooks import HookEvent, HookHandler, HookPayload, HookReply
-from services.policy.interceptors import (
+from services.lib.policy.assembly import Shared, build_bundle
+from services.lib.policy.config import ConfigRejected, ConfigStore, HITLSpec, RoleGateSpec, load_config
+from services.lib.policy.domain import ModelFailure, Msg, Phase, Scope, ToolCallRef, ToolInfo, TurnContext
+from services.lib.policy.engine import PolicyEngine
+from services.lib.policy.hooks import HookEvent, HookHandler, HookPayload, HookReply
+from services.lib.policy.interceptors import (
     Action,
     Chain,
     HITLInterceptor,
@@ -23,8 +23,8 @@ from services.policy.interceptors import (
     RoleGate,
     SafeGate,
 )
-from services.policy.interceptors.hitl import needs_approval
-from services.policy.ratelimit import MemoryWindowStore
+from services.lib.policy.interceptors.hitl import needs_approval
+from services.lib.policy.ratelimit import MemoryWindowStore
 
 TOOLS = [ToolInfo("search"), ToolInfo("read_file"), ToolInfo("write_file"), ToolInfo("delete_file")]
 
@@ -307,7 +307,7 @@ async def test_engine_returns_the_approval_decision_and_the_role_gate_verdicts(t
 
 async def test_the_approval_request_reaches_the_wire_as_its_own_action() -> None:
     from cogmesh.policy.v1 import policy_pb2
-    from services.policy.wire import outcome_to
+    from services.lib.policy.wire import outcome_to
 
     c = ctx(tool_name="write_file", tool_call_id="c1", tool_args={"path": "a", "lines": [1, 2]})
     outcome = await Chain([HITLInterceptor()]).run(Phase.PRE_ACT, c)

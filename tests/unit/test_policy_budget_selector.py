@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.policy.budget import ToolBudget
-from services.policy.selector import DEFAULT_GROUP_PATTERNS, ToolBudgetConfig, ToolGroup, ToolSelector, classify
+from services.lib.policy.budget import ToolBudget
+from services.lib.policy.selector import DEFAULT_GROUP_PATTERNS, ToolBudgetConfig, ToolGroup, ToolSelector, classify
 
 
 def test_tool_budget_counts_total_and_mcp_calls() -> None:

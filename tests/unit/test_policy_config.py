@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.policy.config import (
+from services.lib.policy.config import (
     DEFAULT_POLICY_DIR,
     FILES,
     BudgetGuardSpec,
@@ -18,8 +18,8 @@ from services.policy.config import (
     ConfigStore,
     load_config,
 )
-from services.policy.domain import TurnContext
-from services.policy.interceptors import Interceptor, InterceptResult
+from services.lib.policy.domain import TurnContext
+from services.lib.policy.interceptors import Interceptor, InterceptResult
 
 
 class Shout(Interceptor):
@@ -269,9 +269,9 @@ interceptors:
 
 async def test_every_interceptor_type_builds_from_yaml(tmp_path: Path) -> None:
     from services.kit.agents import AgentDefinition
-    from services.policy.assembly import Shared, build_bundle
-    from services.policy.domain import Phase, Scope, ToolInfo
-    from services.policy.ratelimit import MemoryWindowStore
+    from services.lib.policy.assembly import Shared, build_bundle
+    from services.lib.policy.domain import Phase, Scope, ToolInfo
+    from services.lib.policy.ratelimit import MemoryWindowStore
 
     write(tmp_path, "interceptors.yaml", EVERY_TYPE)
     config = load_config(tmp_path, 1)

@@ -11,14 +11,14 @@ import pytest
 import structlog
 
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
-from services.policy.assembly import Shared
-from services.policy.config import ConfigStore
-from services.policy.domain import Msg, Phase, Scope, ToolInfo, TurnContext
-from services.policy.engine import PolicyEngine
-from services.policy.hooks import HookEvent, HookHandler, HookPayload, HookReply
-from services.policy.interceptors.base import Action
-from services.policy.interceptors.context import Compaction
-from services.policy.ratelimit import MemoryWindowStore
+from services.lib.policy.assembly import Shared
+from services.lib.policy.config import ConfigStore
+from services.lib.policy.domain import Msg, Phase, Scope, ToolInfo, TurnContext
+from services.lib.policy.engine import PolicyEngine
+from services.lib.policy.hooks import HookEvent, HookHandler, HookPayload, HookReply
+from services.lib.policy.interceptors.base import Action
+from services.lib.policy.interceptors.context import Compaction
+from services.lib.policy.ratelimit import MemoryWindowStore
 
 STOPS: list[str] = []
 
@@ -329,7 +329,7 @@ async def test_a_reload_rebuilds_what_decides(tmp_path: Path) -> None:
 
 
 async def test_check_tool_calls_decides_in_order_and_advances_the_budget(engine: PolicyEngine) -> None:
-    from services.policy.engine import ToolCallCheck
+    from services.lib.policy.engine import ToolCallCheck
 
     calls = [
         ToolCallCheck(scope(), "calculator", {"expression": "1"}, "c1"),
@@ -348,7 +348,7 @@ async def test_check_tool_calls_decides_in_order_and_advances_the_budget(engine:
 
 
 async def test_check_tool_calls_stops_checking_after_a_stop(engine: PolicyEngine) -> None:
-    from services.policy.engine import ToolCallCheck
+    from services.lib.policy.engine import ToolCallCheck
 
     calls = [ToolCallCheck(scope(session=f"s-{i}"), "thinking", {}, f"c{i}") for i in range(4)]
     step = await engine.check_tool_calls(calls, TurnContext(scope()))

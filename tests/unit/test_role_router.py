@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.policy.routing import KeywordRoleRouter
+from services.lib.policy.routing import KeywordRoleRouter
 
 ROUTER = KeywordRoleRouter(
     default_role="coach",

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from services.policy.tool_policy import (
+from services.lib.policy.tool_policy import (
     ALWAYS_DENIED,
     Decision,
     DefaultToolPolicy,

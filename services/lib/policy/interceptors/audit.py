@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from services.kit.logging import log
-from services.policy.domain import Phase, TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.domain import Phase, TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
 
 LogLevel = Literal["debug", "info", "warning"]
 

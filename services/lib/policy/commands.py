@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.policy.domain import Scope
+from services.lib.policy.domain import Scope
 
 _COMMAND = re.compile(r"^\s*/(?P<name>[A-Za-z][\w-]*|\?)(?:\s+(?P<args>.*))?\s*$", re.DOTALL)
 _NAME = re.compile(r"^[\w.:/@+-]{1,128}$")

@@ -7,7 +7,7 @@ import grpc
 from cogmesh.policy.v1 import hooks_pb2, hooks_pb2_grpc
 from services.kit.clients import PEER_CHANNEL_OPTIONS
 from services.kit.protos import dict_to_struct, struct_to_dict
-from services.policy.hooks import HookError, HookEvent, HookPayload, HookReply
+from services.lib.policy.hooks import HookError, HookEvent, HookPayload, HookReply
 
 
 class HookChannels:

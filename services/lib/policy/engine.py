@@ -14,22 +14,30 @@ from typing import Any
 
 from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.logging import log
-from services.policy.assembly import Bundle, Router, Shared, build_bundle, commands_for, has_role_section, router_for
-from services.policy.budget import is_mcp
-from services.policy.commands import CommandContext, CommandRegistry, CommandResult, parse
-from services.policy.config import ConfigError, ConfigStore, PolicyConfig
-from services.policy.domain import Notice, Phase, Scope, ToolInfo, TurnContext
-from services.policy.hooks import (
+from services.lib.policy.assembly import (
+    Bundle,
+    Router,
+    Shared,
+    build_bundle,
+    commands_for,
+    has_role_section,
+    router_for,
+)
+from services.lib.policy.budget import is_mcp
+from services.lib.policy.commands import CommandContext, CommandRegistry, CommandResult, parse
+from services.lib.policy.config import ConfigError, ConfigStore, PolicyConfig
+from services.lib.policy.domain import Notice, Phase, Scope, ToolInfo, TurnContext
+from services.lib.policy.hooks import (
     HookPayload,
     run_post_tool_use,
     run_pre_tool_use,
     run_stop,
     run_user_prompt_submit,
 )
-from services.policy.interceptors.base import Action, PhaseOutcome
-from services.policy.routing import RoleChoice
-from services.policy.selector import DEFAULT_GROUP_PATTERNS, ToolBudgetConfig, ToolGroup, ToolSelector, classify
-from services.policy.tool_policy import ToolPolicyInput
+from services.lib.policy.interceptors.base import Action, PhaseOutcome
+from services.lib.policy.routing import RoleChoice
+from services.lib.policy.selector import DEFAULT_GROUP_PATTERNS, ToolBudgetConfig, ToolGroup, ToolSelector, classify
+from services.lib.policy.tool_policy import ToolPolicyInput
 
 
 @dataclass

@@ -7,8 +7,8 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.policy.domain import TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.domain import TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
 
 
 def _join(prompt: str, addition: str) -> str:

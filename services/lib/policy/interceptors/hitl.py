@@ -12,8 +12,8 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 
-from services.policy.domain import TurnContext
-from services.policy.interceptors.base import Action, Interceptor, InterceptResult, Step
+from services.lib.policy.domain import TurnContext
+from services.lib.policy.interceptors.base import Action, Interceptor, InterceptResult, Step
 
 DEFAULT_DESCRIPTION = "{tool} needs a human's approval before it runs"
 

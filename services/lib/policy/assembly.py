@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.kit.agents import AgentDefinition
-from services.policy import interceptors as icp
-from services.policy.budget import ToolBudget
-from services.policy.commands import CommandRegistry, builtin_registry, static_reply
-from services.policy.config import (
+from services.lib.policy import interceptors as icp
+from services.lib.policy.budget import ToolBudget
+from services.lib.policy.commands import CommandRegistry, builtin_registry, static_reply
+from services.lib.policy.config import (
     BudgetGuardSpec,
     BudgetSection,
     CircuitBreakerSpec,
@@ -40,13 +40,13 @@ from services.policy.config import (
     ToolGateSpec,
     resolve_entry_point,
 )
-from services.policy.domain import Phase
-from services.policy.hooks import Hook, HookEvent, HookHandler, HookRegistry, LocalHook
-from services.policy.interceptors.context import Compactor
-from services.policy.ratelimit import WindowStore
-from services.policy.resilience import CircuitBreakerRegistry
-from services.policy.routing import KeywordRoleRouter
-from services.policy.tool_policy import DefaultToolPolicy
+from services.lib.policy.domain import Phase
+from services.lib.policy.hooks import Hook, HookEvent, HookHandler, HookRegistry, LocalHook
+from services.lib.policy.interceptors.context import Compactor
+from services.lib.policy.ratelimit import WindowStore
+from services.lib.policy.resilience import CircuitBreakerRegistry
+from services.lib.policy.routing import KeywordRoleRouter
+from services.lib.policy.tool_policy import DefaultToolPolicy
 
 RemoteHookFactory = Callable[[str, float], HookHandler]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from services.kit.tokens import CharRatioCounter, TokenCounter
-from services.policy.domain import Msg, Notice, Scope, TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.domain import Msg, Notice, Scope, TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
 
 # Marks the message that carries the rolling summary, so the next compaction folds it in.
 SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from cogmesh.context.v1 import context_pb2
 from services.kit.clients import Clients, call
-from services.policy.domain import Msg, Scope
-from services.policy.interceptors.context import Compaction
-from services.policy.wire import msg_from, msg_to
+from services.lib.policy.domain import Msg, Scope
+from services.lib.policy.interceptors.context import Compaction
+from services.lib.policy.wire import msg_from, msg_to
 
 
 class ContextServiceCompactor:

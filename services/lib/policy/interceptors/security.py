@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from services.kit.logging import log
-from services.policy.domain import Msg, TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.domain import Msg, TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
 
 
 def _luhn_ok(digits: str) -> bool:

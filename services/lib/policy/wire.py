@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.policy.v1 import policy_pb2
 from services.kit.protos import dict_to_struct, now, struct_to_dict
-from services.policy.domain import ModelFailure, Msg, Notice, Phase, Scope, ToolCallRef, ToolInfo, TurnContext
-from services.policy.interceptors.base import Action, PhaseOutcome
+from services.lib.policy.domain import ModelFailure, Msg, Notice, Phase, Scope, ToolCallRef, ToolInfo, TurnContext
+from services.lib.policy.interceptors.base import Action, PhaseOutcome
 
 ROLE_NAMES = {
     messages_pb2.ROLE_USER: "user",

@@ -38,13 +38,13 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from services.kit.logging import log
-from services.policy.interceptors.base import Interceptor
+from services.lib.policy.interceptors.base import Interceptor
 
 POLICY_FILE = "policy.yaml"
 INTERCEPTORS_FILE = "interceptors.yaml"
 ROLE_ROUTER_FILE = "role_router.yaml"
 FILES = (POLICY_FILE, INTERCEPTORS_FILE, ROLE_ROUTER_FILE)
-DEFAULT_POLICY_DIR = Path(__file__).resolve().parent.parent / "defaults" / "policy"
+DEFAULT_POLICY_DIR = Path(__file__).resolve().parents[2] / "defaults" / "policy"
 
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _ADDRESS = re.compile(r"^(?:[\w.-]+|\[[0-9a-fA-F:]+\]):\d{1,5}$|^unix:.+$")

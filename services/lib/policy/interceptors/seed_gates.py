@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from services.policy.domain import ToolInfo, TurnContext
-from services.policy.interceptors.gates import PermissionGate, ToolGate, _matches
+from services.lib.policy.domain import ToolInfo, TurnContext
+from services.lib.policy.interceptors.gates import PermissionGate, ToolGate, _matches
 
 # The seed's example of tools that only read: what SafeGate keeps when not told otherwise.
 DEFAULT_SAFE_TOOLS: tuple[str, ...] = ("search", "read_file")

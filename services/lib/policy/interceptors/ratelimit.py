@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from services.policy.domain import TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
-from services.policy.ratelimit import WindowStore
+from services.lib.policy.domain import TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.ratelimit import WindowStore
 
 # Or "scope:<key>": one window per tenant and value of the session's scope key (sessions
 # without that key share one window of their tenant).

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from services.kit.logging import log
-from services.policy.domain import Notice, Scope
+from services.lib.policy.domain import Notice, Scope
 
 FailMode = Literal["open", "closed"]
 

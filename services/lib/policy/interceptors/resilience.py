@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.policy.domain import ModelFailureKind, TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
-from services.policy.resilience import CircuitBreakerRegistry
+from services.lib.policy.domain import ModelFailureKind, TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.resilience import CircuitBreakerRegistry
 
 
 class Failover(Interceptor):

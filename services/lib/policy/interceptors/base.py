@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from services.kit.logging import log
-from services.policy.domain import Msg, Phase, TurnContext
+from services.lib.policy.domain import Msg, Phase, TurnContext
 
 ErrorKind = Literal["budget_exceeded", "rate_limited", "guardrail", "internal"]
 

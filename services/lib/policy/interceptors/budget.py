@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from services.policy.domain import TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.domain import TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
 
 
 class BudgetGuard(Interceptor):

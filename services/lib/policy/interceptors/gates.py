@@ -8,8 +8,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from services.policy.domain import ToolInfo, TurnContext
-from services.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.policy.domain import ToolInfo, TurnContext
+from services.lib.policy.interceptors.base import Interceptor, InterceptResult
 
 # A Python tool filter named in YAML: (tools, ctx) -> the tools (or names) to keep, sync or async.
 FilterFn = Callable[[list[ToolInfo], TurnContext], list[Any] | Awaitable[list[Any]]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.policy.tool_policy import MCP_PREFIX
+from services.lib.policy.tool_policy import MCP_PREFIX
 
 
 def is_mcp(tool_name: str) -> bool:
