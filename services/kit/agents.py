@@ -50,20 +50,33 @@ class AgentConfig(BaseModel):
     # instead of being silently ignored.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Serve the model through this provider instead of the catalogue's (e.g. "vllm").
-    provider: str | None = None
-    model: str | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_tokens: int | None = Field(default=None, gt=0)
-    # Maximum model calls per turn (the loop's iteration limit).
-    recursion_limit: int | None = Field(default=None, gt=0)
-    # Tool results over this many tokens (4 characters a token) are archived: the model gets their
-    # head behind a marker and pages through them with get_tool_response. None: the runtime's
-    # COGMESH_TOOL_RESULT_LIMIT_TOKENS (25,000).
-    tool_token_limit_before_evict: int | None = Field(default=None, ge=100)
-    # Models tried in order when the current one fails (provider error, rate
-    # limit, timeout, context length): the failover chain.
-    fallback_models: list[str] = Field(default_factory=list)
+    provider: str | None = Field(
+        default=None, description='Serve the model through this provider instead of the catalogue\'s (e.g. "vllm").'
+    )
+    model: str | None = Field(
+        default=None, description="Catalogue name of the model; wins over the agent's `model` when set."
+    )
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, description="Sampling temperature; unset: the model's default."
+    )
+    max_tokens: int | None = Field(
+        default=None, gt=0, description="Cap on the tokens of each model answer; unset: the model's default."
+    )
+    recursion_limit: int | None = Field(
+        default=None, gt=0, description="Maximum model calls per turn (the loop's iteration limit)."
+    )
+    tool_token_limit_before_evict: int | None = Field(
+        default=None,
+        ge=100,
+        description="Tool results over this many tokens (4 characters a token) are archived: the model gets "
+        "their head behind a marker and pages through them with `get_tool_response`. Unset: the runtime's "
+        "`COGMESH_TOOL_RESULT_LIMIT_TOKENS` (25,000).",
+    )
+    fallback_models: list[str] = Field(
+        default_factory=list,
+        description="Catalogue names tried in order when the current model fails (provider error, rate limit, "
+        "timeout, context length): the failover chain.",
+    )
 
 
 class AgentLimits(BaseModel):
@@ -71,15 +84,29 @@ class AgentLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_iterations: int | None = Field(default=None, gt=0)
-    max_tool_calls: int | None = Field(default=None, ge=0)
-    max_mcp_calls: int | None = Field(default=None, ge=0)
-    tool_timeout_s: float | None = Field(default=None, gt=0)
-    max_parallel_tools: int | None = Field(default=None, gt=0)
-    max_wall_clock_s: float | None = Field(default=None, gt=0)
-    # On reaching a tool limit: "finalize" asks the model to answer without
-    # tools; "error" ends the turn with budget_exceeded.
-    on_tool_limit: Literal["finalize", "error"] = "finalize"
+    max_iterations: int | None = Field(
+        default=None, gt=0, description="Maximum model calls in a turn; unset: the runtime's 8."
+    )
+    max_tool_calls: int | None = Field(
+        default=None, ge=0, description="Maximum tool calls in a turn; unset: the runtime's 32."
+    )
+    max_mcp_calls: int | None = Field(
+        default=None, ge=0, description="Maximum MCP tool calls in a turn; unset: the runtime's 16."
+    )
+    tool_timeout_s: float | None = Field(
+        default=None, gt=0, description="Timeout of one tool call in seconds; unset: the runtime's 30."
+    )
+    max_parallel_tools: int | None = Field(
+        default=None, gt=0, description="Tool calls of one model step that run at once; unset: the runtime's 4."
+    )
+    max_wall_clock_s: float | None = Field(
+        default=None, gt=0, description="Wall-clock limit of a whole turn in seconds; unset: the runtime's 300."
+    )
+    on_tool_limit: Literal["finalize", "error"] = Field(
+        default="finalize",
+        description='On reaching a tool limit: "finalize" asks the model to answer without tools; "error" ends '
+        "the turn with `budget_exceeded`.",
+    )
 
 
 class AgentBudget(BaseModel):
@@ -87,10 +114,17 @@ class AgentBudget(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_cost_usd: float | None = Field(default=None, gt=0)
-    max_total_tokens: int | None = Field(default=None, gt=0)
-    action: Literal["error", "warn"] = "error"
-    per_session: bool = False
+    max_cost_usd: float | None = Field(default=None, gt=0, description="Maximum cost in USD; unset: no cost limit.")
+    max_total_tokens: int | None = Field(
+        default=None, gt=0, description="Maximum tokens, input and output together; unset: no token limit."
+    )
+    action: Literal["error", "warn"] = Field(
+        default="error",
+        description='Over a limit: "error" ends the turn with `budget_exceeded`; "warn" reports it and goes on.',
+    )
+    per_session: bool = Field(
+        default=False, description="Count the whole session's spending (true) or each turn's alone (false)."
+    )
 
 
 class AgentCompaction(BaseModel):
@@ -104,15 +138,19 @@ class AgentCompaction(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = True
-    # Compact when transcript plus summary exceed this many tokens; 0: half the context window.
-    max_tokens: int = Field(default=0, ge=0)
-    # Target size of the live transcript after compaction; 0: half of max_tokens.
-    context_token_limit: int = Field(default=0, ge=0)
-    # Target size of each summary; 0: the context service's default.
-    summary_token_limit: int = Field(default=0, ge=0)
-    # Catalogue name of the summarizing model; empty: the agent's model.
-    model: str = ""
+    enabled: bool = Field(default=True, description="Summarize the older part of a long transcript; false: never.")
+    max_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Compact when transcript plus summary exceed this many tokens; 0: half the context window.",
+    )
+    context_token_limit: int = Field(
+        default=0, ge=0, description="Target size of the live transcript after compaction; 0: half of `max_tokens`."
+    )
+    summary_token_limit: int = Field(
+        default=0, ge=0, description="Target size of each summary; 0: the context service's default."
+    )
+    model: str = Field(default="", description="Catalogue name of the summarizing model; empty: the agent's model.")
 
 
 # A memory namespace holds 1 to 8 labels of 1 to 384 characters without '/', '{', '}' or control
@@ -158,13 +196,22 @@ class MemoryContext(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = False
-    # How many memories the runtime recalls (SearchMemories' limit).
-    limit: int = Field(default=5, ge=1, le=20)
-    # Token cap of the pack (the context service's recalled_memories_max); the lowest ranked go first.
-    max_tokens: int = Field(default=400, ge=1, le=8000)
-    # How long the prompt build waits for the search; past it the pack is left out (with a notice).
-    timeout_ms: int = Field(default=2000, ge=1, le=60000)
+    enabled: bool = Field(default=False, description="Put the pack in the system prompt of every turn.")
+    limit: int = Field(
+        default=5, ge=1, le=20, description="How many memories the runtime recalls (SearchMemories' limit)."
+    )
+    max_tokens: int = Field(
+        default=400,
+        ge=1,
+        le=8000,
+        description="Token cap of the pack (the context service's recalled_memories_max); the lowest ranked go first.",
+    )
+    timeout_ms: int = Field(
+        default=2000,
+        ge=1,
+        le=60000,
+        description="How long the prompt build waits for the search; past it the pack is left out, with a notice.",
+    )
 
 
 class AgentMemory(BaseModel):
@@ -179,11 +226,26 @@ class AgentMemory(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: list[NamespaceLabel] = Field(
-        default_factory=lambda: ["{end_user}", "memories"], min_length=1, max_length=MAX_NAMESPACE_LABELS
+        default_factory=lambda: ["{end_user}", "memories"],
+        min_length=1,
+        max_length=MAX_NAMESPACE_LABELS,
+        description="Template of the memory namespace, 1 to 8 labels: `{key}` is the session's scope entry for "
+        "`key` (as `key=value`), any other label literal text without `/`, `{`, `}` or control characters.",
     )
-    save_tool: str = Field(default="save_memory", pattern=TOOL_NAME_PATTERN)
-    search_tool: str = Field(default="search_memories", pattern=TOOL_NAME_PATTERN)
-    context: MemoryContext = Field(default_factory=MemoryContext)
+    save_tool: str = Field(
+        default="save_memory",
+        pattern=TOOL_NAME_PATTERN,
+        description="Name of the tool that saves a memory; offered only when `tools` lists it.",
+    )
+    search_tool: str = Field(
+        default="search_memories",
+        pattern=TOOL_NAME_PATTERN,
+        description="Name of the tool that searches the memories; offered only when `tools` lists it.",
+    )
+    context: MemoryContext = Field(
+        default_factory=MemoryContext,
+        description="The memory context pack: memories recalled for the user's message, in the system prompt.",
+    )
 
     @model_validator(mode="after")
     def _distinct_tools(self) -> AgentMemory:
@@ -221,30 +283,81 @@ class AgentDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=AGENT_NAME_PATTERN)
-    description: str = ""
-    prompts_dir: Path | None = None
-    system_prompt: str | None = None
-    # Catalogue name for the models service; empty selects the catalogue default.
-    model: str = ""
-    tools: list[str] = Field(default_factory=list)
-    skills: list[str] = Field(default_factory=list)
-    default_role: str = ""
-    mode: AgentMode = "primary"
-    hidden: bool = False
-    a2a_exposed: bool = False
-    mcp_exposed: bool = False
-    config: AgentConfig = Field(default_factory=AgentConfig)
-    subagents: list[str] = Field(default_factory=list)
-    interrupt_on: dict[str, bool] = Field(default_factory=dict)
-    runtime: str = ""
-    limits: AgentLimits = Field(default_factory=AgentLimits)
-    budget: AgentBudget = Field(default_factory=AgentBudget)
-    # JSON Schema of the structured answer every turn must give; None: free text.
-    output_schema: dict[str, Any] | None = None
-    compaction: AgentCompaction = Field(default_factory=AgentCompaction)
-    # Memories across sessions: tool names, namespace template, context pack (docs/memory.md).
-    memory: AgentMemory = Field(default_factory=AgentMemory)
+    name: str = Field(
+        pattern=AGENT_NAME_PATTERN,
+        description="The agent's name: lower case letters, digits, `_` and `-`, starting with a letter, at most "
+        "63 characters. A Markdown file's name when its front matter gives none.",
+    )
+    description: str = Field(default="", description="What the agent does, as ListAgents and agent cards show it.")
+    prompts_dir: Path | None = Field(
+        default=None,
+        description="Folder of `identity.md`, `guardrails.md` and `roles/<role>.md`, relative to the agent file.",
+    )
+    system_prompt: str | None = Field(
+        default=None,
+        description="Inline system prompt, or `{file: <path>}` (relative to the agent file, `.md` optional); "
+        "a Markdown agent file's body. Used instead of, or besides, the `prompts_dir` files.",
+    )
+    model: str = Field(
+        default="", description="Catalogue name of the model (the models service); empty: the catalogue default."
+    )
+    tools: list[str] = Field(
+        default_factory=list,
+        description='Tools the agent may call: built-ins ("calculator"), MCP tools ("mcp__<server>__<tool>"), '
+        'remote tools, or glob patterns ("mcp__everything__*").',
+    )
+    skills: list[str] = Field(
+        default_factory=list,
+        description="Skills active when the policy's router gives the role none; an MCP server named after an "
+        "active skill offers all its tools.",
+    )
+    default_role: str = Field(
+        default="", description="The role a session starts in (its `roles/<role>.md` prompt); empty: none."
+    )
+    mode: AgentMode = Field(
+        default="primary",
+        description='Who may run the agent: "primary" agents own sessions, "subagent" agents are only invoked '
+        'by other agents, "all" both.',
+    )
+    hidden: bool = Field(
+        default=False, description="Left out of ListAgents; sessions can still be created with it by name."
+    )
+    a2a_exposed: bool = Field(default=False, description="Served over A2A and listed on the agent card (docs/a2a.md).")
+    mcp_exposed: bool = Field(
+        default=False, description="Served as a tool of the browser edge's MCP server (docs/mcp.md)."
+    )
+    config: AgentConfig = Field(
+        default_factory=AgentConfig, description="Model overrides on top of the catalogue model."
+    )
+    subagents: list[str] = Field(
+        default_factory=list,
+        description="Agents (mode subagent or all) this one may delegate to through the runtime's `task` tool.",
+    )
+    interrupt_on: dict[str, bool] = Field(
+        default_factory=dict,
+        description="Tool names or glob patterns mapped to whether a call needs a human's approval, which pauses "
+        "the turn (exact names win over patterns).",
+    )
+    runtime: str = Field(
+        default="",
+        description='Runtime engine of the agent\'s turns ("cogmesh", "single-shot"); empty: `COGMESH_RUNTIME`, '
+        'else "cogmesh". A turn may override it.',
+    )
+    limits: AgentLimits = Field(
+        default_factory=AgentLimits, description="Per-turn limits; unset fields keep the runtime's defaults."
+    )
+    budget: AgentBudget = Field(default_factory=AgentBudget, description="Cost budget of each turn or session.")
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema of the structured answer every turn must give; unset: free text."
+    )
+    compaction: AgentCompaction = Field(
+        default_factory=AgentCompaction,
+        description="How the runtime keeps a long conversation within its context budget.",
+    )
+    memory: AgentMemory = Field(
+        default_factory=AgentMemory,
+        description="Memories across sessions: tool names, namespace template, context pack (docs/memory.md).",
+    )
 
     @property
     def model_name(self) -> str:
