@@ -3,6 +3,7 @@
 /cogmesh.gateway.v1.GatewayService/<Method>   Connect (JSON or binary) and gRPC-Web, forwarded
 /console/                                     the web console (built by `make console`)
 /healthz                                      200 while the gateway answers SERVING, else 503
+/mcp                                          exposed agents as MCP tools, streamable HTTP (mcp_server.py)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
+from gateway.web import mcp_server
 from gateway.web.forward import GatewayForwarder, connect_code
 from services.kit.clients import open_channel
 from services.kit.config import Settings
@@ -190,6 +192,7 @@ def create_app(settings: Settings) -> ASGIApp:
             ObjectJSONCodec(google_protobuf_json_codec(ignore_unknown_fields=False)),
         ],
     )
+    mcp = mcp_server.McpEdge()
     channel: grpc.aio.Channel | None = None
 
     @asynccontextmanager
@@ -199,7 +202,8 @@ def create_app(settings: Settings) -> ASGIApp:
         channel = open_channel(settings.gateway_addr, settings)
         forwarder.attach(channel)
         try:
-            yield
+            async with mcp.serving(channel):  # the MCP session manager's run(), for the app's life
+                yield
         finally:
             forwarder.attach(None)
             await channel.close()
@@ -216,7 +220,9 @@ def create_app(settings: Settings) -> ASGIApp:
         return JSONResponse({"gateway": settings.gateway_addr, "status": status}, 200 if status == "SERVING" else 503)
 
     console_dir = settings.web_console_dir or DEFAULT_CONSOLE_DIR
-    site = Starlette(routes=[Route("/healthz", healthz), *console_routes(console_dir)], lifespan=lifespan)
+    site = Starlette(
+        routes=[Route("/healthz", healthz), *mcp_server.routes(mcp), *console_routes(console_dir)], lifespan=lifespan
+    )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(SERVICE_PATH):
