@@ -4,6 +4,7 @@
 /console/                                     the web console (built by `make console`)
 /healthz                                      200 while the gateway answers SERVING, else 503
 /mcp                                          exposed agents as MCP tools, streamable HTTP (mcp_server.py)
+/agui/{agent}                                 AG-UI: a run of the agent, its events over SSE (agui.py)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
 from gateway.web import mcp_server
+from gateway.web.agui import routes as agui_routes
 from gateway.web.forward import GatewayForwarder, connect_code
 from services.kit.clients import open_channel
 from services.kit.config import Settings
@@ -221,7 +223,13 @@ def create_app(settings: Settings) -> ASGIApp:
 
     console_dir = settings.web_console_dir or DEFAULT_CONSOLE_DIR
     site = Starlette(
-        routes=[Route("/healthz", healthz), *mcp_server.routes(mcp), *console_routes(console_dir)], lifespan=lifespan
+        routes=[
+            Route("/healthz", healthz),
+            *mcp_server.routes(mcp),
+            *console_routes(console_dir),
+            *agui_routes(lambda: channel),
+        ],
+        lifespan=lifespan,
     )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
