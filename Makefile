@@ -36,6 +36,7 @@ test-under-load:  ## make test 5 times in a row with every core kept busy (RUNS=
 
 check: lint typecheck protos-check node-check go-check breaking deploy-check
 
+	$(BIN)/python tools/agentdoc.py --check
 lint: $(VENV)/.installed $(BUF)
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
@@ -83,7 +84,7 @@ chromium:
 go-toolchain: $(VENV)/.installed  ## install Go, protoc and the Go gRPC packages from Debian's archive when missing
 	$(BIN)/python -m tools.golang install
 
-go-check: $(VENV)/.installed go-toolchain  ## gofmt and go vet over clients/go
+go-check: $(VENV)/.installed go-toolchain  ## gofmt, a tidy go.mod, go vet and go test over clients/go (module mode, offline)
 	$(BIN)/python -m tools.golang check
 
 breaking: $(BUF)  ## buf breaking against the last commit that changed protos/ (or the upstream merge base)

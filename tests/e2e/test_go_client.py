@@ -13,10 +13,11 @@ is offered both Go tools. Then:
   rate-limit refusal with its RetryInfo, decoded in Go;
 - the Go quickstart of docs/clients.md runs as written: the blocks after a
   `<!-- docs-test: go -->` mark run in a scratch folder (a mark naming a path saves
-  its block there), from generating the stubs with protoc to the program's output.
+  its block there), from `go mod init` and `go get cogmesh.dev/go` to the program's output.
 
-Go builds in GOPATH mode from Debian's packages (tools/golang.py, `make go-toolchain`);
-where they are not installed, every test here is skipped with the reason.
+Go builds in module mode, offline, from Debian's packages: clients/go/go.mod plus replace
+directives to Debian's Go sources (tools/golang.py, `make go-toolchain`); where they are
+not installed, every test here is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -238,9 +240,12 @@ def assert_prints(output: str, expected: str) -> None:
 @pytest.mark.timeout(600)  # `go run` may compile grpc-go into an empty cache
 def test_go_quickstart_of_the_clients_page_runs_as_written(live: Live, tmp_path: Path) -> None:
     blocks = doc_blocks(CLIENTS_PAGE.read_text())
-    assert [(b.language, b.path is not None) for b in blocks] == [("sh", False), ("go", True), ("sh", False)]
-    (tmp_path / "protos").symlink_to(ROOT / "protos")  # the page runs from a checkout's root
-    env = live.env | {"GOCACHE": str(golang.WORK / "cache")}  # build output stays out of the user's home
+    shapes = [(b.language, b.path is not None) for b in blocks]
+    assert shapes == [("sh", False), ("go", True), ("sh", False), ("sh", False)]
+    (tmp_path / "tools").symlink_to(ROOT / "tools")  # the page runs from a checkout's root
+    caches = {name: golang.offline_environment()[name] for name in ("GOPATH", "GOCACHE")}  # out of the user's home
+    path = f"{Path(sys.executable).parent}{os.pathsep}{live.env['PATH']}"  # the page's `python`: this venv's
+    env = live.env | caches | {"GOFLAGS": "", "PATH": path}
     for block in blocks:
         body = block.body
         for service, port in DEFAULT_PORTS.items():
@@ -257,6 +262,7 @@ def test_go_quickstart_of_the_clients_page_runs_as_written(live: Live, tmp_path:
             output += result.stdout
         if block.prints is not None:
             assert_prints(output, block.prints)
-    # The program ran on the stubs the page generated.
-    assert (tmp_path / "gopath/src/cogmesh.dev/go/gen/cogmesh/gateway/v1/gateway_grpc.pb.go").is_file()
+    # The program is a module of its own that requires cogmesh.dev/go, as `go get` left it.
+    go_mod = (tmp_path / "quickstart" / "go.mod").read_text()
+    assert re.search(rf"^\s*(require )?{re.escape(golang.IMPORT_ROOT)} v0\.1\.0$", go_mod, re.M), go_mod
     assert blocks[-1].prints is not None, "the page shows what the quickstart prints"
