@@ -35,8 +35,8 @@ test-under-load:  ## make test 5 times in a row with every core kept busy (RUNS=
 	tools/test_under_load.sh $(or $(RUNS),5)
 
 check: lint typecheck protos-check node-check go-check breaking deploy-check
-
 	$(BIN)/python tools/agentdoc.py --check
+
 lint: $(VENV)/.installed $(BUF)
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
