@@ -10,6 +10,7 @@ NODE := clients/node
 NODE_DEPS := $(NODE)/node_modules/.installed
 TEST_NODE_DEPS := tests/node_tools/node_modules/.installed tests/node_hooks/node_modules/.installed \
 	tests/browser/node_modules/.installed tests/node_agui/node_modules/.installed
+TEST_NODE_DEPS += tests/node_openai/node_modules/.installed
 DEPLOY_TOOLS := deploy/tools/node_modules/.installed
 # The web console: TypeScript bundled by esbuild into dist/ (not committed), served by the browser edge.
 CONSOLE_DIR := gateway/web/console

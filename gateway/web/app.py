@@ -3,6 +3,7 @@
 /cogmesh.gateway.v1.GatewayService/<Method>   Connect (JSON or binary) and gRPC-Web, forwarded
 /console/                                     the web console (built by `make console`)
 /healthz                                      200 while the gateway answers SERVING, else 503
+/v1/{chat/completions,responses,models}       OpenAI-compatible API over the agents (openai/)
 /mcp                                          exposed agents as MCP tools, streamable HTTP (mcp_server.py)
 /agui/{agent}                                 AG-UI: a run of the agent, its events over SSE (agui.py)
 """
@@ -36,6 +37,7 @@ from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
 from gateway.web import mcp_server
 from gateway.web.agui import routes as agui_routes
 from gateway.web.forward import GatewayForwarder, connect_code
+from gateway.web.openai import routes as openai_routes
 from services.kit.clients import open_channel
 from services.kit.config import Settings
 from services.kit.errors import CogmeshError, InvalidArgument
@@ -228,6 +230,7 @@ def create_app(settings: Settings) -> ASGIApp:
             *mcp_server.routes(mcp),
             *console_routes(console_dir),
             *agui_routes(lambda: channel),
+            *openai_routes(lambda: channel),
         ],
         lifespan=lifespan,
     )
