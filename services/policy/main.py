@@ -11,9 +11,11 @@ from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.metrics import register_breakers
 from services.kit.server import App, mount, run
+from services.kit.snapshots import SnapshotFeed
+from services.lib.policy.api import snapshot_of
 from services.lib.policy.assembly import Shared
 from services.lib.policy.compactor import ContextServiceCompactor
-from services.lib.policy.config import DEFAULT_POLICY_DIR, ConfigRejected, ConfigStore
+from services.lib.policy.config import DEFAULT_POLICY_DIR, ConfigRejected, ConfigStore, PolicyConfig
 from services.lib.policy.engine import PolicyEngine
 from services.lib.policy.hook_client import HookChannels, RemoteHook
 from services.lib.policy.hooks import HookHandler
@@ -53,6 +55,16 @@ async def build(settings: Settings, clients: Clients) -> App:
         },
     )
     engine = PolicyEngine(load_agents(settings.agents_dir), store, shared)
+
+    # Runtimes decide from the configuration in force: published at start and after each
+    # good reload (a rejected one publishes nothing, so watchers keep the last good version).
+    feed: SnapshotFeed[policy_pb2.PolicySnapshot] = SnapshotFeed()
+
+    async def publish(config: PolicyConfig) -> None:
+        await feed.publish(config.digest, snapshot_of(config))
+
+    await publish(store.current)
+    store.listeners.append(publish)
     watcher = asyncio.create_task(store.watch(settings.policy_reload_s))
 
     async def close() -> None:
@@ -63,10 +75,12 @@ async def build(settings: Settings, clients: Clients) -> App:
         if redis_client is not None:
             await redis_client.aclose()
 
+    servicer = PolicyServicer(engine, feed)
     return App(
         "policy",
-        [mount(PolicyServicer(engine), policy_pb2, policy_pb2_grpc, "PolicyService")],
+        [mount(servicer, policy_pb2, policy_pb2_grpc, "PolicyService")],
         on_close=[close],
+        on_drained=[servicer.end_watches],
     )
 
 

@@ -15,11 +15,12 @@ stays in force.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import re
 import string
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -535,13 +536,22 @@ _Loader.add_implicit_resolver(
 
 def load_file(path: Path, model: type[M]) -> M:
     """Parse and validate one file; raises ConfigRejected naming file, line and field."""
-    name = path.name
+    text = _read(path)
+    return model() if text is None else parse_text(path.name, text, model)
+
+
+def _read(path: Path) -> str | None:
+    """The file's text; None when it does not exist."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return model()
+        return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigRejected([ConfigError(name, 0, "", f"cannot read: {exc}")]) from exc
+        raise ConfigRejected([ConfigError(path.name, 0, "", f"cannot read: {exc}")]) from exc
+
+
+def parse_text(name: str, text: str, model: type[M]) -> M:
+    """Parse and validate the text of file `name`: the same rules whether it comes from the folder or a snapshot."""
     try:
         root = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
@@ -578,33 +588,78 @@ def _message(error: ErrorDetails) -> str:
 class PolicyConfig:
     """One consistent snapshot of the three files."""
 
-    version: int
+    version: int  # counts the configurations this process loaded
     directory: Path
     policy: PolicyFile
     interceptors: InterceptorsFile
     router: RoleRouterFile
     files: tuple[str, ...]
     loaded_at: float = field(default_factory=time.time)
+    # The files' texts as validated, and their digest: the version a snapshot carries, the
+    # same on every replica serving the same files, named by every decision made with them.
+    texts: tuple[tuple[str, str], ...] = ()
+    digest: str = ""
 
 
-def load_config(directory: Path, version: int) -> PolicyConfig:
-    """All three files, or ConfigRejected with the errors of every bad file."""
+def digest_of(texts: Mapping[str, str]) -> str:
+    """sha256 of the files (name and content, in name order), first 16 hex digits."""
+    h = hashlib.sha256()
+    for name in sorted(texts):
+        for part in (name, texts[name]):
+            data = part.encode("utf-8")
+            h.update(len(data).to_bytes(8, "big"))
+            h.update(data)
+    return h.hexdigest()[:16]
+
+
+def read_texts(directory: Path) -> dict[str, str]:
+    """The texts of the configuration files present in `directory`, each read once."""
+    texts: dict[str, str] = {}
     errors: list[ConfigError] = []
+    for name in FILES:
+        try:
+            text = _read(directory / name)
+        except ConfigRejected as exc:
+            errors.extend(exc.errors)
+            continue
+        if text is not None:
+            texts[name] = text
+    if errors:
+        raise ConfigRejected(errors)
+    return texts
+
+
+def config_from_texts(texts: Mapping[str, str], version: int, directory: Path) -> PolicyConfig:
+    """The configuration the texts of its files make (a missing file means its defaults), or
+    ConfigRejected with the errors of every bad file. A name that is not one of FILES is an error."""
+    errors = [
+        ConfigError(name, 0, "", f"not a policy file; expected one of {', '.join(FILES)}")
+        for name in sorted(set(texts) - set(FILES))
+    ]
     loaded: list[Any] = []
     for name, model in (
         (POLICY_FILE, PolicyFile),
         (INTERCEPTORS_FILE, InterceptorsFile),
         (ROLE_ROUTER_FILE, RoleRouterFile),
     ):
+        text = texts.get(name)
         try:
-            loaded.append(load_file(directory / name, model))
+            loaded.append(model() if text is None else parse_text(name, text, model))
         except ConfigRejected as exc:
             errors.extend(exc.errors)
     if errors:
         raise ConfigRejected(errors)
     policy, interceptors, router = loaded
-    present = tuple(name for name in FILES if (directory / name).is_file())
-    return PolicyConfig(version, directory, policy, interceptors, router, present)
+    present = tuple(name for name in FILES if name in texts)
+    ordered = tuple((name, texts[name]) for name in present)
+    return PolicyConfig(
+        version, directory, policy, interceptors, router, present, texts=ordered, digest=digest_of(texts)
+    )
+
+
+def load_config(directory: Path, version: int) -> PolicyConfig:
+    """All three files, or ConfigRejected with the errors of every bad file."""
+    return config_from_texts(read_texts(directory), version, directory)
 
 
 Stamp = tuple[tuple[int, int, int] | None, ...]
@@ -629,13 +684,24 @@ class ConfigStore:
     the files are fixed. At start there is nothing to fall back to: a bad file raises.
     """
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, config: PolicyConfig | None = None, *, watched: bool = True):
         self.directory = directory
-        self._stamp = _stamp(directory)
-        self.current = load_config(directory, 1)
+        self.watched = watched  # False: built from texts, no folder to reload from
+        self._stamp = _stamp(directory) if watched else ()
+        self.current = config if config is not None else load_config(directory, 1)
         self.errors: list[ConfigError] = []
+        # Called with each configuration a reload puts in force (not with a rejected one).
+        self.listeners: list[Callable[[PolicyConfig], Awaitable[None]]] = []
+
+    @classmethod
+    def from_texts(cls, texts: Mapping[str, str], version: int, label: str = "snapshot") -> ConfigStore:
+        """A store holding the configuration of these file texts (a snapshot), validated as the
+        folder's would be; ConfigRejected as `load_config` raises it."""
+        return cls(Path(label), config_from_texts(texts, version, Path(label)), watched=False)
 
     def reload_if_changed(self) -> Literal["unchanged", "reloaded", "rejected"]:
+        if not self.watched:
+            return "unchanged"
         stamp = _stamp(self.directory)
         if stamp == self._stamp:
             return "unchanged"
@@ -655,7 +721,17 @@ class ConfigStore:
             await asyncio.sleep(interval_s)
             outcome = self.reload_if_changed()
             if outcome == "reloaded":
-                log.info("policy configuration reloaded", version=self.current.version, directory=str(self.directory))
+                log.info(
+                    "policy configuration reloaded",
+                    version=self.current.version,
+                    digest=self.current.digest,
+                    directory=str(self.directory),
+                )
+                for listener in self.listeners:
+                    try:
+                        await listener(self.current)
+                    except Exception as exc:  # noqa: BLE001 - a listener's bug must not stop the reloads
+                        log.error("policy configuration listener failed", error=repr(exc))
             elif outcome == "rejected":
                 for error in self.errors:
                     log.error(

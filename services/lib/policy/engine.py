@@ -182,10 +182,12 @@ class PolicyEngine:
         ctx: TurnContext | None = None,
         tool_call_id: str = "",
     ) -> ToolCallDecision:
+        version = self._fresh().digest  # the configuration the bundle below comes from
         bundle = self.bundle(scope.agent, scope.role_id)
         result = await self._decide(bundle, scope, tool_name, arguments, ctx or TurnContext(scope), tool_call_id)
         log.info(
             "policy_decision",
+            policy_version=version,
             tool_name=tool_name,
             allowed=result.allowed,
             reason=result.reason,
