@@ -217,6 +217,17 @@ class Clients:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._readiness: dict[str, _Readiness] = {}
         self._stubs: dict[str, Any] = {}
+        self._policy_api: Any = None
+
+    @property
+    def policy_api(self) -> Any:
+        """What answers the policy's decision RPCs (BeginTurn, RunInterceptors, CheckToolCall(s),
+        CheckToolResult): the PolicyService stub, unless the runtime set its local engine here."""
+        return self._policy_api if self._policy_api is not None else self.policy
+
+    @policy_api.setter
+    def policy_api(self, api: Any) -> None:
+        self._policy_api = api
 
     @property
     def settings(self) -> Settings:

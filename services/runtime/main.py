@@ -11,6 +11,7 @@ from services.kit.providers import ProviderConfigError, load_providers
 from services.kit.server import App, mount, run
 from services.runtime.engines import default_registry
 from services.runtime.local_model import LocalModel
+from services.runtime.local_policy import LocalPolicy
 from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.servicer import RuntimeServicer
 from services.runtime.tools.builtin import builtin_tools
@@ -29,9 +30,14 @@ async def build(settings: Settings, clients: Clients) -> App:
             f"runtime: COGMESH_RUNTIME={settings.runtime!r} is not a runtime engine; "
             f"known: {', '.join(engines.list_available())}"
         )
+    agents = load_agents(settings.agents_dir)
+    # Policy decisions in process, from the snapshot the policy service pushes (its RPCs until then).
+    policy = LocalPolicy(clients, agents, settings)
+    clients.policy_api = policy
+    policy.start()
     servicer = RuntimeServicer(
         clients,
-        load_agents(settings.agents_dir),
+        agents,
         catalog,
         LocalModel(delay_s=settings.local_delay_ms / 1000, reply_tokens=settings.local_reply_tokens),
         providers=providers,
@@ -48,7 +54,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         "runtime",
         [mount(servicer, runtime_pb2, runtime_pb2_grpc, "RuntimeService")],
         # First hand the running turns over to other replicas, then let go of tools and providers.
-        on_close=[servicer.runner.close, catalog.close, providers.close, unregister],
+        on_close=[servicer.runner.close, catalog.close, providers.close, unregister, policy.close],
         on_serving=[servicer.runner.serving],
     )
 

@@ -1,4 +1,4 @@
-"""The policy service as the loop's `TurnPolicy`: one round trip per phase, only where there is work.
+"""The policy as the loop's `TurnPolicy`: one decision per phase, only where there is work.
 
 `begin_turn` asks BeginTurn at the start of a turn (slash commands, role routing,
 UserPromptSubmit hooks, tool selection, the phases that have work). `PolicyLink`
@@ -8,6 +8,11 @@ CheckToolResult after each tool (POST_ACT). Phases missing from BeginTurn's list
 cost nothing. Every answer's events go back to the loop to be yielded, and the
 interceptor state the policy returns is sent with the next call (and kept in a
 paused turn's snapshot).
+
+The calls go to `clients.policy_api`: in a runtime that is services/runtime/local_policy.py,
+which decides in process from the policy snapshot it holds (and asks the service until it
+has one); elsewhere the PolicyService stub. `policy_version` names the snapshot a turn's
+BeginTurn was decided with, for the turn's start record.
 """
 
 from __future__ import annotations
@@ -91,7 +96,7 @@ async def begin_turn(
     try:
         return await call(  # type: ignore[no-any-return]
             "policy",
-            clients.policy.BeginTurn,
+            clients.policy_api.BeginTurn,
             policy_pb2.BeginTurnRequest(
                 scope=scope,
                 text=text,
@@ -114,6 +119,13 @@ async def begin_turn(
             phases=[policy_pb2.PHASE_PRE_ACT],
             events=[events_pb2.RuntimeEvent(native_notice=notice)],
         )
+
+
+def policy_version(clients: Clients, turn_id: str) -> str:
+    """The policy snapshot digest the turn's BeginTurn was decided with: the runtime's own, or the
+    service's when the service was asked and had announced one; "" when not known."""
+    versions = getattr(clients.policy_api, "turn_version", None)
+    return str(versions(turn_id)) if versions is not None else ""
 
 
 class PolicyLink:
@@ -183,7 +195,7 @@ class PolicyLink:
             )
         elif phase is Phase.POST_RUN:
             request.final_text = context.model_text
-        reply = await call("policy", self.clients.policy.RunInterceptors, request)
+        reply = await call("policy", self.clients.policy_api.RunInterceptors, request)
         self._keep_state(reply.outcome)
         return self._intercept(reply.outcome, reply.events, context)
 
@@ -240,12 +252,12 @@ class PolicyLink:
         turn_context = self._turn_context(context, with_messages=False)
         requests = [self._call_request(c, args, turn_context if i == 0 else None) for i, (c, args) in enumerate(calls)]
         if len(requests) == 1:
-            decisions = [await call("policy", self.clients.policy.CheckToolCall, requests[0])]
+            decisions = [await call("policy", self.clients.policy_api.CheckToolCall, requests[0])]
             if decisions[0].HasField("pre_act"):
                 self._keep_state(decisions[0].pre_act)
         else:
             reply = await call(
-                "policy", self.clients.policy.CheckToolCalls, policy_pb2.CheckToolCallsRequest(calls=requests)
+                "policy", self.clients.policy_api.CheckToolCalls, policy_pb2.CheckToolCallsRequest(calls=requests)
             )
             decisions = list(reply.decisions)
             if reply.HasField("state"):
@@ -275,7 +287,7 @@ class PolicyLink:
         """The loop's per-call fallback (`Turn.check_tool`)."""
         decision = await call(
             "policy",
-            self.clients.policy.CheckToolCall,
+            self.clients.policy_api.CheckToolCall,
             self._call_request(ToolCallRequest("", name, arguments), arguments, None),
         )
         return self._verdict(decision)
@@ -283,7 +295,7 @@ class PolicyLink:
     async def check_result(self, context: PhaseContext) -> Intercept:
         reply = await call(
             "policy",
-            self.clients.policy.CheckToolResult,
+            self.clients.policy_api.CheckToolResult,
             policy_pb2.CheckToolResultRequest(
                 scope=self.scope,
                 context=self._turn_context(context, with_messages=False),
