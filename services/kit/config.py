@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     otlp_endpoint: str = Field("", description="OTLP/gRPC endpoint for traces; empty exports nothing")
     tracing: bool = Field(True, description="record OpenTelemetry spans (trace ids in logs; exported to otlp_endpoint)")
     trace_sample_ratio: float = Field(1.0, ge=0, le=1, description="share of new traces recorded (parent decides)")
+    genai_capture_content: bool = Field(
+        False,
+        description="put prompts, completions, tool arguments and tool results on the runtime's GenAI spans "
+        "(docs/observability.md); off: only models, tokens, cost, timings and errors",
+    )
     metrics: bool = Field(True, description="record Prometheus metrics (RPC latency, streams, turns, tokens, cost)")
     metrics_port: int = Field(0, ge=0, le=65535, description="port of the Prometheus /metrics endpoint; 0: not served")
     metrics_host: str = Field("127.0.0.1", description="bind address of /metrics (0.0.0.0 in containers)")

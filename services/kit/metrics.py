@@ -8,7 +8,12 @@ metrics are read off the wire where the wire already says everything:
   `SendMessage`/`Subscribe`: delivered), by payload kind; `rate()` gives events/s;
 * turn latency by outcome, and tokens, cost and calls by model, from the events of
   the runtime's `RunTurn`/`ResumeTurn` streams (each model call's `usage` event);
-* policy denials by rule and deciding layer, from `CheckToolCall(s)` decisions.
+* policy denials by rule and deciding layer, from `CheckToolCall(s)` decisions;
+* the OpenTelemetry GenAI client metrics of each model call, recorded by the runtime
+  (services/runtime/genai_telemetry.py): `gen_ai.client.token.usage` and
+  `gen_ai.client.operation.duration`, named and labelled as OpenTelemetry's Prometheus
+  exporter translates them (dots to underscores, the unit `s` as `_seconds`, the
+  annotation `{token}` dropped), with the conventions' bucket boundaries.
 
 Circuit breakers live inside the policy and runtime processes; a service registers a
 snapshot function with `register_breakers` and their states are read at scrape time.
@@ -75,6 +80,28 @@ MODEL_TOKENS = Counter(
 )
 MODEL_COST = Counter(
     "cogmesh_model_cost_usd", "Cost of model calls in USD from catalogue pricing, by model.", ["model", "provider"]
+)
+# The buckets OpenTelemetry's GenAI conventions give (gen-ai-metrics.md).
+GENAI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+GENAI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+GENAI_TOKEN_USAGE = Histogram(
+    "gen_ai_client_token_usage",
+    "Number of input and output tokens used, per model call (OpenTelemetry gen_ai.client.token.usage).",
+    [
+        "gen_ai_operation_name",
+        "gen_ai_provider_name",
+        "gen_ai_token_type",
+        "gen_ai_request_model",
+        "gen_ai_response_model",
+    ],
+    buckets=GENAI_TOKEN_BUCKETS,
+)
+GENAI_OPERATION_DURATION = Histogram(
+    "gen_ai_client_operation_duration_seconds",
+    "GenAI operation duration, per model call (OpenTelemetry gen_ai.client.operation.duration); "
+    "error_type is empty when the call succeeded.",
+    ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model", "error_type"],
+    buckets=GENAI_DURATION_BUCKETS,
 )
 POLICY_DENIALS = Counter(
     "cogmesh_policy_denials",
@@ -211,6 +238,22 @@ class TurnMeter:
         if self._seen and not self._done:
             self._done = True
             TURN_SECONDS.labels("aborted").observe(time.perf_counter() - self._started)
+
+
+def record_genai_operation(
+    operation: str,
+    provider: str,
+    request_model: str,
+    response_model: str,
+    duration_s: float,
+    error_type: str = "",
+    tokens: tuple[int, int] | None = None,
+) -> None:
+    """One GenAI client operation: its duration and, when the provider reported them, its (input, output) tokens."""
+    GENAI_OPERATION_DURATION.labels(operation, provider, request_model, response_model, error_type).observe(duration_s)
+    if tokens is not None:
+        for kind, count in zip(("input", "output"), tokens, strict=True):
+            GENAI_TOKEN_USAGE.labels(operation, provider, kind, request_model, response_model).observe(count)
 
 
 # The running RPC's recorder: each RPC runs in its own task, so this is per call.

@@ -6,11 +6,15 @@ metadata and continue the caller's trace on the other side, so one turn is one t
 from the gateway to the leaves. Spans go to an OTLP/gRPC collector when
 `otlp_endpoint` is set; with `tracing` off no provider is installed and every span
 is a no-op.
+
+The runtime's GenAI spans and metrics (services/runtime/genai_telemetry.py) read the
+process's `GENAI` options, set here from the settings the process was started with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -19,6 +23,17 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from services.kit.config import Settings
+
+
+@dataclass
+class GenAIOptions:
+    """Process-wide, as OpenTelemetry's own OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is."""
+
+    capture_content: bool = False  # prompts, completions, tool arguments and results on spans
+    metrics: bool = True  # the gen_ai_client_* Prometheus histograms
+
+
+GENAI = GenAIOptions()
 
 
 def otlp_exporter(endpoint: str) -> SpanExporter:
@@ -54,7 +69,10 @@ def configure_tracing(
 
     OpenTelemetry allows one global provider per process. When one is installed already
     (several services in one test process), `processors` are added to it instead.
+    Also sets the process's GenAI options from `settings`.
     """
+    GENAI.capture_content = settings.genai_capture_content
+    GENAI.metrics = settings.metrics
     if not settings.tracing:
         return None
     current = trace.get_tracer_provider()

@@ -19,10 +19,12 @@ Cancellation and the wall-clock limit interrupt whatever the turn awaits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
+from services.runtime import genai_telemetry
 from services.runtime.steps.act import act
 from services.runtime.steps.compact import compact
 from services.runtime.steps.decide import decide
@@ -55,10 +57,12 @@ async def run_turn(turn: Turn) -> AsyncIterator[events_pb2.RuntimeEvent]:
     if turn.deadline is not None:
         timers.append(loop.call_later(max(0.0, turn.deadline - time.time()), turn._interrupt, "expired"))
     try:
-        async for item in drive(run):
-            if item.WhichOneof("payload") in ("final", "error"):
-                turn.task = None  # from here on the turn is over: nothing may interrupt its last steps
-            yield item
+        # The run is one invoke_agent span (services/runtime/genai_telemetry.py), under the RPC that started it.
+        async with contextlib.aclosing(genai_telemetry.invoke_agent(run, drive(run))) as steps:
+            async for item in steps:
+                if item.WhichOneof("payload") in ("final", "error"):
+                    turn.task = None  # from here on the turn is over: nothing may interrupt its last steps
+                yield item
         if run.paused is not None:
             turn.task = None
             assert run.snapshot is not None

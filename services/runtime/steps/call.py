@@ -7,6 +7,7 @@ import random
 import time
 
 from cogmesh.common.v1 import events_pb2
+from services.runtime import genai_telemetry
 from services.runtime.phases import Phase, run_phase
 from services.runtime.steps.decide import stop_after_step
 from services.runtime.steps.evict import bound_result
@@ -38,43 +39,49 @@ async def invoke(run: Run, item: CallState) -> None:
     )
     if item.wait_s > 0:
         await asyncio.sleep(item.wait_s)
-    t0 = time.perf_counter()
-    for attempt in range(1, tool.retries + 2):
-        if breaker is not None and not breaker.allow_request():
-            item.result = (
-                f"error: tool server {tool.server!r} is unavailable (circuit open after repeated failures; "
-                f"retry in {breaker.retry_in_s():.0f}s)"
-            )
-            break
-        item.attempts = attempt
-        try:
-            async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
-                item.result = await tool.run(item.arguments, context)
-            item.ok = True
-            if breaker is not None:
-                breaker.record_success()
-            break
-        except TimeoutError:
-            if breaker is not None:
-                breaker.record_failure()
-            item.result = f"error: tool {call.name!r} timed out after {timeout:g}s"
-            break  # not retried: the call may have had effects
-        except ToolUnavailable as exc:
-            if breaker is not None:
-                breaker.record_failure()
-            item.result = f"error: {exc}"
-            if attempt <= tool.retries:
-                await asyncio.sleep(turn.tool_retry_base_s * 2 ** (attempt - 1) * (0.5 + random.random() / 2))
-        except ToolError as exc:
-            if breaker is not None:
-                breaker.record_success()  # the server answered
-            item.result = f"error: {exc}"
-            break
-        except Exception as exc:  # noqa: BLE001 - a failing tool's error goes back to the model
-            item.result = f"error: {exc}"
-            break
-    item.duration_ms = (time.perf_counter() - t0) * 1000
-    await bound_result(run, item)  # before POST_ACT: hooks and the policy see what the model will
+    with genai_telemetry.execute_tool(run, item) as traced:
+        t0 = time.perf_counter()
+        for attempt in range(1, tool.retries + 2):
+            if breaker is not None and not breaker.allow_request():
+                item.result = (
+                    f"error: tool server {tool.server!r} is unavailable (circuit open after repeated failures; "
+                    f"retry in {breaker.retry_in_s():.0f}s)"
+                )
+                traced.error_type = "circuit_open"
+                break
+            item.attempts = attempt
+            try:
+                async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
+                    item.result = await tool.run(item.arguments, context)
+                item.ok = True
+                if breaker is not None:
+                    breaker.record_success()
+                break
+            except TimeoutError:
+                if breaker is not None:
+                    breaker.record_failure()
+                item.result = f"error: tool {call.name!r} timed out after {timeout:g}s"
+                traced.error_type = "timeout"
+                break  # not retried: the call may have had effects
+            except ToolUnavailable as exc:
+                if breaker is not None:
+                    breaker.record_failure()
+                item.result = f"error: {exc}"
+                traced.error_type = "tool_unavailable"
+                if attempt <= tool.retries:
+                    await asyncio.sleep(turn.tool_retry_base_s * 2 ** (attempt - 1) * (0.5 + random.random() / 2))
+            except ToolError as exc:
+                if breaker is not None:
+                    breaker.record_success()  # the server answered
+                item.result = f"error: {exc}"
+                traced.error_type = "tool_error"
+                break
+            except Exception as exc:  # noqa: BLE001 - a failing tool's error goes back to the model
+                item.result = f"error: {exc}"
+                traced.error_type = type(exc).__qualname__
+                break
+        item.duration_ms = (time.perf_counter() - t0) * 1000
+        await bound_result(run, item)  # before POST_ACT: hooks and the policy see what the model will
 
 
 async def post_act(run: Run, item: CallState) -> None:

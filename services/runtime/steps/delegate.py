@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
+from services.runtime import genai_telemetry
 from services.runtime.steps.answers import take_decision
 from services.runtime.steps.call import idempotency_key
 from services.runtime.steps.state import CallState, Run, event
@@ -47,44 +48,47 @@ async def delegate(run: Run, item: CallState) -> AsyncIterator[events_pb2.Runtim
                 from_agent=turn.agent, to_agent=agent, task=task, correlation_id=item.call.id
             ),
         )
-    if turn.delegate is None:
-        item.answer("error: delegation is not available in this runtime")
-    else:
-        t0 = time.perf_counter()
-        try:
-            child_turn = await turn.delegate(agent, task, turn, resume)
-        except Exception as exc:  # noqa: BLE001 - a subagent that cannot start is the model's problem
-            item.answer(f"error: cannot delegate to {agent!r}: {exc}")
+    # Not current: this generator yields while the subagent runs.
+    with genai_telemetry.execute_tool(run, item, current=False) as traced:
+        if turn.delegate is None:
+            item.answer("error: delegation is not available in this runtime")
         else:
-            child_turn.call_path = f"{idempotency_key(run, item)}/"
-            if turn.journal is not None:
-                child_turn.journal = _ChildJournal(run, item)
-            child = Run(child_turn)
-            last: events_pb2.RuntimeEvent | None = None
-            async for out in loop.drive(child):
-                if out.WhichOneof("payload") in ("final", "error"):
-                    last = out
-                    continue
-                if not out.agent:
-                    out.agent = agent
-                yield out
-            item.duration_ms = (time.perf_counter() - t0) * 1000
-            if child.paused is not None:  # its work so far is in its state: counted once it ends
-                if not child.paused.agent:
-                    child.paused.agent = agent
-                item.child = child.snapshot
-                run.snapshot = run.capture(str((child.snapshot or {}).get("waiting", "")), item.call.id)
-                run.paused = child.paused
-                run.done = True
-                return
-            _merge_metrics(run, child.metrics)
-            if last is not None and last.HasField("final"):
-                item.answer(last.final.text, ok=True)
-            elif last is not None:
-                item.answer(f"error: subagent {agent} failed: {last.error.message}")
+            t0 = time.perf_counter()
+            try:
+                child_turn = await turn.delegate(agent, task, turn, resume)
+            except Exception as exc:  # noqa: BLE001 - a subagent that cannot start is the model's problem
+                item.answer(f"error: cannot delegate to {agent!r}: {exc}")
             else:
-                item.answer(f"error: subagent {agent} ended without an answer")
-            item.child = None
+                child_turn.call_path = f"{idempotency_key(run, item)}/"
+                if turn.journal is not None:
+                    child_turn.journal = _ChildJournal(run, item)
+                child = Run(child_turn)
+                last: events_pb2.RuntimeEvent | None = None
+                # The subagent's own invoke_agent span, inside this call's execute_tool span.
+                async for out in genai_telemetry.invoke_agent(child, loop.drive(child), parent=traced.span):
+                    if out.WhichOneof("payload") in ("final", "error"):
+                        last = out
+                        continue
+                    if not out.agent:
+                        out.agent = agent
+                    yield out
+                item.duration_ms = (time.perf_counter() - t0) * 1000
+                if child.paused is not None:  # its work so far is in its state: counted once it ends
+                    if not child.paused.agent:
+                        child.paused.agent = agent
+                    item.child = child.snapshot
+                    run.snapshot = run.capture(str((child.snapshot or {}).get("waiting", "")), item.call.id)
+                    run.paused = child.paused
+                    run.done = True
+                    return
+                _merge_metrics(run, child.metrics)
+                if last is not None and last.HasField("final"):
+                    item.answer(last.final.text, ok=True)
+                elif last is not None:
+                    item.answer(f"error: subagent {agent} failed: {last.error.message}")
+                else:
+                    item.answer(f"error: subagent {agent} ended without an answer")
+                item.child = None
     item.state = "done"
     yield run.finished(item)
 

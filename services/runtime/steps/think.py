@@ -15,6 +15,7 @@ from typing import Any
 
 from cogmesh.common.v1 import events_pb2
 from services.kit.llm import ChatMessage, ModelError, TextDelta, ToolCallChunk, ToolSchema, UsageChunk
+from services.runtime import genai_telemetry
 from services.runtime.phases import Phase
 from services.runtime.steps.finish import finish, output_invalid, stopped
 from services.runtime.steps.state import Run, bounded, error, event, notice
@@ -137,19 +138,23 @@ async def model_call(run: Run, messages: Sequence[ChatMessage], schemas: Sequenc
         text, calls = "", []
         run.failure = None
         try:
-            # aclosing: a cancelled turn closes the provider stream (and its HTTP request) at once.
-            stream: Any = run.current.model.stream(messages, schemas)
-            async with contextlib.aclosing(stream):
-                async for chunk in stream:
-                    if isinstance(chunk, TextDelta):
-                        text += chunk.text
-                        turn.partial_text = text
-                        yield event(turn, assistant_delta=events_pb2.AssistantDelta(text=chunk.text))
-                    elif isinstance(chunk, ToolCallChunk):
-                        calls.append(bounded(chunk.call))
-                    elif isinstance(chunk, UsageChunk):
-                        for out in usage(run, chunk):
-                            yield out
+            with genai_telemetry.chat(run, messages) as traced:
+                # aclosing: a cancelled turn closes the provider stream (and its HTTP request) at once.
+                stream: Any = run.current.model.stream(messages, schemas)
+                async with contextlib.aclosing(stream):
+                    async for chunk in stream:
+                        traced.chunk()
+                        if isinstance(chunk, TextDelta):
+                            text += chunk.text
+                            turn.partial_text = text
+                            yield event(turn, assistant_delta=events_pb2.AssistantDelta(text=chunk.text))
+                        elif isinstance(chunk, ToolCallChunk):
+                            calls.append(bounded(chunk.call))
+                        elif isinstance(chunk, UsageChunk):
+                            traced.usage(chunk)
+                            for out in usage(run, chunk):
+                                yield out
+                traced.answered(text, calls)
             run.metrics.model_calls += 1
             run.text, run.calls = text, calls
             return
