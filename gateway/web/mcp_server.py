@@ -7,8 +7,8 @@ output schema the agent's `output_schema` when that is a JSON object schema. A c
 turn: CreateSession (or GetSession for a given `session_id`), then SendMessage; the turn's
 final text becomes the result's text, its structured output `structuredContent`, and the
 session id rides in the result's `_meta` so the caller can continue. With a progressToken,
-each assistant delta of the session's agent goes out as a progress notification whose
-message is the delta.
+the assistant deltas of the session's agent go out as progress notifications whose messages
+are the deltas' text.
 
 A turn that pauses (an approval, or a question through ask_user) ends the call with a
 result that says what it waits for and how to answer: call the tool again with the same
@@ -345,16 +345,22 @@ class McpEdge:
         )
 
     async def _collect(self, ctx: ServerRequestContext[Any, Any], call: Any) -> TurnResult:
-        """The turn's events until it ends or pauses; its agent's deltas go out as progress as they come."""
+        """The turn's events until it ends or pauses; its agent's deltas go out as progress as they come.
+
+        The deltas of one gateway message (events that queued up together) make one notification: each
+        costs the SDK a millisecond or two, so a caller slower than the model gets fewer, longer ones.
+        """
         turn = TurnResult()
-        deltas = 0
+        notified = 0
         try:
             async for reply in call:
-                for event in reply.events:
-                    turn.events.append(event)
-                    if event.HasField("assistant_delta") and event.assistant_delta.text and not event.agent:
-                        deltas += 1
-                        await ctx.session.report_progress(deltas, message=event.assistant_delta.text)
+                turn.events.extend(reply.events)
+                text = "".join(
+                    e.assistant_delta.text for e in reply.events if e.HasField("assistant_delta") and not e.agent
+                )
+                if text:
+                    notified += 1
+                    await ctx.session.report_progress(notified, message=text)
         finally:
             call.cancel()  # a no-op once the stream ended; else (the caller left) frees the gateway's stream
         return turn
