@@ -694,7 +694,7 @@ def check_config(docs: list[dict[str, Any]], label: str = "base") -> list[str]:
     import tempfile
 
     from services.kit.agents import AGENT_FILE_SUFFIXES, AgentRegistry
-    from services.models.catalog import CatalogError, ModelCatalog
+    from services.lib.models.catalog import CatalogError, ModelCatalog
     from services.lib.policy.config import ConfigRejected, ConfigStore
 
     problems: list[str] = []

@@ -39,6 +39,7 @@ from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
+from services.kit import turn_options
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.errors import CogmeshError, FailedPrecondition, from_dependency
@@ -142,6 +143,7 @@ class Turns:
             strategy=strategy,
             events=[accepted],
             entries=[sessions_pb2.JournalEntry(kind=REQUEST, state=request.SerializeToString())],
+            start_messages=turn_options.HISTORY_MESSAGES,  # the runtime starts from what the grant read
         )
         lease = await call(
             "sessions",
@@ -155,7 +157,8 @@ class Turns:
             # Nothing was logged: a paused turn waits. Unless it was answered meanwhile, refuse.
             await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
             await self._append("accepted", request, acquire.events, acquire.entries)
-        self._spawn(self._hand_to_runtime(request, timeout_s))
+        start = lease.start if lease.HasField("start") else None
+        self._spawn(self._hand_to_runtime(request, timeout_s, start))
         return turn_id, int(lease.start_seq)
 
     async def _append(
@@ -193,12 +196,16 @@ class Turns:
         # The caller's deadline bounds the turn too (it reaches the runtime as the RPC deadline).
         return min(self.settings.turn_timeout_s, deadline_s) if deadline_s else self.settings.turn_timeout_s
 
-    async def _hand_to_runtime(self, request: runtime_pb2.RunTurnRequest, timeout_s: float) -> None:
-        """StartTurn on any runtime replica; a refusal is logged as the turn's end."""
+    async def _hand_to_runtime(
+        self, request: runtime_pb2.RunTurnRequest, timeout_s: float, start: sessions_pb2.TurnStart | None = None
+    ) -> None:
+        """StartTurn on any runtime replica, with the session as the grant read it; a refusal ends the turn."""
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
         try:
             # The runtime answers once the turn is built (or ended: it past its deadline), within the turn's time.
-            reply = await self.clients.runtime.StartTurn(runtime_pb2.StartTurnRequest(turn=request), timeout=timeout_s)
+            reply = await self.clients.runtime.StartTurn(
+                runtime_pb2.StartTurnRequest(turn=request, start=start), timeout=timeout_s
+            )
             self._holders[request.session_id] = (request.turn_id, reply.holder)
         except grpc.aio.AioRpcError as exc:
             if exc.code() in _UNDECIDED:

@@ -30,6 +30,9 @@ M = TypeVar("M")  # the snapshot message on the wire
 
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
+# A watch is reopened this often even when healthy (quoting the version held, so it costs one
+# call and no snapshot): a stream never outlives a proxy's idea of a long request.
+WATCH_RENEW_S = 600.0
 
 
 class SnapshotFeed(Generic[M]):
@@ -92,6 +95,7 @@ class SnapshotWatcher(Generic[S, M]):
         self._current: S | None = None
         self._version = ""
         self._synced = asyncio.Event()
+        self._applied = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self.refused = 0  # snapshots that could not be applied
         self.received = 0
@@ -123,6 +127,17 @@ class SnapshotWatcher(Generic[S, M]):
             await asyncio.wait_for(self._synced.wait(), timeout_s)
         return self.synced
 
+    async def wait_until(self, holds: Callable[[S], bool], timeout_s: float) -> bool:
+        """True once the snapshot held satisfies `holds`; False when none did within `timeout_s`."""
+
+        def ready() -> bool:
+            return self._current is not None and holds(self._current)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s), self._applied:
+                await self._applied.wait_for(ready)
+        return ready()
+
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -141,7 +156,9 @@ class SnapshotWatcher(Generic[S, M]):
             self.refused += 1
             log.warning("snapshot refused", snapshot=self.name, version=version, held=self._version, error=str(exc))
             return
-        self._current, self._version = applied, version
+        async with self._applied:
+            self._current, self._version = applied, version
+            self._applied.notify_all()
         self._synced.set()
         log.info("snapshot applied", snapshot=self.name, version=version)
         for listener in self.listeners:
@@ -157,6 +174,8 @@ class SnapshotWatcher(Generic[S, M]):
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    continue  # the periodic renewal (or a WATCH_RENEW_S wait for a service that never came)
                 log.debug("snapshot watch broken", snapshot=self.name, code=exc.code().name, details=exc.details())
             except Exception as exc:  # noqa: BLE001 - a bug must not end the watch for good
                 log.warning("snapshot watch failed", snapshot=self.name, error=repr(exc))
@@ -165,11 +184,13 @@ class SnapshotWatcher(Generic[S, M]):
             delay = min(delay * 2, RETRY_MAX_S)
 
 
-def stream_of(rpc: Callable[..., Any], request_of: Callable[[str], Any]) -> Callable[[str], AsyncIterator[Any]]:
-    """`open_stream` for a server-streaming stub method: no deadline (the watch lives as long as the process)."""
+def stream_of(
+    rpc_of: Callable[[], Callable[..., Any]], request_of: Callable[[str], Any]
+) -> Callable[[str], AsyncIterator[Any]]:
+    """`open_stream` for a server-streaming stub method (`rpc_of()` returns it, so channels open on first use)."""
 
     async def open_stream(known_version: str) -> AsyncIterator[Any]:
-        call = rpc(request_of(known_version), wait_for_ready=True)
+        call = rpc_of()(request_of(known_version), wait_for_ready=True, timeout=WATCH_RENEW_S)
         try:
             async for reply in call:
                 yield reply

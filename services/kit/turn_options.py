@@ -30,6 +30,10 @@ from services.kit.errors import Violations
 from services.kit.protos import struct_to_dict
 
 MAX_RUNTIME_NAME = 64
+# The live transcript a turn starts with: at most this many messages after the rolling summary,
+# read with the turn's lease grant. Compaction keeps them within the token budget; a longer
+# window costs every turn a bigger load, PRE_THINK payload and model call (+6 ms a turn at 200).
+HISTORY_MESSAGES = 50
 MAX_SCHEMA_BYTES = 64_000
 MAX_CLIENT_TOOLS = 64
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a function name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
@@ -9,7 +11,7 @@ from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
-from services.models.catalog import DEFAULT_CATALOG_PATH
+from services.lib.models.catalog import DEFAULT_CATALOG_PATH
 from services.models.registry import FileModelStore, ModelRegistry, ModelStore, RedisModelStore
 from services.models.servicer import ModelsServicer
 
@@ -32,6 +34,22 @@ async def build(settings: Settings, clients: Clients) -> App:
     registry = ModelRegistry(settings.models_file or DEFAULT_CATALOG_PATH, store, refresh_s=settings.models_refresh_s)
     await registry.start()
     servicer = ModelsServicer(registry, strict=settings.models_strict)
+    await servicer.publisher.refresh()
+
+    async def publish() -> None:
+        # The catalogue is re-read on this clock (file stamp, store version) and pushed to watchers on change.
+        while True:
+            await asyncio.sleep(settings.models_refresh_s)
+            await servicer.publisher.refresh()
+
+    publisher = asyncio.create_task(publish())
+
+    async def stop_publishing() -> None:
+        publisher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await publisher
+
+    on_close.insert(0, stop_publishing)
     return App("models", [mount(servicer, models_pb2, models_pb2_grpc, "ModelsService")], on_close)
 
 

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from services.kit.logging import log
 from services.kit.redis_keys import check_prefix, models_keys
 from services.kit.redis_pool import REDIS_ERRORS, Client
-from services.models.catalog import CatalogError, ModelCatalog, ModelSpec
+from services.lib.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
 

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from pydantic import ValidationError
 
-from cogmesh.common.v1 import errors_pb2, resources_pb2
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
-from services.kit.errors import InvalidArgument, NotFound, Unavailable, Violations
-from services.models.catalog import ModelSpec, UnknownModelError, format_validation_error
+from services.kit.errors import InvalidArgument, Unavailable, Violations
+from services.kit.snapshots import SnapshotFeed
+from services.lib.models.api import MAX_NAME, model_from_proto, model_to_proto, resolve_model, snapshot_of
+from services.lib.models.catalog import ModelCatalog
 from services.models.registry import ModelConflict, ModelExists, ModelRegistry, StoreError
-
-_MATCH = {
-    "alias": models_pb2.MATCH_KIND_ALIAS,
-    "full_name": models_pb2.MATCH_KIND_FULL_NAME,
-    "prefix": models_pb2.MATCH_KIND_PREFIX,
-    "default": models_pb2.MATCH_KIND_DEFAULT,
-}
-_MAX_NAME = 256
 
 
 class AlreadyExists(InvalidArgument):
@@ -28,80 +21,40 @@ class AlreadyExists(InvalidArgument):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
-def model_to_proto(spec: ModelSpec) -> resources_pb2.Model:
-    caps, price = spec.capabilities, spec.pricing
-    return resources_pb2.Model(
-        id=spec.id,
-        provider=spec.provider,
-        aliases=list(spec.aliases),
-        description=spec.description,
-        context_window=spec.context_window,
-        max_output_tokens=spec.max_output_tokens,
-        capabilities=resources_pb2.ModelCapabilities(
-            tools=caps.tools, streaming=caps.streaming, vision=caps.vision, structured_output=caps.structured_output
-        ),
-        pricing=resources_pb2.ModelPricing(
-            input_per_million_usd=price.input_per_million_usd, output_per_million_usd=price.output_per_million_usd
-        ),
-    )
+class CatalogPublisher:
+    """Publishes the registry's catalogue to watchers whenever it changes (a reload, AddModel, RemoveModel)."""
 
+    def __init__(self, registry: ModelRegistry, strict: bool) -> None:
+        self.registry, self.strict = registry, strict
+        self.feed: SnapshotFeed[models_pb2.WatchCatalogResponse] = SnapshotFeed()
+        self._published: ModelCatalog | None = None
 
-def model_from_proto(model: resources_pb2.Model) -> ModelSpec:
-    """Validate a proto model; every problem is reported as ``model.<field>``."""
-    try:
-        return ModelSpec.model_validate(
-            {
-                "id": model.id,
-                "provider": model.provider,
-                "aliases": list(model.aliases),
-                "description": model.description,
-                "context_window": model.context_window,
-                "max_output_tokens": model.max_output_tokens,
-                "capabilities": {
-                    "tools": model.capabilities.tools,
-                    "streaming": model.capabilities.streaming,
-                    "vision": model.capabilities.vision,
-                    "structured_output": model.capabilities.structured_output,
-                },
-                "pricing": {
-                    "input_per_million_usd": model.pricing.input_per_million_usd,
-                    "output_per_million_usd": model.pricing.output_per_million_usd,
-                },
-            }
-        )
-    except ValidationError as exc:
-        raise InvalidArgument(
-            [(f"model.{field}" if field else "model", p) for field, p in format_validation_error(exc)]
-        ) from exc
+    async def refresh(self) -> None:
+        catalog = await self.registry.catalog()
+        if catalog is self._published:
+            return
+        snapshot = snapshot_of(catalog, self.strict)
+        self._published = catalog
+        await self.feed.publish(snapshot.version, models_pb2.WatchCatalogResponse(snapshot=snapshot))
 
 
 class ModelsServicer(models_pb2_grpc.ModelsServiceServicer):
     def __init__(self, registry: ModelRegistry, *, strict: bool = False):
         self.registry = registry
         self.strict = strict
+        self.publisher = CatalogPublisher(registry, strict)
+
+    async def WatchCatalog(
+        self, request: models_pb2.WatchCatalogRequest, context: Any
+    ) -> AsyncIterator[models_pb2.WatchCatalogResponse]:
+        await self.publisher.refresh()
+        async for message in self.publisher.feed.watch(request.known_version):
+            yield message
 
     async def ResolveModel(
         self, request: models_pb2.ResolveModelRequest, context: Any
     ) -> models_pb2.ResolveModelResponse:
-        strict = request.strict or self.strict
-        if len(request.name) > _MAX_NAME:
-            raise InvalidArgument([("name", f"must be at most {_MAX_NAME} characters")])
-        if strict and not request.name.strip():
-            raise InvalidArgument([("name", "is required in strict mode")])
-        catalog = await self.registry.catalog()
-        try:
-            found = catalog.resolve(request.name, strict=strict)
-        except UnknownModelError as exc:
-            raise NotFound(
-                f"model {request.name!r} is not in the catalogue (strict mode)",
-                reason=errors_pb2.ERROR_REASON_MODEL_NOT_FOUND,
-                metadata={"name": request.name},
-            ) from exc
-        return models_pb2.ResolveModelResponse(
-            model=model_to_proto(found.model),
-            matched_by=_MATCH[found.matched_by],
-            fallback_reason=found.fallback_reason,
-        )
+        return resolve_model(await self.registry.catalog(), request, self.strict)
 
     async def ListModels(self, request: models_pb2.ListModelsRequest, context: Any) -> models_pb2.ListModelsResponse:
         catalog = await self.registry.catalog()
@@ -139,6 +92,7 @@ class ModelsServicer(models_pb2_grpc.ModelsServiceServicer):
             raise InvalidArgument([(exc.field, exc.problem)]) from exc
         except StoreError as exc:
             raise Unavailable(f"the model store is unavailable: {exc}", metadata={"retryable": "true"}) from exc
+        await self.publisher.refresh()
         return models_pb2.AddModelResponse(
             model=model_to_proto(added.model), replaced=added.replaced, persisted=added.persisted
         )
@@ -146,10 +100,12 @@ class ModelsServicer(models_pb2_grpc.ModelsServiceServicer):
     async def RemoveModel(self, request: models_pb2.RemoveModelRequest, context: Any) -> models_pb2.RemoveModelResponse:
         problems = Violations()
         problems.require(request.id, "id")
-        problems.check(len(request.id) <= _MAX_NAME, "id", f"must be at most {_MAX_NAME} characters")
+        problems.check(len(request.id) <= MAX_NAME, "id", f"must be at most {MAX_NAME} characters")
         problems.raise_if_any()
         try:
             removed = await self.registry.remove(request.id)
         except StoreError as exc:
             raise Unavailable(f"the model store is unavailable: {exc}", metadata={"retryable": "true"}) from exc
+        if removed:
+            await self.publisher.refresh()
         return models_pb2.RemoveModelResponse(removed=removed)

@@ -27,6 +27,7 @@ from cogmesh.models.v1 import models_pb2
 from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import turn_options
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound
@@ -43,8 +44,16 @@ from services.runtime.context_link import (
 )
 from services.runtime.delegation import TASK_TOOL, task_tool
 from services.runtime.engines import Engine, RuntimeRegistry, UnknownRuntime
+from services.runtime.model_catalog import ModelCatalogLink
 from services.runtime.phases import Phase
-from services.runtime.policy_link import FROM_PHASES, PHASES, PolicyLink, begin_turn, message_from_proto
+from services.runtime.policy_link import (
+    FROM_PHASES,
+    PHASES,
+    PolicyLink,
+    begin_turn,
+    message_from_proto,
+    policy_version,
+)
 from services.runtime.providers.registry import ProviderRegistry, ProviderUnavailable
 from services.runtime.structured import RESPOND_TOOL, OutputSpec
 from services.runtime.tools.base import Tool, ToolContext, answered_outside
@@ -52,10 +61,7 @@ from services.runtime.tools.catalog import ToolCatalog
 from services.runtime.tools.memory_tools import memory_tool_names, recall, tools_for_agent
 from services.runtime.turn import ModelChoice, ModelInfo, ResumePoint, Turn, interrupt_matcher
 
-# The live transcript loaded for a turn: at most this many messages after the rolling summary.
-# Compaction keeps them within the token budget; a longer window costs every turn a bigger
-# load, a bigger PRE_THINK payload and a bigger model call (measured: +6 ms a turn at 200).
-HISTORY_MESSAGES = 50
+HISTORY_MESSAGES = turn_options.HISTORY_MESSAGES
 # Names of the runtime's own tools, which a client-side tool may not take.
 RESERVED_TOOLS = frozenset({TASK_TOOL, RESPOND_TOOL, GET_TOOL_RESPONSE.name})
 
@@ -163,10 +169,12 @@ class TurnBuilder:
         default_runtime: str,
         session_costs: SessionCosts,
         memory: SessionMemory,
+        models: ModelCatalogLink | None = None,
     ) -> None:
         self.clients, self.agents, self.catalog, self.local_model = clients, agents, catalog, local_model
         self.providers, self.engines, self.default_runtime = providers, engines, default_runtime
         self.session_costs, self.memory = session_costs, memory
+        self.models = models or ModelCatalogLink(clients)
 
     # ------------------------------------------------------------------ lookups
 
@@ -185,11 +193,7 @@ class TurnBuilder:
             raise FailedPrecondition(str(exc), metadata={"runtime": exc.name}) from exc
 
     async def resolve(self, name: str) -> Any:
-        reply = await call(
-            "models",
-            self.clients.models.ResolveModel,
-            models_pb2.ResolveModelRequest(name=name, strict=bool(name.strip())),
-        )
+        reply = await self.models.resolve(models_pb2.ResolveModelRequest(name=name, strict=bool(name.strip())))
         return reply.model
 
     async def _resolve_fallback(self, name: str) -> Any:
@@ -318,18 +322,32 @@ class TurnBuilder:
         loaded = loaded[max(0, covered - first) :]
         return [message_from_proto(m) for m in loaded], payload.summary.text, max(covered, first)
 
+    @staticmethod
+    async def _granted(grant: sessions_pb2.TurnStart) -> tuple[list[ChatMessage], str, int]:
+        """`_history` from what the lease grant read: the messages after the summary, the summary, the count before."""
+        messages = [message_from_proto(m) for m in grant.messages]
+        return messages, grant.summary.text, grant.session.message_count - len(messages)
+
     # ------------------------------------------------------------------ a new turn
 
     async def new_turn(
-        self, request: runtime_pb2.RunTurnRequest, output: OutputSpec | None
+        self,
+        request: runtime_pb2.RunTurnRequest,
+        output: OutputSpec | None,
+        grant: sessions_pb2.TurnStart | None = None,
     ) -> NewTurn | CommandTurn | BlockedTurn:
+        """The turn; `grant` is the session as its lease grant read it (else it is read here)."""
         tenant, session_id = request.tenant_id, request.session_id
-        reply = await call(
-            "sessions",
-            self.clients.sessions.GetSession,
-            sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
-        )
-        session, state = reply.session, reply.state
+        if grant is not None and grant.HasField("session"):
+            session, state = grant.session, grant.state
+        else:
+            reply = await call(
+                "sessions",
+                self.clients.sessions.GetSession,
+                sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
+            )
+            session, state = reply.session, reply.state
+            grant = None
         if session.active_turn_id != request.turn_id:
             # Fencing: only the turn holding the session's lease may run (and later write).
             raise FailedPrecondition(
@@ -381,10 +399,14 @@ class TurnBuilder:
 
         guessed_role = session.role_id
         summary = remembered.summary if remembered is not None else None
+        if grant is not None:
+            summary = grant.summary.text  # the grant read it: no rehydration round trip
         gathered = await asyncio.gather(
             self.resolve(model_name),
             asyncio.gather(*(self._resolve_fallback(name) for name in agent.config.fallback_models)),
-            self._history(tenant, session_id, session.message_count, remembered, live),
+            self._granted(grant)
+            if grant is not None
+            else self._history(tenant, session_id, session.message_count, remembered, live),
             self._recall_then_prompt(agent, guessed_role, request.content, summary, tenant, session_id, session_scope),
             tools_then_policy(),
         )
@@ -432,6 +454,9 @@ class TurnBuilder:
             "tool_names": list(offered),
             "client_tools": client_specs,
             "runtime": engine.name,
+            # The snapshots the turn was decided with ("" where the service was asked instead).
+            "model_catalog": self.models.version,
+            "policy": policy_version(self.clients, request.turn_id),
         }
         if recalled:  # a prompt rebuilt later in the turn (compaction) keeps the same memories
             meta["recalled_memories"] = [list(pair) for pair in recalled]

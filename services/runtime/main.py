@@ -46,6 +46,8 @@ async def build(settings: Settings, clients: Clients) -> App:
         settings=settings,
     )
     register_breakers("runtime", "tool_server", catalog.breaker_states)
+    models = servicer.builder.models
+    models.start()  # the catalogue snapshot: models resolve in process once it arrives
 
     async def unregister() -> None:
         BREAKERS.unregister("runtime", "tool_server")
@@ -54,7 +56,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         "runtime",
         [mount(servicer, runtime_pb2, runtime_pb2_grpc, "RuntimeService")],
         # First hand the running turns over to other replicas, then let go of tools and providers.
-        on_close=[servicer.runner.close, catalog.close, providers.close, unregister, policy.close],
+        on_close=[servicer.runner.close, models.close, catalog.close, providers.close, unregister, policy.close],
         on_serving=[servicer.runner.serving],
     )
 

@@ -178,7 +178,11 @@ class TurnRunner:
         return time.time() + self.settings.turn_timeout_s
 
     async def start(
-        self, request: runtime_pb2.RunTurnRequest, output: OutputSpec | None, answer_errors: bool = False
+        self,
+        request: runtime_pb2.RunTurnRequest,
+        output: OutputSpec | None,
+        answer_errors: bool = False,
+        grant: sessions_pb2.TurnStart | None = None,
     ) -> Running:
         """Take the turn and run it in the background; built first when the caller wants its errors
         (`answer_errors`: RunTurn), else at once (StartTurn: the caller learns where it runs, and the
@@ -187,10 +191,10 @@ class TurnRunner:
         how = "RunTurn" if answer_errors else "StartTurn"
         running = self._track(how, request.tenant_id, request.session_id, request.turn_id, request.lease_token)
         if not answer_errors:
-            self._spawn(running, self._build_and_run(running, request, output))
+            self._spawn(running, self._build_and_run(running, request, output, grant))
             return running
         try:
-            start = await self._build(running, request, output)
+            start = await self._build(running, request, output, grant)
         except CogmeshError as exc:
             if exc.code in REQUEST_ERRORS:
                 await self._forget(running)
@@ -208,13 +212,17 @@ class TurnRunner:
         return running
 
     async def _build(
-        self, running: Running, request: runtime_pb2.RunTurnRequest, output: OutputSpec | None
+        self,
+        running: Running,
+        request: runtime_pb2.RunTurnRequest,
+        output: OutputSpec | None,
+        grant: sessions_pb2.TurnStart | None = None,
     ) -> NewTurn | CommandTurn | BlockedTurn | events_pb2.RuntimeEvent:
         """The turn, built within its deadline; or the end to log when it ended meanwhile."""
         deadline = self.deadline_of(request)
         try:
             async with asyncio.timeout(deadline - time.time()):
-                start = await self.builder.new_turn(request, output)
+                start = await self.builder.new_turn(request, output, grant)
         except TimeoutError:  # its caller's deadline passed while the turn gathered what it needs
             return expired_event(request.turn_id)
         except asyncio.CancelledError:
@@ -227,9 +235,13 @@ class TurnRunner:
         return start
 
     async def _build_and_run(
-        self, running: Running, request: runtime_pb2.RunTurnRequest, output: OutputSpec | None
+        self,
+        running: Running,
+        request: runtime_pb2.RunTurnRequest,
+        output: OutputSpec | None,
+        grant: sessions_pb2.TurnStart | None = None,
     ) -> None:
-        start = await self._build(running, request, output)  # failures end the turn in `_spawn`'s guard
+        start = await self._build(running, request, output, grant)  # failures end the turn in `_spawn`'s guard
         if isinstance(start, events_pb2.RuntimeEvent):
             await self._end_now(running, start)
         else:

@@ -46,6 +46,7 @@ from services.sessions.model import (
     GoalStatus,
     InvalidValue,
     JournalRecord,
+    LeaseGrant,
     LeaseHeld,
     LeaseInfo,
     LeaseState,
@@ -425,6 +426,7 @@ def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations
     _identify(r, problems)
     _check_id(r.turn_id, "turn_id", problems)
     ttl = _lease_ttl(r.ttl_seconds, problems)
+    problems.check(0 <= r.start_messages <= MAX_PAGE, "start_messages", f"must be between 0 and {MAX_PAGE}")
     problems.check(r.strategy in _STRATEGIES, "strategy", "must be REJECT, ENQUEUE or INTERRUPT")
     _check_events(r.events, problems)
     _check_entries(r.entries, problems)
@@ -796,6 +798,43 @@ def _lease_response(state: LeaseState) -> sessions_pb2.GetTurnLeaseResponse:
     return response
 
 
+async def _acquire(
+    store: SessionStore, r: sessions_pb2.AcquireTurnLeaseRequest, parsed: tuple[float, NewEvents | None], context: Any
+) -> tuple[LeaseGrant, Rehydration | None]:
+    """The grant and, when asked and granted, the session as the turn starts from it (read after the grant)."""
+    ttl, opening = parsed
+    strategy, wait = _STRATEGIES[r.strategy], _max_wait(context)
+    grant = await leases.acquire(store, r.tenant_id, r.session_id, r.turn_id, ttl, strategy, wait, opening)
+    if r.start_messages <= 0 or grant.pending_interrupt_ids:
+        return grant, None
+    return grant, await store.rehydrate(r.tenant_id, r.session_id, r.start_messages)
+
+
+def _grant_response(result: tuple[LeaseGrant, Rehydration | None]) -> sessions_pb2.AcquireTurnLeaseResponse:
+    grant, begun = result
+    response = sessions_pb2.AcquireTurnLeaseResponse(
+        lease_token=grant.token,
+        interrupted_turn_id=grant.interrupted_turn_id,
+        expire_time=_timestamp(grant.expires_at),
+        waited_seconds=grant.waited_s,
+        pending_interrupt_ids=grant.pending_interrupt_ids,
+        start_seq=grant.start_seq,
+        last_seq=grant.last_seq,
+    )
+    if begun is not None:
+        start = response.start
+        start.session.CopyFrom(session_to_proto(begun.session))
+        start.state.CopyFrom(state_to_proto(begun.session))
+        loaded = _fit(begun.last_messages, MAX_PAGE_BYTES, newest=True)
+        covered = 0
+        if begun.summary is not None:
+            start.summary.CopyFrom(summary_to_proto(begun.summary))
+            covered = begun.summary.covered_message_count
+        first = begun.session.message_count - len(loaded)  # the messages the summary covers stay out
+        start.messages.extend(messages_pb2.Message.FromString(p) for p in loaded[max(0, covered - first) :])
+    return response
+
+
 def _rehydration_response(payload: Rehydration) -> sessions_pb2.GetRehydrationPayloadResponse:
     response = sessions_pb2.GetRehydrationPayloadResponse(
         session=session_to_proto(payload.session),
@@ -921,29 +960,7 @@ RPCS: dict[str, Rpc] = {
         lambda response: response,
     ),
     # the turn lease
-    "AcquireTurnLease": rpc(
-        sessions_pb2.AcquireTurnLeaseRequest,
-        _check_acquire,
-        lambda store, r, parsed, context: leases.acquire(
-            store,
-            r.tenant_id,
-            r.session_id,
-            r.turn_id,
-            parsed[0],
-            _STRATEGIES[r.strategy],
-            _max_wait(context),
-            parsed[1],
-        ),
-        lambda grant: sessions_pb2.AcquireTurnLeaseResponse(
-            lease_token=grant.token,
-            interrupted_turn_id=grant.interrupted_turn_id,
-            expire_time=_timestamp(grant.expires_at),
-            waited_seconds=grant.waited_s,
-            pending_interrupt_ids=grant.pending_interrupt_ids,
-            start_seq=grant.start_seq,
-            last_seq=grant.last_seq,
-        ),
-    ),
+    "AcquireTurnLease": rpc(sessions_pb2.AcquireTurnLeaseRequest, _check_acquire, _acquire, _grant_response),
     "ReleaseTurnLease": rpc(
         sessions_pb2.ReleaseTurnLeaseRequest,
         _check_holder,

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
-from services.models.catalog import ModelCatalog
+from services.lib.models.catalog import ModelCatalog
 from tests.integration.conftest import (
     DOMAIN,
     SUITE_SETTINGS,

@@ -23,7 +23,7 @@ from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit.metrics import BREAKERS, register_breakers, serve_metrics
 from services.kit.server import start
-from services.models.catalog import DEFAULT_CATALOG_PATH
+from services.lib.models.catalog import DEFAULT_CATALOG_PATH
 from services.runtime import main as runtime_main
 from services.runtime.tools.breaker import BreakerRegistry
 from services.suite.inprocess import Suite, start_suite

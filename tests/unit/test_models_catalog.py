@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.models.catalog import (
+from services.lib.models.catalog import (
     CatalogError,
     ModelCatalog,
     ModelSpec,

@@ -13,7 +13,7 @@ import redis.asyncio as redis
 import yaml
 
 from services.kit.redis_pool import Client, pooled_client
-from services.models.catalog import DEFAULT_CATALOG_PATH, ModelCatalog, ModelSpec
+from services.lib.models.catalog import DEFAULT_CATALOG_PATH, ModelCatalog, ModelSpec
 from services.models.registry import (
     FileModelStore,
     ModelConflict,

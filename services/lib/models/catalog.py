@@ -49,7 +49,7 @@ __all__ = [
     "format_validation_error",
 ]
 
-DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent.parent / "defaults" / "models.yaml"
+DEFAULT_CATALOG_PATH = Path(__file__).resolve().parents[2] / "defaults" / "models.yaml"
 
 MatchKind = Literal["alias", "full_name", "prefix", "default"]
 
