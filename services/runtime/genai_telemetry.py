@@ -138,9 +138,15 @@ async def invoke_agent(
                 last = event
             yield event
     except BaseException as exc:
-        if last is None:  # closed after its end is normal: the consumer stops reading there
+        stopped = isinstance(exc, GeneratorExit) or (
+            isinstance(exc, asyncio.CancelledError) and not turn.cancel.is_set()
+        )
+        if last is None and stopped:
+            # Stopped here from outside, not cancelled (a lost lease, a shutdown's hand-over): not a failure.
+            span.set_attribute(OUTCOME, "stopped")
+        elif last is None:  # closed after its end is normal: the consumer stops reading there
             _fail(span, _interrupted(run, exc))
-            span.set_attribute(OUTCOME, "error" if not isinstance(exc, GeneratorExit) else "stopped")
+            span.set_attribute(OUTCOME, "error")
         raise
     finally:
         try:

@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import REGISTRY
 
 from cogmesh.common.v1 import events_pb2
+from cogmesh.gateway.v1 import gateway_pb2
 from services.kit.agents import DEFAULT_AGENTS_DIR
 from services.kit.config import Settings
 from services.kit.telemetry import GENAI, configure_tracing
@@ -61,14 +62,16 @@ class Env:
         """Run one turn; its session, its events and every span of its trace once the runtime is done."""
         session_id = await new_session(self.gateway, agent=agent)
         events = await send(self.gateway, session_id, content)
+        return session_id, events, await self.trace_of(events[-1].turn_id)
+
+    async def trace_of(self, turn_id: str) -> list[ReadableSpan]:
+        """Every span of the turn's trace, once the runtime is done with it."""
         runner = self.suite.servers["runtime"].app.mounts[0].servicer.runner
         await asyncio.wait_for(runner.idle(), TIMEOUT_S)  # the turn's task (and its spans) end after its last write
-        agents = [
-            s for s in self.spans.get_finished_spans() if s.attributes.get("cogmesh.turn_id") == events[-1].turn_id
-        ]
-        assert agents, f"no span of turn {events[-1].turn_id}"
+        agents = [s for s in self.spans.get_finished_spans() if (s.attributes or {}).get("cogmesh.turn_id") == turn_id]
+        assert agents, f"no span of turn {turn_id}"
         trace_id = agents[0].context.trace_id
-        return session_id, events, [s for s in self.spans.get_finished_spans() if s.context.trace_id == trace_id]
+        return [s for s in self.spans.get_finished_spans() if s.context.trace_id == trace_id]
 
 
 @pytest.fixture(scope="module")
@@ -371,3 +374,26 @@ async def test_a_failing_model_call_marks_its_span_and_its_agent_as_errors(env: 
     assert agent.status.status_code == StatusCode.ERROR and agent.status.description == error.message
     assert attrs(agent)["error.type"] == "invalid_request" and attrs(agent)["cogmesh.outcome"] == "error"
     assert sample("gen_ai_client_operation_duration_seconds_count", **failed) == before + 1
+
+
+async def test_a_cancelled_turn_ends_its_model_call_and_its_agent_as_cancelled(env: Env) -> None:
+    env.openai.then(Reply(text=[f"w{i} " for i in range(500)], delay_s=0.02))
+    session_id = await new_session(env.gateway, agent="gpt")
+    events: list[events_pb2.RuntimeEvent] = []
+    cancelled = False
+    async for response in env.gateway.SendMessage(
+        gateway_pb2.SendMessageRequest(session_id=session_id, content="talk")
+    ):
+        events.extend(response.events)
+        if not cancelled and len([e for e in events if e.HasField("assistant_delta")]) >= 3:
+            cancelled = (await env.gateway.CancelTurn(gateway_pb2.CancelTurnRequest(session_id=session_id))).cancelled
+            assert cancelled
+    assert events[-1].error.kind == events_pb2.ERROR_KIND_CANCELLED
+    tree = await env.trace_of(events[-1].turn_id)
+
+    [call] = named(tree, "chat gpt-4o")  # cut off mid-stream
+    assert call.status.status_code == StatusCode.ERROR and attrs(call)["error.type"] == "cancelled"
+    assert attrs(call)["gen_ai.response.time_to_first_chunk"] >= 0 and "gen_ai.usage.input_tokens" not in attrs(call)
+    [agent] = named(tree, "invoke_agent gpt")
+    assert agent.status.status_code == StatusCode.ERROR
+    assert (attrs(agent)["error.type"], attrs(agent)["cogmesh.outcome"]) == ("cancelled", "error")
