@@ -114,7 +114,7 @@ Build = Callable[[Settings, Clients], Awaitable[App]]
 
 # Request fields bound to every log line (and span) of an RPC: field name -> log key.
 _REQUEST_IDS = {"tenant_id": "tenant", "session_id": "session_id", "turn_id": "turn_id"}
-_ids_of_type: dict[type, tuple[tuple[str, ...], str]] = {}  # type -> (id fields, the one wrapped field)
+_ids_of_type: dict[type, tuple[tuple[str, ...], str]] = {}  # type -> (id fields, the wrapped request field)
 # Server-side codes that mean the server failed (OpenTelemetry's rule for server spans).
 _SERVER_FAULTS = frozenset(
     {
@@ -137,10 +137,10 @@ def _request_ids(request: Any) -> dict[str, str]:
         fields = getattr(descriptor, "fields_by_name", {})
         names = tuple(name for name in _REQUEST_IDS if name in fields)
         wrapped = ""
-        if not names and descriptor is not None and len(descriptor.fields) == 1:
-            only = descriptor.fields[0]
-            if only.message_type is not None and not only.is_repeated:
-                wrapped = only.name
+        if not names and descriptor is not None and descriptor.fields:
+            first = descriptor.fields[0]  # a wrapper's request comes first (StartTurnRequest.turn, then .start)
+            if first.message_type is not None and not first.is_repeated:
+                wrapped = first.name
         found = _ids_of_type[kind] = (names, wrapped)
     names, wrapped = found
     if wrapped:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.logging import log
 from services.kit.metrics import BREAKERS, register_breakers
 from services.kit.providers import ProviderConfigError, load_providers
 from services.kit.server import App, mount, run
@@ -16,6 +19,9 @@ from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.servicer import RuntimeServicer
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog, ToolServersError
+
+# How long a starting runtime waits for its first snapshots before it serves anyway.
+FIRST_SNAPSHOT_WAIT_S = 2.0
 
 
 async def build(settings: Settings, clients: Clients) -> App:
@@ -48,6 +54,12 @@ async def build(settings: Settings, clients: Clients) -> App:
     register_breakers("runtime", "tool_server", catalog.breaker_states)
     models = servicer.builder.models
     models.start()  # the catalogue snapshot: models resolve in process once it arrives
+    # Serve once the first snapshots are held (an informer's HasSynced), or after a bounded wait:
+    # until they arrive the services are asked, so a control plane that is down delays nothing more.
+    wait_s = min(settings.call_timeout_s, FIRST_SNAPSHOT_WAIT_S)
+    synced = await asyncio.gather(models.watcher.wait_synced(wait_s), policy.watcher.wait_synced(wait_s))
+    if not all(synced):
+        log.warning("serving before every snapshot arrived", models=synced[0], policy=synced[1])
 
     async def unregister() -> None:
         BREAKERS.unregister("runtime", "tool_server")

@@ -163,7 +163,7 @@ async def suite_with_hanging(
 ) -> AsyncIterator[tuple[dict[str, RunningServer], asyncio.Event]]:
     """The suite with one leaf service (models, policy or context) replaced by a black hole.
 
-    Every call to it waits until the suite is torn down. Yields the servers by name and an
+    Every call to it waits until the suite is torn down; its watches send nothing. Yields the servers by name and an
     event that is set when the first call reaches the black hole.
     """
     settings = settings or SUITE_SETTINGS
@@ -174,10 +174,18 @@ async def suite_with_hanging(
         await release.wait()
         await context.abort(grpc.StatusCode.UNAVAILABLE, "black hole released")
 
+    async def silent(request: Any, context: Any) -> AsyncIterator[Any]:
+        # A watch (WatchCatalog, WatchPolicy) that never sends: the runtime asks the service instead.
+        await release.wait()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "black hole released")
+        yield  # pragma: no cover - an async generator, never reached
+
     service = LEAF_SERVICES[dependency]
     handlers = {
-        method.name: grpc.unary_unary_rpc_method_handler(
-            hang,
+        method.name: (
+            grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
+        )(
+            silent if method.server_streaming else hang,
             request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
             response_serializer=lambda message: message.SerializeToString(),
         )
