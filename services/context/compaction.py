@@ -36,9 +36,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from services.context.archive import ToolArchive, is_marker, marker
-from services.context.builder import truncate
 from services.context.summarizer import Summarizer
 from services.kit.tokens import TokenCounter
+from services.lib.context.builder import truncate
 
 MESSAGE_OVERHEAD = 4
 SUMMARY_CONCURRENCY = 4

@@ -6,9 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from services.context.archive import MemoryToolArchive, RedisToolArchive, ToolArchive
-from services.context.builder import ContextBuilder
 from services.context.compaction import Compactor
-from services.context.prompt_files import PromptFiles
 from services.context.servicer import ContextServicer
 from services.kit.agents import load_agents
 from services.kit.clients import Clients
@@ -16,6 +14,8 @@ from services.kit.config import Settings
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
 from services.kit.tokens import make_counter
+from services.lib.context.builder import ContextBuilder
+from services.lib.context.prompt_files import PromptFiles
 
 
 async def build(settings: Settings, clients: Clients) -> App:

@@ -11,31 +11,12 @@ from __future__ import annotations
 
 import grpc
 
-from cogmesh.common.v1 import messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.context.rehydration import RehydrationPayload
 from services.kit.clients import Clients
 from services.kit.errors import from_dependency
 from services.kit.protos import struct_to_dict
-
-ROLE_NAMES = {
-    messages_pb2.ROLE_USER: "user",
-    messages_pb2.ROLE_ASSISTANT: "assistant",
-    messages_pb2.ROLE_SYSTEM: "system",
-    messages_pb2.ROLE_TOOL: "tool",
-}
-
-
-def recalled_text(message: messages_pb2.Message) -> tuple[str, str]:
-    """(role, text) of a message for the recent-messages pack; tool calls are named."""
-    role = ROLE_NAMES.get(message.role, "user")
-    text = message.content
-    calls = ", ".join(call.name for call in message.tool_calls)
-    if calls:
-        text = f"{text} [called {calls}]".strip()
-    if role == "tool" and message.name:
-        role = f"tool {message.name}"
-    return role, text
+from services.lib.context.api import recalled_text
+from services.lib.context.rehydration import RehydrationPayload
 
 
 def _labelled(text: str, data: dict[str, object]) -> str:

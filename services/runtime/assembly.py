@@ -44,6 +44,7 @@ from services.runtime.context_link import (
 )
 from services.runtime.delegation import TASK_TOOL, task_tool
 from services.runtime.engines import Engine, RuntimeRegistry, UnknownRuntime
+from services.runtime.local_context import LocalContext
 from services.runtime.model_catalog import ModelCatalogLink
 from services.runtime.phases import Phase
 from services.runtime.policy_link import (
@@ -170,11 +171,13 @@ class TurnBuilder:
         session_costs: SessionCosts,
         memory: SessionMemory,
         models: ModelCatalogLink | None = None,
+        local_context: LocalContext | None = None,
     ) -> None:
         self.clients, self.agents, self.catalog, self.local_model = clients, agents, catalog, local_model
         self.providers, self.engines, self.default_runtime = providers, engines, default_runtime
         self.session_costs, self.memory = session_costs, memory
         self.models = models or ModelCatalogLink(clients)
+        self.local_context = local_context  # prompts built in process; None: every one is a BuildContext call
 
     # ------------------------------------------------------------------ lookups
 
@@ -292,6 +295,8 @@ class TurnBuilder:
         else:  # this replica does not know the session's state: the context service loads it
             request.rehydrate, request.tenant_id, request.session_id = True, tenant, session_id
             request.rehydrate_without_messages = True  # the transcript goes to the model as chat messages
+        if self.local_context is not None and self.local_context.answers(request):
+            return await self.local_context.BuildContext(request)  # no session read needed: no hop
         return await call("context", self.clients.context.BuildContext, request)  # type: ignore[no-any-return]
 
     async def _history(

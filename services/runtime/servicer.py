@@ -23,6 +23,7 @@ from services.runtime.assembly import TurnBuilder
 from services.runtime.budget import SessionCosts
 from services.runtime.context_link import SessionMemory
 from services.runtime.engines import RuntimeRegistry, default_registry
+from services.runtime.local_context import LocalContext
 from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.runner import Running, TurnRunner, relay
 from services.runtime.structured import OutputSpec
@@ -146,6 +147,7 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
             default_runtime,
             self.session_costs,
             self.memory,
+            local_context=LocalContext.from_settings(agents, settings or Settings()),
         )
         self.store = TurnStore(clients, self.memory, self.builder.resolve)
         self.runner = TurnRunner(clients, settings or Settings(), self.builder, self.store, self.memory)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.context.builder import (
+from services.kit.agents import AgentDefinition
+from services.kit.tokens import CharRatioCounter
+from services.lib.context.builder import (
     TRUNCATION_MARKER,
     BuiltContext,
     ContextBudget,
@@ -17,9 +19,7 @@ from services.context.builder import (
     ContextInput,
     truncate,
 )
-from services.context.prompt_files import PromptFiles, read_utf8
-from services.kit.agents import AgentDefinition
-from services.kit.tokens import CharRatioCounter
+from services.lib.context.prompt_files import PromptFiles, read_utf8
 
 
 class WordCounter:

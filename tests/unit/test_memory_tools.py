@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from services.context.builder import RECALLED_HEADING, ContextBudget, ContextBuilder, ContextInput
-from services.context.prompt_files import PromptFiles
 from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.lib.context.builder import RECALLED_HEADING, ContextBudget, ContextBuilder, ContextInput
+from services.lib.context.prompt_files import PromptFiles
 from services.runtime.steps.state import validate
 from services.runtime.tools.base import ToolContext, ToolError, ToolUnavailable
 from services.runtime.tools.memory_tools import (

@@ -56,9 +56,9 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
-from services.context.prompt_files import PromptFiles
 from services.kit.agents import AgentDefinition
 from services.kit.tokens import CharRatioCounter, TokenCounter
+from services.lib.context.prompt_files import PromptFiles
 
 TRUNCATION_MARKER = " …"
 PROMPT_HASH_CHARS = 16

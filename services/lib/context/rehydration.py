@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from services.context.builder import ContextInput
+from services.lib.context.builder import ContextInput
 
 DEFAULT_LAST_N = 10
 
