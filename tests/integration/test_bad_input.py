@@ -200,6 +200,13 @@ CASES: list[Any] = [
     ),
     ok("models", "ListModels", M.ListModelsRequest(provider="nobody"), lambda r: len(r.models) == 0),
     ok("models", "ListProviders", M.ListProvidersRequest(), lambda r: {"local", "openai"} <= set(r.providers)),
+    # A version the service never had is no error: the watch starts with the current snapshot.
+    ok(
+        "models",
+        "WatchCatalog",
+        M.WatchCatalogRequest(known_version="no-such-version"),
+        lambda r: bool(r.snapshot.version) and any(m.id == "cogmesh-local" for m in r.snapshot.models),
+    ),
     # ------------------------------------------------------------------ PolicyService
     bad("policy", "CheckToolCall", P.CheckToolCallRequest(), "agent", "tool_name"),
     bad("policy", "CheckToolCall", P.CheckToolCallRequest(agent="default", tool_name=LONG_ID), "tool_name"),
@@ -872,6 +879,12 @@ CASES: list[Any] = [
     bad("policy", "HandleCommand", P.HandleCommandRequest(), "scope.agent"),
     bad("policy", "SelectTools", P.SelectToolsRequest(), "scope.agent"),
     ok("policy", "GetPolicyStatus", P.GetPolicyStatusRequest(), lambda r: r.config_version >= 1),
+    ok(
+        "policy",
+        "WatchPolicy",
+        P.WatchPolicyRequest(known_version="no-such-version"),
+        lambda r: bool(r.snapshot.version) and len(r.snapshot.files) >= 1,
+    ),
     # ------------------------------------------------------------------ models: catalogue management
     ok("models", "ListAliases", M.ListAliasesRequest(provider="google"), lambda r: len(r.aliases) == 4),
     bad("models", "AddModel", M.AddModelRequest(), "model"),
