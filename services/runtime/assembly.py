@@ -1,12 +1,13 @@
-"""Building a `Turn` from the other services: for a new turn, a resumed one, or a subagent's task.
+"""Building a `Turn`: for a new turn, a resumed one, or a subagent's task.
 
-A new turn asks, concurrently after the fencing check: the models service (the
-model and its fallbacks), the sessions service (the live transcript: messages
-after the rolling summary), the context service (the system prompt, with the
-summary this replica remembers, or rehydrated from the session after a restart),
-and the policy service (BeginTurn: slash commands, the role, the tools to offer,
-the phases with work). The system prompt is built for the session's role while
-BeginTurn runs; only when routing picks another role is it built again.
+A new turn starts from what its lease grant read (StartTurn's `TurnStart`: the session,
+its state, the summary and the latest messages) and decides the rest in process,
+concurrently: the model and its fallbacks from the catalogue snapshot, the system prompt
+with the context service's own builder, and BeginTurn (slash commands, the role, the
+tools to offer, the phases with work) from the policy snapshot. The system prompt is
+built for the session's role while BeginTurn runs; only when routing picks another role
+is it built again. A takeover has no grant and reads the session from the sessions
+service; each part falls back to its service while its snapshot has not arrived.
 
 A resumed turn is rebuilt from its checkpoint's snapshot: the same agent, model,
 role, skills, tools and policy phases, with the services' current clients. A
