@@ -38,6 +38,7 @@ ALL = [
     "memory_pack",
     "large_payloads",
     "session_scopes",
+    "edges",
 ]
 # Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
 COLLECTED_ONLY = ["soak"]
