@@ -17,7 +17,14 @@ serialized RuntimeEvent without its seq); the hash keeps the last seq (`eseq`) a
 lease, including whether its turn is open (accepted, not ended or paused: its lease
 waits, held, for a takeover instead of running out), who runs it and how often it was
 taken over. A turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
-`kind|seq|ms|state`), the order its turns were written in is `jt`.
+`kind|seq|ms|state`), the order its turns were written in is `jt` (the hash names the last one,
+`jlast`, and counts the appends with an id, `ab`: the script that makes `jt` or `events:batches` knows).
+
+A session's keys all expire together, at the hash's `expires_at` (by Redis's clock). A turn's end or
+pause sets it (the TTL from then), as do writes outside a turn (`touch`); the turn's start and its
+writes leave it while it outlasts the lease by half the TTL or more, else set it to the lease's end
+plus the TTL (`keep`), and give a key they create the same expiry. The scripts read the hash's
+fields they need in one HMGET and write them in one HSET (`meta`, `put`, `flush`).
 
 Replies are arrays whose first element is a status: "ok" or the name of a domain
 error. Every script is safe to run twice (the client retries once on a dropped
@@ -45,6 +52,8 @@ SESSION_KEYS = (
     *("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al"),
     *("events", "events:batches", "j", "jt", "events:dropped", "events:news"),
 )
+TRIM_BATCHES = 8  # an append script lets the oldest append ids go every this many appends
+
 # Keys that live and expire with the session (the tombstone and the channel do not).
 _DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "events:batches", "j", "jt")
 
@@ -108,8 +117,10 @@ redis.call('ZADD', KEYS[1], 'LT', now + tonumber(ARGV[2]), ARGV[1])
 return 1
 """
 
-# DUE (ARGV: how many, clock offset): the sessions to look at now, each with its generation.
+# DUE (ARGV: how many, clock offset): the sessions to look at now, each with its generation. An empty bucket
+# (no open turn hashes to it) is no key: one command says so.
 DUE = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1])
@@ -120,7 +131,11 @@ return out
 
 # DUE_ALL: DUE of every bucket in one call, where they all live on one Redis (not Cluster).
 # KEYS: the buckets' (due, gen) pairs; ARGV as DUE's. Returns {bucket index (0-based), session, generation}.
+# With no open turn anywhere (an idle suite) it is one EXISTS over every bucket.
 DUE_ALL = r"""
+local dues = {}
+for b = 0, #KEYS / 2 - 1 do table.insert(dues, KEYS[2 * b + 1]) end
+if redis.call('EXISTS', unpack(dues)) == 0 then return {} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
 local out = {}
@@ -158,13 +173,53 @@ local S, M, G, C, CO, D, X, Q, W = K.s, K.m, K.g, K.c, K.co, K.d, K.x, K.q, K.w
 local EV, J, JT = K.events, K.j, K.jt
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + tonumber(ARGV[5])
+local BATCHES = K['events:batches']
+local TRIM_BATCHES = {TRIM_BATCHES}
+
+-- The session hash's fields the scripts read, in one HMGET (`meta()`, loaded once per script); `put` writes
+-- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
+local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
+  'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab'}
+local H = nil
+local PENDING = {}
+local function meta()
+  if not H then
+    H = {}
+    local values = redis.call('HMGET', S, unpack(FIELDS))
+    for i, name in ipairs(FIELDS) do H[name] = values[i] end
+  end
+  return H
+end
+
+local function put(...)
+  local h = meta()
+  local args = {...}
+  for i = 1, #args, 2 do
+    h[args[i]] = tostring(args[i + 1])
+    table.insert(PENDING, args[i])
+    table.insert(PENDING, args[i + 1])
+  end
+end
+
+local function flush()
+  if #PENDING > 0 then
+    redis.call('HSET', S, unpack(PENDING))
+    PENDING = {}
+  end
+end
 
 -- The session exists, is the caller's tenant's, and has not idled out (Redis expiry evicts it, a moment later).
 local function alive(k)
-  local h = redis.call('HMGET', k.s, 'tenant_id', 'expires_at')
-  if not h[1] then return false end
-  local exp = tonumber(h[2] or '0')
-  return exp <= 0 or exp > now, h[1]
+  local owner, expires
+  if k.s == S then
+    owner, expires = meta().tenant_id, meta().expires_at
+  else
+    local h = redis.call('HMGET', k.s, 'tenant_id', 'expires_at')
+    owner, expires = h[1], h[2]
+  end
+  if not owner then return false end
+  local exp = tonumber(expires or '0')
+  return exp <= 0 or exp > now, owner
 end
 
 local function mine()
@@ -174,12 +229,11 @@ end
 
 -- The lease, while it is held: until it expires, or, for an open turn, until another replica claims it.
 local function live_lease()
-  local l = redis.call('HMGET', S, 'lease_turn', 'lease_token', 'lease_exp', 'int_by', 'lease_open', 'holder',
-    'takeovers', 'lstart', 'llast')
-  if l[1] and l[1] ~= '' and (tonumber(l[3]) > now or l[5] == '1') then
-    return {turn = l[1], token = tonumber(l[2]), exp = tonumber(l[3]), int_by = l[4] or '', open = l[5] == '1',
-      holder = l[6] or '', takeovers = tonumber(l[7] or '0'), start = tonumber(l[8] or '0'),
-      last = tonumber(l[9] or '0')}
+  local h = meta()
+  if h.lease_turn and h.lease_turn ~= '' and (tonumber(h.lease_exp) > now or h.lease_open == '1') then
+    return {turn = h.lease_turn, token = tonumber(h.lease_token), exp = tonumber(h.lease_exp),
+      int_by = h.int_by or '', open = h.lease_open == '1', holder = h.holder or '',
+      takeovers = tonumber(h.takeovers or '0'), start = tonumber(h.lstart or '0'), last = tonumber(h.llast or '0')}
   end
   return nil
 end
@@ -195,30 +249,66 @@ local function fenced(token)
 end
 
 local function free_lease()
-  redis.call('HSET', S, 'lease_turn', '', 'lease_exp', 0, 'int_by', '', 'lease_open', '', 'holder', '',
-    'takeovers', 0)
+  put('lease_turn', '', 'lease_exp', 0, 'int_by', '', 'lease_open', '', 'holder', '', 'takeovers', 0)
   redis.call('PUBLISH', CHANNEL, sid)
 end
 
--- A write is activity: push eviction back, never before a live lease ends.
+-- Keys a write created while the session's keys keep the expiry they have (`keep`): they get it too.
+local NEW = {}
+
+-- Set the session's expiry, on every one of its keys: `session_ttl` past now, or past the end of the lease
+-- when one is held (a turn never outlives its session's keys). Run when a turn ends or pauses and by writes
+-- outside a turn; a turn's start and its writes `keep` it.
 local function touch()
-  local meta = redis.call('HMGET', S, 'expires_at', 'ikey', 'lease_turn', 'lease_exp')
-  local named = meta[2] == '1' and redis.call('GET', K.i) == sid  -- the session its identity names
+  local h = meta()
+  local named = h.ikey == '1' and redis.call('GET', K.i) == sid  -- the session its identity names
   if ttl <= 0 then
-    redis.call('HSET', S, 'updated_at', now)
-    if meta[1] == '0' then return end  -- already kept forever
-    redis.call('HSET', S, 'expires_at', 0)
+    if h.expires_at == '0' then  -- already kept forever
+      put('updated_at', now)
+      flush()
+      return
+    end
+    put('updated_at', now, 'expires_at', 0)
+    flush()
     for _, k in ipairs({{DATA_KEYS}}) do redis.call('PERSIST', k) end
     if named then redis.call('PERSIST', K.i) end
     return
   end
   local exp = now + ttl
-  if meta[3] and meta[3] ~= '' and tonumber(meta[4]) > exp then exp = tonumber(meta[4]) end
-  redis.call('HSET', S, 'updated_at', now, 'expires_at', exp)
+  local l = live_lease()
+  if l and l.exp + ttl > exp then exp = l.exp + ttl end
+  put('updated_at', now, 'expires_at', exp)
+  flush()
   -- Redis expires by its own clock: the offset (tests only) moves the logical expiry, not Redis's.
   local at = exp - tonumber(ARGV[5])
   for _, k in ipairs({{DATA_KEYS}}) do redis.call('PEXPIREAT', k, at) end
   if named then redis.call('PEXPIREAT', K.i, at) end
+  NEW = {}
+end
+
+-- A turn's start (lease granted or claimed) and its writes: the session's keys keep their expiry while it
+-- outlasts the lease by half the session TTL or more, else `touch` sets it (so a turn's first write after an
+-- idle spell, or a renewal hours into a turn); a key this write created (`NEW`) gets that expiry too.
+-- Outside a lease, or when the TTL setting changed, `touch`.
+local function keep()
+  local h = meta()
+  local l = live_lease()
+  local exp = tonumber(h.expires_at or '0')
+  if not l or not h.expires_at or (ttl <= 0) ~= (exp == 0) then
+    touch()
+    return
+  end
+  if ttl > 0 and exp - math.max(l.exp, now) < ttl / 2 then
+    touch()
+    return
+  end
+  put('updated_at', now)
+  flush()
+  if ttl > 0 then
+    local at = exp - tonumber(ARGV[5])
+    for _, k in ipairs(NEW) do redis.call('PEXPIREAT', k, at) end
+  end
+  NEW = {}
 end
 
 local function pending_ids(cname, coname, dname)
@@ -232,8 +322,14 @@ end
 -- The session as the store reports it: its hash plus what is derived at read time.
 local function view_of(k)
   local l_turn = ''
-  local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp', 'lease_open')
-  if l[1] and l[1] ~= '' and (tonumber(l[2]) > now or l[3] == '1') then l_turn = l[1] end
+  if k.s == S then
+    flush()
+    local l = live_lease()
+    if l then l_turn = l.turn end
+  else
+    local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp', 'lease_open')
+    if l[1] and l[1] ~= '' and (tonumber(l[2]) > now or l[3] == '1') then l_turn = l[1] end
+  end
   return {redis.call('HGETALL', k.s), redis.call('LLEN', k.m), l_turn, pending_ids(k.c, k.co, k.d)}
 end
 
@@ -243,18 +339,26 @@ end
 
 -- The last seq of the session's log.
 local function last_seq()
-  return tonumber(redis.call('HGET', S, 'eseq') or '0')
+  return tonumber(meta().eseq or '0')
+end
+
+-- Append messages; the count after them.
+local function push_messages(first, last)
+  local count = redis.call('RPUSH', M, unpack(ARGV, first, last))
+  if count == last - first + 1 then table.insert(NEW, M) end  -- the session's first messages
+  return count
 end
 
 -- Forget the journals of all but the last JOURNALS_KEPT turns, keeping an open or paused turn's.
-local function forget_journals()
-  if redis.call('ZCARD', JT) <= JOURNALS_KEPT then return end
+-- `turns`: how many turns the journal holds (ZCARD of JT).
+local function forget_journals(turns)
+  if turns <= JOURNALS_KEPT then return end
   local keep = {}
   for _, stored in ipairs(redis.call('HVALS', C)) do
     local blob = string.match(stored, '^%d+|%-?%d+|(.*)$')
     if blob then keep[cjson.decode(blob)['turn']] = true end
   end
-  local held = redis.call('HGET', S, 'lease_turn') or ''
+  local held = meta().lease_turn or ''
   if held ~= '' then keep[string.match(held, '^(.-):resume:') or held] = true end
   local ended = {}
   for _, turn in ipairs(redis.call('ZRANGE', JT, 0, -1)) do
@@ -271,29 +375,43 @@ local function forget_journals()
 end
 
 -- Log events and journal entries read from ARGV[at]: n, n payloads, m, m x (kind, position, state).
--- Returns the last seq and the index of the ARGV after them.
+-- Returns the last seq and the index of the ARGV after them. The session's fields it sets go out with the
+-- script's next `flush`; the keys it creates are in NEW.
 local function log_events(turn, at, retention)
   local n = tonumber(ARGV[at])
   local first = last_seq() + 1
+  if n > 0 and first == 1 then table.insert(NEW, EV) end  -- the session's first event makes its stream
   for i = 1, n do
     redis.call('XADD', EV, 'MAXLEN', retention, (first + i - 1) .. '-0', 'e', ARGV[at + i])
   end
   local last = first + n - 1
-  if n > 0 then redis.call('HSET', S, 'eseq', last) end
+  if n > 0 then put('eseq', last) end
   local m = tonumber(ARGV[at + n + 1])
   local p = at + n + 2
   if m > 0 then
     local count = tonumber(redis.call('HGET', J, turn) or '0')
+    local entries = {}
     for i = 0, m - 1 do
       local kind, position, state = ARGV[p + 3 * i], tonumber(ARGV[p + 3 * i + 1]), ARGV[p + 3 * i + 2]
       count = count + 1
       local seq = first - 1 + math.min(position, n)
-      redis.call('HSET', J, turn .. '|' .. count, kind .. '|' .. seq .. '|' .. now .. '|' .. state)
+      table.insert(entries, turn .. '|' .. count)
+      table.insert(entries, kind .. '|' .. seq .. '|' .. now .. '|' .. state)
     end
-    redis.call('HSET', J, turn, count)
-    -- The most recently written turn goes last.
-    redis.call('ZADD', JT, redis.call('HINCRBY', S, 'jseq', 1), turn)
-    forget_journals()
+    redis.call('HSET', J, turn, count, unpack(entries))
+    -- The most recently written turn goes last (it is already, when it wrote the journal's last entry).
+    if meta().jlast ~= turn then
+      local jseq = tonumber(meta().jseq or '0') + 1
+      put('jseq', jseq, 'jlast', turn)
+      if redis.call('ZADD', JT, jseq, turn) == 1 then
+        local turns = redis.call('ZCARD', JT)
+        if turns == 1 then  -- the journal's first turn made both keys
+          table.insert(NEW, J)
+          table.insert(NEW, JT)
+        end
+        forget_journals(turns)
+      end
+    end
   end
   if notify and n > 0 then redis.call('SPUBLISH', K['events:news'], last) end
   return last, p + 3 * m
@@ -301,10 +419,11 @@ end
 
 -- `wake_s`: how long the marker stays (redis_event_log.DROP_WAKE_S).
 local function delete_session(wake_s)
-  if redis.call('HGET', S, 'ikey') == '1' and redis.call('GET', K.i) == sid then redis.call('DEL', K.i) end
+  if meta().ikey == '1' and redis.call('GET', K.i) == sid then redis.call('DEL', K.i) end
   -- Readers of its log on every gateway end at the marker after its last seq; the tombstone refuses more.
   local last = last_seq()
-  redis.call('DEL', S, M, G, C, CO, D, X, Q, W, K.a, K.al, EV, K['events:batches'], J, JT)
+  redis.call('DEL', S, M, G, C, CO, D, X, Q, W, K.a, K.al, EV, BATCHES, J, JT)
+  H, PENDING = nil, {}
   redis.call('SET', K['events:dropped'], '1', 'EX', DROPPED_TTL_S)
   redis.call('XADD', EV, (last + 1) .. '-0', 'dropped', '1')
   redis.call('EXPIRE', EV, wake_s)
@@ -319,6 +438,7 @@ end
     .replace("{DATA_KEYS}", ", ".join(f"K[{name!r}]" for name in _DATA_KEYS))
     .replace("{KEYS_PER_SESSION}", str(len(SESSION_KEYS) + 1))
     .replace("JOURNALS_KEPT", str(JOURNALS_KEPT))
+    .replace("{TRIM_BATCHES}", str(TRIM_BATCHES))
     .replace("DROPPED_TTL_S", str(DROPPED_TTL_S))
 )
 
@@ -342,6 +462,7 @@ redis.call('HSET', S, 'session_id', sid, 'tenant_id', tenant, 'user_id', user, '
   'agent', agent, 'role_id', role, 'skills', skills, 'prompt_hash', '', 'config', config,
   'deleg_from', delegated_from, 'deleg_count', 0, 'created_at', now, 'last_token', 0, 'ikey', identity,
   'scope', scope)
+H = nil  -- written above: `meta()` reads it again
 if identity == '1' then redis.call('SET', K.i, sid) end  -- the newest session answers for its identity
 touch()
 return {'ok', sid, view()}
@@ -356,7 +477,7 @@ UPDATE = r"""
 local token = tonumber(ARGV[7])
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
-if #ARGV > 7 then redis.call('HSET', S, unpack(ARGV, 8)) end
+if #ARGV > 7 then put(unpack(ARGV, 8)) end
 touch()
 return {'ok', view()}
 """
@@ -385,13 +506,17 @@ if request_id ~= '' then
   local seen = redis.call('HGET', A, request_id)
   if seen then return {'duplicate', tonumber(seen)} end
 end
-redis.call('RPUSH', M, unpack(ARGV, 10))
-local count = redis.call('LLEN', M)
+local count = push_messages(10, #ARGV)
 if request_id ~= '' then
   redis.call('HSET', A, request_id, count)
-  if redis.call('RPUSH', AL, request_id) > remember then redis.call('HDEL', A, redis.call('LPOP', AL)) end
+  local remembered = redis.call('RPUSH', AL, request_id)
+  if remembered == 1 then  -- the first request id made both keys
+    table.insert(NEW, A)
+    table.insert(NEW, AL)
+  end
+  if remembered > remember then redis.call('HDEL', A, redis.call('LPOP', AL)) end
 end
-touch()
+keep()
 return {'ok', count}
 """
 
@@ -444,9 +569,9 @@ if not l and (head == '' or head == turn) then
     last = log_events(turn, 12, retention)
     open = '1'
   end
-  redis.call('HSET', S, 'lease_turn', turn, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '',
-    'lease_open', open, 'holder', '', 'takeovers', 0, 'lstart', start, 'llast', last)
-  touch()
+  put('lease_turn', turn, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '', 'lease_open', open,
+    'holder', '', 'takeovers', 0, 'lstart', start, 'llast', last)
+  keep()  -- the turn starts: its session's keys outlive its lease by half the TTL at least
   return {'acquired', token, now + lease_ms, pending, start, last}
 end
 local holder = head
@@ -486,8 +611,8 @@ elseif holder ~= '' then
 else
   l.exp = now + lease_ms
 end
-redis.call('HSET', S, 'lease_exp', l.exp, 'holder', l.holder)
-touch()
+put('lease_exp', l.exp, 'holder', l.holder)
+keep()
 return lease_reply('ok', l)
 """
 
@@ -522,7 +647,7 @@ local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], AR
   ARGV[11] == '1'
 if not mine() then return {'not_found'} end
 if append_id ~= '' then
-  local done = redis.call('ZSCORE', K['events:batches'], append_id)
+  local done = redis.call('ZSCORE', BATCHES, append_id)
   if done then return {'duplicate', tonumber(done), redis.call('LLEN', M)} end  -- a retried append that landed
 end
 local l = live_lease()
@@ -538,23 +663,30 @@ if pause_id ~= '' then
   if redis.call('HLEN', C) - redis.call('HLEN', D) >= max_pending then return {'limit'} end
 end
 local last = log_events(turn, 12, ARGV[#ARGV])
-if k > 0 then redis.call('RPUSH', M, unpack(ARGV, at + 1, at + k)) end
+local count = nil
+if k > 0 then count = push_messages(at + 1, at + k) end
 if pause_id ~= '' then
   redis.call('HSET', C, pause_id, now .. '|' .. token .. '|' .. pause_blob)
   redis.call('ZADD', CO, redis.call('HINCRBY', S, 'ck_seq', 1), pause_id)
 end
+if append_id ~= '' then
+  redis.call('ZADD', BATCHES, last, append_id)
+  -- `ab` counts the session's appends with an id: the first makes the key; the oldest ids are let go in
+  -- steps of TRIM_BATCHES (the script remembers at least `remember`, a few more between two trims).
+  local appends = tonumber(meta().ab or '0') + 1
+  put('ab', appends)
+  if appends == 1 then table.insert(NEW, BATCHES) end
+  if appends % TRIM_BATCHES == 0 then redis.call('ZREMRANGEBYRANK', BATCHES, 0, -remember - 1) end
+end
 if release or pause_id ~= '' then
   free_lease()
+  touch()  -- the turn ends (or pauses): its session lives `session_ttl` from now
 else
-  redis.call('HSET', S, 'lease_open', '1')
-  if ARGV[#ARGV - 1] ~= '' then redis.call('HSET', S, 'holder', ARGV[#ARGV - 1]) end  -- who writes
+  put('lease_open', '1')
+  if ARGV[#ARGV - 1] ~= '' then put('holder', ARGV[#ARGV - 1]) end  -- who writes
+  keep()
 end
-if append_id ~= '' then
-  redis.call('ZADD', K['events:batches'], last, append_id)
-  redis.call('ZREMRANGEBYRANK', K['events:batches'], 0, -remember - 1)
-end
-touch()
-return {'ok', last, redis.call('LLEN', M)}
+return {'ok', last, count or redis.call('LLEN', M)}
 """
 
 JOURNAL = r"""
@@ -589,9 +721,8 @@ local l = live_lease()
 if not l or not l.open then return {'closed'} end
 if l.exp > now then return {'live', l.exp} end
 local token = redis.call('HINCRBY', S, 'last_token', 1)
-redis.call('HSET', S, 'lease_token', token, 'lease_exp', now + lease_ms, 'holder', holder,
-  'takeovers', l.takeovers + 1)
-touch()
+put('lease_token', token, 'lease_exp', now + lease_ms, 'holder', holder, 'takeovers', l.takeovers + 1)
+keep()  -- the turn starts again: its session's keys outlive the new lease by half the TTL at least
 return {'claimed', owner, l.turn, token, l.takeovers + 1, last_seq(), now + lease_ms, l.holder, l.int_by}
 """
 
@@ -614,7 +745,7 @@ if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
 local count = redis.call('LLEN', M)
 if covered > count then return {'invalid', count} end
-redis.call('HSET', S, 'summary_text', text, 'summary_covered', covered, 'summary_at', now)
+put('summary_text', text, 'summary_covered', covered, 'summary_at', now)
 touch()
 return {'ok', now}
 """
@@ -644,7 +775,7 @@ SET_PHASE = r"""
 local token, blob = tonumber(ARGV[7]), ARGV[8]
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
-redis.call('HSET', S, 'phase', blob, 'phase_at', now)
+put('phase', blob, 'phase_at', now)
 touch()
 return {'ok', now}
 """

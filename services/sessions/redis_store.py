@@ -3,7 +3,8 @@
 Each method on a session is one Lua script (services/sessions/redis_lua.py) over that
 session's keys, which share one cluster slot (services/kit/redis_keys.py), so it is
 atomic: an append lands whole or not at all, and two replicas appending to one session
-see one order. Session keys carry the session TTL (Redis expiry does the eviction);
+see one order. Session keys carry the session TTL (Redis expiry does the eviction), set when a
+turn ends rather than at each of its writes (redis_lua.py: `touch`, `keep`);
 lease expiry uses Redis's clock, so replicas never disagree about it. A release
 publishes on a channel that wakes the turns queued on any replica.
 

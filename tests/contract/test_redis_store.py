@@ -7,9 +7,10 @@ import asyncio
 import pytest
 import redis
 
+from cogmesh.common.v1 import events_pb2
 from services.kit.redis_event_log import DROP_WAKE_S, DROPPED_TTL_S
 from services.kit.redis_keys import SessionKeys, TenantKeys, identity_key
-from services.sessions.model import NewSession, SessionNotFound, Strategy
+from services.sessions.model import Acquired, NewEvents, NewSession, SessionNotFound, Strategy
 from services.sessions.redis_store import RedisSessionStore
 from tests.support.redis_server import RedisServer, admin_client, delete_prefix, unique_prefix
 from tests.support.redis_topologies import RedisUnderTest
@@ -88,6 +89,8 @@ async def test_session_keys_share_one_slot_carry_the_ttl_and_vanish_with_the_ses
         assert keys - {tenant.index, tenant.seq} == {k for k in keys if k.startswith(f"{prefix}{{{session.tag}}}")}
         slots = {redis.cluster.key_slot(k.encode()) for k in keys - {tenant.index, tenant.seq}}
         assert len(slots) == 1, "a session's keys, its identity's too, are in one slot"
+        # The messages list, made in the turn, got the expiry the session's other keys have.
+        assert len(set(_expiries(direct, keys - {tenant.index, tenant.seq}).values())) == 1
         for key in keys - {tenant.index, tenant.seq}:
             assert 0 < direct.pttl(key) <= 60_000, key
         assert await store.delete("acme", sid)
@@ -99,6 +102,87 @@ async def test_session_keys_share_one_slot_carry_the_ttl_and_vanish_with_the_ses
         assert 0 < direct.pttl(tombstone) <= DROPPED_TTL_S * 1000
         assert 0 < direct.pttl(marker) <= DROP_WAKE_S * 1000
         assert [fields for _, fields in direct.xrange(marker)] == [{b"dropped": b"1"}]
+    finally:
+        direct.close()
+        await store.close()
+
+
+def _expiries(direct: redis.Redis, keys: set[str]) -> dict[str, int]:
+    """Each key's expiry, in ms of Redis's clock (PEXPIRETIME: -1 without one, -2 when there is no such key)."""
+    return {key: int(direct.execute_command("PEXPIRETIME", key)) for key in keys}
+
+
+def _pexpireats(direct: redis.Redis) -> int:
+    return int(direct.info("commandstats").get("cmdstat_pexpireat", {}).get("calls", 0))
+
+
+async def test_a_turn_sets_its_sessions_expiry_when_it_starts_and_ends_not_at_each_write(
+    private_redis: RedisServer,
+) -> None:
+    """Issue 32: every write re-expired the session's twelve keys (247 of a paced 50-token turn's 628 commands).
+    A turn's start and writes leave the expiry while it outlasts the lease by half the session TTL, giving a key
+    they create the same; its end sets it again, from then."""
+    store = RedisSessionStore.from_url(private_redis.url, "p:", 60.0, 2.0)
+    direct = admin_client(private_redis.url)
+    try:
+        record, _ = await store.create("acme", NewSession("u", "t", "default"))
+        sid = record.session_id
+        grant = await store.try_acquire("acme", sid, "t1", 10, Strategy.REJECT)
+        assert isinstance(grant, Acquired)
+        session = SessionKeys(store._prefix, sid)
+        started = _expiries(direct, {session.key("s"), identity_key(store._prefix, session.tag)})
+        at = started[session.key("s")]
+        assert set(started.values()) == {at} and at > 0
+        assert at == round(record.expires_at * 1000), "created a moment ago: 60 s left, well past the 10 s lease"
+
+        direct.config_resetstat()
+        for n in range(1, 4):  # the first makes the log, its append ids and the journal: keys the turn creates
+            event = events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text=f"d{n}"))
+            await store.append_events(
+                "acme", sid, NewEvents("t1", grant.token, [event], [("model", b"state", 1)], f"t1:{n}")
+            )
+            await store.renew_lease("acme", sid, grant.token, 10)
+        await store.append_messages("acme", sid, [b"m"], grant.token, "r")  # makes the messages and their ids
+        made = {session.key(name) for name in ("events", "events:batches", "j", "jt", "m", "a", "al")}
+        assert _pexpireats(direct) == len(made), "only the keys the turn made got an expiry, once each"
+        keys = {k.decode() for k in direct.scan_iter(match=f"p:{{{session.tag}}}*")}
+        assert made <= keys
+        assert set(_expiries(direct, keys).values()) == {at}, "every key of the session expires together"
+
+        end = events_pb2.RuntimeEvent(final=events_pb2.FinalResult(text="done"))
+        await store.append_events("acme", sid, NewEvents("t1", grant.token, [end], append_id="t1:end", release=True))
+        ended = _expiries(direct, keys)
+        assert len(set(ended.values())) == 1 and ended[session.key("s")] >= at, "its end: the TTL from now"
+    finally:
+        direct.close()
+        await store.close()
+
+
+async def test_a_long_turn_moves_its_sessions_expiry_before_its_lease_could_outlive_it(
+    private_redis: RedisServer,
+) -> None:
+    """A turn's writes leave the session's expiry until a renewal would leave less than half the TTL past the
+    lease: then every key of the session gets the lease's end plus the TTL."""
+    store = RedisSessionStore.from_url(private_redis.url, "p:", 60.0, 2.0)
+    direct = admin_client(private_redis.url)
+    try:
+        sid = (await store.create("acme", NewSession("", "", "default")))[0].session_id
+        grant = await store.try_acquire("acme", sid, "t1", 10, Strategy.REJECT)
+        assert isinstance(grant, Acquired)
+        first = (await store.get("acme", sid)).expires_at
+        assert first == pytest.approx(grant.expires_at + 50, abs=0.1), "its creation's: 50 s past the lease"
+
+        for _ in range(2):  # renewed every 8 s; at 16 s, 34 s are left past the renewed lease: still enough
+            store.clock_offset_ms += 8_000
+            await store.renew_lease("acme", sid, grant.token, 10)
+            assert (await store.get("acme", sid)).expires_at == first
+        store.clock_offset_ms += 8_000  # 24 s: 26 s would be left, under half the TTL
+        renewed = await store.renew_lease("acme", sid, grant.token, 10)
+        moved = (await store.get("acme", sid)).expires_at
+        assert moved == pytest.approx(renewed.expires_at + 60, abs=0.01)
+        # Redis expires the keys by its own clock: the logical expiry less the test's offset.
+        keys = {k.decode() for k in direct.scan_iter(match=f"p:{{{SessionKeys('p:', sid).tag}}}*")}
+        assert set(_expiries(direct, keys).values()) == {round(moved * 1000) - store.clock_offset_ms}
     finally:
         direct.close()
         await store.close()

@@ -616,7 +616,8 @@ async def test_a_session_that_expired_has_no_orphans_to_claim(make_harness: Make
     h = await make_harness(session_ttl_s=3 * TTL)
     sid = await h.new_session()
     await h.start_turn(sid, "t1")
-    await h.lapse(4 * TTL)  # nobody took the turn over (no runtime was up) and the session idled out
+    # Nobody took the turn over (no runtime was up) and the session idled out: its TTL past the lease's end.
+    await h.lapse(5 * TTL)
     assert await h.store.claim_orphans("runtime-b", 10, TTL) == []
     with pytest.raises(SessionNotFound):
         await h.store.get(ACME, sid)
