@@ -661,12 +661,23 @@ class TurnRunner:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def takeover_poll_after(self, wait_s: float, found: bool) -> float:
+        """Seconds to the next look for orphaned turns: `takeover_poll_s` while this replica runs turns or the
+        last look found some; else twice the last wait, up to half a lease TTL. An idle suite's looks then
+        scale with its work, not with the clock, and a turn whose runtime died is still taken over within
+        about its lease TTL and half of it (docs/durability.md)."""
+        base = self.settings.takeover_poll_s
+        if found or self._running:
+            return base
+        return min(wait_s * 2, max(base, self.settings.turn_lease_ttl_s / 2))
+
     async def _claim_orphans(self) -> None:
         """Take over turns whose runtime stopped (their lease lapsed while they were open)."""
         ttl = int(self.settings.turn_lease_ttl_s)
+        wait = self.settings.takeover_poll_s
         while True:
             # Jitter, so replicas started together do not all look at the same moment.
-            await asyncio.sleep(self.settings.takeover_poll_s * (0.75 + random.random() / 2))
+            await asyncio.sleep(wait * (0.75 + random.random() / 2))
             if not self.accepting:
                 return
             try:
@@ -677,7 +688,9 @@ class TurnRunner:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     log.warning("could not look for turns to take over", code=exc.code().name)
+                wait = self.takeover_poll_after(wait, False)
                 continue
+            wait = self.takeover_poll_after(wait, bool(reply.turns))
             for claimed in reply.turns:
                 try:
                     await self.take_over(claimed)

@@ -234,3 +234,22 @@ async def test_a_renewal_that_finds_the_lease_claimed_waits_for_the_hand_back() 
     finally:
         await replica._forget(running)
         await replica.close()
+
+
+async def test_an_idle_replica_looks_for_orphaned_turns_less_often_up_to_half_a_lease() -> None:
+    """Issue 32: every runtime worker asked for orphaned turns every second, whatever ran (an idle suite's
+    Redis commands and CPU). Looks that find nothing now back off, doubling, up to half the lease TTL; a look
+    that finds turns, or turns running here, bring them back to `takeover_poll_s`."""
+    replica = runner(FakeSessions(), takeover_poll_s=1.0, turn_lease_ttl_s=6)
+    waits = [1.0]
+    for _ in range(4):
+        waits.append(replica.takeover_poll_after(waits[-1], found=False))
+    assert waits == [1.0, 2.0, 3.0, 3.0, 3.0], "a takeover still comes within the lease TTL and half of it"
+    assert replica.takeover_poll_after(3.0, found=True) == 1.0
+    running = replica._track("StartTurn", "t", "s1", "turn", 9)
+    try:
+        assert replica.takeover_poll_after(3.0, found=False) == 1.0, "a replica with work looks at the usual pace"
+    finally:
+        await replica._forget(running)
+    slow = runner(FakeSessions(), takeover_poll_s=5.0, turn_lease_ttl_s=6)
+    assert slow.takeover_poll_after(5.0, found=False) == 5.0, "never more often than configured"
