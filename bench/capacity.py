@@ -18,6 +18,11 @@ built-in model costs almost nothing, so the CPU is cogmesh's own work.
     many replicas share the cores), as a ratio to 1 gateway + 1 runtime, in alternating rounds.
 
     python -m bench.capacity [--quick]
+    python -m bench.capacity --redis-only   # only (b) for the modelled turn and the idle suite, printed
+
+`--redis-only` runs the paced turns of the model and an idle suite (commands and CPU per
+second of every process), and prints the Redis commands per modelled turn by kind; it
+writes no result file (issue 32's Redis and idle targets are read from it).
 """
 
 from __future__ import annotations
@@ -686,6 +691,55 @@ def report(data: dict[str, Any]) -> str:
     )
 
 
+async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
+    """The Redis figures of issue 32: commands per modelled turn (by kind) and the idle suite's cost per second."""
+    with private_redis() as redis_url:
+        async with running(redis_url, delay_ms=PACE_MS) as system:
+            await turns(system, await create_sessions(system, 10), list(WORKLOADS), 4)  # warm-up
+            # The warm-up's turns leave the open-turn index before the idle figure starts (their last look).
+            await asyncio.sleep(args.settle_s)
+            quiet = await idle(system, args.idle_s)
+            measured = {}
+            for name in WORKLOADS:
+                sessions = await create_sessions(system, args.turns)
+                measured[name] = await turns(system, sessions, [name], args.open_turns)
+    kinds: dict[str, float] = {}
+    for m in measured.values():
+        for kind, calls in m["redis"]["by_command"].items():
+            kinds[kind] = kinds.get(kind, 0.0) + calls
+    writes = kinds.get("evalsha", 0.0)
+    renewals = TURN_S / RENEW_S
+    return {
+        "paced": measured,
+        "idle": quiet,
+        "modelled_turn": {
+            "commands_measured": sum(kinds.values()),
+            "by_command": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+            # As model_turn: a renewal estimated to cost the average write's commands.
+            "commands": sum(kinds.values()) * (1 + renewals / writes) if writes else float("nan"),
+        },
+    }
+
+
+def print_redis_only(data: dict[str, Any]) -> None:
+    turn, quiet = data["modelled_turn"], data["idle"]
+    print(f"commands per modelled turn: {turn['commands']:.0f} ({turn['commands_measured']:.0f} measured + renewals)")
+    print("  " + ", ".join(f"{k} {v:.1f}" for k, v in turn["by_command"].items()))
+    for name, m in data["paced"].items():
+        r = m["redis"]
+        top = ", ".join(f"{k} {v:.1f}" for k, v in r["by_command"].items())
+        print(f"  {name}, paced: {r['commands']:.0f} commands, {m['events_logged']:.0f} events logged: {top}")
+    r = quiet["redis_per_s"]
+    print(
+        f"idle: {r['commands']:.1f} Redis commands/s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["by_command"].items())
+    )
+    cpu = quiet["cpu_ms_per_s"]
+    print(
+        f"idle: {sum(cpu.values()):.2f} ms CPU/s of all processes: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=300, help="turns per workload for (a)-(c)")
@@ -696,12 +750,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--idle-s", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="a tiny run: checks the bench, not the figures")
+    parser.add_argument("--redis-only", action="store_true", help="only the modelled turn's Redis and idle figures")
+    parser.add_argument("--settle-s", type=float, default=10.0, help="--redis-only: wait before the idle figure")
     parser.add_argument("--report", action="store_true", help="only render capacity.md again from capacity.json")
     args = parser.parse_args()
     if args.report:  # the model's tables again, from the figures of the last run
         data = read_data("capacity")
         assert data is not None, "no capacity.json to report on"
         print(write_result("capacity", report(data)))
+        return
+    if args.redis_only:
+        data = asyncio.run(redis_only(args))
+        print_redis_only(data)
         return
     if args.quick:
         args.turns, args.concurrency, args.open_turns, args.replica_turns = 25, 4, 8, 20
