@@ -709,6 +709,7 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
             kinds[kind] = kinds.get(kind, 0.0) + calls
     writes = kinds.get("evalsha", 0.0)
     renewals = TURN_S / RENEW_S
+    redis_ms = sum(m["cpu_ms"].get("redis", 0.0) for m in measured.values())
     return {
         "paced": measured,
         "idle": quiet,
@@ -717,6 +718,9 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
             "by_command": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
             # As model_turn: a renewal estimated to cost the average write's commands.
             "commands": sum(kinds.values()) * (1 + renewals / writes) if writes else float("nan"),
+            # Redis CPU (/proc) as model_turn counts it; the shards it takes for the largest scale, by CPU.
+            "redis_cpu_ms": redis_ms * (1 + renewals / writes) if writes else float("nan"),
+            "redis_usec": sum(m["redis"]["usec"] for m in measured.values()),
         },
     }
 
@@ -725,6 +729,12 @@ def print_redis_only(data: dict[str, Any]) -> None:
     turn, quiet = data["modelled_turn"], data["idle"]
     print(f"commands per modelled turn: {turn['commands']:.0f} ({turn['commands_measured']:.0f} measured + renewals)")
     print("  " + ", ".join(f"{k} {v:.1f}" for k, v in turn["by_command"].items()))
+    rate = SCALES[-1] / TURN_EVERY_S
+    shards = math.ceil(turn["redis_cpu_ms"] * rate / 1000 / (SHARD_CORES * UTILISATION))
+    print(
+        f"Redis CPU per modelled turn: {turn['redis_cpu_ms']:.2f} ms (/proc; commandstats usec of the measured "
+        f"turns {turn['redis_usec']:.0f}): {shards} shards by CPU for {SCALES[-1]:,} sessions"
+    )
     for name, m in data["paced"].items():
         r = m["redis"]
         top = ", ".join(f"{k} {v:.1f}" for k, v in r["by_command"].items())
