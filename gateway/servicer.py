@@ -15,14 +15,14 @@ from typing import Any
 import grpc
 from google.rpc import error_details_pb2
 
-from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2
+from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.models.v1 import models_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway import auth
+from gateway import auth, contract
 from gateway.delivery import Outlet
-from gateway.turns import TurnOptions, Turns, ends_stream, turn_of_lease
+from gateway.turns import TurnOptions, Turns, ends_stream
 from services.kit import scope as scopes
 from services.kit import turn_options
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
@@ -212,7 +212,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         """
         try:
             after = await self.events.last_seq(session_id)
-            turn_id = turn_of_lease(await self.turns.cancel(session_id, "", tenant))
+            turn_id = await self.turns.cancel(session_id, "", tenant)
             if not turn_id:
                 return
             reading = self.events.read(session_id, after, self.settings.heartbeat_s)
@@ -234,7 +234,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         )
         problems.check(len(request.model) <= MAX_ID, f"{prefix}model", f"must be at most {MAX_ID} characters")
         problems.check(
-            request.multitask_strategy in sessions_pb2.MultitaskStrategy.values(),
+            request.multitask_strategy in turns_pb2.MultitaskStrategy.values(),
             f"{prefix}multitask_strategy",
             f"unknown value {request.multitask_strategy}",
         )
@@ -311,7 +311,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             request.content,
             request.model,
             deadline_s,
-            strategy=request.multitask_strategy or sessions_pb2.MULTITASK_STRATEGY_REJECT,
+            strategy=contract.strategy(request.multitask_strategy),
             options=self._options(request),
         )
 

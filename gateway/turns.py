@@ -10,11 +10,11 @@ while the caller already reads the log. A runtime that refuses the turn (a reque
 a paused session) gets its answer logged as the turn's end.
 
 A paused turn (an approval, the user's input, a client tool's result) waits for its answer,
-recorded first by the servicer (DecideCheckpoint). `resume` takes the lease under a resume
-id of its own, `<turn_id>:resume:<random>`, so a second replica trying to resume the same
-turn at the same moment is refused instead of getting the same fencing token, and asks any
-runtime replica to go on (ContinueTurn); a resume that cannot start fails the call and the
-turn stays paused. `abandon` gives a paused turn up (a cancellation).
+recorded first by the servicer (DecideCheckpoint). `resume` takes the lease as a resume of
+the turn with an attempt id of its own (AcquireTurnLeaseRequest.resume), so a second replica
+trying to resume the same turn at the same moment is refused instead of getting the same
+fencing token, and asks any runtime replica to go on (ContinueTurn); a resume that cannot
+start fails the call and the turn stays paused. `abandon` gives a paused turn up (a cancellation).
 
 Cancel reaches the runtime running the turn directly (its address is on the lease), and
 asks sessions to stop it too, which its runtime learns at its next lease renewal when the
@@ -35,20 +35,17 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
-from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2
+from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway import auth
-from services.kit import turn_options
+from gateway import auth, contract
+from services.kit import journal_kinds, turn_options
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.errors import CogmeshError, FailedPrecondition, from_dependency
 from services.kit.event_log import ends_stream as ends_stream  # re-exported for the servicers
 from services.kit.event_log import is_paused as is_paused
 from services.kit.logging import bind_request, log
-
-RESUME_MARK = ":resume:"
-REQUEST = "request"  # the journal entry of a turn's request (services/runtime/journal.py)
 
 _ERROR_KINDS = {
     grpc.StatusCode.UNAVAILABLE: events_pb2.ERROR_KIND_UNAVAILABLE,
@@ -67,11 +64,6 @@ class Following(Exception):
     """Another caller is resuming the turn at this moment."""
 
 
-def turn_of_lease(lease_turn_id: str) -> str:
-    """The turn a lease holder id stands for (a resume holds the lease under a suffixed id)."""
-    return lease_turn_id.split(RESUME_MARK, 1)[0]
-
-
 def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> events_pb2.RuntimeEvent:
     error = events_pb2.TurnError(kind=kind, message=message, retryable=retryable)  # type: ignore[arg-type]
     return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)
@@ -83,8 +75,8 @@ class TurnOptions:
 
     runtime: str = ""
     output_schema: struct_pb2.Struct | None = None
-    limits: runtime_pb2.TurnLimits | None = None
-    cost_budget: runtime_pb2.CostBudget | None = None
+    limits: turns_pb2.TurnLimits | None = None
+    cost_budget: turns_pb2.CostBudget | None = None
     client_tools: Sequence[messages_pb2.ToolSpec] = field(default_factory=tuple)
 
     def apply(self, request: runtime_pb2.RunTurnRequest) -> None:
@@ -92,9 +84,9 @@ class TurnOptions:
         if self.output_schema is not None:
             request.output_schema.CopyFrom(self.output_schema)
         if self.limits is not None:
-            request.limits.CopyFrom(self.limits)
+            request.limits.CopyFrom(contract.internal(self.limits, runtime_pb2.TurnLimits))
         if self.cost_budget is not None:
-            request.cost_budget.CopyFrom(self.cost_budget)
+            request.cost_budget.CopyFrom(contract.internal(self.cost_budget, runtime_pb2.CostBudget))
         request.client_tools.extend(self.client_tools)
 
 
@@ -142,7 +134,7 @@ class Turns:
             ttl_seconds=int(self.lease_ttl_s),
             strategy=strategy,
             events=[accepted],
-            entries=[sessions_pb2.JournalEntry(kind=REQUEST, state=request.SerializeToString())],
+            entries=[journal_kinds.entry(journal_kinds.REQUEST, request.SerializeToString())],
             start_messages=turn_options.HISTORY_MESSAGES,  # the runtime starts from what the grant read
         )
         lease = await call(
@@ -246,20 +238,24 @@ class Turns:
     ) -> tuple[str, int]:
         """Resume (or give up) the turn paused at `checkpoint`; returns (turn_id, seq before its next event)."""
         turn_id, interrupt_id = checkpoint.turn_id, checkpoint.interrupt_id
-        holder = f"{turn_id}{RESUME_MARK}{uuid.uuid4().hex[:12]}"
         acquire = sessions_pb2.AcquireTurnLeaseRequest(
-            tenant_id=tenant_id, session_id=session_id, turn_id=holder, ttl_seconds=int(self.lease_ttl_s)
+            tenant_id=tenant_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            ttl_seconds=int(self.lease_ttl_s),
+            resume=sessions_pb2.LeaseResume(attempt_id=uuid.uuid4().hex[:12]),
         )
         try:
             lease = await self.clients.sessions.AcquireTurnLease(acquire)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
                 raise from_dependency(exc, "sessions") from exc
-            current = await self._lease_holder(tenant_id, session_id)
-            if current.startswith(f"{turn_id}{RESUME_MARK}") and not abandon:
+            current = await self._lease(tenant_id, session_id)
+            resuming = current.turn_id == turn_id and current.HasField("resume")
+            if resuming and not abandon:
                 # Another answer (on any replica) is resuming this very turn: follow it.
                 return turn_id, await self._last_seq(tenant_id, session_id)
-            if current.startswith(f"{turn_id}{RESUME_MARK}"):
+            if resuming:
                 raise Following(turn_id) from exc
             raise from_dependency(exc, "sessions") from exc
         request = runtime_pb2.ResumeTurnRequest(
@@ -302,9 +298,6 @@ class Turns:
         )
         return reply.lease  # type: ignore[no-any-return]
 
-    async def _lease_holder(self, tenant_id: str, session_id: str) -> str:
-        return str((await self._lease(tenant_id, session_id)).turn_id)
-
     async def _last_seq(self, tenant_id: str, session_id: str) -> int:
         reply = await call(
             "sessions",
@@ -334,7 +327,7 @@ class Turns:
         if not tenant_id:
             return ""
         lease = await self._lease(tenant_id, session_id)
-        running = turn_of_lease(lease.turn_id)
+        running = lease.turn_id  # a resume's lease names the turn it resumes
         if running and (not turn_id or turn_id == running):
             if await self._cancel_at(session_id, running, lease.holder):
                 return running

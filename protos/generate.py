@@ -1,4 +1,4 @@
-"""Generate the code for every proto under protos/: Python into clients/python, Go into clients/go.
+"""Generate the code for the protos under protos/: Python into clients/python, Go into clients/go.
 
     python protos/generate.py          # regenerate
     python protos/generate.py --check  # exit 1 when the committed code is stale
@@ -7,15 +7,24 @@ Python modules are importable as cogmesh.<area>.v1.<file>_pb2(_grpc); they come 
 grpc_tools' bundled protoc (pinned on PyPI). Go packages are cogmesh.dev/go/gen/cogmesh/<area>/v1
 (package <area>v1, the `go_package` option every proto must carry); they come from Debian's
 protoc, protoc-gen-go and protoc-gen-go-grpc (`make go-toolchain` installs them). Where
-those are missing, Go is skipped with the reason, and the rest still runs. The public API
-(PUBLIC_PROTOS) also gets <file>_connect.py from protoc-gen-connectrpc (Google protobuf
+those are missing, Go is skipped with the reason, and the rest still runs. The gateway's
+API (CONNECT_PROTOS) also gets <file>_connect.py from protoc-gen-connectrpc (Google protobuf
 messages): the Connect and gRPC-Web service the browser edge (gateway/web) serves.
+
+Public and internal: the clients ship only the public protos (PUBLIC_PROTOS: common, the
+gateway, ToolService, HookService), which import nothing else; the services' own APIs
+(sessions, runtime, policy, ...) are internal. Python is generated for every proto, because
+the servers import the internal stubs from the same `cogmesh` package in this tree, and the
+cogmesh-client wheel leaves the internal modules out (clients/python/setup.py reads
+PUBLIC_MODULES below); Go (clients/go/gen) and TypeScript (clients/node/buf.gen.yaml) get the
+public protos only.
 """
 
 from __future__ import annotations
 
 import argparse
 import filecmp
+import fnmatch
 import importlib.resources
 import re
 import shutil
@@ -33,7 +42,16 @@ PROTO_ROOT = ROOT / "protos"
 PACKAGE = "cogmesh"
 GO_MODULE = "cogmesh.dev/go"
 GO_TOOLS = ("protoc", "protoc-gen-go", "protoc-gen-go-grpc")
-PUBLIC_PROTOS = ["cogmesh/gateway/v1/gateway.proto"]
+CONNECT_PROTOS = ["cogmesh/gateway/v1/gateway.proto"]
+# What clients get. A public proto imports only public protos and google/*; public_problems()
+# fails the generation otherwise. Keep in step with clients/node/buf.gen.yaml and
+# tools/buf_breaking.sh, which list the same files.
+PUBLIC_PROTOS = [
+    "cogmesh/common/v1/*.proto",
+    "cogmesh/gateway/v1/gateway.proto",
+    "cogmesh/policy/v1/hooks.proto",
+    "cogmesh/tools/v1/tools.proto",
+]
 
 
 def connect_plugin() -> str:
@@ -47,6 +65,30 @@ def connect_plugin() -> str:
 
 def proto_files() -> list[str]:
     return sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE).rglob("*.proto"))
+
+
+def is_public(name: str) -> bool:
+    """Whether a proto file (path under protos/) is part of the public API."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in PUBLIC_PROTOS)
+
+
+def public_proto_files() -> list[str]:
+    return [name for name in proto_files() if is_public(name)]
+
+
+def public_problems() -> list[str]:
+    """Every import of an internal proto by a public one: a client would have to ship it."""
+    problems = []
+    for name in public_proto_files():
+        for imported in re.findall(r'^import\s+(?:public\s+)?"([^"]+)"\s*;', (PROTO_ROOT / name).read_text(), re.M):
+            if imported.startswith(f"{PACKAGE}/") and not is_public(imported):
+                problems.append(f"protos/{name}: the public API imports the internal {imported}")
+    return problems
+
+
+def public_python_modules() -> list[str]:
+    """The generated Python modules of the public protos, as cogmesh/<area>/v1/<file>_pb2 stems."""
+    return sorted(name.removesuffix(".proto") + "_pb2" for name in public_proto_files())
 
 
 def generate_python(out: Path) -> None:
@@ -68,7 +110,7 @@ def generate_python(out: Path) -> None:
         f"-I{well_known}",
         f"--plugin=protoc-gen-connectrpc={connect_plugin()}",
         f"--connectrpc_out=protobuf=google:{out}",
-        *PUBLIC_PROTOS,
+        *CONNECT_PROTOS,
     ]
     if protoc.main(connect) != 0:
         raise SystemExit("protoc (connectrpc) failed")
@@ -124,7 +166,7 @@ def generate_go(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     module = f"module={GO_MODULE}"  # files land under out/gen/..., as the import path says
     args = ["protoc", f"-I{PROTO_ROOT}", f"--go_out={out}", f"--go_opt={module}"]
-    args += [f"--go-grpc_out={out}", f"--go-grpc_opt={module}", *proto_files()]
+    args += [f"--go-grpc_out={out}", f"--go-grpc_opt={module}", *public_proto_files()]
     if subprocess.run(args, cwd=PROTO_ROOT).returncode != 0:
         raise SystemExit("protoc failed for Go")
 
@@ -145,6 +187,7 @@ class Target:
 
 TARGETS = [
     Target("Python", ROOT / "clients" / "python", generate_python, python_files),
+    # Go exists only as the client module: public protos only.
     Target("Go", ROOT / "clients" / "go", generate_go, go_files, go_tools_missing),
 ]
 
@@ -170,8 +213,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="fail if committed generated code is stale")
     opts = parser.parse_args()
-    # A proto without its go_package fails everywhere, not only where Go is installed.
-    problems = go_package_problems()
+    # A proto without its go_package, or a public proto importing an internal one, fails
+    # everywhere, not only where Go is installed.
+    problems = go_package_problems() + public_problems()
     if problems:
         print(*problems, sep="\n", file=sys.stderr)
         return 1

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# buf breaking for the protos in the working tree, against the last version of
-# main they must stay compatible with:
+# buf breaking for the protos in the working tree, in two passes:
+#   - the public API (common, the gateway, ToolService, HookService: what clients
+#     ship) with FILE rules, buf.yaml's configuration, which ignores the rest;
+#   - the services' internal APIs (sessions, runtime, policy.proto, context, models,
+#     memory) with WIRE rules only: replicas of two versions talk during a rolling
+#     upgrade, but nothing outside this repository builds on their generated code.
+# Both against the last version of main they must stay compatible with:
 #   - $BUF_BREAKING_AGAINST when set (any buf input, e.g. '.git#branch=main');
 #   - else, with an upstream branch ahead of which HEAD has commits, the merge base
 #     (a developer's local commits and edits, as a pull request would be checked);
@@ -36,5 +41,10 @@ if [[ -z "$against" ]]; then
     # A commit id as the ref: buf clones it from the local .git (no network), deep enough to reach it.
     against=".git#ref=$base,depth=$(($(git rev-list --count "$base..HEAD") + 1))"
 fi
-echo "buf breaking against $against"
+# The public files (protos/generate.py's PUBLIC_PROTOS), which the WIRE pass leaves to the FILE one.
+public='"protos/cogmesh/common", "protos/cogmesh/gateway", "protos/cogmesh/tools", "protos/cogmesh/policy/v1/hooks.proto"'
+internal="{\"version\": \"v2\", \"modules\": [{\"path\": \"protos\"}], \"breaking\": {\"use\": [\"WIRE\"], \"ignore\": [$public]}}"
+echo "buf breaking against $against: public protos (FILE)"
 "$BUF" breaking --against "$against"
+echo "buf breaking against $against: internal protos (WIRE)"
+"$BUF" breaking --against "$against" --config "$internal" --against-config "$internal"

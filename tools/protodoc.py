@@ -199,6 +199,12 @@ def render(files: descriptor_pb2.FileDescriptorSet) -> str:
         "suite's internal APIs and its extension points (`ToolService`, `HookService`). Errors are described in",
         "[`cogmesh.common.v1.ErrorReason`](#cogmesh-common-v1-errorreason).",
         "",
+        "The public protos (`cogmesh.common.v1`, `cogmesh.gateway.v1`, `cogmesh.tools.v1` and",
+        "`cogmesh/policy/v1/hooks.proto`) import no internal proto and are all a client package ships. They",
+        "change only compatibly: `make breaking` checks them with buf's FILE rules (generated code keeps",
+        "compiling) and the internal ones with WIRE rules (replicas of two versions keep talking), against",
+        "the last commit that changed `protos/` (protos/README.md).",
+        "",
         "## Packages",
         "",
     ]

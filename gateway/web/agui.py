@@ -57,9 +57,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from cogmesh.runtime.v1 import runtime_pb2
 from gateway.web.forward import FORWARDED_HEADERS
 from services.kit.errors import CogmeshError, InvalidArgument, NotFound
 
@@ -247,7 +246,7 @@ def resume_plan(input: RunAgentInput) -> Plan:
     return Answer(request)
 
 
-def approval_of(payload: dict[str, Any], where: str) -> runtime_pb2.ApprovalAnswer:
+def approval_of(payload: dict[str, Any], where: str) -> turns_pb2.ApprovalAnswer:
     decision = APPROVAL_DECISIONS.get(payload["decision"]) if isinstance(payload["decision"], str) else None
     arguments, reason = payload.get("arguments"), payload.get("reason", "")
     problems = [
@@ -264,7 +263,7 @@ def approval_of(payload: dict[str, Any], where: str) -> runtime_pb2.ApprovalAnsw
         problems.append((f"{where}.reason", "must be a string"))
     if problems:
         raise InvalidArgument(problems)
-    answer = runtime_pb2.ApprovalAnswer(decision=decision, reason=reason)
+    answer = turns_pb2.ApprovalAnswer(decision=decision, reason=reason)
     if isinstance(arguments, dict):
         answer.edited_arguments.update(arguments)
     return answer
@@ -283,7 +282,7 @@ def tool_result_plan(message: ToolMessage, index: int) -> Answer:
             ]
         )
     content = text_of(message.content, f"messages[{index}].content")
-    result = runtime_pb2.ClientToolResult(content=content or (message.error or ""), is_error=message.error is not None)
+    result = turns_pb2.ClientToolResult(content=content or (message.error or ""), is_error=message.error is not None)
     request = gateway_pb2.AnswerInterruptRequest(interrupt_id=interrupt_id, tool_result=result)
     return Answer(request, answered_call_id=call_id)
 

@@ -47,10 +47,9 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from cogmesh.client.results import TurnResult
-from cogmesh.common.v1 import events_pb2, resources_pb2
+from cogmesh.common.v1 import events_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2 as pb
 from cogmesh.gateway.v1 import gateway_pb2_grpc
-from cogmesh.runtime.v1 import runtime_pb2
 from gateway.web.forward import FORWARDED_HEADERS
 
 MCP_PATH = "/mcp"
@@ -119,14 +118,14 @@ def tool(agent: resources_pb2.Agent) -> types.Tool:
     )
 
 
-def approval_answer(message: str) -> runtime_pb2.ApprovalAnswer | None:
+def approval_answer(message: str) -> turns_pb2.ApprovalAnswer | None:
     """'approve', 'reject' or 'reject: <reason>' (any case) as an approval; None for anything else."""
     word, _, reason = message.strip().partition(":")
     word = word.strip().lower()
     if word == "approve" and not reason.strip():
-        return runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_APPROVE)
+        return turns_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_APPROVE)
     if word == "reject":
-        return runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_REJECT, reason=reason.strip())
+        return turns_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_REJECT, reason=reason.strip())
     return None
 
 

@@ -24,7 +24,7 @@ import jsonschema
 from google.protobuf import struct_pb2
 from jsonschema.exceptions import SchemaError
 
-from cogmesh.common.v1 import messages_pb2
+from cogmesh.common.v1 import messages_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from services.kit.errors import Violations
 from services.kit.protos import struct_to_dict
@@ -56,9 +56,14 @@ class TurnOptions(Protocol):
     """What SendMessageRequest and RunTurnRequest have in common."""
 
     runtime: str
-    limits: runtime_pb2.TurnLimits
-    cost_budget: runtime_pb2.CostBudget
     output_schema: struct_pb2.Struct
+
+    # The gateway's public twins (cogmesh.common.v1) or the runtime's own: the same fields.
+    @property
+    def limits(self) -> runtime_pb2.TurnLimits | turns_pb2.TurnLimits: ...
+
+    @property
+    def cost_budget(self) -> runtime_pb2.CostBudget | turns_pb2.CostBudget: ...
 
     @property
     def client_tools(self) -> Sequence[messages_pb2.ToolSpec]: ...

@@ -1,11 +1,13 @@
 """A turn's journal as the sessions service keeps it, and reading it back for a takeover.
 
-Entries, in order: "request" (the RunTurnRequest that started the turn), then one
-per recorded step with the loop's state after it (steps/state.py), an "answer" when
-a paused turn is resumed with the answer it waited for, and a "takeover" when another
-replica went on with the turn. A state entry stores only what changed since the
-previous state for the two lists that grow (the transcript and the turn's messages),
-so recording a step costs the step, not the conversation.
+Entries, in order (their kinds: sessions.v1.JournalEntryKind, services/kit/journal_kinds.py):
+REQUEST (the RunTurnRequest that started the turn), then one per recorded step with the
+loop's state after it (steps/state.py), an ANSWER when a paused turn is resumed with the
+answer it waited for, and a TAKEOVER when another replica went on with the turn. Entries
+recorded before the enum carry only their kind's name ("request", ...) and replay the same.
+A state entry stores only what changed since the previous state for the two lists that
+grow (the transcript and the turn's messages), so recording a step costs the step, not
+the conversation.
 """
 
 from __future__ import annotations
@@ -17,9 +19,16 @@ from typing import Any
 
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import journal_kinds
 
 GROWING = ("messages", "new_messages")  # lists that mostly grow: stored as (kept prefix, tail)
-REQUEST, ANSWER, TAKEOVER, PAUSE = "request", "answer", "takeover", "pause"
+# The kinds this module reads (the runner and the turn's writer import them from here).
+REQUEST, ANSWER, TAKEOVER, PAUSE = (
+    journal_kinds.REQUEST,
+    journal_kinds.ANSWER,
+    journal_kinds.TAKEOVER,
+    journal_kinds.PAUSE,
+)
 
 
 def encode_state(state: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bytes:
@@ -73,11 +82,12 @@ def replay(entries: Sequence[sessions_pb2.JournalEntry]) -> Replay:
     seq = takeovers = 0
     for entry in entries:
         seq = max(seq, entry.seq)
-        if entry.kind == REQUEST:
+        kind = journal_kinds.kind_of(entry)
+        if kind == REQUEST:
             request = runtime_pb2.RunTurnRequest.FromString(entry.state)
-        elif entry.kind == ANSWER:
+        elif kind == ANSWER:
             answer = json.loads(entry.state.decode())
-        elif entry.kind == TAKEOVER:
+        elif kind == TAKEOVER:
             takeovers += 1
         else:
             state = decode_state(entry.state, state)

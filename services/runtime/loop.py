@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import journal_kinds
 from services.runtime import genai_telemetry
 from services.runtime.steps.act import act
 from services.runtime.steps.compact import compact
@@ -67,7 +68,7 @@ async def run_turn(turn: Turn) -> AsyncIterator[events_pb2.RuntimeEvent]:
             turn.task = None
             assert run.snapshot is not None
             if turn.journal is not None:
-                await turn.journal.record("pause", run.snapshot)
+                await turn.journal.record(journal_kinds.PAUSE, run.snapshot)
             interrupt_id = _interrupt_id(run.paused)
             turn.pause = Pause(run.snapshot, run.paused, interrupt_id)
             yield run.paused
@@ -98,12 +99,12 @@ async def drive(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:
             yield out
         if run.done:
             return
-        await run.record("start", "think")
+        await run.record(journal_kinds.START, "think")
     elif not point.takeover:
         async for out in _resume(run):
             yield out
         if not run.done:
-            await run.record("step", "think")
+            await run.record(journal_kinds.STEP, "think")
     while not run.done:
         if run.phase == "think":
             if run.iteration >= run.limits.max_iterations:
@@ -113,21 +114,21 @@ async def drive(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:
             async for out in compact(run):
                 yield out
             if run.compacted:
-                await run.record("compaction", "think")
+                await run.record(journal_kinds.COMPACTION, "think")
             run.iteration += 1
             async for out in think(run):
                 yield out
             if not run.done:
-                await run.record("model", run.phase)
+                await run.record(journal_kinds.MODEL, run.phase)
             continue
         if run.phase == "decide":
             async for out in decide(run):
                 yield out
-            await run.record("decide", "act")
+            await run.record(journal_kinds.DECIDE, "act")
         async for out in act(run):
             yield out
         if not run.done:
-            await run.record("step", "think")
+            await run.record(journal_kinds.STEP, "think")
 
 
 async def _resume(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:

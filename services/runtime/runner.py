@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 from cogmesh.common.v1 import events_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import lease_holders
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, Unavailable
@@ -47,12 +48,6 @@ from services.runtime.structured import OutputSpec
 from services.runtime.turn import Decision, ResumePoint, Turn
 from services.runtime.turn_log import HandedOver, TurnLog, TurnLost, fit_end_event
 from services.runtime.turn_store import TurnStore, decision_from, message_to_proto
-
-RESUME_MARK = ":resume:"  # a resuming turn holds the lease as <turn_id>:resume:<random> (gateway/interrupts.py)
-
-
-def turn_of_lease(lease_turn_id: str) -> str:
-    return lease_turn_id.split(RESUME_MARK, 1)[0]
 
 
 @dataclass
@@ -319,7 +314,9 @@ class TurnRunner:
 
     async def take_over(self, claimed: sessions_pb2.ClaimedTurn) -> None:
         """Go on with a turn whose runtime stopped, from the last step its journal recorded."""
-        turn_id = turn_of_lease(claimed.turn_id)
+        # The turn, also when a resume held the lease (typed; a sessions service of the previous
+        # version names a resume's holder as text, which parse_holder reads).
+        turn_id = lease_holders.parse_holder(claimed.turn_id).turn_id
         bind_request(session_id=claimed.session_id, turn_id=turn_id, tenant=claimed.tenant_id)
         if self.adopt(claimed.session_id, turn_id, claimed.lease_token):
             # Its lease lapsed while this very replica was too busy to renew it: go on under the new

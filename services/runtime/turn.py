@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import journal_kinds
 from services.kit.llm import ChatMessage, ChatModel, ToolCallRequest
 from services.runtime.budget import CostBudget, CostTracker, Limits
 from services.runtime.phases import Intercept, Interceptor, Phase, PhaseContext
@@ -140,12 +141,12 @@ class Pause:
 class Journal(Protocol):
     """Where the loop records each completed step before it starts the next one.
 
-    `kind` names the step just done ("start", "model", "decide", "tool", "step",
-    "compaction", "delegation", "pause"); `state` is everything the loop needs to go on
+    `kind` names the step just done (JournalEntryKind: START, MODEL, DECIDE, TOOL, STEP,
+    COMPACTION, DELEGATION, PAUSE); `state` is everything the loop needs to go on
     from there (services/runtime/steps/state.py), as JSON-ready data.
     """
 
-    async def record(self, kind: str, state: dict[str, Any]) -> None: ...
+    async def record(self, kind: journal_kinds.Kind, state: dict[str, Any]) -> None: ...
 
 
 # Builds the Turn of a subagent: (agent name, task text, the delegating turn, resume point or None).

@@ -31,6 +31,7 @@ import grpc
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import journal_kinds
 from services.kit.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
 from services.kit.logging import log
 from services.kit.metrics import TurnMeter
@@ -40,7 +41,9 @@ from services.runtime.journal import ANSWER, PAUSE, REQUEST, TAKEOVER, encode_st
 # out of it (the deltas carry the text, the session's messages the messages), and the event says so.
 END_EVENT_BYTES = 512 << 10
 # Steps after which something with an effect outside the turn runs: their record must be stored first.
-DURABLE = frozenset({"decide", "tool", "delegation", PAUSE, ANSWER, REQUEST, TAKEOVER})
+DURABLE = frozenset(
+    {journal_kinds.DECIDE, journal_kinds.TOOL, journal_kinds.DELEGATION, PAUSE, ANSWER, REQUEST, TAKEOVER}
+)
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
 
 
@@ -140,7 +143,7 @@ class TurnLog:
             return True
         return False
 
-    async def record(self, kind: str, state: dict[str, Any]) -> None:
+    async def record(self, kind: journal_kinds.Kind, state: dict[str, Any]) -> None:
         """The loop's Journal: the state after step `kind`, stored before what follows it has effects."""
         if not self.record_steps and kind != PAUSE:  # COGMESH_JOURNAL_STEPS=false: a takeover starts over
             if self.handing_over:
@@ -150,10 +153,10 @@ class TurnLog:
         self._state = state
         await self.record_raw(kind, payload)
 
-    async def record_raw(self, kind: str, payload: bytes) -> None:
+    async def record_raw(self, kind: journal_kinds.Kind, payload: bytes) -> None:
         self._check()
         # Its step ended after the events queued so far: those that follow belong to the next steps.
-        self._entries.append(sessions_pb2.JournalEntry(kind=kind, state=payload, position=len(self._events)))
+        self._entries.append(journal_kinds.entry(kind, payload, position=len(self._events)))
         self._queued += 1
         self._wake.set()
         self._urgent.set()

@@ -27,6 +27,7 @@ async def acquire(
     strategy: Strategy,
     max_wait_s: float,
     opening: NewEvents | None = None,
+    resume: str = "",
 ) -> LeaseGrant:
     """Take the lease, waiting up to max_wait_s unless REJECT; raises LeaseHeld when it stays busy."""
     started = time.monotonic()
@@ -35,7 +36,7 @@ async def acquire(
     queued = False
     try:
         while True:
-            result = await store.try_acquire(tenant_id, session_id, turn_id, ttl_s, strategy, opening)
+            result = await store.try_acquire(tenant_id, session_id, turn_id, ttl_s, strategy, opening, resume)
             if isinstance(result, Acquired):
                 waited = time.monotonic() - started if queued else 0.0
                 return LeaseGrant(

@@ -207,6 +207,7 @@ class LeaseInfo:
     interrupt_requested_by: str = ""
     holder: str = ""  # address of the runtime replica running the turn
     takeovers: int = 0
+    resume: str = ""  # held by a resume of turn_id: its attempt id (sessions.v1.LeaseResume)
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ class Claimed:
     last_seq: int
     previous_holder: str = ""  # the replica that held the lapsed lease: it may still run the turn
     interrupt_requested_by: str = ""  # a cancel reached the lease while nobody ran the turn
+    resume: str = ""  # the lease claimed was a resume's: its attempt id
 
 
 @dataclass(frozen=True)

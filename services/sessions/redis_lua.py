@@ -179,7 +179,7 @@ local TRIM_BATCHES = {TRIM_BATCHES}
 -- The session hash's fields the scripts read, in one HMGET (`meta()`, loaded once per script); `put` writes
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
-  'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab'}
+  'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume'}
 local H = nil
 local PENDING = {}
 local function meta()
@@ -228,10 +228,14 @@ local function mine()
 end
 
 -- The lease, while it is held: until it expires, or, for an open turn, until another replica claims it.
+-- Its holder is a turn (`lease_turn`) or a resume of it (`lease_resume`: the attempt's id). A lease written
+-- before `lease_resume` existed has a resume's holder as '<turn>:resume:<attempt>' in `lease_turn`, which
+-- the store reads back the same (services/kit/lease_holders.py); the scripts compare it as it is.
 local function live_lease()
   local h = meta()
   if h.lease_turn and h.lease_turn ~= '' and (tonumber(h.lease_exp) > now or h.lease_open == '1') then
-    return {turn = h.lease_turn, token = tonumber(h.lease_token), exp = tonumber(h.lease_exp),
+    return {turn = h.lease_turn, resume = h.lease_resume or '', token = tonumber(h.lease_token),
+      exp = tonumber(h.lease_exp),
       int_by = h.int_by or '', open = h.lease_open == '1', holder = h.holder or '',
       takeovers = tonumber(h.takeovers or '0'), start = tonumber(h.lstart or '0'), last = tonumber(h.llast or '0')}
   end
@@ -239,7 +243,7 @@ local function live_lease()
 end
 
 local function lease_reply(status, l)
-  return {status, l.turn, l.token, l.exp, l.int_by, l.holder, l.takeovers}
+  return {status, l.turn, l.token, l.exp, l.int_by, l.holder, l.takeovers, l.resume}
 end
 
 local function fenced(token)
@@ -249,7 +253,8 @@ local function fenced(token)
 end
 
 local function free_lease()
-  put('lease_turn', '', 'lease_exp', 0, 'int_by', '', 'lease_open', '', 'holder', '', 'takeovers', 0)
+  put('lease_turn', '', 'lease_resume', '', 'lease_exp', 0, 'int_by', '', 'lease_open', '', 'holder', '',
+    'takeovers', 0)
   redis.call('PUBLISH', CHANNEL, sid)
 end
 
@@ -359,7 +364,7 @@ local function forget_journals(turns)
     if blob then keep[cjson.decode(blob)['turn']] = true end
   end
   local held = meta().lease_turn or ''
-  if held ~= '' then keep[string.match(held, '^(.-):resume:') or held] = true end
+  if held ~= '' then keep[held] = true end
   local ended = {}
   for _, turn in ipairs(redis.call('ZRANGE', JT, 0, -1)) do
     if not keep[turn] then table.insert(ended, turn) end
@@ -534,12 +539,13 @@ return {'ok', redis.call('LRANGE', M, -n, -1)}
 """
 
 TRY_ACQUIRE = r"""
--- ARGV[12..]: the opening (events and journal entries, as log_events reads them), then the log's retention.
-local turn, lease_ms, strategy, waiter_ms, base =
-  ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11])
+-- ARGV[12]: the resume attempt ('' for a turn that starts); ARGV[13..]: the opening (events and journal
+-- entries, as log_events reads them), then the log's retention.
+local turn, lease_ms, strategy, waiter_ms, base, resume =
+  ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12]
 if not mine() then return {'not_found'} end
 local l = live_lease()
-if l and l.turn == turn and l.takeovers == 0 then  -- a retried acquire: the same grant
+if l and l.turn == turn and l.resume == resume and l.takeovers == 0 then  -- a retried acquire: the same grant
   return {'acquired', l.token, l.exp, pending_ids(C, CO, D), l.start, l.last}
 end
 -- Waiters whose replica stopped polling lose their place.
@@ -563,14 +569,14 @@ if not l and (head == '' or head == turn) then
   local token = redis.call('HINCRBY', S, 'last_token', 1)
   local start, last, open = last_seq(), 0, ''
   local pending = pending_ids(C, CO, D)
-  local opening = tonumber(ARGV[12]) > 0 or tonumber(ARGV[13 + tonumber(ARGV[12])]) > 0
+  local opening = tonumber(ARGV[13]) > 0 or tonumber(ARGV[14 + tonumber(ARGV[13])]) > 0
   if opening and #pending == 0 then  -- a paused turn still waits for its answer: nothing opens
     local retention = ARGV[#ARGV]
-    last = log_events(turn, 12, retention)
+    last = log_events(turn, 13, retention)
     open = '1'
   end
-  put('lease_turn', turn, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '', 'lease_open', open,
-    'holder', '', 'takeovers', 0, 'lstart', start, 'llast', last)
+  put('lease_turn', turn, 'lease_resume', resume, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '',
+    'lease_open', open, 'holder', '', 'takeovers', 0, 'lstart', start, 'llast', last)
   keep()  -- the turn starts: its session's keys outlive its lease by half the TTL at least
   return {'acquired', token, now + lease_ms, pending, start, last}
 end
@@ -723,15 +729,16 @@ if l.exp > now then return {'live', l.exp} end
 local token = redis.call('HINCRBY', S, 'last_token', 1)
 put('lease_token', token, 'lease_exp', now + lease_ms, 'holder', holder, 'takeovers', l.takeovers + 1)
 keep()  -- the turn starts again: its session's keys outlive the new lease by half the TTL at least
-return {'claimed', owner, l.turn, token, l.takeovers + 1, last_seq(), now + lease_ms, l.holder, l.int_by}
+return {'claimed', owner, l.turn, token, l.takeovers + 1, last_seq(), now + lease_ms, l.holder, l.int_by,
+  l.resume}
 """
 
-# ARGV: turn (its base id; '' for whichever runs), requested by. Asks the turn's runtime to stop.
+# ARGV: turn ('' for whichever runs, a resume of it included), requested by. Asks the turn's runtime to stop.
 INTERRUPT_TURN = r"""
 local turn, by = ARGV[7], ARGV[8]
 if not mine() then return {'not_found'} end
 local l = live_lease()
-if not l or (turn ~= '' and (string.match(l.turn, '^(.-):resume:') or l.turn) ~= turn) then return {'ok'} end
+if not l or (turn ~= '' and l.turn ~= turn) then return {'ok'} end
 if l.int_by == '' then
   l.int_by = by
   redis.call('HSET', S, 'int_by', by)

@@ -41,6 +41,7 @@ from redis import exceptions as rex
 from redis.commands.core import AsyncScript
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import lease_holders
 from services.kit import scope as scopes
 from services.kit.event_log import Batch, check_cursor, is_terminal
 from services.kit.protos import now as proto_now
@@ -133,6 +134,14 @@ def _s(value: Any) -> str:
 
 def _ms(value: Any) -> float:
     return int(value or 0) / 1000.0
+
+
+def _holder(turn: Any, resume: Any) -> lease_holders.Holder:
+    """A lease's holder as the scripts keep it (`lease_turn`, `lease_resume`); a lease written before
+    `lease_resume` existed keeps a resume's holder as text in `lease_turn`."""
+    if resume:
+        return lease_holders.Holder(_s(turn), _s(resume))
+    return lease_holders.parse_holder(_s(turn))
 
 
 def _b64(data: bytes) -> str:
@@ -345,7 +354,7 @@ class RedisSessionStore:
             created_at=_ms(h.get("created_at")),
             updated_at=_ms(h.get("updated_at")),
             message_count=int(message_count),
-            active_turn_id=_s(active_turn),
+            active_turn_id=_holder(active_turn, "").turn_id,
             runtime_config=json.loads(h.get("config", b"{}")),
             delegated_from=_s(h.get("deleg_from", b"")),
             delegation_turn_count=int(h.get("deleg_count", 0)),
@@ -594,6 +603,7 @@ class RedisSessionStore:
         ttl_s: float,
         strategy: Strategy,
         opening: NewEvents | None = None,
+        resume: str = "",
     ) -> Acquired | Queued:
         base = INTERRUPT_BASE if strategy is Strategy.INTERRUPT else ENQUEUE_BASE
         logged: list[Any] = [0, 0]
@@ -609,6 +619,7 @@ class RedisSessionStore:
             strategy.value,
             self._waiter_ttl_ms,
             int(base),
+            resume,
             *logged,
             self._retention,
         )
@@ -620,8 +631,8 @@ class RedisSessionStore:
                 self._remember_indexed(session_id, token)
             return Acquired(token, _ms(reply[2]), tuple(_s(i) for i in reply[3]), start, last)
         if status == "held":
-            raise LeaseHeld(session_id, _s(reply[1]))
-        return Queued(_s(reply[1]), _ms(reply[2]))
+            raise LeaseHeld(session_id, _holder(reply[1], "").turn_id)
+        return Queued(_holder(reply[1], "").turn_id, _ms(reply[2]))
 
     async def leave_queue(self, tenant_id: str, session_id: str, turn_id: str) -> None:
         with contextlib.suppress(SessionNotFound):
@@ -659,8 +670,12 @@ class RedisSessionStore:
 
     @staticmethod
     def _lease(reply: list[Any]) -> LeaseInfo:
-        """LeaseInfo from a script's lease_reply: [status, turn, token, expiry, interrupted by, holder, takeovers]."""
-        return LeaseInfo(_s(reply[1]), int(reply[2]), _ms(reply[3]), _s(reply[4]), _s(reply[5]), int(reply[6]))
+        """LeaseInfo from a script's lease_reply: [status, turn, token, expiry, interrupted by, holder, takeovers,
+        resume attempt]."""
+        held = _holder(reply[1], reply[7])
+        return LeaseInfo(
+            held.turn_id, int(reply[2]), _ms(reply[3]), _s(reply[4]), _s(reply[5]), int(reply[6]), held.resume
+        )
 
     async def release_lease(self, tenant_id: str, session_id: str, token: int) -> bool:
         reply = await self._run("RELEASE", tenant_id, session_id, token)
@@ -984,17 +999,19 @@ class RedisSessionStore:
             for (bucket, sid, gen), reply in zip(batch, replies, strict=True):
                 status, next_look = _s(reply[0]), 0
                 if status == "claimed":
-                    tenant, turn, token, takeovers, last_seq, next_look, previous, interrupt = reply[1:9]
+                    tenant, turn, token, takeovers, last_seq, next_look, previous, interrupt, resume = reply[1:10]
+                    held = _holder(turn, resume)
                     claimed.append(
                         Claimed(
                             _s(tenant),
                             sid,
-                            _s(turn),
+                            held.turn_id,
                             int(token),
                             int(takeovers),
                             int(last_seq),
                             _s(previous),
                             _s(interrupt),
+                            held.resume,
                         )
                     )
                 elif status == "live":

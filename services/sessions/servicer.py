@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
+from services.kit import journal_kinds, lease_holders
 from services.kit import scope as scopes
 from services.kit.errors import (
     CogmeshError,
@@ -42,6 +43,7 @@ from services.sessions.model import (
     CheckpointConflict,
     CheckpointExists,
     CheckpointNotFound,
+    Claimed,
     Goal,
     GoalStatus,
     InvalidValue,
@@ -425,6 +427,11 @@ def _check_rehydrate(r: sessions_pb2.GetRehydrationPayloadRequest, problems: Vio
 def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations) -> tuple[float, NewEvents | None]:
     _identify(r, problems)
     _check_id(r.turn_id, "turn_id", problems)
+    if r.HasField("resume"):
+        _check_id(r.resume.attempt_id, "resume.attempt_id", problems)
+        problems.check(
+            not lease_holders.parse_holder(r.turn_id).resume, "turn_id", "must be the paused turn's id with resume set"
+        )
     ttl = _lease_ttl(r.ttl_seconds, problems)
     problems.check(0 <= r.start_messages <= MAX_PAGE, "start_messages", f"must be between 0 and {MAX_PAGE}")
     problems.check(r.strategy in _STRATEGIES, "strategy", "must be REJECT, ENQUEUE or INTERRUPT")
@@ -432,8 +439,8 @@ def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations
     _check_entries(r.entries, problems)
     opening = None
     if r.events or r.entries:
-        turn_id = r.turn_id.split(":resume:", 1)[0]
-        entries = [(e.kind, e.state, e.position or len(r.events)) for e in r.entries]
+        turn_id = _holder(r).turn_id
+        entries = [(journal_kinds.stored_name(e), e.state, e.position or len(r.events)) for e in r.entries]
         opening = NewEvents(turn_id, 0, list(r.events), entries)
     return ttl, opening
 
@@ -488,7 +495,8 @@ def _check_events(events: Sequence[events_pb2.RuntimeEvent], problems: Violation
 
 def _check_entries(entries: Sequence[sessions_pb2.JournalEntry], problems: Violations) -> None:
     for i, entry in enumerate(entries):
-        _check_id(entry.kind, f"entries[{i}].kind", problems)
+        # Stored by name: the enum's, or the one an older writer sent in `kind` (services/kit/journal_kinds.py).
+        _check_id(journal_kinds.stored_name(entry), f"entries[{i}].entry_kind", problems)
         problems.check(
             len(entry.state) <= MAX_ENTRY_BYTES,
             f"entries[{i}].state",
@@ -533,7 +541,7 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
         r.turn_id,
         r.lease_token,
         list(r.events),
-        [(e.kind, e.state, e.position) for e in r.entries],
+        [(journal_kinds.stored_name(e), e.state, e.position) for e in r.entries],
         r.append_id,
         r.release_lease,
         pause,
@@ -564,7 +572,13 @@ def _check_journal(r: sessions_pb2.GetJournalRequest, problems: Violations) -> N
 def _journal_to_proto(records: list[JournalRecord]) -> sessions_pb2.GetJournalResponse:
     return sessions_pb2.GetJournalResponse(
         entries=[
-            sessions_pb2.JournalEntry(kind=r.kind, state=r.state, seq=r.seq, record_time=_timestamp(r.recorded_at))
+            sessions_pb2.JournalEntry(
+                kind=r.kind,  # both fields: a runtime of an older version reads the name
+                entry_kind=journal_kinds.kind_named(r.kind),
+                state=r.state,
+                seq=r.seq,
+                record_time=_timestamp(r.recorded_at),
+            )
             for r in records
         ]
     )
@@ -585,7 +599,7 @@ def _check_interrupt_turn(r: sessions_pb2.InterruptTurnRequest, problems: Violat
 def _interrupted_to_proto(info: LeaseInfo | None) -> sessions_pb2.InterruptTurnResponse:
     if info is None:
         return sessions_pb2.InterruptTurnResponse()
-    return sessions_pb2.InterruptTurnResponse(turn_id=info.turn_id.split(":resume:", 1)[0], holder=info.holder)
+    return sessions_pb2.InterruptTurnResponse(turn_id=info.turn_id, holder=info.holder)
 
 
 def _check_read(r: sessions_pb2.ReadEventsRequest, problems: Violations) -> float:
@@ -793,9 +807,35 @@ def _lease_response(state: LeaseState) -> sessions_pb2.GetTurnLeaseResponse:
                 interrupt_requested_by=state.lease.interrupt_requested_by,
                 holder=state.lease.holder,
                 takeovers=state.lease.takeovers,
+                resume=_resume(state.lease.resume),
             )
         )
     return response
+
+
+def _holder(r: sessions_pb2.AcquireTurnLeaseRequest) -> lease_holders.Holder:
+    """Who asks for the lease: a turn, or a resume of it (typed, or as an older caller spells it in turn_id)."""
+    if r.HasField("resume"):
+        return lease_holders.Holder(r.turn_id, r.resume.attempt_id)
+    return lease_holders.parse_holder(r.turn_id)
+
+
+def _resume(attempt: str) -> sessions_pb2.LeaseResume | None:
+    return sessions_pb2.LeaseResume(attempt_id=attempt) if attempt else None
+
+
+def _claimed_to_proto(c: Claimed) -> sessions_pb2.ClaimedTurn:
+    return sessions_pb2.ClaimedTurn(
+        tenant_id=c.tenant_id,
+        session_id=c.session_id,
+        turn_id=c.turn_id,
+        lease_token=c.token,
+        takeovers=c.takeovers,
+        last_seq=c.last_seq,
+        previous_holder=c.previous_holder,
+        interrupt_requested_by=c.interrupt_requested_by,
+        resume=_resume(c.resume),
+    )
 
 
 async def _acquire(
@@ -804,7 +844,10 @@ async def _acquire(
     """The grant and, when asked and granted, the session as the turn starts from it (read after the grant)."""
     ttl, opening = parsed
     strategy, wait = _STRATEGIES[r.strategy], _max_wait(context)
-    grant = await leases.acquire(store, r.tenant_id, r.session_id, r.turn_id, ttl, strategy, wait, opening)
+    held = _holder(r)
+    grant = await leases.acquire(
+        store, r.tenant_id, r.session_id, held.turn_id, ttl, strategy, wait, opening, resume=held.resume
+    )
     if r.start_messages <= 0 or grant.pending_interrupt_ids:
         return grant, None
     return grant, await store.rehydrate(r.tenant_id, r.session_id, r.start_messages)
@@ -1086,21 +1129,7 @@ RPCS: dict[str, Rpc] = {
         sessions_pb2.ClaimOrphanedTurnsRequest,
         _check_claim,
         lambda store, r, parsed, _: store.claim_orphans(r.holder, parsed[0], parsed[1]),
-        lambda claimed: sessions_pb2.ClaimOrphanedTurnsResponse(
-            turns=[
-                sessions_pb2.ClaimedTurn(
-                    tenant_id=c.tenant_id,
-                    session_id=c.session_id,
-                    turn_id=c.turn_id,
-                    lease_token=c.token,
-                    takeovers=c.takeovers,
-                    last_seq=c.last_seq,
-                    previous_holder=c.previous_holder,
-                    interrupt_requested_by=c.interrupt_requested_by,
-                )
-                for c in claimed
-            ]
-        ),
+        lambda claimed: sessions_pb2.ClaimOrphanedTurnsResponse(turns=[_claimed_to_proto(c) for c in claimed]),
     ),
     "InterruptTurn": rpc(
         sessions_pb2.InterruptTurnRequest,

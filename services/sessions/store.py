@@ -120,11 +120,14 @@ class SessionStore(Protocol):
         ttl_s: float,
         strategy: Strategy,
         opening: NewEvents | None = None,
+        resume: str = "",
     ) -> Acquired | Queued:
         """Take the lease if free and no earlier waiter is due; REJECT raises LeaseHeld, the others queue.
 
         With `opening` (the turn's accepted event and request), the grant also logs them and marks the
-        turn open, unless a paused turn still waits for an answer.
+        turn open, unless a paused turn still waits for an answer. With `resume` (an attempt id), the
+        lease is taken to resume turn_id, a paused turn: the holder is (turn_id, resume), so a second
+        attempt is refused rather than handed the same token.
         """
         ...
 
@@ -208,9 +211,12 @@ class _Lease:
     takeovers: int = 0
     start_seq: int = 0  # where the events logged with the grant start and end (a retried acquire)
     last_seq: int = 0
+    resume: str = ""  # a resume of turn_id holds it: its attempt id
 
     def info(self) -> LeaseInfo:
-        return LeaseInfo(self.turn_id, self.token, self.expires_at, self.interrupt_by, self.holder, self.takeovers)
+        return LeaseInfo(
+            self.turn_id, self.token, self.expires_at, self.interrupt_by, self.holder, self.takeovers, self.resume
+        )
 
 
 @dataclass
@@ -492,18 +498,20 @@ class MemorySessionStore:
         ttl_s: float,
         strategy: Strategy,
         opening: NewEvents | None = None,
+        resume: str = "",
     ) -> Acquired | Queued:
         entry = self._entry(tenant_id, session_id)
         now = self._clock()
         lease = self._live_lease(entry)
         pending = tuple(i for i, c in entry.checkpoints.items() if c.decision is None)
-        if lease is not None and lease.turn_id == turn_id and not lease.takeovers:  # a retried acquire: same lease
+        same = lease is not None and (lease.turn_id, lease.resume) == (turn_id, resume)
+        if lease is not None and same and not lease.takeovers:  # a retried acquire: the same lease
             return Acquired(lease.token, lease.expires_at, pending, lease.start_seq, lease.last_seq)
         head = self._queue_head(entry)
         if lease is None and head in ("", turn_id):
             entry.queue.pop(turn_id, None)
             entry.last_token += 1
-            lease = entry.lease = _Lease(turn_id, entry.last_token, now + ttl_s)
+            lease = entry.lease = _Lease(turn_id, entry.last_token, now + ttl_s, resume=resume)
             lease.start_seq = entry.log.last_seq if entry.log is not None else 0
             if opening is not None and not pending:
                 lease.last_seq = self._log_events(entry, opening)  # 0 stays: nothing was logged
@@ -719,7 +727,7 @@ class MemorySessionStore:
         """Keep the journals of the last few turns, and always an open or paused turn's."""
         keep = {c.turn_id for c in entry.checkpoints.values()}
         if entry.lease is not None:
-            keep.add(entry.lease.turn_id.split(":resume:", 1)[0])
+            keep.add(entry.lease.turn_id)
         ended = [t for t in entry.journals if t not in keep]
         for turn_id in ended[: max(0, len(ended) - JOURNALS_KEPT)]:
             del entry.journals[turn_id]
@@ -820,6 +828,7 @@ class MemorySessionStore:
                     last_seq,
                     previous,
                     lease.interrupt_by,
+                    lease.resume,
                 )
             )
         return claimed
@@ -827,7 +836,7 @@ class MemorySessionStore:
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:
         entry = self._entry(tenant_id, session_id)
         lease = self._live_lease(entry)
-        if lease is None or (turn_id and lease.turn_id.split(":resume:", 1)[0] != turn_id):
+        if lease is None or (turn_id and lease.turn_id != turn_id):
             return None
         lease.interrupt_by = lease.interrupt_by or by
         return lease.info()

@@ -424,7 +424,7 @@ async def test_a_pause_whose_interrupt_exists_writes_nothing(h: Harness) -> None
     sid = await h.new_session()
     grant = await h.start_turn(sid, "t1")
     await h.append(sid, "t1", grant.token, *pause_events("int_1", "t1"), pause=paused_at("int_1", "t1"))
-    resume = await h.store.try_acquire(ACME, sid, "t1:resume:a", TTL, Strategy.REJECT)
+    resume = await h.store.try_acquire(ACME, sid, "t1", TTL, Strategy.REJECT, resume="a")
     assert isinstance(resume, Acquired)
     with pytest.raises(CheckpointExists):
         await h.append(
@@ -444,16 +444,32 @@ async def test_a_resumed_turn_is_open_under_its_resume_lease(h: Harness) -> None
     grant = await h.start_turn(sid, "t1")
     await h.append(sid, "t1", grant.token, *pause_events("int_1", "t1"), pause=paused_at("int_1", "t1"))
     await h.store.decide_checkpoint(ACME, sid, "int_1", b"approve")
-    resume = await h.store.try_acquire(ACME, sid, "t1:resume:a", TTL, Strategy.REJECT)
+    resume = await h.store.try_acquire(ACME, sid, "t1", TTL, Strategy.REJECT, resume="a")
     assert isinstance(resume, Acquired)
     await h.store.consume_checkpoint(ACME, sid, "int_1", resume.token, False)
     await h.append(sid, "t1", resume.token, status("resuming", turn_id="t1"), journal=[("answer", b"{}")])
     assert [r.kind for r in await h.store.journal(ACME, sid, "t1")] == ["request", "answer"]
     await h.lapse(TTL + 1)
     (claimed,) = await h.store.claim_orphans("runtime-b", 10, TTL)
-    assert (claimed.turn_id, claimed.last_seq, claimed.takeovers) == ("t1:resume:a", 4, 1)
+    assert (claimed.turn_id, claimed.resume, claimed.last_seq, claimed.takeovers) == ("t1", "a", 4, 1)
     info = await h.store.interrupt_turn(ACME, sid, "t1", "cancel")
-    assert info is not None and info.turn_id == "t1:resume:a", "the resume lease answers for its turn"
+    assert info is not None and (info.turn_id, info.resume) == ("t1", "a"), "the resume lease answers for its turn"
+
+
+async def test_a_resume_lease_is_its_own_holder(h: Harness) -> None:
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    await h.append(sid, "t1", grant.token, *pause_events("int_1", "t1"), pause=paused_at("int_1", "t1"))
+    first = await h.store.try_acquire(ACME, sid, "t1", TTL, Strategy.REJECT, resume="a")
+    assert isinstance(first, Acquired)
+    again = await h.store.try_acquire(ACME, sid, "t1", TTL, Strategy.REJECT, resume="a")
+    assert isinstance(again, Acquired) and again.token == first.token, "a retried resume gets the same grant"
+    for turn_id, resume in (("t1", "b"), ("t1", "")):  # another attempt, or the turn itself: refused
+        with pytest.raises(LeaseHeld):
+            await h.store.try_acquire(ACME, sid, turn_id, TTL, Strategy.REJECT, resume=resume)
+    lease = (await h.store.lease_state(ACME, sid)).lease
+    assert lease is not None and (lease.turn_id, lease.resume, lease.token) == ("t1", "a", first.token)
+    assert (await h.store.get(ACME, sid)).active_turn_id == "t1"
 
 
 # --------------------------------------------------------------------------- journals
@@ -869,3 +885,20 @@ async def test_renew_turn_lease_hands_over_as_renew_turn_leases_does(h: Harness)
     )
     await SessionsServicer(h.store).RenewTurnLease(renew, None)
     assert [c.session_id for c in await h.store.claim_orphans("runtime-b", 10, TTL)] == [sid]
+
+
+async def test_a_resume_lease_written_before_lease_resume_reads_back_typed(h: Harness) -> None:
+    if not isinstance(h.store, RedisSessionStore):
+        pytest.skip("the memory store keeps no leases across versions")
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    await h.append(sid, "t1", grant.token, *pause_events("int_1", "t1"), pause=paused_at("int_1", "t1"))
+    resume = await h.store.try_acquire(ACME, sid, "t1", TTL, Strategy.REJECT, resume="a")
+    assert isinstance(resume, Acquired)
+    # The previous version kept a resume's holder as text in lease_turn, and no lease_resume.
+    session = h.store._keys(sid)[0]
+    await h.store._redis.hset(session, "lease_turn", "t1:resume:a")
+    await h.store._redis.hdel(session, "lease_resume")
+    lease = (await h.store.lease_state(ACME, sid)).lease
+    assert lease is not None and (lease.turn_id, lease.resume, lease.token) == ("t1", "a", resume.token)
+    assert (await h.store.get(ACME, sid)).active_turn_id == "t1"

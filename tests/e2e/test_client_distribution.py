@@ -43,6 +43,13 @@ BIN = Path(sys.executable).parent
 PYTHON_CLIENT = ROOT / "clients" / "python"
 NODE_CLIENT = ROOT / "clients" / "node"
 QUESTION, ANSWER = "What is 17 * 23?", "391"
+# The public protos (protos/generate.py's PUBLIC_PROTOS), the only stubs a client package carries.
+PUBLIC_STUBS = {
+    *(f"cogmesh/common/v1/{name}" for name in ("errors", "events", "messages", "resources", "turns")),
+    "cogmesh/gateway/v1/gateway",
+    "cogmesh/policy/v1/hooks",
+    "cogmesh/tools/v1/tools",
+}
 
 
 @dataclass
@@ -181,6 +188,9 @@ def python_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "cogmesh/py.typed" in names, names
     assert "cogmesh/gateway/v1/gateway_pb2.pyi" in names and "cogmesh/client/gateway.py" in names
     assert not [n for n in names if n.split("/")[0] in ("services", "gateway", "tests")], "server code in the wheel"
+    # The public API's stubs only: none of the services' internal ones (sessions, runtime, ...).
+    stubs = {n.removesuffix(".pyi").removesuffix(".py") for n in names if re.search(r"_pb2(_grpc)?\.pyi?$", n)}
+    assert {s.rsplit("_pb2", 1)[0] for s in stubs} == PUBLIC_STUBS, sorted(stubs)
     with zipfile.ZipFile(wheel) as archive:
         meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
         declared = [
@@ -317,6 +327,8 @@ def node_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for entry in ("index", "web"):
         assert {f"dist/src/{entry}.js", f"dist/src/{entry}.d.ts"} <= files, sorted(files)
     assert not [f for f in files if f.startswith(("dist/test", "test/", "node_modules"))], sorted(files)
+    stubs = {re.sub(r"_pb\.(d\.ts|js|js\.map|ts)$", "", f.split("/gen/", 1)[1]) for f in files if "/gen/cogmesh/" in f}
+    assert stubs == PUBLIC_STUBS, sorted(stubs)  # no internal service's stubs
     project = tmp / "project"
     project.mkdir()
     (project / "package.json").write_text(json.dumps({"name": "consumer", "private": True, "type": "module"}))

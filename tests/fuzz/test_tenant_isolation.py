@@ -15,9 +15,8 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from cogmesh.common.v1 import events_pb2
+from cogmesh.common.v1 import events_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2 as G
-from cogmesh.runtime.v1 import runtime_pb2
 from tests.fuzz.calls import Outcome, check_status, invoke
 from tests.fuzz.conftest import CALL_TIMEOUT_S, Harness, bearer
 from tests.integration.conftest import status_details
@@ -53,7 +52,7 @@ def requests(t: Target) -> dict[str, list[Message]]:
             G.AnswerInterruptRequest(
                 session_id=t.paused_session_id,
                 interrupt_id=t.interrupt_id,
-                tool_result=runtime_pb2.ClientToolResult(content="B's answer"),
+                tool_result=turns_pb2.ClientToolResult(content="B's answer"),
             )
         ],
         "Converse": [

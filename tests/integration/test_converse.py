@@ -12,9 +12,8 @@ import pytest
 import pytest_asyncio
 from google.protobuf import struct_pb2
 
-from cogmesh.common.v1 import events_pb2, messages_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2
-from cogmesh.runtime.v1 import runtime_pb2
 from tests.integration.conftest import TIMEOUT_S, new_session, payload
 from tests.integration.test_pause_resume import Env, agents_suite
 
@@ -111,7 +110,7 @@ async def test_a_whole_conversation_on_one_stream(env: Env) -> None:
     await talk.send(
         "r",
         answer=gateway_pb2.AnswerInterruptRequest(
-            interrupt_id=call.interrupt_id, tool_result=runtime_pb2.ClientToolResult(content="Porto")
+            interrupt_id=call.interrupt_id, tool_result=turns_pb2.ClientToolResult(content="Porto")
         ),
     )
     await talk.read_until(ended(turn))

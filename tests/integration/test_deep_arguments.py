@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 from google.protobuf import json_format, struct_pb2
 
-from cogmesh.common.v1 import events_pb2, messages_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
@@ -88,7 +88,7 @@ async def test_arguments_at_the_bound_pass_everywhere(env: Env) -> None:
     answer = gateway_pb2.AnswerInterruptRequest(
         session_id=session_id,
         interrupt_id=call.interrupt_id,
-        tool_result=runtime_pb2.ClientToolResult(content="deep enough"),
+        tool_result=turns_pb2.ClientToolResult(content="deep enough"),
     )
     resumed = await stream(env.gateway.AnswerInterrupt(answer, timeout=TIMEOUT_S))
     assert resumed[-1].final.text == "The deep tool returned: deep enough"
@@ -124,7 +124,7 @@ async def test_arguments_at_the_bound_pass_converse(env: Env) -> None:
     call = next(e.client_tool_call for e in talk.of_turn(turn) if e.HasField("client_tool_call"))
     assert as_dict(call.call.arguments) == arguments
     result = gateway_pb2.AnswerInterruptRequest(
-        interrupt_id=call.interrupt_id, tool_result=runtime_pb2.ClientToolResult(content="ok")
+        interrupt_id=call.interrupt_id, tool_result=turns_pb2.ClientToolResult(content="ok")
     )
     await talk.send("r", answer=result)
     await talk.read_until(ended(turn))

@@ -12,9 +12,8 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from cogmesh.common.v1 import events_pb2
+from cogmesh.common.v1 import events_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from cogmesh.sessions.v1 import sessions_pb2
 from gateway import delivery
 from services.kit.errors import ResourceExhausted
 from tests.integration.conftest import (
@@ -200,7 +199,7 @@ async def test_enqueue_waits_for_the_running_turn_then_runs(gateway: gateway_pb2
         gateway_pb2.SendMessageRequest(
             session_id=session_id,
             content="What is 6 * 7?",
-            multitask_strategy=sessions_pb2.MULTITASK_STRATEGY_ENQUEUE,
+            multitask_strategy=turns_pb2.MULTITASK_STRATEGY_ENQUEUE,
         ),
         timeout=TIMEOUT_S * 3,
     )
@@ -224,7 +223,7 @@ async def test_interrupt_cancels_the_running_turn_then_runs(gateway: gateway_pb2
                 gateway_pb2.SendMessageRequest(
                     session_id=session_id,
                     content="What is 6 * 7?",
-                    multitask_strategy=sessions_pb2.MULTITASK_STRATEGY_INTERRUPT,
+                    multitask_strategy=turns_pb2.MULTITASK_STRATEGY_INTERRUPT,
                 )
             )
         ),

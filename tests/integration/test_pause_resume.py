@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from google.protobuf import json_format, struct_pb2
 
-from cogmesh.common.v1 import events_pb2, messages_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
@@ -276,7 +276,7 @@ async def test_edit_and_reject_through_answer_interrupt(env: Env) -> None:
     answer = gateway_pb2.AnswerInterruptRequest(
         session_id=session_id,
         interrupt_id=interrupt_id,
-        approval=runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_EDIT, edited_arguments=edited),
+        approval=turns_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_EDIT, edited_arguments=edited),
     )
     resumed = await stream(env.gateway.AnswerInterrupt(answer, timeout=TIMEOUT_S))
     assert only(resumed, "tool_call_finished").result_summary == "42"
@@ -345,7 +345,7 @@ async def test_an_unknown_decision_is_refused_at_every_layer_and_never_approves(
     answer = gateway_pb2.AnswerInterruptRequest(
         session_id=session_id,
         interrupt_id=interrupt_id,
-        approval=runtime_pb2.ApprovalAnswer(decision=77),  # type: ignore[arg-type]
+        approval=turns_pb2.ApprovalAnswer(decision=77),  # type: ignore[arg-type]
     )
     error = await rpc_error(stream(env.gateway.AnswerInterrupt(answer, timeout=TIMEOUT_S)))
     _, violations = status_details(error)
@@ -444,7 +444,7 @@ async def test_client_tools_declared_per_turn(env: Env) -> None:
     answer = gateway_pb2.AnswerInterruptRequest(
         session_id=session_id,
         interrupt_id=call.interrupt_id,
-        tool_result=runtime_pb2.ClientToolResult(content="buy milk"),
+        tool_result=turns_pb2.ClientToolResult(content="buy milk"),
     )
     resumed = await stream(env.gateway.AnswerInterrupt(answer, timeout=TIMEOUT_S))
     assert resumed[-1].final.text == "The read_file tool returned: buy milk"
@@ -454,7 +454,7 @@ async def test_client_tools_declared_per_turn(env: Env) -> None:
     failed = gateway_pb2.AnswerInterruptRequest(
         session_id=session_id,
         interrupt_id=paused[-1].status.interrupt_id,
-        tool_result=runtime_pb2.ClientToolResult(content="permission denied", is_error=True),
+        tool_result=turns_pb2.ClientToolResult(content="permission denied", is_error=True),
     )
     resumed = await stream(env.gateway.AnswerInterrupt(failed, timeout=TIMEOUT_S))
     assert not only(resumed, "tool_call_finished").ok
@@ -508,12 +508,12 @@ async def test_send_message_options_reach_the_runtime(env: Env) -> None:
 
     limited = await stream(
         env.gateway.SendMessage(
-            message(session_id, "What is 1 + 1?", limits=runtime_pb2.TurnLimits(max_iterations=1)), timeout=TIMEOUT_S
+            message(session_id, "What is 1 + 1?", limits=turns_pb2.TurnLimits(max_iterations=1)), timeout=TIMEOUT_S
         )
     )
     assert limited[-1].error.kind == events_pb2.ERROR_KIND_LOOP_LIMIT
 
-    budget = runtime_pb2.CostBudget(max_total_tokens=5, action=runtime_pb2.BUDGET_ACTION_ERROR)
+    budget = turns_pb2.CostBudget(max_total_tokens=5, action=turns_pb2.BUDGET_ACTION_ERROR)
     over = await stream(env.gateway.SendMessage(message(session_id, "hi", cost_budget=budget), timeout=TIMEOUT_S))
     assert over[-1].error.kind == events_pb2.ERROR_KIND_BUDGET_EXCEEDED
 

@@ -81,8 +81,8 @@ async def test_a_message_field_that_is_not_an_object_is_named(edge: Edge) -> Non
     session_id = await new_session(edge)
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({"clientTools": [[]]}, "client_tools[0]", "a cogmesh.common.v1.ToolSpec), not an array"),
-        ({"limits": []}, "limits", "a cogmesh.runtime.v1.TurnLimits), not an array"),
-        ({"costBudget": "cheap"}, "cost_budget", "a cogmesh.runtime.v1.CostBudget), not a string"),
+        ({"limits": []}, "limits", "a cogmesh.common.v1.TurnLimits), not an array"),
+        ({"costBudget": "cheap"}, "cost_budget", "a cogmesh.common.v1.CostBudget), not a string"),
     ]
     for extra, field, wanted in cases:
         _, end = await edge.stream("SendMessage", {"sessionId": session_id, "content": "What is 2 + 2?", **extra})

@@ -18,8 +18,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from cogmesh.common.v1 import events_pb2
-from cogmesh.sessions.v1 import sessions_pb2
+from cogmesh.common.v1 import events_pb2, turns_pb2
 from services.kit.config import Settings
 from tests.reliability.conftest import Suite
 from tests.reliability.helpers import (
@@ -164,7 +163,7 @@ async def test_redis_restarted_mid_turn_loses_nothing_acknowledged(healthy: Suit
     watcher.check_contiguous(cursor)
     request = calc_request(session_id)
     request.multitask_strategy = (
-        sessions_pb2.MULTITASK_STRATEGY_ENQUEUE
+        turns_pb2.MULTITASK_STRATEGY_ENQUEUE
     )  # ENQUEUE: the aborted turn's lease may still be held for a while
     again = await run_turn(healthy.cluster, request, timeout_s=LEASE_TTL_S + 30)
     assert kind(again[-1]) == "final", again[-1]

@@ -29,6 +29,7 @@ from google.protobuf import json_format
 from cogmesh.common.v1 import events_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import journal_kinds
 from services.kit.agents import AgentDefinition
 from services.kit.llm import ChatMessage, ModelChunk, ToolSchema
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
@@ -103,11 +104,21 @@ def test_a_delta_without_the_state_it_continues_is_refused() -> None:
 # --------------------------------------------------------------------------- replay()
 
 
-def entry(kind: str, state: bytes, seq: int) -> sessions_pb2.JournalEntry:
-    return sessions_pb2.JournalEntry(kind=kind, state=state, seq=seq)
+# How an entry reaches replay(): as this version writes it (the enum and the name), as a record
+# from before the enum (only its name: a sessions service of the previous version), or with the
+# enum alone (a writer that no longer sets the deprecated name).
+WRITTEN = {
+    "now": lambda kind, state, seq: journal_kinds.entry(kind, state, seq=seq),
+    "before the enum": lambda kind, state, seq: sessions_pb2.JournalEntry(
+        kind=journal_kinds.kind_name(kind), state=state, seq=seq
+    ),
+    "enum only": lambda kind, state, seq: sessions_pb2.JournalEntry(entry_kind=kind, state=state, seq=seq),
+}
 
 
-def test_replay_of_request_states_answers_and_takeovers() -> None:
+@pytest.mark.parametrize("written", sorted(WRITTEN))
+def test_replay_of_request_states_answers_and_takeovers(written: str) -> None:
+    entry = WRITTEN[written]
     request = runtime_pb2.RunTurnRequest(tenant_id="acme", session_id="s1", turn_id=TURN_ID, content="hi")
     s1 = loop_state([message("user", "hi")], [])
     s2 = loop_state([message("user", "hi"), message("assistant", "a")], [], waiting="approval")
@@ -115,8 +126,8 @@ def test_replay_of_request_states_answers_and_takeovers() -> None:
     approve = answer_json(Decision("approve", decided_by="ops"), False, 1_700_000_000.0)
     entries = [
         entry(REQUEST, request.SerializeToString(), 1),
-        entry("start", encode_state(s1, None), 3),
-        entry("pause", encode_state(s2, s1), 7),
+        entry(journal_kinds.START, encode_state(s1, None), 3),
+        entry(journal_kinds.PAUSE, encode_state(s2, s1), 7),
         entry(ANSWER, approve, 7),
         entry(TAKEOVER, b'{"holder": "10.0.0.2:50052", "from_seq": 7}', 9),
     ]
@@ -125,7 +136,7 @@ def test_replay_of_request_states_answers_and_takeovers() -> None:
     assert (waiting.state, waiting.seq, waiting.takeovers) == (s2, 9, 1)
     assert waiting.answer is not None and answer_from(waiting.answer) == (Decision("approve", decided_by="ops"), False)
 
-    going_on = replay([*entries, entry("tool", encode_state(s3, s2), 8), entry(TAKEOVER, b"{}", 8)])
+    going_on = replay([*entries, entry(journal_kinds.TOOL, encode_state(s3, s2), 8), entry(TAKEOVER, b"{}", 8)])
     assert going_on.state == s3
     assert going_on.answer is None, "a step recorded after the answer has the answer in its state"
     assert (going_on.seq, going_on.takeovers) == (9, 2), "seq is the highest recorded, not the last"
@@ -358,13 +369,17 @@ class RecordingJournal:
         self.entries: list[dict[str, Any]] = []
         self._state: dict[str, Any] | None = None
 
-    async def record(self, kind: str, state: dict[str, Any]) -> None:
+    # Kinds are kept by name, as the stores keep them (and as the stored journals, recorded
+    # before JournalEntryKind, have them).
+    async def record(self, kind: journal_kinds.Kind, state: dict[str, Any]) -> None:
         payload = encode_state(state, self._state)
         self._state = state
-        self.entries.append({"kind": kind, "state": json.loads(payload), "ran": self.ran.expressions})
+        name = journal_kinds.kind_name(kind)
+        self.entries.append({"kind": name, "state": json.loads(payload), "ran": self.ran.expressions})
 
-    def record_raw(self, kind: str, payload: bytes) -> None:
-        self.entries.append({"kind": kind, "raw": payload.decode(), "ran": self.ran.expressions})
+    def record_raw(self, kind: journal_kinds.Kind, payload: bytes) -> None:
+        name = journal_kinds.kind_name(kind)
+        self.entries.append({"kind": name, "raw": payload.decode(), "ran": self.ran.expressions})
 
 
 async def collect(turn: Turn) -> list[events_pb2.RuntimeEvent]:
@@ -420,7 +435,8 @@ def stored(name: str) -> dict[str, Any]:
 
 
 def as_entries(recorded: Sequence[Mapping[str, Any]]) -> list[sessions_pb2.JournalEntry]:
-    """The journal as GetJournal returns it (the states' bytes as TurnLog encoded them)."""
+    """The journal as a sessions service of the previous version returns it, kinds by name only
+    (the states' bytes as TurnLog encoded them): records from before JournalEntryKind replay."""
     out = []
     for seq, item in enumerate(recorded, start=1):
         if "raw" in item:
@@ -469,7 +485,7 @@ async def check_every_state(scenario: Scenario, journal: Mapping[str, Any]) -> N
     recorded: set[str] = set()  # results recorded so far: once recorded, never lost
     checked = 0
     for index, item in enumerate(journal["entries"]):
-        if item["kind"] in (REQUEST, TAKEOVER):
+        if journal_kinds.kind_named(item["kind"]) in (REQUEST, TAKEOVER):
             continue
         where = replay(entries[: index + 1])
         assert where.state is not None
@@ -511,8 +527,10 @@ async def test_going_on_from_every_state_of_a_journal_recorded_now_ends_alike(na
 
 async def test_the_stored_journals_hold_the_steps_they_are_about() -> None:
     kinds = {name: [item["kind"] for item in stored(name)["entries"]] for name in SCENARIOS}
-    assert "pause" in kinds["approval"] and ANSWER in kinds["approval"]
-    assert kinds["approval"].index("pause") < kinds["approval"].index(ANSWER)
+    assert "pause" in kinds["approval"] and "answer" in kinds["approval"]
+    assert kinds["approval"].index("pause") < kinds["approval"].index("answer")
+    known = {journal_kinds.kind_name(k) for k in sessions_pb2.JournalEntryKind.values() if k}
+    assert {kind for names in kinds.values() for kind in names} <= known, "every stored name is a kind"
     assert "delegation" in kinds["delegation"]
     assert "compaction" in kinds["compaction"]
     repaired = [item["state"] for item in stored("structured_repair")["entries"] if "state" in item]

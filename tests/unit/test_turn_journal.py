@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import journal_kinds
 from services.runtime.calculator import calculator_tool
 from services.runtime.local_model import CALCULATOR_SCHEMA
 from services.runtime.loop import run_turn
@@ -26,10 +27,10 @@ class Recorder:
     """A journal that keeps what it is given, as bytes, the way a store would."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[str, bytes]] = []
+        self.entries: list[tuple[str, bytes]] = []  # kinds by name, as the stores keep them
 
-    async def record(self, kind: str, state: dict[str, Any]) -> None:
-        self.entries.append((kind, encode_snapshot(state)))
+    async def record(self, kind: journal_kinds.Kind, state: dict[str, Any]) -> None:
+        self.entries.append((journal_kinds.kind_name(kind), encode_snapshot(state)))
 
 
 async def allow(name: str, arguments: Mapping[str, Any]) -> Verdict:

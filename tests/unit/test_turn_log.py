@@ -19,12 +19,13 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import journal_kinds as K
 from services.kit.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
 from services.runtime.journal import decode_state, encode_state, replay
 from services.runtime.turn_log import DURABLE, HandedOver, TurnLog, TurnLost
 
 TENANT, SESSION, TURN, TOKEN = "acme", "s1", "t1", 7
-RECORDED_NOT_DURABLE = ("start", "compaction", "model", "step")  # redoing these after a crash has no effect outside
+RECORDED_NOT_DURABLE = (K.START, K.COMPACTION, K.MODEL, K.STEP)  # redoing these after a crash has no effect outside
 
 
 class FakeSessions:
@@ -166,7 +167,10 @@ def texts(request: sessions_pb2.AppendEventsRequest) -> list[str]:
 
 
 def kinds(requests: list[sessions_pb2.AppendEventsRequest]) -> list[str]:
-    return [entry.kind for request in requests for entry in request.entries]
+    """The kinds of the entries sent, by name; each carries its enum and the same name."""
+    entries = [entry for request in requests for entry in request.entries]
+    assert all(entry.entry_kind == K.kind_named(entry.kind) != 0 for entry in entries), entries
+    return [entry.kind for entry in entries]
 
 
 def state(step: int, messages: list[str], new: list[str]) -> dict[str, Any]:
@@ -187,9 +191,9 @@ async def test_everything_goes_out_in_order_under_the_turns_lease(sessions: Fake
     log = make_log()
     log.emit(status("running"))
     log.emit(delta("Hel"))
-    await log.record("model", state(1, ["q"], []))
+    await log.record(K.MODEL, state(1, ["q"], []))
     log.emit(status("tool"))
-    await log.record("tool", state(1, ["q", "r"], ["r"]))
+    await log.record(K.TOOL, state(1, ["q", "r"], ["r"]))
     question = messages_pb2.Message(role=messages_pb2.ROLE_USER, content="q")
     last_seq = await log.end([delta("lo"), final("Hello")], [question])
 
@@ -238,7 +242,7 @@ async def test_deltas_within_flush_s_wait_for_company(
     assert texts(sessions.stored[3]) == ["e"]
 
     log.emit(delta("f"))
-    await log.record("model", state(1, ["q"], []))  # a step's record goes at once too, with the held delta
+    await log.record(K.MODEL, state(1, ["q"], []))  # a step's record goes at once too, with the held delta
     await sessions.until_stored(5)
     assert (texts(sessions.stored[4]), kinds(sessions.stored[4:])) == (["f"], ["model"])
 
@@ -252,9 +256,9 @@ async def test_deltas_within_flush_s_wait_for_company(
 # --------------------------------------------------------------------------- the journal
 
 
-@pytest.mark.parametrize("kind", sorted(DURABLE))
+@pytest.mark.parametrize("kind", sorted(DURABLE), ids=K.kind_name)
 async def test_a_step_followed_by_side_effects_is_stored_before_record_returns(
-    sessions: FakeSessions, make_log: MakeLog, kind: str
+    sessions: FakeSessions, make_log: MakeLog, kind: K.Kind
 ) -> None:
     log = make_log()
     sessions.gate.clear()
@@ -264,12 +268,12 @@ async def test_a_step_followed_by_side_effects_is_stored_before_record_returns(
     assert not recording.done(), f"{kind!r} returned before its entry was stored"
     sessions.gate.set()
     await asyncio.wait_for(recording, 10)
-    assert kinds(sessions.stored) == [kind]
+    assert kinds(sessions.stored) == [K.kind_name(kind)]
 
 
-@pytest.mark.parametrize("kind", RECORDED_NOT_DURABLE)
+@pytest.mark.parametrize("kind", RECORDED_NOT_DURABLE, ids=K.kind_name)
 async def test_a_step_without_side_effects_returns_at_once_and_goes_with_the_next_append(
-    sessions: FakeSessions, make_log: MakeLog, kind: str
+    sessions: FakeSessions, make_log: MakeLog, kind: K.Kind
 ) -> None:
     log = make_log()
     sessions.gate.clear()  # nothing can be stored
@@ -278,10 +282,10 @@ async def test_a_step_without_side_effects_returns_at_once_and_goes_with_the_nex
     await idle()
     assert recorded.done(), f"{kind!r} waited for its entry to be stored"
     log.emit(status("next step"))
-    recording = asyncio.create_task(log.record("tool", state(1, ["q", "r"], ["r"])))
+    recording = asyncio.create_task(log.record(K.TOOL, state(1, ["q", "r"], ["r"])))
     sessions.gate.set()
     await asyncio.wait_for(recording, 10)
-    assert kinds(sessions.stored) == [kind, "tool"], "in the order recorded"
+    assert kinds(sessions.stored) == [K.kind_name(kind), "tool"], "in the order recorded"
 
 
 async def test_states_are_stored_as_deltas_of_the_growing_lists(sessions: FakeSessions, make_log: MakeLog) -> None:
@@ -294,7 +298,7 @@ async def test_states_are_stored_as_deltas_of_the_growing_lists(sessions: FakeSe
     ]
     log = make_log(previous_state=before)
     for index, step in enumerate(states):
-        await log.record("tool" if index % 2 else "model", step)
+        await log.record(K.TOOL if index % 2 else K.MODEL, step)
     await log.end([final("done")])
 
     payloads = [json.loads(entry.state) for entry in sessions.journal]
@@ -318,7 +322,7 @@ async def test_states_are_stored_as_deltas_of_the_growing_lists(sessions: FakeSe
 async def test_the_first_state_of_a_fresh_turn_is_stored_whole(sessions: FakeSessions, make_log: MakeLog) -> None:
     first = state(1, ["q"], [])
     log = make_log()
-    await log.record("start", first)
+    await log.record(K.START, first)
     await log.end([final("ok")])
     assert decode_state(sessions.journal[0].state, None) == first
     assert replay(sessions.journal).state == first
@@ -333,7 +337,7 @@ async def test_an_append_is_resent_with_the_same_id_while_sessions_is_away(
     log = make_log(outage_s=60.0)
     sessions.fail_next = [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED]
     log.emit(status("running"))
-    await log.record("tool", state(1, ["q"], []))
+    await log.record(K.TOOL, state(1, ["q"], []))
     assert len(sessions.calls) == 3 and len(sessions.stored) == 1
     sent = [request.SerializeToString(deterministic=True) for request, _ in sessions.calls]
     assert sent == [sent[0]] * 3, "the very same append, id included"
@@ -350,7 +354,7 @@ async def test_a_resend_whose_first_try_landed_is_not_logged_twice(sessions: Fak
     sessions.lose_next_reply = True
     log.emit(status("two"))
     log.emit(status("three"))
-    await log.record("tool", state(1, ["q"], []))
+    await log.record(K.TOOL, state(1, ["q"], []))
     assert len(sessions.calls) == 3 and [e.seq for e in sessions.log] == [1, 2, 3]
     assert kinds(sessions.stored) == ["tool"]
     got = [heard.get_nowait() for _ in range(3)]
@@ -367,13 +371,13 @@ async def test_a_refused_append_loses_the_turn_for_good(
     log = make_log(on_lost=lost.append)
     sessions.fail_next = [code]
     with pytest.raises(TurnLost) as failed:
-        await log.record("tool", state(1, ["q"], []))
+        await log.record(K.TOOL, state(1, ["q"], []))
     assert failed.value.retryable is False, "another replica holds the turn, or there is no turn to go on with"
     assert lost == [failed.value] and log.failure is failed.value
     calls = len(sessions.calls)
     assert calls == 1, "a refusal is not retried"
     log.emit(status("ignored"))
-    for later in (log.record("model", state(2, ["q"], [])), log.record_raw("answer", b"{}"), log.end([final("x")])):
+    for later in (log.record(K.MODEL, state(2, ["q"], [])), log.record_raw(K.ANSWER, b"{}"), log.end([final("x")])):
         with pytest.raises(TurnLost) as again:
             await later
         assert again.value is failed.value
@@ -391,7 +395,7 @@ async def test_output_the_log_refuses_ends_the_turn_with_an_error_and_frees_the_
     log.emit(status("before"))
     sessions.fail_next = [code]
     with pytest.raises(TurnLost) as failed:
-        await log.record("tool", state(1, ["q"], []))
+        await log.record(K.TOOL, state(1, ["q"], []))
     assert failed.value.retryable is False and failed.value.refused
     assert lost == [failed.value]
     (ending,) = sessions.stored
@@ -412,7 +416,7 @@ async def test_an_append_refused_under_a_token_the_log_since_replaced_is_resent_
     """The replica claimed its own lapsed lease back while an append was in flight (Running.adopt)."""
     log = make_log()
     sessions.gate.clear()  # the append waits at sessions ...
-    recording = asyncio.create_task(log.record("tool", state(1, ["q"], [])))
+    recording = asyncio.create_task(log.record(K.TOOL, state(1, ["q"], [])))
     await idle()
     assert [call.lease_token for call, _ in sessions.calls] == [TOKEN]
     log.lease_token = TOKEN + 1  # ... while the lease changes hands, to this same replica
@@ -432,7 +436,7 @@ async def test_a_lease_handed_back_by_its_claimer_keeps_the_turn_going(
     lost: list[TurnLost] = []
     log = make_log(on_lost=lost.append, adopt_grace_s=3600)
     sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
-    recording = asyncio.create_task(log.record("tool", state(1, ["q"], [])))
+    recording = asyncio.create_task(log.record(K.TOOL, state(1, ["q"], [])))
     await sessions.until(lambda: len(sessions.calls) == 1)
     await idle()
     assert not recording.done(), "the refused write waits for the claimer's answer"
@@ -448,7 +452,7 @@ async def test_a_lease_nobody_hands_back_within_the_grace_loses_the_turn(
     log = make_log(adopt_grace_s=0.01)
     sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
     with pytest.raises(TurnLost) as failed:
-        await log.record("tool", state(1, ["q"], []))
+        await log.record(K.TOOL, state(1, ["q"], []))
     assert "taken over" in str(failed.value) and len(sessions.calls) == 1
 
 
@@ -458,12 +462,12 @@ async def test_a_failure_behind_a_record_that_did_not_wait_reaches_the_next_one(
     lost: list[TurnLost] = []
     log = make_log(on_lost=lost.append)
     sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
-    await log.record("model", state(1, ["q"], []))  # returns before its append is refused
+    await log.record(K.MODEL, state(1, ["q"], []))  # returns before its append is refused
     await sessions.until(lambda: len(sessions.calls) == 1)
     await idle()
     assert len(lost) == 1
     with pytest.raises(TurnLost):
-        await log.record("tool", state(1, ["q", "r"], []))
+        await log.record(K.TOOL, state(1, ["q", "r"], []))
 
 
 async def test_sessions_away_longer_than_outage_s_loses_the_turn_for_another_replica(
@@ -473,7 +477,7 @@ async def test_sessions_away_longer_than_outage_s_loses_the_turn_for_another_rep
     log = make_log(outage_s=0.3, on_lost=lost.append)
     sessions.fail_always = grpc.StatusCode.UNAVAILABLE
     with pytest.raises(TurnLost) as failed:
-        await asyncio.wait_for(log.record("tool", state(1, ["q"], [])), 30)
+        await asyncio.wait_for(log.record(K.TOOL, state(1, ["q"], [])), 30)
     assert failed.value.retryable is True, "the turn is taken over once sessions is back"
     assert lost == [failed.value]
     assert len(sessions.calls) >= 2 and len({request.append_id for request, _ in sessions.calls}) == 1
@@ -499,7 +503,7 @@ async def test_a_pause_keeps_the_turn_and_stores_what_it_waits_for(sessions: Fak
     approval = events_pb2.ApprovalRequired(action_name="calculator", interrupt_id="int_1", correlation_id="c0")
     paused = status("waiting for approval")
     paused.status.state = events_pb2.TURN_STATE_PAUSED
-    await log.record("pause", state(1, ["q"], []))
+    await log.record(K.PAUSE, state(1, ["q"], []))
     checkpoint = sessions_pb2.Checkpoint(interrupt_id="int_1", turn_id=TURN, approval=approval)
     await log.end([events_pb2.RuntimeEvent(approval_required=approval), paused], pause=checkpoint)
     end = sessions.stored[-1]
@@ -513,7 +517,7 @@ async def test_handing_over_stops_the_turn_once_its_step_is_stored(sessions: Fak
     log.emit(status("running"))
     log.handing_over = True
     with pytest.raises(HandedOver):
-        await log.record("model", state(1, ["q"], []))  # even a step that would not wait
+        await log.record(K.MODEL, state(1, ["q"], []))  # even a step that would not wait
     assert kinds(sessions.stored) == ["model"], "stored before the turn stopped"
     assert log.failure is None, "not lost: another replica goes on from that step"
 
@@ -524,9 +528,9 @@ async def test_without_step_records_only_a_pause_is_journaled_as_a_delta_of_what
     """COGMESH_JOURNAL_STEPS=false (bench.journal's baseline): steps are not recorded, a pause still is,
     whole, since no state before it was stored."""
     log = make_log(record_steps=False)
-    for kind in ("start", "model", "decide", "tool", "step"):
+    for kind in (K.START, K.MODEL, K.DECIDE, K.TOOL, K.STEP):
         await log.record(kind, state(1, ["q"], []))
-    await log.record("pause", state(2, ["q", "a"], ["a"]))
+    await log.record(K.PAUSE, state(2, ["q", "a"], ["a"]))
     await idle()
     assert kinds(sessions.stored) == ["pause"]
     assert replay(sessions.journal).state == state(2, ["q", "a"], ["a"])
@@ -543,7 +547,7 @@ async def test_listeners_hear_each_event_with_its_seq_after_its_append(
     await sessions.until(lambda: len(sessions.calls) == 1)
     assert heard.empty(), "nothing is heard before it is logged"
     sessions.gate.set()
-    await log.record("tool", state(1, ["q"], []))
+    await log.record(K.TOOL, state(1, ["q"], []))
     await log.end([delta("4"), final("4")])
     await log.close()
     got = [heard.get_nowait() for _ in range(heard.qsize())]
@@ -560,7 +564,7 @@ async def test_listeners_hear_each_event_with_its_seq_after_its_append(
 async def test_events_emitted_after_a_record_come_after_its_seq(sessions: FakeSessions, make_log: MakeLog) -> None:
     log = make_log()
     log.emit(status("thinking"))
-    await log.record("model", state(1, ["q"], []))
+    await log.record(K.MODEL, state(1, ["q"], []))
     log.emit(status("deciding on the calls"))  # the next step's first event, before it awaits anything
     await log.end([final("ok")])
     (model,) = [entry for entry in sessions.journal if entry.kind == "model"]
@@ -577,7 +581,7 @@ async def test_a_backlog_over_one_appends_cap_goes_in_several(sessions: FakeSess
     await sessions.until(lambda: len(sessions.calls) == 1)  # the first append hangs; everything else queues
     for i in range(MAX_EVENTS_PER_APPEND):
         log.emit(delta(f"a{i} "))
-    await log.record("model", state(1, ["q"], []))  # recorded after the first cap's worth of deltas
+    await log.record(K.MODEL, state(1, ["q"], []))  # recorded after the first cap's worth of deltas
     for i in range(MAX_EVENTS_PER_APPEND // 2):
         log.emit(delta(f"b{i} "))
     ending = asyncio.create_task(log.end([final("done")]))
@@ -605,7 +609,7 @@ async def test_a_backlog_over_one_appends_bytes_goes_in_several(sessions: FakeSe
     big = 700_000  # under the 1 MiB a single event may be
     for i in range(6):
         log.emit(delta(f"a{i}" + "x" * big))
-    await log.record("model", state(1, ["y" * big], []))  # a large entry, after the sixth event
+    await log.record(K.MODEL, state(1, ["y" * big], []))  # a large entry, after the sixth event
     for i in range(6):
         log.emit(delta(f"b{i}" + "x" * big))
     ending = asyncio.create_task(log.end([final("done")]))

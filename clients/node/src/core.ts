@@ -16,7 +16,7 @@ import { Code, createClient, type Client, type Interceptor, type Transport } fro
 
 import { ApprovalDecision, type RuntimeEvent } from "./gen/cogmesh/common/v1/events_pb.js";
 import type { Agent, Model, Session } from "./gen/cogmesh/common/v1/resources_pb.js";
-import { ClientToolResultSchema } from "./gen/cogmesh/runtime/v1/runtime_pb.js";
+import { ClientToolResultSchema } from "./gen/cogmesh/common/v1/turns_pb.js";
 import {
   AnswerInterruptRequestSchema,
   GatewayService,

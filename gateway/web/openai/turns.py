@@ -31,9 +31,8 @@ from google.protobuf import json_format, struct_pb2
 from starlette.requests import Request
 
 from cogmesh.client.results import is_paused, voided
-from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from cogmesh.runtime.v1 import runtime_pb2
 from gateway.web.openai.errors import GatewayStatus, OpenAIError, from_gateway, invalid, is_paused_refusal
 
 # Request headers that mean something to the gateway: the key, and the trace the call belongs to.
@@ -292,7 +291,7 @@ async def start_turn(gateway: Gateway, session_id: str, turn: TurnInput) -> Turn
                 turn.tool_result.param,
                 f"{turn.tool_result.call_id!r} is not a tool call this session's last reply asked for",
             )
-        result = runtime_pb2.ClientToolResult(content=turn.tool_result.content)
+        result = turns_pb2.ClientToolResult(content=turn.tool_result.content)
         answer = gateway_pb2.AnswerInterruptRequest(
             session_id=session_id, interrupt_id=ref.interrupt_id, tool_result=result
         )
@@ -347,21 +346,21 @@ def wrong_kind(status: GatewayStatus, given: str) -> bool:
     return status.code == grpc.StatusCode.INVALID_ARGUMENT and any(f == given for f, _ in status.violations)
 
 
-def approval_answer(text: str) -> runtime_pb2.ApprovalAnswer | None:
+def approval_answer(text: str) -> turns_pb2.ApprovalAnswer | None:
     """ "approve", "reject[: reason]" or "edit: {arguments as JSON}" as an approval decision; else None."""
     if _APPROVE.fullmatch(text):
-        return runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_APPROVE)
+        return turns_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_APPROVE)
     rejected = _REJECT.fullmatch(text)
     if rejected:
         reason = rejected.group("reason") or "rejected by the user"
-        return runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_REJECT, reason=reason)
+        return turns_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_REJECT, reason=reason)
     edited = _EDIT.fullmatch(text)
     if edited:
         try:
             arguments = json.loads(edited.group("arguments"))
         except ValueError:
             return None  # not JSON after all: the text answers a question, or is refused as an approval
-        answer = runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_EDIT)
+        answer = turns_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_EDIT)
         answer.edited_arguments.update(arguments)
         return answer
     return None

@@ -17,6 +17,7 @@ import json
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import journal_kinds
 from services.kit.llm import ChatMessage
 from services.runtime.steps.answers import settle
 from services.runtime.steps.call import invoke, post_act
@@ -49,7 +50,7 @@ async def act(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:
             yield out
         item.state = "done"
         yield run.finished(item)
-        await run.record("tool", "act")
+        await run.record(journal_kinds.TOOL, "act")
     for item in run.items:
         if item.state in SEQUENTIAL:
             answered = delegate(run, item) if item.state == "delegate" else settle(run, item)
@@ -57,7 +58,7 @@ async def act(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:
                 yield out
             if run.paused is not None:
                 return
-            await run.record("tool", "act")
+            await run.record(journal_kinds.TOOL, "act")
     run.record_results()
     async for out in _after_step(run, refused_by_budget):
         yield out

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import journal_kinds
 from services.runtime import genai_telemetry
 from services.runtime.steps.answers import take_decision
 from services.runtime.steps.call import idempotency_key
@@ -26,9 +27,9 @@ class _ChildJournal:
     def __init__(self, parent: Run, item: CallState) -> None:
         self.parent, self.item = parent, item
 
-    async def record(self, kind: str, state: dict[str, Any]) -> None:
+    async def record(self, kind: journal_kinds.Kind, state: dict[str, Any]) -> None:
         self.item.child = state
-        await self.parent.record("delegation", "act")
+        await self.parent.record(journal_kinds.DELEGATION, "act")
 
 
 async def delegate(run: Run, item: CallState) -> AsyncIterator[events_pb2.RuntimeEvent]:

@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from jsonschema.exceptions import SchemaError
 
 from cogmesh.common.v1 import events_pb2
+from services.kit import journal_kinds
 from services.kit.limits import argument_depth_problem
 from services.kit.llm import ChatMessage, ModelError, ToolCallRequest, ToolSchema
 from services.kit.protos import dict_to_struct
@@ -220,7 +221,7 @@ class Run:
 
     # ------------------------------------------------------------------ the journal
 
-    async def record(self, kind: str, phase: str) -> None:
+    async def record(self, kind: journal_kinds.Kind, phase: str) -> None:
         """Step `kind` is done and the loop goes on at `phase`: the journal keeps that before anything else runs."""
         self.phase = phase
         journal = self.turn.journal

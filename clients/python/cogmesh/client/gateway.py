@@ -34,9 +34,8 @@ from cogmesh.client.errors import ClientClosed, GatewayError, Unavailable
 from cogmesh.client.results import Pause, TurnResult, is_terminal
 from cogmesh.client.retry import RateLimitRetry
 from cogmesh.client.tools import ClientTool
-from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from cogmesh.runtime.v1 import runtime_pb2
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 SERVICE = "cogmesh.gateway.v1.GatewayService"
@@ -255,8 +254,8 @@ class GatewayClient:
         model: str = "",
         runtime: str = "",
         output_schema: Mapping[str, Any] | None = None,
-        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None = None,
-        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None = None,
+        limits: Mapping[str, int] | turns_pb2.TurnLimits | None = None,
+        cost_budget: Mapping[str, Any] | turns_pb2.CostBudget | None = None,
         client_tools: Tools = (),
         multitask_strategy: str | int = "",
         cancel_on_disconnect: bool = False,
@@ -292,8 +291,8 @@ class GatewayClient:
         tools: Tools = (),
         runtime: str = "",
         output_schema: Mapping[str, Any] | None = None,
-        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None = None,
-        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None = None,
+        limits: Mapping[str, int] | turns_pb2.TurnLimits | None = None,
+        cost_budget: Mapping[str, Any] | turns_pb2.CostBudget | None = None,
         multitask_strategy: str | int = "",
         cancel_on_disconnect: bool = False,
         timeout_s: float | None = TURN_TIMEOUT_S,
@@ -327,8 +326,8 @@ class GatewayClient:
         model: str,
         runtime: str,
         output_schema: Mapping[str, Any] | None,
-        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None,
-        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None,
+        limits: Mapping[str, int] | turns_pb2.TurnLimits | None,
+        cost_budget: Mapping[str, Any] | turns_pb2.CostBudget | None,
         tools: Tools,
         multitask_strategy: str | int,
         cancel_on_disconnect: bool,
@@ -396,7 +395,7 @@ class GatewayClient:
         else:
             content = options.text("tool_result", tool_result)
             request.tool_result.CopyFrom(
-                runtime_pb2.ClientToolResult(content=content, is_error=options.flag("is_error", is_error))
+                turns_pb2.ClientToolResult(content=content, is_error=options.flag("is_error", is_error))
             )
         return self._turn_stream("AnswerInterrupt", request, options.seconds("timeout_s", timeout_s, optional=True))
 

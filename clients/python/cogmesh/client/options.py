@@ -14,9 +14,7 @@ from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
 from cogmesh.client.tools import ClientTool, client_tool
-from cogmesh.common.v1 import events_pb2, messages_pb2
-from cogmesh.runtime.v1 import runtime_pb2
-from cogmesh.sessions.v1 import sessions_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, turns_pb2
 
 M = TypeVar("M", bound=Message)
 
@@ -100,23 +98,23 @@ def message(name: str, value: object, kind: type[M], convert: Callable[[Mapping[
         raise TypeError(f"{name}: {exc}") from exc
 
 
-def limits(value: object) -> runtime_pb2.TurnLimits:
+def limits(value: object) -> turns_pb2.TurnLimits:
     def check(fields: Mapping[str, Any]) -> None:
         for key, item in fields.items():
             count(f"limits.{key}", item)
 
-    return message("limits", value, runtime_pb2.TurnLimits, check)
+    return message("limits", value, turns_pb2.TurnLimits, check)
 
 
-def cost_budget(value: object) -> runtime_pb2.CostBudget:
+def cost_budget(value: object) -> turns_pb2.CostBudget:
     if isinstance(value, Mapping) and "action" in value:
-        action = enum_value("cost_budget.action", value["action"], runtime_pb2.BudgetAction, "BUDGET_ACTION_")
+        action = enum_value("cost_budget.action", value["action"], turns_pb2.BudgetAction, "BUDGET_ACTION_")
         value = {**value, "action": action}
-    return message("cost_budget", value, runtime_pb2.CostBudget)
+    return message("cost_budget", value, turns_pb2.CostBudget)
 
 
 def multitask(value: object) -> int:
-    return enum_value("multitask_strategy", value, sessions_pb2.MultitaskStrategy, "MULTITASK_STRATEGY_")
+    return enum_value("multitask_strategy", value, turns_pb2.MultitaskStrategy, "MULTITASK_STRATEGY_")
 
 
 def decision(value: object) -> int:

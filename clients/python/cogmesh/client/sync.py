@@ -15,9 +15,8 @@ from typing import Any, TypeVar
 from cogmesh.client.errors import ClientClosed
 from cogmesh.client.gateway import DEFAULT_ADDRESS, TURN_TIMEOUT_S, GatewayClient, Tools
 from cogmesh.client.results import Pause, TurnResult
-from cogmesh.common.v1 import events_pb2, resources_pb2
+from cogmesh.common.v1 import events_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2
-from cogmesh.runtime.v1 import runtime_pb2
 
 T = TypeVar("T")
 
@@ -119,8 +118,8 @@ class Client:
         tools: Tools = (),
         runtime: str = "",
         output_schema: Mapping[str, Any] | None = None,
-        limits: Mapping[str, int] | runtime_pb2.TurnLimits | None = None,
-        cost_budget: Mapping[str, Any] | runtime_pb2.CostBudget | None = None,
+        limits: Mapping[str, int] | turns_pb2.TurnLimits | None = None,
+        cost_budget: Mapping[str, Any] | turns_pb2.CostBudget | None = None,
         multitask_strategy: str | int = "",
         cancel_on_disconnect: bool = False,
         timeout_s: float | None = TURN_TIMEOUT_S,

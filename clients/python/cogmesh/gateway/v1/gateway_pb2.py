@@ -26,12 +26,11 @@ from cogmesh.common.v1 import errors_pb2 as cogmesh_dot_common_dot_v1_dot_errors
 from cogmesh.common.v1 import events_pb2 as cogmesh_dot_common_dot_v1_dot_events__pb2
 from cogmesh.common.v1 import messages_pb2 as cogmesh_dot_common_dot_v1_dot_messages__pb2
 from cogmesh.common.v1 import resources_pb2 as cogmesh_dot_common_dot_v1_dot_resources__pb2
-from cogmesh.runtime.v1 import runtime_pb2 as cogmesh_dot_runtime_dot_v1_dot_runtime__pb2
-from cogmesh.sessions.v1 import sessions_pb2 as cogmesh_dot_sessions_dot_v1_dot_sessions__pb2
+from cogmesh.common.v1 import turns_pb2 as cogmesh_dot_common_dot_v1_dot_turns__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/gateway/v1/gateway.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1e\x63ogmesh/common/v1/errors.proto\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a!cogmesh/common/v1/resources.proto\x1a cogmesh/runtime/v1/runtime.proto\x1a\"cogmesh/sessions/v1/sessions.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xba\x01\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\t\x12\x42\n\x05scope\x18\x04 \x03(\x0b\x32\x33.cogmesh.gateway.v1.CreateSessionRequest.ScopeEntry\x1a,\n\nScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x15\x43reateSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"A\n\x12GetSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"\xc0\x01\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12N\n\x0cscope_filter\x18\x03 \x03(\x0b\x32\x38.cogmesh.gateway.v1.ListSessionsRequest.ScopeFilterEntry\x1a\x32\n\x10ScopeFilterEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"]\n\x14ListSessionsResponse\x12,\n\x08sessions\x18\x01 \x03(\x0b\x32\x1a.cogmesh.common.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\x83\x03\n\x12SendMessageRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1c\n\x14\x63\x61ncel_on_disconnect\x18\x04 \x01(\x08\x12\x0f\n\x07runtime\x18\x05 \x01(\t\x12.\n\routput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\x06limits\x18\x07 \x01(\x0b\x32\x1e.cogmesh.runtime.v1.TurnLimits\x12\x33\n\x0b\x63ost_budget\x18\x08 \x01(\x0b\x32\x1e.cogmesh.runtime.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\t \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\x12\x42\n\x12multitask_strategy\x18\n \x01(\x0e\x32&.cogmesh.sessions.v1.MultitaskStrategy\"F\n\x13SendMessageResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"Q\n\x10SubscribeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x04\x12\x16\n\x0estop_when_idle\x18\x03 \x01(\x08\"W\n\x11SubscribeResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\x12\x11\n\theartbeat\x18\x02 \x01(\x08\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\x13\n\x11ListAgentsRequest\">\n\x12ListAgentsResponse\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Agent\"%\n\x11ListModelsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"U\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x02 \x01(\t\"\xbc\x01\n\x16ResolveApprovalRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x35\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x05 \x01(\t\"J\n\x17ResolveApprovalResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"\xd7\x01\n\x16\x41nswerInterruptRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x36\n\x08\x61pproval\x18\n \x01(\x0b\x32\".cogmesh.runtime.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12;\n\x0btool_result\x18\x0c \x01(\x0b\x32$.cogmesh.runtime.v1.ClientToolResultH\x00\x42\x08\n\x06\x61nswer\"J\n\x17\x41nswerInterruptResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"H\n\x0c\x43onverseOpen\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\tafter_seq\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x0c\n\n_after_seq\"\xd0\x02\n\x0f\x43onverseRequest\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x30\n\x04open\x18\n \x01(\x0b\x32 .cogmesh.gateway.v1.ConverseOpenH\x00\x12\x39\n\x07message\x18\x0b \x01(\x0b\x32&.cogmesh.gateway.v1.SendMessageRequestH\x00\x12>\n\x08\x61pproval\x18\x0c \x01(\x0b\x32*.cogmesh.gateway.v1.ResolveApprovalRequestH\x00\x12<\n\x06\x61nswer\x18\r \x01(\x0b\x32*.cogmesh.gateway.v1.AnswerInterruptRequestH\x00\x12\x37\n\x06\x63\x61ncel\x18\x0e \x01(\x0b\x32%.cogmesh.gateway.v1.CancelTurnRequestH\x00\x42\x07\n\x05\x66rame\"=\n\nEventBatch\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"C\n\x0b\x43onverseAck\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x04\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\xa4\x02\n\x11\x43onverseRejection\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12.\n\x06reason\x18\x04 \x01(\x0e\x32\x1e.cogmesh.common.v1.ErrorReason\x12\x36\n\nviolations\x18\x05 \x03(\x0b\x32\".cogmesh.gateway.v1.FieldViolation\x12\x45\n\x08metadata\x18\x06 \x03(\x0b\x32\x33.cogmesh.gateway.v1.ConverseRejection.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcc\x01\n\x10\x43onverseResponse\x12\x30\n\x06\x65vents\x18\x01 \x01(\x0b\x32\x1e.cogmesh.gateway.v1.EventBatchH\x00\x12\x13\n\theartbeat\x18\x02 \x01(\x08H\x00\x12.\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x1f.cogmesh.gateway.v1.ConverseAckH\x00\x12\x39\n\x08rejected\x18\x04 \x01(\x0b\x32%.cogmesh.gateway.v1.ConverseRejectionH\x00\x42\x06\n\x04kind2\xa8\t\n\x0eGatewayService\x12\x64\n\rCreateSession\x12(.cogmesh.gateway.v1.CreateSessionRequest\x1a).cogmesh.gateway.v1.CreateSessionResponse\x12[\n\nGetSession\x12%.cogmesh.gateway.v1.GetSessionRequest\x1a&.cogmesh.gateway.v1.GetSessionResponse\x12\x61\n\x0cListSessions\x12\'.cogmesh.gateway.v1.ListSessionsRequest\x1a(.cogmesh.gateway.v1.ListSessionsResponse\x12\x64\n\rDeleteSession\x12(.cogmesh.gateway.v1.DeleteSessionRequest\x1a).cogmesh.gateway.v1.DeleteSessionResponse\x12`\n\x0bSendMessage\x12&.cogmesh.gateway.v1.SendMessageRequest\x1a\'.cogmesh.gateway.v1.SendMessageResponse0\x01\x12Z\n\tSubscribe\x12$.cogmesh.gateway.v1.SubscribeRequest\x1a%.cogmesh.gateway.v1.SubscribeResponse0\x01\x12[\n\nCancelTurn\x12%.cogmesh.gateway.v1.CancelTurnRequest\x1a&.cogmesh.gateway.v1.CancelTurnResponse\x12l\n\x0fResolveApproval\x12*.cogmesh.gateway.v1.ResolveApprovalRequest\x1a+.cogmesh.gateway.v1.ResolveApprovalResponse0\x01\x12l\n\x0f\x41nswerInterrupt\x12*.cogmesh.gateway.v1.AnswerInterruptRequest\x1a+.cogmesh.gateway.v1.AnswerInterruptResponse0\x01\x12Y\n\x08\x43onverse\x12#.cogmesh.gateway.v1.ConverseRequest\x1a$.cogmesh.gateway.v1.ConverseResponse(\x01\x30\x01\x12[\n\nListAgents\x12%.cogmesh.gateway.v1.ListAgentsRequest\x1a&.cogmesh.gateway.v1.ListAgentsResponse\x12[\n\nListModels\x12%.cogmesh.gateway.v1.ListModelsRequest\x1a&.cogmesh.gateway.v1.ListModelsResponseB1Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/gateway/v1/gateway.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1e\x63ogmesh/common/v1/errors.proto\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a!cogmesh/common/v1/resources.proto\x1a\x1d\x63ogmesh/common/v1/turns.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xba\x01\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\t\x12\x42\n\x05scope\x18\x04 \x03(\x0b\x32\x33.cogmesh.gateway.v1.CreateSessionRequest.ScopeEntry\x1a,\n\nScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x15\x43reateSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"A\n\x12GetSessionResponse\x12+\n\x07session\x18\x01 \x01(\x0b\x32\x1a.cogmesh.common.v1.Session\"\xc0\x01\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12N\n\x0cscope_filter\x18\x03 \x03(\x0b\x32\x38.cogmesh.gateway.v1.ListSessionsRequest.ScopeFilterEntry\x1a\x32\n\x10ScopeFilterEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"]\n\x14ListSessionsResponse\x12,\n\x08sessions\x18\x01 \x03(\x0b\x32\x1a.cogmesh.common.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\xff\x02\n\x12SendMessageRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1c\n\x14\x63\x61ncel_on_disconnect\x18\x04 \x01(\x08\x12\x0f\n\x07runtime\x18\x05 \x01(\t\x12.\n\routput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12-\n\x06limits\x18\x07 \x01(\x0b\x32\x1d.cogmesh.common.v1.TurnLimits\x12\x32\n\x0b\x63ost_budget\x18\x08 \x01(\x0b\x32\x1d.cogmesh.common.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\t \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\x12@\n\x12multitask_strategy\x18\n \x01(\x0e\x32$.cogmesh.common.v1.MultitaskStrategy\"F\n\x13SendMessageResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"Q\n\x10SubscribeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x04\x12\x16\n\x0estop_when_idle\x18\x03 \x01(\x08\"W\n\x11SubscribeResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\x12\x11\n\theartbeat\x18\x02 \x01(\x08\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"8\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\x13\n\x11ListAgentsRequest\">\n\x12ListAgentsResponse\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Agent\"%\n\x11ListModelsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"U\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x02 \x01(\t\"\xbc\x01\n\x16ResolveApprovalRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x35\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x05 \x01(\t\"J\n\x17ResolveApprovalResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"\xd5\x01\n\x16\x41nswerInterruptRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x35\n\x08\x61pproval\x18\n \x01(\x0b\x32!.cogmesh.common.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12:\n\x0btool_result\x18\x0c \x01(\x0b\x32#.cogmesh.common.v1.ClientToolResultH\x00\x42\x08\n\x06\x61nswer\"J\n\x17\x41nswerInterruptResponse\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"H\n\x0c\x43onverseOpen\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\tafter_seq\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x0c\n\n_after_seq\"\xd0\x02\n\x0f\x43onverseRequest\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x30\n\x04open\x18\n \x01(\x0b\x32 .cogmesh.gateway.v1.ConverseOpenH\x00\x12\x39\n\x07message\x18\x0b \x01(\x0b\x32&.cogmesh.gateway.v1.SendMessageRequestH\x00\x12>\n\x08\x61pproval\x18\x0c \x01(\x0b\x32*.cogmesh.gateway.v1.ResolveApprovalRequestH\x00\x12<\n\x06\x61nswer\x18\r \x01(\x0b\x32*.cogmesh.gateway.v1.AnswerInterruptRequestH\x00\x12\x37\n\x06\x63\x61ncel\x18\x0e \x01(\x0b\x32%.cogmesh.gateway.v1.CancelTurnRequestH\x00\x42\x07\n\x05\x66rame\"=\n\nEventBatch\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.cogmesh.common.v1.RuntimeEvent\"C\n\x0b\x43onverseAck\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x04\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\xa4\x02\n\x11\x43onverseRejection\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12.\n\x06reason\x18\x04 \x01(\x0e\x32\x1e.cogmesh.common.v1.ErrorReason\x12\x36\n\nviolations\x18\x05 \x03(\x0b\x32\".cogmesh.gateway.v1.FieldViolation\x12\x45\n\x08metadata\x18\x06 \x03(\x0b\x32\x33.cogmesh.gateway.v1.ConverseRejection.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcc\x01\n\x10\x43onverseResponse\x12\x30\n\x06\x65vents\x18\x01 \x01(\x0b\x32\x1e.cogmesh.gateway.v1.EventBatchH\x00\x12\x13\n\theartbeat\x18\x02 \x01(\x08H\x00\x12.\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x1f.cogmesh.gateway.v1.ConverseAckH\x00\x12\x39\n\x08rejected\x18\x04 \x01(\x0b\x32%.cogmesh.gateway.v1.ConverseRejectionH\x00\x42\x06\n\x04kind2\xa8\t\n\x0eGatewayService\x12\x64\n\rCreateSession\x12(.cogmesh.gateway.v1.CreateSessionRequest\x1a).cogmesh.gateway.v1.CreateSessionResponse\x12[\n\nGetSession\x12%.cogmesh.gateway.v1.GetSessionRequest\x1a&.cogmesh.gateway.v1.GetSessionResponse\x12\x61\n\x0cListSessions\x12\'.cogmesh.gateway.v1.ListSessionsRequest\x1a(.cogmesh.gateway.v1.ListSessionsResponse\x12\x64\n\rDeleteSession\x12(.cogmesh.gateway.v1.DeleteSessionRequest\x1a).cogmesh.gateway.v1.DeleteSessionResponse\x12`\n\x0bSendMessage\x12&.cogmesh.gateway.v1.SendMessageRequest\x1a\'.cogmesh.gateway.v1.SendMessageResponse0\x01\x12Z\n\tSubscribe\x12$.cogmesh.gateway.v1.SubscribeRequest\x1a%.cogmesh.gateway.v1.SubscribeResponse0\x01\x12[\n\nCancelTurn\x12%.cogmesh.gateway.v1.CancelTurnRequest\x1a&.cogmesh.gateway.v1.CancelTurnResponse\x12l\n\x0fResolveApproval\x12*.cogmesh.gateway.v1.ResolveApprovalRequest\x1a+.cogmesh.gateway.v1.ResolveApprovalResponse0\x01\x12l\n\x0f\x41nswerInterrupt\x12*.cogmesh.gateway.v1.AnswerInterruptRequest\x1a+.cogmesh.gateway.v1.AnswerInterruptResponse0\x01\x12Y\n\x08\x43onverse\x12#.cogmesh.gateway.v1.ConverseRequest\x1a$.cogmesh.gateway.v1.ConverseResponse(\x01\x30\x01\x12[\n\nListAgents\x12%.cogmesh.gateway.v1.ListAgentsRequest\x1a&.cogmesh.gateway.v1.ListAgentsResponse\x12[\n\nListModels\x12%.cogmesh.gateway.v1.ListModelsRequest\x1a&.cogmesh.gateway.v1.ListModelsResponseB1Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,70 +44,70 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTSESSIONSREQUEST_SCOPEFILTERENTRY']._serialized_options = b'8\001'
   _globals['_CONVERSEREJECTION_METADATAENTRY']._loaded_options = None
   _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_CREATESESSIONREQUEST']._serialized_start=290
-  _globals['_CREATESESSIONREQUEST']._serialized_end=476
-  _globals['_CREATESESSIONREQUEST_SCOPEENTRY']._serialized_start=432
-  _globals['_CREATESESSIONREQUEST_SCOPEENTRY']._serialized_end=476
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=478
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=546
-  _globals['_GETSESSIONREQUEST']._serialized_start=548
-  _globals['_GETSESSIONREQUEST']._serialized_end=587
-  _globals['_GETSESSIONRESPONSE']._serialized_start=589
-  _globals['_GETSESSIONRESPONSE']._serialized_end=654
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=657
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=849
-  _globals['_LISTSESSIONSREQUEST_SCOPEFILTERENTRY']._serialized_start=799
-  _globals['_LISTSESSIONSREQUEST_SCOPEFILTERENTRY']._serialized_end=849
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=851
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=944
-  _globals['_DELETESESSIONREQUEST']._serialized_start=946
-  _globals['_DELETESESSIONREQUEST']._serialized_end=988
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=990
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=1030
-  _globals['_SENDMESSAGEREQUEST']._serialized_start=1033
-  _globals['_SENDMESSAGEREQUEST']._serialized_end=1420
-  _globals['_SENDMESSAGERESPONSE']._serialized_start=1422
-  _globals['_SENDMESSAGERESPONSE']._serialized_end=1492
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1494
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1575
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1577
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1664
-  _globals['_CANCELTURNREQUEST']._serialized_start=1666
-  _globals['_CANCELTURNREQUEST']._serialized_end=1722
-  _globals['_CANCELTURNRESPONSE']._serialized_start=1724
-  _globals['_CANCELTURNRESPONSE']._serialized_end=1780
-  _globals['_LISTAGENTSREQUEST']._serialized_start=1782
-  _globals['_LISTAGENTSREQUEST']._serialized_end=1801
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=1803
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=1865
-  _globals['_LISTMODELSREQUEST']._serialized_start=1867
-  _globals['_LISTMODELSREQUEST']._serialized_end=1904
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1906
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1991
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=1994
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=2182
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=2184
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=2258
-  _globals['_ANSWERINTERRUPTREQUEST']._serialized_start=2261
-  _globals['_ANSWERINTERRUPTREQUEST']._serialized_end=2476
-  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_start=2478
-  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_end=2552
-  _globals['_CONVERSEOPEN']._serialized_start=2554
-  _globals['_CONVERSEOPEN']._serialized_end=2626
-  _globals['_CONVERSEREQUEST']._serialized_start=2629
-  _globals['_CONVERSEREQUEST']._serialized_end=2965
-  _globals['_EVENTBATCH']._serialized_start=2967
-  _globals['_EVENTBATCH']._serialized_end=3028
-  _globals['_CONVERSEACK']._serialized_start=3030
-  _globals['_CONVERSEACK']._serialized_end=3097
-  _globals['_FIELDVIOLATION']._serialized_start=3099
-  _globals['_FIELDVIOLATION']._serialized_end=3151
-  _globals['_CONVERSEREJECTION']._serialized_start=3154
-  _globals['_CONVERSEREJECTION']._serialized_end=3446
-  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_start=3399
-  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_end=3446
-  _globals['_CONVERSERESPONSE']._serialized_start=3449
-  _globals['_CONVERSERESPONSE']._serialized_end=3653
-  _globals['_GATEWAYSERVICE']._serialized_start=3656
-  _globals['_GATEWAYSERVICE']._serialized_end=4848
+  _globals['_CREATESESSIONREQUEST']._serialized_start=251
+  _globals['_CREATESESSIONREQUEST']._serialized_end=437
+  _globals['_CREATESESSIONREQUEST_SCOPEENTRY']._serialized_start=393
+  _globals['_CREATESESSIONREQUEST_SCOPEENTRY']._serialized_end=437
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=439
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=507
+  _globals['_GETSESSIONREQUEST']._serialized_start=509
+  _globals['_GETSESSIONREQUEST']._serialized_end=548
+  _globals['_GETSESSIONRESPONSE']._serialized_start=550
+  _globals['_GETSESSIONRESPONSE']._serialized_end=615
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=618
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=810
+  _globals['_LISTSESSIONSREQUEST_SCOPEFILTERENTRY']._serialized_start=760
+  _globals['_LISTSESSIONSREQUEST_SCOPEFILTERENTRY']._serialized_end=810
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=812
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=905
+  _globals['_DELETESESSIONREQUEST']._serialized_start=907
+  _globals['_DELETESESSIONREQUEST']._serialized_end=949
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=951
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=991
+  _globals['_SENDMESSAGEREQUEST']._serialized_start=994
+  _globals['_SENDMESSAGEREQUEST']._serialized_end=1377
+  _globals['_SENDMESSAGERESPONSE']._serialized_start=1379
+  _globals['_SENDMESSAGERESPONSE']._serialized_end=1449
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1451
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1532
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1534
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1621
+  _globals['_CANCELTURNREQUEST']._serialized_start=1623
+  _globals['_CANCELTURNREQUEST']._serialized_end=1679
+  _globals['_CANCELTURNRESPONSE']._serialized_start=1681
+  _globals['_CANCELTURNRESPONSE']._serialized_end=1737
+  _globals['_LISTAGENTSREQUEST']._serialized_start=1739
+  _globals['_LISTAGENTSREQUEST']._serialized_end=1758
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=1760
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=1822
+  _globals['_LISTMODELSREQUEST']._serialized_start=1824
+  _globals['_LISTMODELSREQUEST']._serialized_end=1861
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1863
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1948
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=1951
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=2139
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=2141
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=2215
+  _globals['_ANSWERINTERRUPTREQUEST']._serialized_start=2218
+  _globals['_ANSWERINTERRUPTREQUEST']._serialized_end=2431
+  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_start=2433
+  _globals['_ANSWERINTERRUPTRESPONSE']._serialized_end=2507
+  _globals['_CONVERSEOPEN']._serialized_start=2509
+  _globals['_CONVERSEOPEN']._serialized_end=2581
+  _globals['_CONVERSEREQUEST']._serialized_start=2584
+  _globals['_CONVERSEREQUEST']._serialized_end=2920
+  _globals['_EVENTBATCH']._serialized_start=2922
+  _globals['_EVENTBATCH']._serialized_end=2983
+  _globals['_CONVERSEACK']._serialized_start=2985
+  _globals['_CONVERSEACK']._serialized_end=3052
+  _globals['_FIELDVIOLATION']._serialized_start=3054
+  _globals['_FIELDVIOLATION']._serialized_end=3106
+  _globals['_CONVERSEREJECTION']._serialized_start=3109
+  _globals['_CONVERSEREJECTION']._serialized_end=3401
+  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_start=3354
+  _globals['_CONVERSEREJECTION_METADATAENTRY']._serialized_end=3401
+  _globals['_CONVERSERESPONSE']._serialized_start=3404
+  _globals['_CONVERSERESPONSE']._serialized_end=3608
+  _globals['_GATEWAYSERVICE']._serialized_start=3611
+  _globals['_GATEWAYSERVICE']._serialized_end=4803
 # @@protoc_insertion_point(module_scope)

@@ -2,8 +2,7 @@ from cogmesh.common.v1 import errors_pb2 as _errors_pb2
 from cogmesh.common.v1 import events_pb2 as _events_pb2
 from cogmesh.common.v1 import messages_pb2 as _messages_pb2
 from cogmesh.common.v1 import resources_pb2 as _resources_pb2
-from cogmesh.runtime.v1 import runtime_pb2 as _runtime_pb2
-from cogmesh.sessions.v1 import sessions_pb2 as _sessions_pb2
+from cogmesh.common.v1 import turns_pb2 as _turns_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -105,11 +104,11 @@ class SendMessageRequest(_message.Message):
     cancel_on_disconnect: bool
     runtime: str
     output_schema: _struct_pb2.Struct
-    limits: _runtime_pb2.TurnLimits
-    cost_budget: _runtime_pb2.CostBudget
+    limits: _turns_pb2.TurnLimits
+    cost_budget: _turns_pb2.CostBudget
     client_tools: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolSpec]
-    multitask_strategy: _sessions_pb2.MultitaskStrategy
-    def __init__(self, session_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., cancel_on_disconnect: _Optional[bool] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[_runtime_pb2.TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[_runtime_pb2.CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., multitask_strategy: _Optional[_Union[_sessions_pb2.MultitaskStrategy, str]] = ...) -> None: ...
+    multitask_strategy: _turns_pb2.MultitaskStrategy
+    def __init__(self, session_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., cancel_on_disconnect: _Optional[bool] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[_turns_pb2.TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[_turns_pb2.CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., multitask_strategy: _Optional[_Union[_turns_pb2.MultitaskStrategy, str]] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("events",)
@@ -204,10 +203,10 @@ class AnswerInterruptRequest(_message.Message):
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     interrupt_id: str
-    approval: _runtime_pb2.ApprovalAnswer
+    approval: _turns_pb2.ApprovalAnswer
     user_input: str
-    tool_result: _runtime_pb2.ClientToolResult
-    def __init__(self, session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., approval: _Optional[_Union[_runtime_pb2.ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[_runtime_pb2.ClientToolResult, _Mapping]] = ...) -> None: ...
+    tool_result: _turns_pb2.ClientToolResult
+    def __init__(self, session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., approval: _Optional[_Union[_turns_pb2.ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[_turns_pb2.ClientToolResult, _Mapping]] = ...) -> None: ...
 
 class AnswerInterruptResponse(_message.Message):
     __slots__ = ("events",)

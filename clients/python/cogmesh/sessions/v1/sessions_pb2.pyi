@@ -28,6 +28,21 @@ class GoalStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GOAL_STATUS_ACTIVE: _ClassVar[GoalStatus]
     GOAL_STATUS_COMPLETED: _ClassVar[GoalStatus]
     GOAL_STATUS_ABANDONED: _ClassVar[GoalStatus]
+
+class JournalEntryKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOURNAL_ENTRY_KIND_UNSPECIFIED: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_REQUEST: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_START: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_COMPACTION: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_MODEL: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_DECIDE: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_TOOL: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_DELEGATION: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_STEP: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_PAUSE: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_ANSWER: _ClassVar[JournalEntryKind]
+    JOURNAL_ENTRY_KIND_TAKEOVER: _ClassVar[JournalEntryKind]
 MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy
 MULTITASK_STRATEGY_REJECT: MultitaskStrategy
 MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
@@ -36,6 +51,18 @@ GOAL_STATUS_UNSPECIFIED: GoalStatus
 GOAL_STATUS_ACTIVE: GoalStatus
 GOAL_STATUS_COMPLETED: GoalStatus
 GOAL_STATUS_ABANDONED: GoalStatus
+JOURNAL_ENTRY_KIND_UNSPECIFIED: JournalEntryKind
+JOURNAL_ENTRY_KIND_REQUEST: JournalEntryKind
+JOURNAL_ENTRY_KIND_START: JournalEntryKind
+JOURNAL_ENTRY_KIND_COMPACTION: JournalEntryKind
+JOURNAL_ENTRY_KIND_MODEL: JournalEntryKind
+JOURNAL_ENTRY_KIND_DECIDE: JournalEntryKind
+JOURNAL_ENTRY_KIND_TOOL: JournalEntryKind
+JOURNAL_ENTRY_KIND_DELEGATION: JournalEntryKind
+JOURNAL_ENTRY_KIND_STEP: JournalEntryKind
+JOURNAL_ENTRY_KIND_PAUSE: JournalEntryKind
+JOURNAL_ENTRY_KIND_ANSWER: JournalEntryKind
+JOURNAL_ENTRY_KIND_TAKEOVER: JournalEntryKind
 
 class SessionState(_message.Message):
     __slots__ = ("runtime_config", "delegated_from", "delegation_turn_count", "expire_time", "pending_interrupt_ids")
@@ -267,7 +294,7 @@ class ListMessagesResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AcquireTurnLeaseRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "ttl_seconds", "strategy", "events", "entries", "start_messages")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "ttl_seconds", "strategy", "events", "entries", "start_messages", "resume")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +303,7 @@ class AcquireTurnLeaseRequest(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     START_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -284,7 +312,14 @@ class AcquireTurnLeaseRequest(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
     entries: _containers.RepeatedCompositeFieldContainer[JournalEntry]
     start_messages: int
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., start_messages: _Optional[int] = ...) -> None: ...
+    resume: LeaseResume
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., start_messages: _Optional[int] = ..., resume: _Optional[_Union[LeaseResume, _Mapping]] = ...) -> None: ...
+
+class LeaseResume(_message.Message):
+    __slots__ = ("attempt_id",)
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    def __init__(self, attempt_id: _Optional[str] = ...) -> None: ...
 
 class AcquireTurnLeaseResponse(_message.Message):
     __slots__ = ("lease_token", "interrupted_turn_id", "expire_time", "waited_seconds", "pending_interrupt_ids", "start_seq", "last_seq", "start")
@@ -367,20 +402,22 @@ class GetTurnLeaseRequest(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class TurnLease(_message.Message):
-    __slots__ = ("turn_id", "lease_token", "expire_time", "interrupt_requested_by", "holder", "takeovers")
+    __slots__ = ("turn_id", "lease_token", "expire_time", "interrupt_requested_by", "holder", "takeovers", "resume")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     turn_id: str
     lease_token: int
     expire_time: _timestamp_pb2.Timestamp
     interrupt_requested_by: str
     holder: str
     takeovers: int
-    def __init__(self, turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., interrupt_requested_by: _Optional[str] = ..., holder: _Optional[str] = ..., takeovers: _Optional[int] = ...) -> None: ...
+    resume: LeaseResume
+    def __init__(self, turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., interrupt_requested_by: _Optional[str] = ..., holder: _Optional[str] = ..., takeovers: _Optional[int] = ..., resume: _Optional[_Union[LeaseResume, _Mapping]] = ...) -> None: ...
 
 class GetTurnLeaseResponse(_message.Message):
     __slots__ = ("lease", "queued_turn_ids")
@@ -647,18 +684,20 @@ class GetRehydrationPayloadResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., goal: _Optional[_Union[Goal, _Mapping]] = ..., phase: _Optional[_Union[PhaseState, _Mapping]] = ...) -> None: ...
 
 class JournalEntry(_message.Message):
-    __slots__ = ("kind", "state", "seq", "record_time", "position")
+    __slots__ = ("kind", "entry_kind", "state", "seq", "record_time", "position")
     KIND_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_KIND_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RECORD_TIME_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     kind: str
+    entry_kind: JournalEntryKind
     state: bytes
     seq: int
     record_time: _timestamp_pb2.Timestamp
     position: int
-    def __init__(self, kind: _Optional[str] = ..., state: _Optional[bytes] = ..., seq: _Optional[int] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., position: _Optional[int] = ...) -> None: ...
+    def __init__(self, kind: _Optional[str] = ..., entry_kind: _Optional[_Union[JournalEntryKind, str]] = ..., state: _Optional[bytes] = ..., seq: _Optional[int] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., position: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
     __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "events", "entries", "append_id", "release_lease", "pause", "messages", "holder")
@@ -787,7 +826,7 @@ class ClaimOrphanedTurnsRequest(_message.Message):
     def __init__(self, holder: _Optional[str] = ..., max_turns: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
 
 class ClaimedTurn(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq", "previous_holder", "interrupt_requested_by")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq", "previous_holder", "interrupt_requested_by", "resume")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -796,6 +835,7 @@ class ClaimedTurn(_message.Message):
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_HOLDER_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -804,7 +844,8 @@ class ClaimedTurn(_message.Message):
     last_seq: int
     previous_holder: str
     interrupt_requested_by: str
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ..., previous_holder: _Optional[str] = ..., interrupt_requested_by: _Optional[str] = ...) -> None: ...
+    resume: LeaseResume
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ..., previous_holder: _Optional[str] = ..., interrupt_requested_by: _Optional[str] = ..., resume: _Optional[_Union[LeaseResume, _Mapping]] = ...) -> None: ...
 
 class ClaimOrphanedTurnsResponse(_message.Message):
     __slots__ = ("turns",)
