@@ -6,8 +6,10 @@ Start: one call to sessions takes the lease and, in the same write, logs the `ac
 event with the turn's request in its journal, so an accepted turn is never lost: when no
 runtime takes it (every replica away) its lease lapses and whichever runtime replica comes
 back takes it over. Then any runtime replica gets the turn (StartTurn) in the background,
-while the caller already reads the log. A runtime that refuses the turn (a request error,
-a paused session) gets its answer logged as the turn's end.
+the caller waiting only to hear whether every replica refused it as too busy (admission
+control: RESOURCE_EXHAUSTED with RetryInfo; an ENQUEUE turn waits for room instead), then
+reading the log. A runtime that refuses the turn (a request error, a paused session) gets
+its answer logged as the turn's end.
 
 A paused turn (an approval, the user's input, a client tool's result) waits for its answer,
 recorded first by the servicer (DecideCheckpoint). `resume` takes the lease as a resume of
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 import uuid
 from collections.abc import Sequence
@@ -34,15 +37,17 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth, contract
-from services.kit import journal_kinds, turn_options
+from services.kit import addresses, journal_kinds, turn_options
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, from_dependency
+from services.kit.errors import CogmeshError, FailedPrecondition, RateLimited, from_dependency
 from services.kit.event_log import ends_stream as ends_stream  # re-exported for the servicers
 from services.kit.event_log import is_paused as is_paused
 from services.kit.logging import bind_request, log
@@ -58,6 +63,35 @@ _ERROR_KINDS = {
 }
 # Answers after which the runtime may have the turn after all: it is left to a takeover, not ended.
 _UNDECIDED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A runtime replica refused a new turn (admission control: it cannot keep its leases in time now)."""
+
+    holder: str  # the replica's address, as it names itself
+    retry_after_s: float
+    details: str
+
+
+def busy(exc: grpc.aio.AioRpcError) -> Busy | None:
+    """The refusal of StartTurn by a busy replica (RESOURCE_EXHAUSTED naming its admission cause), else None:
+    any other RESOURCE_EXHAUSTED (a message too large, say) would be refused by every replica alike."""
+    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    info, delay = None, 0.0
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            delay = retry.retry_delay.ToNanoseconds() / 1e9
+    if info is None or not info.metadata.get("admission"):
+        return None
+    return Busy(info.metadata.get("holder", ""), delay, exc.details() or "")
 
 
 class Following(Exception):
@@ -150,7 +184,10 @@ class Turns:
             await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
             await self._append("accepted", request, acquire.events, acquire.entries)
         start = lease.start if lease.HasField("start") else None
-        self._spawn(self._hand_to_runtime(request, timeout_s, start))
+        queue = strategy == sessions_pb2.MULTITASK_STRATEGY_ENQUEUE
+        handing = self._spawn(self._hand_to_runtime(request, timeout_s, start, queue))
+        if not queue:
+            await self._unless_refused(handing)
         return turn_id, int(lease.start_seq)
 
     async def _append(
@@ -189,42 +226,169 @@ class Turns:
         return min(self.settings.turn_timeout_s, deadline_s) if deadline_s else self.settings.turn_timeout_s
 
     async def _hand_to_runtime(
-        self, request: runtime_pb2.RunTurnRequest, timeout_s: float, start: sessions_pb2.TurnStart | None = None
+        self,
+        request: runtime_pb2.RunTurnRequest,
+        timeout_s: float,
+        start: sessions_pb2.TurnStart | None = None,
+        queue: bool = False,
     ) -> None:
-        """StartTurn on any runtime replica, with the session as the grant read it; a refusal ends the turn."""
-        bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
-        try:
-            # The runtime answers once the turn is built (or ended: it past its deadline), within the turn's time.
-            reply = await self.clients.runtime.StartTurn(
-                runtime_pb2.StartTurnRequest(turn=request, start=start), timeout=timeout_s
-            )
-            self._holders[request.session_id] = (request.turn_id, reply.holder)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in _UNDECIDED:
-                # The turn is accepted and journaled: a runtime replica takes it over once its lease lapses
-                # (the runtime may even have it: a second StartTurn could run it twice under one token).
-                log.warning("no runtime took the turn now; it will be taken over", code=exc.code().name)
-                text = (
-                    f"no runtime answered ({exc.code().name}: {exc.details()}); the turn runs as soon as a runtime "
-                    f"replica takes it over, within about {self.lease_ttl_s:g}s of one being up"
-                )
-                notice = events_pb2.NativeNotice(kind="waiting_for_runtime", text=text)
-                with contextlib.suppress(CogmeshError):  # taken over meanwhile: nothing to say
-                    await self._append(
-                        "waiting", request, [events_pb2.RuntimeEvent(turn_id=request.turn_id, native_notice=notice)]
-                    )
-                return
-            kind = _ERROR_KINDS.get(exc.code(), events_pb2.ERROR_KIND_INTERNAL)
-            end = error_event(request.turn_id, kind, f"runtime: {exc.code().name}: {exc.details()}", False)
-            try:
-                await self._append("refused", request, [end], release=True)
-            except CogmeshError as failure:  # the lease lapses; a takeover meets the same refusal and logs it
-                log.warning("could not log a refused turn's end", error=failure.message)
+        """StartTurn on any runtime replica, with the session as the grant read it; a refusal ends the turn.
 
-    def _spawn(self, work: Any) -> None:
+        A replica too busy to keep its leases in time refuses new turns (RESOURCE_EXHAUSTED with RetryInfo):
+        the others are tried, each once. When every one refuses, the turn ends as retryable and its caller
+        is told RESOURCE_EXHAUSTED (RateLimited is raised); or, `queue` (ENQUEUE), it waits, keeping its
+        lease, and tries again within its deadline."""
+        bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        said_waiting = False
+        while True:
+            try:
+                reply, refusals = await self._start_anywhere(
+                    runtime_pb2.StartTurnRequest(turn=request, start=start), max(deadline - loop.time(), 0.0)
+                )
+            except grpc.aio.AioRpcError as exc:
+                await self._not_started(request, exc)
+                return
+            if reply is not None:
+                self._holders[request.session_id] = (request.turn_id, reply.holder)
+                return
+            retry_s = min(r.retry_after_s for r in refusals) or self.settings.turn_lease_renew_s
+            if not queue or loop.time() + retry_s >= deadline:
+                why = "every runtime replica is too busy to take a new turn now"
+                if queue:
+                    why = "every runtime replica stayed too busy to take the turn until its deadline"
+                await self._end_busy(request, f"{why} ({refusals[0].details}); try again in {retry_s:g}s")
+                raise RateLimited(
+                    f"{why}: try again in {retry_s:g}s",
+                    retry_s,
+                    metadata={"turn_id": request.turn_id, "refused_by": str(len(refusals))},
+                )
+            if not said_waiting:
+                said_waiting = True
+                text = f"every runtime replica is busy; the turn waits for one (next try in {retry_s:g}s)"
+                notice = events_pb2.NativeNotice(kind="waiting_for_runtime", text=text)
+                with contextlib.suppress(CogmeshError):
+                    await self._append(
+                        "busy", request, [events_pb2.RuntimeEvent(turn_id=request.turn_id, native_notice=notice)]
+                    )
+            if not await self._hold_lease(request, retry_s * (0.5 + random.random() / 2)):
+                return
+
+    async def _start_anywhere(
+        self, turn: runtime_pb2.StartTurnRequest, timeout_s: float
+    ) -> tuple[runtime_pb2.StartTurnResponse | None, list[Busy]]:
+        """StartTurn on the balanced channel; on a busy replica's refusal, on each other replica the address
+        names, once: (the reply, or None when every replica refused; the refusals). Any other failure raises."""
+        refusals: list[Busy] = []
+        try:
+            return await self.clients.runtime.StartTurn(turn, timeout=timeout_s), refusals
+        except grpc.aio.AioRpcError as exc:
+            refused = busy(exc)
+            if refused is None:
+                raise
+            refusals.append(refused)
+        replicas = await addresses.resolve(self.settings.runtime_addr)
+        others = [address for address in replicas if address != refused.holder][: len(replicas) - 1]
+        for address in others:
+            stub = self.clients.stub_at(address, runtime_pb2_grpc.RuntimeServiceStub)
+            try:
+                return await stub.StartTurn(turn, timeout=timeout_s, wait_for_ready=False), refusals
+            except grpc.aio.AioRpcError as exc:
+                refused = busy(exc)
+                if refused is None:
+                    raise
+                refusals.append(refused)
+        return None, refusals
+
+    async def _not_started(self, request: runtime_pb2.RunTurnRequest, exc: grpc.aio.AioRpcError) -> None:
+        """StartTurn failed: undecided (left to a takeover, the caller told it waits), or the turn's end."""
+        if exc.code() in _UNDECIDED:
+            # The turn is accepted and journaled: a runtime replica takes it over once its lease lapses
+            # (the runtime may even have it: a second StartTurn could run it twice under one token).
+            log.warning("no runtime took the turn now; it will be taken over", code=exc.code().name)
+            text = (
+                f"no runtime answered ({exc.code().name}: {exc.details()}); the turn runs as soon as a runtime "
+                f"replica takes it over, within about {self.lease_ttl_s:g}s of one being up"
+            )
+            notice = events_pb2.NativeNotice(kind="waiting_for_runtime", text=text)
+            with contextlib.suppress(CogmeshError):  # taken over meanwhile: nothing to say
+                await self._append(
+                    "waiting", request, [events_pb2.RuntimeEvent(turn_id=request.turn_id, native_notice=notice)]
+                )
+            return
+        kind = _ERROR_KINDS.get(exc.code(), events_pb2.ERROR_KIND_INTERNAL)
+        end = error_event(request.turn_id, kind, f"runtime: {exc.code().name}: {exc.details()}", False)
+        try:
+            await self._append("refused", request, [end], release=True)
+        except CogmeshError as failure:  # the lease lapses; a takeover meets the same refusal and logs it
+            log.warning("could not log a refused turn's end", error=failure.message)
+
+    async def _end_busy(self, request: runtime_pb2.RunTurnRequest, message: str) -> None:
+        """Every replica refused the turn: its end (retryable) is logged as a refused turn's is, the lease freed."""
+        log.warning("every runtime replica refused the turn: busy", why=message)
+        end = error_event(request.turn_id, events_pb2.ERROR_KIND_RATE_LIMITED, message, True)
+        try:
+            await self._append("refused", request, [end], release=True)
+        except CogmeshError as failure:  # the lease lapses; a takeover runs the turn once a replica has room
+            log.warning("could not log a refused turn's end", error=failure.message)
+
+    async def _hold_lease(self, request: runtime_pb2.RunTurnRequest, wait_s: float) -> bool:
+        """Keep the turn's lease for `wait_s` while it waits for a runtime replica with room. False when the
+        turn is no longer this gateway's to start: cancelled meanwhile (its end logged here), or claimed."""
+        renew = sessions_pb2.RenewTurnLeasesRequest(
+            leases=[
+                sessions_pb2.RenewTurnLeaseRequest(
+                    tenant_id=request.tenant_id,
+                    session_id=request.session_id,
+                    lease_token=request.lease_token,
+                    ttl_seconds=int(self.lease_ttl_s),
+                )
+            ]
+        )
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait_s
+        while True:
+            try:
+                reply = await self.clients.sessions.RenewTurnLeases(renew, timeout=self.settings.call_timeout_s)
+            except grpc.aio.AioRpcError as exc:  # the lease outlives a missed renewal; if not, a runtime claims it
+                log.warning("could not renew a waiting turn's lease", code=exc.code().name)
+            else:
+                outcome = reply.leases[0] if reply.leases else None
+                if outcome is None or not outcome.held:
+                    log.info("a waiting turn was claimed by a runtime replica: it runs there")
+                    return False
+                if outcome.interrupt_requested_by:
+                    cancelled = events_pb2.TurnError(
+                        kind=events_pb2.ERROR_KIND_CANCELLED, message="turn cancelled on request"
+                    )
+                    with contextlib.suppress(CogmeshError):
+                        await self._append(
+                            "cancelled",
+                            request,
+                            [events_pb2.RuntimeEvent(turn_id=request.turn_id, error=cancelled)],
+                            release=True,
+                        )
+                    return False
+            left = until - loop.time()
+            if left <= 0:
+                return True
+            await asyncio.sleep(min(left, self.settings.turn_lease_renew_s))
+
+    async def _unless_refused(self, handing: asyncio.Task[None]) -> None:
+        """Wait for the hand-off (at most `call_timeout_s`): a turn every runtime replica refused is answered
+        RESOURCE_EXHAUSTED with RetryInfo. A slower hand-off goes on in the background (its end is logged)."""
+        done, _ = await asyncio.wait({handing}, timeout=self.settings.call_timeout_s)
+        if handing in done and not handing.cancelled() and isinstance(handing.exception(), RateLimited):
+            raise handing.exception()  # type: ignore[misc]
+
+    def _spawn(self, work: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        # A refusal nobody waited for any more is in the log already.
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return task
 
     # ------------------------------------------------------------------ paused turns
 

@@ -160,6 +160,13 @@ class Settings(BaseSettings):
     max_takeovers: int = Field(
         3, ge=0, description="takeovers a turn gets; a turn whose runtime keeps stopping then ends with an error"
     )
+    runtime_max_turns: int = Field(
+        0,
+        ge=0,
+        description="turns one runtime worker runs at once; past it StartTurn is refused (RESOURCE_EXHAUSTED) and "
+        "the gateway tries another worker. 0: no fixed limit (a worker refuses turns anyway while its lease "
+        "renewals or its event loop run late: services/runtime/admission.py)",
+    )
     journal_steps: bool = Field(
         True,
         description="record each step of a turn in its journal; false only to measure what the journal costs "

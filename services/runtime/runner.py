@@ -9,7 +9,9 @@ the release of its lease, so nothing about the turn lives only here.
 
 While turns run, this replica renews their leases in one call every few seconds
 (learning which were asked to stop, and which were lost to a takeover), and looks
-for orphaned turns to take over. On shutdown it hands its turns over: each gets a
+for orphaned turns to take over. It measures how late those renewals and its event
+loop run, and refuses new turns while they run too late (services/runtime/admission.py):
+a renewal that is due goes before any new turn. On shutdown it hands its turns over: each gets a
 moment to reach its next recorded step, then stops, and its lease is expired at
 once so another replica goes on with it from there.
 """
@@ -34,11 +36,12 @@ from cogmesh.sessions.v1 import sessions_pb2
 from services.kit import lease_holders
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, Unavailable
+from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, RateLimited, Unavailable
 from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
 from services.kit.protos import dict_to_struct, struct_to_dict
+from services.runtime.admission import Admission
 from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBuilder
 from services.runtime.context_link import Memory, SessionMemory
 from services.runtime.engines import Engine
@@ -129,6 +132,10 @@ def expired_event(turn_id: str) -> events_pb2.RuntimeEvent:
     return error_event(turn_id, events_pb2.ERROR_KIND_DEADLINE_EXCEEDED, "the turn ran past its deadline", True)
 
 
+PROBE_S = 0.25  # how often, while turns run, the event loop's lag is measured (a timer's drift)
+CLAIMS_PER_LOOK = 10  # orphaned turns one look may claim
+
+
 class TurnRunner:
     def __init__(
         self, clients: Clients, settings: Settings, builder: TurnBuilder, store: TurnStore, memory: SessionMemory
@@ -141,11 +148,43 @@ class TurnRunner:
         self._loops: list[asyncio.Task[None]] = []
         self._idle = asyncio.Event()  # set while no turn runs here
         self._idle.set()
+        self._busy = asyncio.Event()  # set while turns run here: renewals and the lag probe run only then
+        self._renew_now = asyncio.Event()  # a renewal is overdue: it goes before new work
+        self.admission = Admission(
+            settings.turn_lease_ttl_s, settings.turn_lease_renew_s, settings.runtime_max_turns, clock=time.monotonic
+        )
+        self.refused = 0  # new turns refused by admission control
+        self.taken_over = 0  # turns this replica took over from another (redoing their last step)
 
     def serving(self, address: str) -> None:
         """The server is bound: keep leases alive and look for orphaned turns from now on."""
         self.address = address
-        self._loops = [asyncio.create_task(self._keep_leases()), asyncio.create_task(self._claim_orphans())]
+        self._loops = [
+            asyncio.create_task(self._keep_leases()),
+            asyncio.create_task(self._claim_orphans()),
+            asyncio.create_task(self._probe_lag()),
+        ]
+
+    def admit(self) -> None:
+        """Refuse a new turn (RESOURCE_EXHAUSTED with RetryInfo) while this replica cannot keep its leases in
+        time; a renewal that is due is woken first, so it runs before the new turn's work."""
+        if self.admission.renewal_overdue():
+            self._renew_now.set()
+        refusal = self.admission.refusal(len(self._running))
+        if refusal is None:
+            return
+        self.refused += 1
+        log.info("new turn refused", cause=refusal.cause, measured_s=round(refusal.measured_s, 3))
+        raise RateLimited(
+            refusal.message,
+            refusal.retry_after_s,
+            metadata={
+                "admission": refusal.cause,
+                "holder": self.address,
+                "measured": f"{refusal.measured_s:g}",
+                "limit": f"{refusal.limit_s:g}",
+            },
+        )
 
     # ------------------------------------------------------------------ the ways a turn comes
 
@@ -342,6 +381,7 @@ class TurnRunner:
         running = self._track(
             "takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token, journal.state
         )
+        self.taken_over += 1
         # Cancelled while nobody ran it (its runtime gone): it ends as cancelled, keeping what it had done.
         running.interrupted = bool(claimed.interrupt_requested_by)
         log.info("taking over a turn", takeovers=claimed.takeovers, from_seq=journal.seq, log_seq=claimed.last_seq)
@@ -478,6 +518,7 @@ class TurnRunner:
         running.log.on_lost = lambda lost: self._lost(running, lost)
         self._running[(session_id, turn_id)] = running
         self._idle.clear()
+        self._busy.set()
         return running
 
     def _spawn(self, running: Running, work: Any) -> None:
@@ -511,6 +552,7 @@ class TurnRunner:
         await running.log.close()
         if not self._running:
             self._idle.set()
+            self._busy.clear()
 
     async def idle(self) -> None:
         """Wait until no turn runs on this replica."""
@@ -606,14 +648,28 @@ class TurnRunner:
         return running.cancel()
 
     async def _keep_leases(self) -> None:
-        """Renew every running turn's lease in one call; stop turns that were asked to, or lost theirs."""
-        ttl = int(self.settings.turn_lease_ttl_s)
+        """Renew every running turn's lease in one call; stop turns that were asked to, or lost theirs.
+
+        Renewals are due every `turn_lease_renew_s` from the last one sent, and go at once when a StartTurn
+        or the lag probe finds one overdue. How late each is answered is what admission control measures;
+        while this replica lags, it renews for the lease TTL plus a grace that covers its lag."""
+        every, clock = self.settings.turn_lease_renew_s, self.admission.clock
+        due = clock() + every
         while True:
-            await asyncio.sleep(self.settings.turn_lease_renew_s)
+            if not self._running:
+                self.admission.forget()
+                await self._busy.wait()
+                due = clock() + every
+            self.admission.renewal_due(due)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, due - clock())):
+                    await self._renew_now.wait()
+            self._renew_now.clear()
             held = list(self._running.values())
             if not held:
                 continue
             tokens = [r.lease_token for r in held]
+            ttl = int(self.settings.turn_lease_ttl_s) + self.admission.grace_s()
             request = sessions_pb2.RenewTurnLeasesRequest(
                 leases=[
                     sessions_pb2.RenewTurnLeaseRequest(
@@ -626,11 +682,16 @@ class TurnRunner:
                     for r in held
                 ]
             )
+            sent = clock()
             try:
                 reply = await self.clients.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)
             except grpc.aio.AioRpcError as exc:  # the leases outlive a few missed renewals
                 log.warning("could not renew the running turns' leases", code=exc.code().name)
+                # Still due (admission sees it ever later); tried again sooner than a whole interval.
+                await asyncio.sleep(every / 4)
                 continue
+            self.admission.renewed(due, clock())
+            due = sent + every
             for running, token, outcome in zip(held, tokens, reply.leases, strict=False):
                 if running.lease_token != token:
                     continue  # re-claimed under a new token while this renewal was out: it holds the lease
@@ -640,6 +701,18 @@ class TurnRunner:
                     log.info("turn asked to stop", by=outcome.interrupt_requested_by)
                     running.interrupted = True
                     running.cancel()
+
+    async def _probe_lag(self) -> None:
+        """While turns run, how late the event loop runs a timer: a loop that lags delays every renewal as
+        much. A renewal found overdue is woken now (it goes before the work queued behind it)."""
+        period, clock = min(PROBE_S, self.settings.turn_lease_renew_s / 2), self.admission.clock
+        while True:
+            await self._busy.wait()
+            expected = clock() + period
+            await asyncio.sleep(period)
+            self.admission.loop_lag(clock() - expected)
+            if self.admission.renewal_overdue():
+                self._renew_now.set()
 
     def _spawn_check(self, running: Running, token: int) -> None:
         """A renewal found the lease taken: the turn stops, unless the claimer hands it back (AdoptTurn)."""
@@ -677,9 +750,13 @@ class TurnRunner:
             await asyncio.sleep(wait * (0.75 + random.random() / 2))
             if not self.accepting:
                 return
+            claims = self.admission.claim_limit(len(self._running), CLAIMS_PER_LOOK)
+            if not claims:  # too busy to take on more: the turns wait for a replica that keeps time
+                wait = self.settings.takeover_poll_s
+                continue
             try:
                 reply = await self.clients.sessions.ClaimOrphanedTurns(
-                    sessions_pb2.ClaimOrphanedTurnsRequest(holder=self.address, max_turns=10, ttl_seconds=ttl),
+                    sessions_pb2.ClaimOrphanedTurnsRequest(holder=self.address, max_turns=claims, ttl_seconds=ttl),
                     timeout=self.settings.call_timeout_s,
                 )
             except grpc.aio.AioRpcError as exc:

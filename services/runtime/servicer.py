@@ -162,6 +162,8 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
     async def StartTurn(self, request: runtime_pb2.StartTurnRequest, context: Any) -> runtime_pb2.StartTurnResponse:
         with prefixed("turn."):
             output = validate_run_turn(request.turn)
+        # RESOURCE_EXHAUSTED while this worker cannot renew its leases in time: the gateway tries another.
+        self.runner.admit()
         await self.runner.start(request.turn, output, grant=request.start if request.HasField("start") else None)
         return runtime_pb2.StartTurnResponse(holder=self.runner.address)
 
