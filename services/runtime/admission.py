@@ -14,15 +14,16 @@ answers RESOURCE_EXHAUSTED with RetryInfo; the gateway tries another worker) whi
   delays every renewal by at least as much); or
 - it runs `max_turns` turns already (COGMESH_RUNTIME_MAX_TURNS; 0: no limit).
 
-A measurement counts for `window_s` (two renewal intervals): a spike is forgotten once
-the loop has kept time for that long, and a worker with no turns (no renewals, no probe)
-starts afresh. Nothing here reads a clock but the one it is given, so the decisions are
-tested with a fake one.
+A refusal lasts until the worker keeps time again: until a renewal is answered on time
+(a burst of new turns that made one renewal late costs one renewal interval of refusals,
+not more), and until the loop's lag has stayed under the limit for one renewal interval. A
+worker with no turns (no renewals, no probe) starts afresh. Nothing here reads a clock but
+the one it is given, so the decisions are tested with a fake one.
 
 The same measurements size the holder's grace: while the worker lags, it renews its
-leases for longer (`grace_s`: twice the recent lag, at most half the lease TTL), so a lease
-lapses, and can be claimed, only once the worker is later than its slack and that grace
-together (docs/durability.md, "Takeover").
+leases for longer (`grace_s`: twice the largest lag of the last two renewal intervals, at
+most half the lease TTL), so a lease lapses, and can be claimed, only once the worker is
+later than its slack and that grace together (docs/durability.md, "Late renewals").
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ class Admission:
     ) -> None:
         self.lease_ttl_s, self.renew_s, self.max_turns, self.clock = lease_ttl_s, renew_s, max_turns, clock
         self.late_limit_s = (lease_ttl_s - renew_s) * LATE_SHARE
-        self.window_s = 2 * renew_s
+        self.window_s = 2 * renew_s  # what the grace remembers
         self._due: float | None = None  # when the next renewal should be done; None while nothing is renewed
+        self._last_late = 0.0  # how late the last renewal was answered
         self._late: deque[tuple[float, float]] = deque()  # (when, how late) of renewals done
         self._lag: deque[tuple[float, float]] = deque()  # (when, drift) of the loop probe
 
@@ -75,7 +77,8 @@ class Admission:
     def renewed(self, due: float, done: float) -> None:
         """A renewal due at `due` was answered at `done` (the next is not due until `renewal_due` says)."""
         self._due = None
-        self._add(self._late, done, max(0.0, done - due))
+        self._last_late = max(0.0, done - due)
+        self._add(self._late, done, self._last_late)
 
     def loop_lag(self, lag_s: float) -> None:
         """The event loop ran a timer `lag_s` after it was due."""
@@ -84,6 +87,7 @@ class Admission:
     def forget(self) -> None:
         """No turn runs here: what was measured under load no longer says anything."""
         self._due = None
+        self._last_late = 0.0
         self._late.clear()
         self._lag.clear()
 
@@ -95,27 +99,34 @@ class Admission:
         while samples and samples[0][0] < now - self.window_s:
             samples.popleft()
 
+    @staticmethod
+    def _since(samples: deque[tuple[float, float]], since: float) -> float:
+        return max((value for when, value in samples if when >= since), default=0.0)
+
     # ------------------------------------------------------------------ what they say
 
     def renewal_lateness(self) -> float:
-        """How late renewals run now: the recent ones', or the one under way if it is later still."""
-        now = self.clock()
-        self._prune(self._late, now)
-        pending = now - self._due if self._due is not None else 0.0
-        return max([pending, *(late for _, late in self._late)], default=0.0)
+        """How late renewals run now: the last one's, or the one under way if it is later still."""
+        pending = self.clock() - self._due if self._due is not None else 0.0
+        return max(pending, self._last_late)
 
     def renewal_overdue(self) -> bool:
         """The renewal under way should be done by now (renew before taking anything new)."""
         return self._due is not None and self.clock() >= self._due
 
     def lag(self) -> float:
+        """The event loop's largest lag over the last renewal interval."""
         now = self.clock()
         self._prune(self._lag, now)
-        return max((lag for _, lag in self._lag), default=0.0)
+        return self._since(self._lag, now - self.renew_s)
 
     def grace_s(self) -> int:
-        """Whole seconds a renewal adds to the lease TTL while this worker lags (ttl_seconds is whole)."""
-        lag = max(self.renewal_lateness(), self.lag())
+        """Whole seconds a renewal adds to the lease TTL while this worker lags (ttl_seconds is whole): from
+        the largest lag of the last two renewal intervals, so the grace outlasts the refusals."""
+        now = self.clock()
+        self._prune(self._late, now)
+        self._prune(self._lag, now)
+        lag = max(self.renewal_lateness(), self._since(self._late, -math.inf), self._since(self._lag, -math.inf))
         if lag <= 0:
             return 0
         return math.ceil(min(GRACE_FACTOR * lag, GRACE_SHARE * self.lease_ttl_s))

@@ -52,13 +52,17 @@ def test_renewals_late_past_half_the_slack_refuse_new_turns_until_they_keep_time
     assert refusal is not None and refusal.cause == "lease_renewals_late"
     assert refusal.measured_s == 2.5 and refusal.limit_s == 2.0 and refusal.retry_after_s == 2.0
     assert "2.50s late" in refusal.message
+    assert gate.grace_s() == 3, "meanwhile its leases are renewed for 3 s longer (at most half the TTL)"
     gate.renewal_due(clock.now + 2)
-    clock.now += 2.1
+    clock.now += 1.9
+    assert gate.refusal(running=3) is not None, "refused until a renewal shows it keeps time again"
+    clock.now += 0.2
     gate.renewed(due=clock.now - 0.1, done=clock.now)
-    assert gate.refusal(running=3) is not None, "a late renewal counts for two renewal intervals"
-    clock.now += 2.0
+    assert gate.refusal(running=3) is None, "a renewal on time: it takes turns again (one interval lost, not more)"
+    assert gate.grace_s() == 3, "the grace remembers the late renewal for two intervals"
+    clock.now += 4.1
     gate.renewed(due=clock.now, done=clock.now)
-    assert gate.refusal(running=3) is None, "on time again: forgotten"
+    assert gate.grace_s() == 0
 
 
 def test_a_renewal_still_under_way_counts_as_late_as_it_is_already() -> None:
