@@ -134,6 +134,10 @@ class Admission:
     def refusal(self, running: int) -> Refusal | None:
         """Why a new turn is refused now (None: take it), this worker running `running` turns."""
         retry = self.renew_s  # the next renewal measures again
+        if running == 0:
+            # No lease to keep, so no renewal to come that would lift a refusal: what renewals measured
+            # before (a sessions outage, a burst) must not keep an idle worker from taking a turn.
+            return None
         if self.max_turns and running >= self.max_turns:
             return Refusal(
                 "max_turns",

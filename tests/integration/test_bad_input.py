@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 
 from cogmesh.common.v1 import errors_pb2, messages_pb2
 from cogmesh.common.v1 import events_pb2 as E
+from cogmesh.common.v1 import turns_pb2 as T
 from cogmesh.context.v1 import context_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.models.v1 import models_pb2
@@ -1055,18 +1056,18 @@ def _tool(name: str, parameters: dict[str, Any] | None = None) -> messages_pb2.T
 OBJECT = {"type": "object", "properties": {"q": {"type": "string"}}}
 BAD_OPTIONS: list[Any] = [
     pytest.param({"runtime": "warp"}, ("runtime",), id="unknown-runtime"),
-    pytest.param({"limits": R.TurnLimits(max_iterations=-1)}, ("limits.max_iterations",), id="limits"),
+    pytest.param({"limits": T.TurnLimits(max_iterations=-1)}, ("limits.max_iterations",), id="limits"),
     pytest.param(
-        {"limits": R.TurnLimits(tool_timeout_ms=-5, max_wall_clock_ms=-1)},
+        {"limits": T.TurnLimits(tool_timeout_ms=-5, max_wall_clock_ms=-1)},
         ("limits.tool_timeout_ms", "limits.max_wall_clock_ms"),
         id="limits-two",
     ),
-    pytest.param({"cost_budget": R.CostBudget(max_cost_usd=-1)}, ("cost_budget.max_cost_usd",), id="budget-cost"),
+    pytest.param({"cost_budget": T.CostBudget(max_cost_usd=-1)}, ("cost_budget.max_cost_usd",), id="budget-cost"),
     pytest.param(
-        {"cost_budget": R.CostBudget(max_cost_usd=float("nan"))}, ("cost_budget.max_cost_usd",), id="budget-nan"
+        {"cost_budget": T.CostBudget(max_cost_usd=float("nan"))}, ("cost_budget.max_cost_usd",), id="budget-nan"
     ),
     pytest.param(
-        {"cost_budget": R.CostBudget(max_total_tokens=-1)}, ("cost_budget.max_total_tokens",), id="budget-tokens"
+        {"cost_budget": T.CostBudget(max_total_tokens=-1)}, ("cost_budget.max_total_tokens",), id="budget-tokens"
     ),
     pytest.param({"output_schema": _struct({"type": "banana"})}, ("output_schema",), id="output-schema"),
     pytest.param({"client_tools": [_tool("has space", OBJECT)]}, ("client_tools[0].name",), id="tool-name"),
@@ -1134,7 +1135,7 @@ async def test_converse_refuses_a_frame_with_bad_options_and_keeps_the_stream(ga
         # Field problems are reported first; the names are asked of their services once the rest is valid.
         G.ConverseRequest(
             frame_id="bad",
-            message=G.SendMessageRequest(content="hi", runtime="warp", limits=R.TurnLimits(max_tool_calls=-1)),
+            message=G.SendMessageRequest(content="hi", runtime="warp", limits=T.TurnLimits(max_tool_calls=-1)),
         ),
         G.ConverseRequest(frame_id="warp", message=G.SendMessageRequest(content="hi", runtime="warp")),
         G.ConverseRequest(frame_id="ghost-model", message=G.SendMessageRequest(content="hi", model="no-such-model")),

@@ -107,7 +107,9 @@ async def test_turn_logs_are_json_lines_with_ids_and_no_secrets_or_prompt(authed
     records = lines(buffer)
     turn_lines = [r for r in records if r.get("turn_id") == turn_id]
     by_service = {r["service"] for r in turn_lines}
-    assert {"gateway", "runtime", "policy", "sessions"} <= by_service, by_service
+    # The policy decides in the runtime from its snapshot: its decision lines are the runtime's now.
+    assert {"gateway", "runtime", "sessions"} <= by_service, by_service
+    assert any(r.get("event") == "policy_decision" for r in turn_lines if r["service"] == "runtime"), by_service
     assert len({r["trace_id"] for r in turn_lines}) == 1, "one trace per turn"
     for record in turn_lines:
         for key in ("trace_id", "span_id", "service", "session_id", "turn_id", "timestamp", "level", "event"):

@@ -45,16 +45,16 @@ async def test_hung_sessions_link_fails_the_call_with_a_clear_status(healthy: Su
     assert reply.session.session_id == session_id
 
 
-async def test_hung_policy_ends_the_turn_with_an_error_event(healthy: Suite) -> None:
+async def test_hung_policy_does_not_touch_a_turn(healthy: Suite) -> None:
+    """The runtime decides from the policy snapshot it holds (issue 32): a policy service that
+    hangs, as seen from the runtime, neither slows nor fails a turn; its tool call is still decided."""
     session_id = await new_session(healthy.cluster)
     healthy.proxy("runtime", "policy").blackhole = True
     started = time.monotonic()
     events = await run_turn(healthy.cluster, calc_request(session_id), timeout_s=60)
     elapsed = time.monotonic() - started
-    end = events[-1]
-    assert kind(end) == "error", end
-    assert end.error.kind in (events_pb2.ERROR_KIND_DEADLINE_EXCEEDED, events_pb2.ERROR_KIND_UNAVAILABLE), end
-    assert end.error.retryable and "policy" in end.error.message, end.error
+    assert kind(events[-1]) == "final", events[-1]
+    assert "tool_call_finished" in [kind(e) for e in events]
     assert elapsed < CALL_TIMEOUT_S + MARGIN_S
     assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
     healthy.host.heal_all()

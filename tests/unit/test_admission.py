@@ -42,6 +42,18 @@ def test_a_worker_that_keeps_time_takes_turns() -> None:
     assert gate.grace_s() == 1, "a lagging holder renews for a little longer (whole seconds)"
 
 
+def test_a_worker_running_no_turn_takes_one_whatever_its_last_renewals_were() -> None:
+    # A sessions outage made the last renewal very late, then the turn ended (or was given up): with no
+    # lease left to keep there is no renewal to come that could lift a refusal, so none is made.
+    clock = Clock()
+    gate = admission(clock)
+    gate.renewal_due(clock.now)
+    clock.now += 5
+    gate.renewed(due=clock.now - 5, done=clock.now)
+    assert gate.refusal(running=1) is not None
+    assert gate.refusal(running=0) is None
+
+
 def test_renewals_late_past_half_the_slack_refuse_new_turns_until_they_keep_time_again() -> None:
     clock = Clock()
     gate = admission(clock)
