@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
@@ -60,9 +62,33 @@ async def new_session(cluster: Cluster, agent: str = "slow") -> str:
 
 
 async def run_turn(cluster: Cluster, request: gateway_pb2.SendMessageRequest, timeout_s: float = 30) -> list[Event]:
+    """One turn, as a client that honours RetryInfo: a turn every runtime worker refused up front
+    (RESOURCE_EXHAUSTED: admission control, while a fault made their lease renewals late) is sent
+    again after the delay it names, within `timeout_s`; any other failure is the caller's."""
+    deadline = time.monotonic() + timeout_s
     async with gateway(cluster) as stub:
-        call = stub.SendMessage(request, timeout=timeout_s)
-        return [event async for response in call for event in response.events]
+        while True:
+            call = stub.SendMessage(request, timeout=max(1.0, deadline - time.monotonic()))
+            try:
+                return [event async for response in call for event in response.events]
+            except grpc.aio.AioRpcError as exc:
+                delay = _retry_delay(exc)
+                if delay is None or time.monotonic() + delay >= deadline:
+                    raise
+                await asyncio.sleep(delay)
+
+
+def _retry_delay(exc: grpc.aio.AioRpcError) -> float | None:
+    """The RetryInfo delay of a RESOURCE_EXHAUSTED refusal; None for any other error."""
+    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            return float(retry.retry_delay.ToNanoseconds()) / 1e9
+    return None
 
 
 async def retry_turn(
