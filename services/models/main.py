@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.logging import log
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
 from services.lib.models.catalog import DEFAULT_CATALOG_PATH
@@ -40,7 +41,10 @@ async def build(settings: Settings, clients: Clients) -> App:
         # The catalogue is re-read on this clock (file stamp, store version) and pushed to watchers on change.
         while True:
             await asyncio.sleep(settings.models_refresh_s)
-            await servicer.publisher.refresh()
+            try:
+                await servicer.publisher.refresh()
+            except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the publishing for good
+                log.error("publishing the model catalogue failed; watchers keep the last version", error=repr(exc))
 
     publisher = asyncio.create_task(publish())
 

@@ -34,7 +34,7 @@ from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.metrics import POLICY_DENIALS
-from services.kit.snapshots import SnapshotWatcher
+from services.kit.snapshots import WATCH_RENEW_S, SnapshotWatcher
 from services.lib.policy.api import PolicyAPI, store_of
 from services.lib.policy.assembly import Shared
 from services.lib.policy.compactor import ContextServiceCompactor
@@ -46,8 +46,6 @@ from services.lib.policy.ratelimit import MemoryWindowStore, RedisWindowStore, W
 
 # The methods that run the PRE_ACT chain, where RateLimiter and ThrottleInterceptor act.
 TOOL_CALL_CHECKS = frozenset({"CheckToolCall", "CheckToolCalls"})
-# A watch is reopened (quoting the version held: no snapshot is resent) at least this often.
-WATCH_RENEW_S = 600.0
 # Turns whose BeginTurn version is remembered for the turn's start record.
 REMEMBERED_TURNS = 4096
 
