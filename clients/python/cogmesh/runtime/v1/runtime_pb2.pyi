@@ -174,7 +174,7 @@ class ListRuntimesResponse(_message.Message):
     def __init__(self, runtimes: _Optional[_Iterable[_Union[RuntimeEngine, _Mapping]]] = ..., default_runtime: _Optional[str] = ...) -> None: ...
 
 class ResumeTurnRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "interrupt_id", "lease_token", "approval", "user_input", "tool_result", "abandon", "deadline")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "interrupt_id", "lease_token", "approval", "user_input", "tool_result", "abandon", "deadline", "paused")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +185,7 @@ class ResumeTurnRequest(_message.Message):
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     ABANDON_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -195,7 +196,8 @@ class ResumeTurnRequest(_message.Message):
     tool_result: ClientToolResult
     abandon: bool
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., approval: _Optional[_Union[ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[ClientToolResult, _Mapping]] = ..., abandon: _Optional[bool] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    paused: _sessions_pb2.AnswerPauseResponse
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., approval: _Optional[_Union[ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[ClientToolResult, _Mapping]] = ..., abandon: _Optional[bool] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., paused: _Optional[_Union[_sessions_pb2.AnswerPauseResponse, _Mapping]] = ...) -> None: ...
 
 class ResumeTurnResponse(_message.Message):
     __slots__ = ("events",)

@@ -700,7 +700,7 @@ class JournalEntry(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., entry_kind: _Optional[_Union[JournalEntryKind, str]] = ..., state: _Optional[bytes] = ..., seq: _Optional[int] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., position: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "events", "entries", "append_id", "release_lease", "pause", "messages", "holder")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "events", "entries", "append_id", "release_lease", "pause", "messages", "holder", "consume_interrupt_id")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -712,6 +712,7 @@ class AppendEventsRequest(_message.Message):
     PAUSE_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -723,7 +724,8 @@ class AppendEventsRequest(_message.Message):
     pause: Checkpoint
     messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
     holder: str
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., append_id: _Optional[str] = ..., release_lease: _Optional[bool] = ..., pause: _Optional[_Union[Checkpoint, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., holder: _Optional[str] = ...) -> None: ...
+    consume_interrupt_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., append_id: _Optional[str] = ..., release_lease: _Optional[bool] = ..., pause: _Optional[_Union[Checkpoint, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., holder: _Optional[str] = ..., consume_interrupt_id: _Optional[str] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
     __slots__ = ("last_seq", "duplicate", "message_count")
@@ -872,3 +874,83 @@ class InterruptTurnResponse(_message.Message):
     turn_id: str
     holder: str
     def __init__(self, turn_id: _Optional[str] = ..., holder: _Optional[str] = ...) -> None: ...
+
+class AppendEventsStreamRequest(_message.Message):
+    __slots__ = ("call_id", "append")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    append: AppendEventsRequest
+    def __init__(self, call_id: _Optional[int] = ..., append: _Optional[_Union[AppendEventsRequest, _Mapping]] = ...) -> None: ...
+
+class AppendEventsStreamResponse(_message.Message):
+    __slots__ = ("call_id", "appended", "error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    appended: AppendEventsResponse
+    error: bytes
+    def __init__(self, call_id: _Optional[int] = ..., appended: _Optional[_Union[AppendEventsResponse, _Mapping]] = ..., error: _Optional[bytes] = ...) -> None: ...
+
+class WatchEventsRequest(_message.Message):
+    __slots__ = ("add", "remove", "heartbeat_ms")
+    ADD_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    add: WatchedSession
+    remove: WatchedSession
+    heartbeat_ms: int
+    def __init__(self, add: _Optional[_Union[WatchedSession, _Mapping]] = ..., remove: _Optional[_Union[WatchedSession, _Mapping]] = ..., heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class WatchedSession(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "after_seq")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    after_seq: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class WatchEventsResponse(_message.Message):
+    __slots__ = ("events", "tenant_id", "session_id", "error")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    tenant_id: str
+    session_id: str
+    error: bytes
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ..., tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., error: _Optional[bytes] = ...) -> None: ...
+
+class AnswerPauseRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "interrupt_id", "decision", "abandon", "resume", "ttl_seconds")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    ABANDON_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    interrupt_id: str
+    decision: CheckpointDecision
+    abandon: bool
+    resume: LeaseResume
+    ttl_seconds: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., decision: _Optional[_Union[CheckpointDecision, _Mapping]] = ..., abandon: _Optional[bool] = ..., resume: _Optional[_Union[LeaseResume, _Mapping]] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class AnswerPauseResponse(_message.Message):
+    __slots__ = ("checkpoint", "lease_token", "start_seq", "entries")
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    START_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: Checkpoint
+    lease_token: int
+    start_seq: int
+    entries: _containers.RepeatedCompositeFieldContainer[JournalEntry]
+    def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., lease_token: _Optional[int] = ..., start_seq: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ...) -> None: ...

@@ -193,6 +193,21 @@ class SessionsServiceStub:
                 request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnResponse.FromString,
                 _registered_method=True)
+        self.AppendEventsStream = channel.stream_stream(
+                '/cogmesh.sessions.v1.SessionsService/AppendEventsStream',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsStreamRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsStreamResponse.FromString,
+                _registered_method=True)
+        self.WatchEvents = channel.stream_stream(
+                '/cogmesh.sessions.v1.SessionsService/WatchEvents',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.WatchEventsResponse.FromString,
+                _registered_method=True)
+        self.AnswerPause = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/AnswerPause',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseResponse.FromString,
+                _registered_method=True)
 
 
 class SessionsServiceServicer:
@@ -459,6 +474,52 @@ class SessionsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendEventsStream(self, request_iterator, context):
+        """AppendEventsStream is AppendEvents for many turns over one long-lived
+        stream: a runtime replica keeps one open and sends every append of every
+        turn it runs on it, instead of a call per append. Each call carries an id
+        of the caller's; its result (the AppendEventsResponse, or the status
+        AppendEvents would have ended with) comes back with that id, in any order.
+        Calls are applied concurrently; a turn sends its next append once the last
+        one is answered, so its order holds. A draining replica answers the calls
+        it took and ends the stream UNAVAILABLE: the caller resends what is
+        unanswered on a new stream (append_id makes a resend a no-op).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchEvents(self, request_iterator, context):
+        """WatchEvents follows the event logs of many sessions over one long-lived
+        stream, instead of a stream per session: a gateway replica keeps one open,
+        adds a session (with the seq to read after) when a client first watches
+        it, and removes it when the last one leaves. Events come tagged with their
+        session, contiguous in seq per session, as ReadEvents would send them. A
+        session that can no longer be followed (deleted, cursor expired) gets its
+        status once and leaves the watch; the stream goes on for the others. An
+        empty response is a heartbeat, sent after heartbeat_ms without events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AnswerPause(self, request, context):
+        """AnswerPause answers a paused turn in one call: it records the answer (the
+        first answer wins; the same answer again is accepted, a different one is
+        FAILED_PRECONDITION), takes the turn's lease to resume it, and returns
+        what the runtime needs to go on (the decided checkpoint and the turn's
+        journal), in one atomic step. An unknown or consumed interrupt is
+        NOT_FOUND (TURN_NOT_FOUND); an answer that does not fit what the turn
+        waits for is INVALID_ARGUMENT. When the lease is held (by another turn,
+        or by another attempt to resume this one) the answer is still recorded
+        and the call is FAILED_PRECONDITION; its ErrorInfo metadata "resuming"
+        is "true" when the holder resumes this very turn, so the caller can
+        follow that resume instead of starting one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -611,6 +672,21 @@ def add_SessionsServiceServicer_to_server(servicer, server):
                     servicer.InterruptTurn,
                     request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnRequest.FromString,
                     response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnResponse.SerializeToString,
+            ),
+            'AppendEventsStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendEventsStream,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsStreamRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsStreamResponse.SerializeToString,
+            ),
+            'WatchEvents': grpc.stream_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.WatchEventsRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.WatchEventsResponse.SerializeToString,
+            ),
+            'AnswerPause': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnswerPause,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1432,6 +1508,87 @@ class SessionsService:
             '/cogmesh.sessions.v1.SessionsService/InterruptTurn',
             cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnRequest.SerializeToString,
             cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.InterruptTurnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEventsStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/AppendEventsStream',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsStreamRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AppendEventsStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEvents(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/WatchEvents',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.WatchEventsRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.WatchEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnswerPause(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/AnswerPause',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseResponse.FromString,
             options,
             channel_credentials,
             insecure,
