@@ -92,7 +92,10 @@ class Proxy:
         """HAProxy's view of each gateway: status (UP, DOWN...) and last check (L7OK, L7TOUT, L4CON...)."""
         with urllib.request.urlopen(f"http://{self.stats}/;csv", timeout=5) as reply:
             rows = csv.DictReader(io.StringIO(reply.read().decode().lstrip("# ")))
-            return {row["svname"]: row for row in rows if row["pxname"] == "cogmesh_gateways"}
+            servers = {row["svname"]: row for row in rows if row["pxname"] == "cogmesh_gateways"}
+        for row in servers.values():  # "* L7OK": the last check's result while the next one runs
+            row["check_status"] = row["check_status"].removeprefix("* ")
+        return servers
 
 
 def start_proxy(kind: str, folder: Path, gateways: list[str], timeout: str = "") -> Proxy:
