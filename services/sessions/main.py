@@ -48,10 +48,12 @@ async def open_store(settings: Settings) -> SessionStore:
 
 async def build(settings: Settings, clients: Clients) -> App:
     store = await open_store(settings)
+    servicer = SessionsServicer(store)
     return App(
         "sessions",
-        [mount(SessionsServicer(store), sessions_pb2, sessions_pb2_grpc, "SessionsService")],
+        [mount(servicer, sessions_pb2, sessions_pb2_grpc, "SessionsService")],
         on_close=[store.close],
+        on_drained=[servicer.drain],
     )
 
 

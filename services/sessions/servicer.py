@@ -13,6 +13,7 @@ while an RPC of the proto, or a domain error, has no row).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from services.kit.errors import (
 from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct, now, struct_to_dict
 from services.sessions import leases
+from services.sessions.append_stream import serve_appends
 from services.sessions.model import (
     Appended,
     CheckpointConflict,
@@ -72,6 +74,7 @@ from services.sessions.model import (
 )
 from services.sessions.model import Checkpoint as CheckpointRecord
 from services.sessions.store import SessionStore
+from services.sessions.watch import watch_events
 
 MAX_PAGE = 1000
 MAX_ID = 256
@@ -1153,6 +1156,25 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
 
     def __init__(self, store: SessionStore):
         self.store = store
+        # Set when the replica drains: the long-lived streams answer what they took and end
+        # UNAVAILABLE, so their callers reopen them on another replica instead of holding the stop.
+        self.draining = asyncio.Event()
+
+    async def drain(self) -> None:
+        self.draining.set()
+
+    async def AppendEventsStream(
+        self, requests: AsyncIterator[sessions_pb2.AppendEventsStreamRequest], context: Any
+    ) -> AsyncIterator[sessions_pb2.AppendEventsStreamResponse]:
+        append = RPCS["AppendEvents"]
+        async for result in serve_appends(requests, lambda r: append.handle(self.store, r, context), self.draining):
+            yield result
+
+    async def WatchEvents(
+        self, requests: AsyncIterator[sessions_pb2.WatchEventsRequest], context: Any
+    ) -> AsyncIterator[Any]:
+        async for response in watch_events(self.store, requests, self.draining, status_of):
+            yield response
 
     async def ReadEvents(self, request: sessions_pb2.ReadEventsRequest, context: Any) -> AsyncIterator[Any]:
         problems = Violations()
@@ -1172,7 +1194,8 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
 
 
 _EMPTY = sessions_pb2.ReadEventsResponse()
-STREAMS = frozenset({"ReadEvents"})  # RPCs answered by a method of their own, not a row of RPCS
+# RPCs answered by a method of their own, not a row of RPCS.
+STREAMS = frozenset({"ReadEvents", "AppendEventsStream", "WatchEvents"})
 
 
 def _method(name: str, rpc: Rpc) -> Callable[[SessionsServicer, Any, Any], Awaitable[Message]]:
