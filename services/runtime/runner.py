@@ -42,6 +42,7 @@ from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.runtime.admission import Admission
+from services.runtime.append_channel import AppendChannel
 from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBuilder
 from services.runtime.context_link import Memory, SessionMemory
 from services.runtime.engines import Engine
@@ -141,6 +142,7 @@ class TurnRunner:
         self, clients: Clients, settings: Settings, builder: TurnBuilder, store: TurnStore, memory: SessionMemory
     ) -> None:
         self.clients, self.settings, self.builder, self.store, self.memory = clients, settings, builder, store, memory
+        self.appends = AppendChannel(clients.sessions)  # every turn's log writes, on one stream
         self.address = ""  # host:port other replicas reach this one at; set once the server is bound
         self.accepting = True
         self._running: dict[tuple[str, str], Running] = {}
@@ -190,7 +192,7 @@ class TurnRunner:
 
     def _log(self, tenant_id: str, session_id: str, turn_id: str, token: int, state: Any, how: str) -> TurnLog:
         return TurnLog(
-            self.clients.sessions,
+            self.appends,
             tenant_id,
             session_id,
             turn_id,
@@ -791,6 +793,7 @@ class TurnRunner:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._loops, return_exceptions=True)
+        await self.appends.close()
 
     async def _hand_over(self, turns: list[Running]) -> None:
         request = sessions_pb2.RenewTurnLeasesRequest(
