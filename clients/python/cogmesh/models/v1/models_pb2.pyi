@@ -126,13 +126,33 @@ class WatchCatalogResponse(_message.Message):
     def __init__(self, snapshot: _Optional[_Union[CatalogSnapshot, _Mapping]] = ...) -> None: ...
 
 class CatalogSnapshot(_message.Message):
-    __slots__ = ("version", "models", "default_model", "strict")
+    __slots__ = ("version", "models", "default_model", "strict", "agents", "agent_problems")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_MODEL_FIELD_NUMBER: _ClassVar[int]
     STRICT_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     version: str
     models: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Model]
     default_model: str
     strict: bool
-    def __init__(self, version: _Optional[str] = ..., models: _Optional[_Iterable[_Union[_resources_pb2.Model, _Mapping]]] = ..., default_model: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...
+    agents: _containers.RepeatedCompositeFieldContainer[AgentSnapshot]
+    agent_problems: _containers.RepeatedCompositeFieldContainer[AgentLoadProblem]
+    def __init__(self, version: _Optional[str] = ..., models: _Optional[_Iterable[_Union[_resources_pb2.Model, _Mapping]]] = ..., default_model: _Optional[str] = ..., strict: _Optional[bool] = ..., agents: _Optional[_Iterable[_Union[AgentSnapshot, _Mapping]]] = ..., agent_problems: _Optional[_Iterable[_Union[AgentLoadProblem, _Mapping]]] = ...) -> None: ...
+
+class AgentSnapshot(_message.Message):
+    __slots__ = ("name", "definition_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    definition_json: str
+    def __init__(self, name: _Optional[str] = ..., definition_json: _Optional[str] = ...) -> None: ...
+
+class AgentLoadProblem(_message.Message):
+    __slots__ = ("file", "problem")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    problem: str
+    def __init__(self, file: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
