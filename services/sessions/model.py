@@ -51,10 +51,12 @@ class SessionNotFound(SessionError, LookupError):
 class LeaseHeld(SessionError):
     """Another turn holds the session's lease."""
 
-    def __init__(self, session_id: str, turn_id: str, waited_s: float = 0.0):
+    def __init__(self, session_id: str, turn_id: str, waited_s: float = 0.0, resuming: bool = False):
         waited = f" after waiting {waited_s:.1f}s" if waited_s else ""
-        super().__init__(f"session {session_id!r} is busy with turn {turn_id!r}{waited}")
+        doing = "resuming turn" if resuming else "busy with turn"
+        super().__init__(f"session {session_id!r} is {doing} {turn_id!r}{waited}")
         self.session_id, self.turn_id, self.waited_s = session_id, turn_id, waited_s
+        self.resuming = resuming  # the holder is a resume of the very turn asked about (AnswerPause)
 
 
 class StaleLease(SessionError):
@@ -82,9 +84,10 @@ class CheckpointExists(SessionError):
 class CheckpointConflict(SessionError):
     """The checkpoint is in the wrong state: decided differently, or not decided yet."""
 
-    def __init__(self, session_id: str, interrupt_id: str, why: str):
+    def __init__(self, session_id: str, interrupt_id: str, why: str, recorded: bytes | None = None):
         super().__init__(f"checkpoint {interrupt_id!r} of session {session_id!r} {why}")
         self.session_id, self.interrupt_id, self.why = session_id, interrupt_id, why
+        self.recorded = recorded  # decided differently: the decision recorded first
 
 
 class LimitExceeded(SessionError):
@@ -233,6 +236,7 @@ class NewEvents:
     pause: NewCheckpoint | None = None  # the turn paused: store what it waits for, free the lease
     messages: Sequence[bytes] = ()  # the turn's messages, stored with its end
     holder: str = ""  # the runtime replica writing, recorded as the lease's holder ("" keeps it)
+    consume_interrupt_id: str = ""  # a resumed turn's first append: take its checkpoint in the same write
 
 
 @dataclass(frozen=True)
@@ -333,6 +337,28 @@ class Checkpoint:
     created_at: float
     decision: bytes | None = None  # serialized decision (opaque), None while pending
     decided_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class PauseAnswer:
+    """An answer to a paused turn and the resume it starts (AnswerPause): one atomic store step."""
+
+    interrupt_id: str
+    resume: str  # the attempt's id: the resume lease's holder is (the paused turn, this id)
+    ttl_s: float
+    kind: str = ""  # the kind of pause the decision answers ("approval", "user_input", "client_tool")
+    decision: bytes | None = None  # serialized decision (opaque); None: go on with the one recorded
+    abandon: bool = False  # give the turn up: no decision needed
+
+
+@dataclass(frozen=True)
+class PauseAnswered:
+    """What a runtime needs to resume the paused turn, read in the step that took its lease."""
+
+    checkpoint: Checkpoint  # with its decision (None only when abandoned undecided)
+    token: int
+    start_seq: int  # the log's last seq when the lease was taken
+    journal: list[JournalRecord]  # the paused turn's, oldest first
 
 
 @dataclass(frozen=True)

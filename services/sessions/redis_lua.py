@@ -324,6 +324,29 @@ local function pending_ids(cname, coname, dname)
   return out
 end
 
+-- The turn first in the session's queue ('' when none waits); waiters whose replica stopped polling lose
+-- their place.
+local function queue_head()
+  local hearts = redis.call('HGETALL', W)
+  for i = 1, #hearts, 2 do
+    if tonumber(hearts[i + 1]) <= now then
+      redis.call('HDEL', W, hearts[i])
+      redis.call('ZREM', Q, hearts[i])
+    end
+  end
+  while true do
+    local first = redis.call('ZRANGE', Q, 0, 0)
+    if #first == 0 then return '' end
+    if redis.call('HEXISTS', W, first[1]) == 1 then return first[1] end
+    redis.call('ZREM', Q, first[1])
+  end
+end
+
+-- A stored checkpoint's fields (its blob: id, turn, kind, request, payload).
+local function checkpoint_of(stored)
+  return cjson.decode(string.match(stored, '^%d+|%-?%d+|(.*)$'))
+end
+
 -- The session as the store reports it: its hash plus what is derived at read time.
 local function view_of(k)
   local l_turn = ''
@@ -548,21 +571,7 @@ local l = live_lease()
 if l and l.turn == turn and l.resume == resume and l.takeovers == 0 then  -- a retried acquire: the same grant
   return {'acquired', l.token, l.exp, pending_ids(C, CO, D), l.start, l.last}
 end
--- Waiters whose replica stopped polling lose their place.
-local hearts = redis.call('HGETALL', W)
-for i = 1, #hearts, 2 do
-  if tonumber(hearts[i + 1]) <= now then
-    redis.call('HDEL', W, hearts[i])
-    redis.call('ZREM', Q, hearts[i])
-  end
-end
-local head = ''
-while true do
-  local first = redis.call('ZRANGE', Q, 0, 0)
-  if #first == 0 then break end
-  if redis.call('HEXISTS', W, first[1]) == 1 then head = first[1] break end
-  redis.call('ZREM', Q, first[1])
-end
+local head = queue_head()
 if not l and (head == '' or head == turn) then
   redis.call('ZREM', Q, turn)
   redis.call('HDEL', W, turn)
@@ -646,8 +655,9 @@ return {'ok', queued, lease_reply('held', l)}
 
 # ARGV: token, turn, append id, how many append ids to remember, release ('1'), the events and journal
 # entries (log_events), the messages (count, payloads), the pause (interrupt id, checkpoint blob, max pending;
-# '' when none), the writing runtime replica ('' keeps the lease's holder), the log's retention. Logs
-# everything or nothing, fenced by the lease.
+# '' when none), the checkpoint to consume (interrupt id, or ''; how long the consume is remembered, ms), the
+# writing runtime replica ('' keeps the lease's holder), the log's retention. Logs everything or nothing,
+# fenced by the lease; the consume is CONSUME_CHECKPOINT's with allow_undecided.
 APPEND_EVENTS = r"""
 local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10]),
   ARGV[11] == '1'
@@ -664,6 +674,19 @@ local m = tonumber(ARGV[13 + n])
 local at = 14 + n + 3 * m
 local k = tonumber(ARGV[at])
 local pause_id, pause_blob, max_pending = ARGV[at + k + 1], ARGV[at + k + 2], tonumber(ARGV[at + k + 3] or '0')
+local consume_id, consume_ms = ARGV[at + k + 4], tonumber(ARGV[at + k + 5] or '0')
+local consumed = nil  -- the checkpoint taken: {stored, decided}
+if consume_id ~= '' then
+  local done = redis.call('HGET', X, consume_id .. ':meta')
+  local until_ms, by = string.match(done or '', '^(%d+)|(%d+)$')
+  if not (until_ms and tonumber(until_ms) > now and tonumber(by) == token) then  -- else this lease took it
+    local stored = redis.call('HGET', C, consume_id)
+    if not stored then return {'no_checkpoint'} end
+    local owner = checkpoint_of(stored)['turn']
+    if owner ~= turn then return {'other_turn', owner} end
+    consumed = {stored, redis.call('HGET', D, consume_id) or ''}
+  end
+end
 if pause_id ~= '' then
   if redis.call('HEXISTS', C, pause_id) == 1 then return {'exists'} end
   if redis.call('HLEN', C) - redis.call('HLEN', D) >= max_pending then return {'limit'} end
@@ -671,6 +694,14 @@ end
 local last = log_events(turn, 12, ARGV[#ARGV])
 local count = nil
 if k > 0 then count = push_messages(at + 1, at + k) end
+if consumed then
+  redis.call('HDEL', C, consume_id)
+  redis.call('HDEL', D, consume_id)
+  redis.call('ZREM', CO, consume_id)
+  redis.call('HSET', X, consume_id .. ':meta', (now + consume_ms) .. '|' .. token, consume_id .. ':c', consumed[1],
+    consume_id .. ':d', consumed[2])
+  redis.call('PEXPIRE', X, consume_ms)
+end
 if pause_id ~= '' then
   redis.call('HSET', C, pause_id, now .. '|' .. token .. '|' .. pause_blob)
   redis.call('ZADD', CO, redis.call('HINCRBY', S, 'ck_seq', 1), pause_id)
@@ -859,6 +890,61 @@ redis.call('HSET', X, id .. ':meta', (now + keep_ms) .. '|' .. token, id .. ':c'
 redis.call('PEXPIRE', X, keep_ms)
 touch()
 return {'ok', stored, decided}
+"""
+
+# ARGV: interrupt id, the kind of pause the decision answers, the decision (base64, '' with none), '1' when
+# there is a decision, '1' to abandon, the resume's attempt id, lease ms. Records the decision (the first
+# wins; the same again is accepted), then takes the lease for the resume (the same grant for a retry of the
+# attempt), and reads the turn's journal: DECIDE_CHECKPOINT, TRY_ACQUIRE and JOURNAL in one step. A lease
+# held by another ('held': its turn, '1' when it resumes this very turn) leaves the decision recorded.
+ANSWER_PAUSE = r"""
+local id, kind, blob, has_decision, abandon, resume, lease_ms =
+  ARGV[7], ARGV[8], ARGV[9], ARGV[10] == '1', ARGV[11] == '1', ARGV[12], tonumber(ARGV[13])
+if not mine() then return {'not_found'} end
+local stored = redis.call('HGET', C, id)
+if not stored then return {'no_checkpoint'} end
+local checkpoint = checkpoint_of(stored)
+local turn = checkpoint['turn']
+local decided = redis.call('HGET', D, id)
+local recorded = false
+if has_decision then
+  if checkpoint['kind'] ~= kind then return {'misfit', checkpoint['kind']} end
+  if decided then
+    if string.match(decided, '^%d+|(.*)$') ~= blob then return {'conflict', decided} end
+  else
+    decided = now .. '|' .. blob
+    redis.call('HSET', D, id, decided)
+    recorded = true
+  end
+elseif not decided and not abandon then
+  return {'undecided'}
+end
+local l = live_lease()
+if not (l and l.turn == turn and l.resume == resume and l.takeovers == 0) then  -- else a retry: the same grant
+  local head = queue_head()
+  if l or head ~= '' then
+    if recorded then touch() end
+    if l then
+      local resuming = ''
+      if l.turn == turn and l.resume ~= '' then resuming = '1' end
+      return {'held', l.turn, resuming}
+    end
+    return {'held', head, ''}
+  end
+  local token = redis.call('HINCRBY', S, 'last_token', 1)
+  put('lease_turn', turn, 'lease_resume', resume, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '',
+    'lease_open', '', 'holder', '', 'takeovers', 0, 'lstart', last_seq(), 'llast', 0)
+  if recorded then touch() else keep() end  -- the resume starts: the keys outlive its lease
+  l = live_lease()
+end
+local count = tonumber(redis.call('HGET', J, turn) or '0')
+local entries = {}
+if count > 0 then
+  local fields = {}
+  for n = 1, count do table.insert(fields, turn .. '|' .. n) end
+  entries = redis.call('HMGET', J, unpack(fields))
+end
+return {'ok', stored, decided or '', l.token, l.start, entries}
 """
 
 REHYDRATE = r"""

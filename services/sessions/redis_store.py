@@ -65,6 +65,7 @@ from services.kit.redis_pool import (
     is_cluster,
     pooled_client,
 )
+from services.lib.answers import misfit
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
     Acquired,
@@ -89,6 +90,8 @@ from services.sessions.model import (
     NewEvents,
     NewSession,
     Page,
+    PauseAnswer,
+    PauseAnswered,
     Phase,
     Queued,
     Rehydration,
@@ -810,6 +813,31 @@ class RedisSessionStore:
         )
         return self._checkpoint_reply(session_id, interrupt_id, reply)
 
+    async def answer_pause(self, tenant_id: str, session_id: str, answer: PauseAnswer) -> PauseAnswered:
+        has_decision = answer.decision is not None
+        reply = await self._run(
+            "ANSWER_PAUSE",
+            tenant_id,
+            session_id,
+            answer.interrupt_id,
+            answer.kind,
+            _b64(answer.decision) if answer.decision is not None else "",
+            "1" if has_decision else "",
+            "1" if answer.abandon else "",
+            answer.resume,
+            int(answer.ttl_s * 1000),
+        )
+        status = _s(reply[0])
+        if status == "misfit":
+            raise InvalidValue("decision", misfit(answer.interrupt_id, _s(reply[1]), answer.kind))
+        if status == "conflict":
+            recorded = base64.b64decode(reply[1].split(b"|", 1)[1])
+            raise CheckpointConflict(session_id, answer.interrupt_id, "was already decided differently", recorded)
+        if status == "held":
+            raise LeaseHeld(session_id, _holder(reply[1], "").turn_id, resuming=_s(reply[2]) == "1")
+        checkpoint = self._checkpoint_reply(session_id, answer.interrupt_id, reply[:3])
+        return PauseAnswered(checkpoint, int(reply[3]), int(reply[4]), self._journal_records(reply[5]))
+
     # ----------------------------------------------------------------- rehydration
 
     async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration:
@@ -902,6 +930,8 @@ class RedisSessionStore:
             len(new.messages),
             *new.messages,
             *pause,
+            new.consume_interrupt_id,
+            int(CONSUMED_TTL_S * 1000),
             new.holder,
             self._retention,
         )
@@ -909,6 +939,11 @@ class RedisSessionStore:
         if status == "exists":
             assert new.pause is not None
             raise CheckpointExists(session_id, new.pause.interrupt_id)
+        if status == "no_checkpoint":
+            raise CheckpointNotFound(session_id, new.consume_interrupt_id)
+        if status == "other_turn":
+            why = f"interrupt {new.consume_interrupt_id!r} paused turn {_s(reply[1])!r}, not turn {new.turn_id!r}"
+            raise InvalidValue("consume_interrupt_id", why)
         if status == "limit":
             raise LimitExceeded(f"session {session_id!r} already has {MAX_PENDING_CHECKPOINTS} pending checkpoints")
         last, count = int(reply[1]), int(reply[2])
@@ -955,8 +990,12 @@ class RedisSessionStore:
 
     async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]:
         reply = await self._run("JOURNAL", tenant_id, session_id, turn_id)
+        return self._journal_records(reply[1])
+
+    @staticmethod
+    def _journal_records(stored_entries: list[bytes]) -> list[JournalRecord]:
         records = []
-        for stored in reply[1]:
+        for stored in stored_entries:
             kind, seq, at, state = stored.split(b"|", 3)
             records.append(JournalRecord(_s(kind), state, int(seq), _ms(at)))
         return records

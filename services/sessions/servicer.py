@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
@@ -38,6 +38,7 @@ from services.kit.errors import (
 )
 from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct, now, struct_to_dict
+from services.lib import answers
 from services.sessions import leases
 from services.sessions.append_stream import serve_appends
 from services.sessions.model import (
@@ -59,6 +60,8 @@ from services.sessions.model import (
     NewEvents,
     NewSession,
     Page,
+    PauseAnswer,
+    PauseAnswered,
     Phase,
     Rehydration,
     Renewal,
@@ -515,6 +518,7 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
     _check_entries(r.entries, problems)
     problems.check(len(r.append_id) <= 256, "append_id", "must be at most 256 characters")
     _check_id(r.holder, "holder", problems, required=False)
+    _check_id(r.consume_interrupt_id, "consume_interrupt_id", problems, required=False)
     problems.check(
         not (r.release_lease and r.HasField("pause")),
         "pause",
@@ -550,6 +554,7 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
         pause,
         messages,
         r.holder,
+        r.consume_interrupt_id,
     )
 
 
@@ -697,6 +702,51 @@ def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> Non
     elif kind == "client_tool":
         problems.check(decision.HasField("tool_result"), "decision.tool_result", "is required to answer a client tool")
     problems.raise_if_any()
+
+
+def _check_answer_pause(r: sessions_pb2.AnswerPauseRequest, problems: Violations) -> PauseAnswer:
+    _identify(r, problems)
+    _check_id(r.interrupt_id, "interrupt_id", problems)
+    problems.check(r.HasField("resume"), "resume", "is required: the id of this attempt to resume")
+    _check_id(r.resume.attempt_id, "resume.attempt_id", problems)
+    problems.check(1 <= r.ttl_seconds <= 3600, "ttl_seconds", "must be between 1 and 3600")
+    decision = None
+    kind = ""
+    if r.HasField("decision"):
+        problems.check(not r.abandon, "decision", "must be unset with abandon: a turn given up needs no answer")
+        kind = answers.check(r.decision, problems, "decision")
+        _check_id(r.decision.decided_by, "decision.decided_by", problems, required=False)
+        _check_json(r.decision.edited_arguments, "decision.edited_arguments", problems)
+        problems.check(r.decision.ByteSize() <= MAX_DECISION_BYTES, "decision", "must be at most 1 MiB")
+        decision = _decision_bytes(r.decision)
+    return PauseAnswer(r.interrupt_id, r.resume.attempt_id, float(r.ttl_seconds), kind, decision, r.abandon)
+
+
+async def _answer_pause(
+    store: SessionStore, r: sessions_pb2.AnswerPauseRequest, answer: PauseAnswer, context: Any
+) -> PauseAnswered:
+    try:
+        try:
+            return await store.answer_pause(r.tenant_id, r.session_id, answer)
+        except CheckpointConflict as exc:
+            # Decided differently by the bytes; the same answer from someone else is the same answer all the same.
+            recorded = exc.recorded
+            if recorded is None or not answers.same(sessions_pb2.CheckpointDecision.FromString(recorded), r.decision):
+                raise
+            return await store.answer_pause(r.tenant_id, r.session_id, replace(answer, kind="", decision=None))
+    except LeaseHeld as exc:
+        busy = status_of(exc)  # the answer is recorded; "resuming": follow the resume under way
+        busy.metadata["resuming"] = "true" if exc.resuming else "false"
+        raise busy from exc
+
+
+def _answered_to_proto(answered: PauseAnswered) -> sessions_pb2.AnswerPauseResponse:
+    return sessions_pb2.AnswerPauseResponse(
+        checkpoint=checkpoint_to_proto(answered.checkpoint),
+        lease_token=answered.token,
+        start_seq=answered.start_seq,
+        entries=_journal_to_proto(answered.journal).entries,
+    )
 
 
 # --------------------------------------------------------------------------- requests -> domain values
@@ -1101,6 +1151,7 @@ RPCS: dict[str, Rpc] = {
         ),
         lambda consumed: sessions_pb2.ConsumeCheckpointResponse(checkpoint=checkpoint_to_proto(consumed)),
     ),
+    "AnswerPause": rpc(sessions_pb2.AnswerPauseRequest, _check_answer_pause, _answer_pause, _answered_to_proto),
     # the event log and the turns' journals
     "AppendEvents": rpc(
         sessions_pb2.AppendEventsRequest,

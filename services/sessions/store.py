@@ -20,6 +20,7 @@ from typing import Protocol
 from services.kit import scope as scopes
 from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, tail
 from services.kit.protos import now as proto_now
+from services.lib.answers import misfit
 from services.sessions.model import (
     Acquired,
     Appended,
@@ -43,6 +44,8 @@ from services.sessions.model import (
     NewEvents,
     NewSession,
     Page,
+    PauseAnswer,
+    PauseAnswered,
     Phase,
     Queued,
     Rehydration,
@@ -170,12 +173,23 @@ class SessionStore(Protocol):
     async def consume_checkpoint(
         self, tenant_id: str, session_id: str, interrupt_id: str, token: int, allow_undecided: bool
     ) -> Checkpoint: ...
+    async def answer_pause(self, tenant_id: str, session_id: str, answer: PauseAnswer) -> PauseAnswered:
+        """Record the answer and take the lease to resume the paused turn, in one step; returns the decided
+        checkpoint, the lease and the turn's journal.
+
+        The first answer wins: the same one again (equal bytes) is accepted, another is CheckpointConflict
+        (carrying the one recorded); one of the wrong kind is InvalidValue; an unknown or consumed interrupt
+        CheckpointNotFound. A lease held by anyone else is LeaseHeld (`resuming` when the holder resumes this
+        very turn), the answer recorded all the same; a retry of the same attempt gets the same grant.
+        """
+        ...
 
     async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration: ...
 
     # the event log and the turns' journals
     async def append_events(self, tenant_id: str, session_id: str, new: NewEvents) -> Appended:
-        """Log events and journal entries under the turn's lease; end or pause the turn in the same write."""
+        """Log events and journal entries under the turn's lease; end or pause the turn in the same write,
+        and take the checkpoint `consume_interrupt_id` names (as consume_checkpoint would, undecided too)."""
         ...
 
     def read_events(
@@ -679,6 +693,38 @@ class MemorySessionStore:
         self._touch(entry)
         return checkpoint
 
+    async def answer_pause(self, tenant_id: str, session_id: str, answer: PauseAnswer) -> PauseAnswered:
+        entry = self._entry(tenant_id, session_id)
+        checkpoint = self._checkpoint(entry, answer.interrupt_id)
+        recorded = False
+        if answer.decision is not None:
+            if checkpoint.kind != answer.kind:
+                raise InvalidValue("decision", misfit(answer.interrupt_id, checkpoint.kind, answer.kind))
+            if checkpoint.decision is None:
+                checkpoint = replace(checkpoint, decision=answer.decision, decided_at=self._clock())
+                entry.checkpoints[answer.interrupt_id] = checkpoint
+                recorded = True
+            elif checkpoint.decision != answer.decision:
+                why = "was already decided differently"
+                raise CheckpointConflict(session_id, answer.interrupt_id, why, checkpoint.decision)
+        elif checkpoint.decision is None and not answer.abandon:
+            raise CheckpointConflict(session_id, answer.interrupt_id, "has no decision yet")
+        turn_id = checkpoint.turn_id
+        lease = self._live_lease(entry)
+        if lease is None or (lease.turn_id, lease.resume) != (turn_id, answer.resume) or lease.takeovers:
+            head = self._queue_head(entry)
+            if lease is not None or head:
+                if recorded:
+                    self._touch(entry)
+                resuming = lease is not None and lease.turn_id == turn_id and bool(lease.resume)
+                raise LeaseHeld(session_id, lease.turn_id if lease else head, resuming=resuming)
+            entry.last_token += 1
+            lease = entry.lease = _Lease(turn_id, entry.last_token, self._clock() + answer.ttl_s, resume=answer.resume)
+            lease.start_seq = entry.log.last_seq if entry.log is not None else 0
+            self._touch(entry)
+        # else: a retried call of this attempt: the same grant
+        return PauseAnswered(checkpoint, lease.token, lease.start_seq, list(entry.journals.get(turn_id, ())))
+
     async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration:
         entry = self._entry(tenant_id, session_id)
         return Rehydration(
@@ -739,6 +785,7 @@ class MemorySessionStore:
         lease = self._live_lease(entry)
         if lease is None or lease.token != new.token:
             raise StaleLease(session_id, new.token)
+        consumed = self._to_consume(entry, new)
         if new.pause is not None:
             if new.pause.interrupt_id in entry.checkpoints:
                 raise CheckpointExists(session_id, new.pause.interrupt_id)
@@ -746,6 +793,9 @@ class MemorySessionStore:
                 raise LimitExceeded(f"session {session_id!r} already has {MAX_PENDING_CHECKPOINTS} pending checkpoints")
         last_seq = self._log_events(entry, new)
         entry.messages.extend(new.messages)
+        if consumed is not None:
+            del entry.checkpoints[consumed.interrupt_id]
+            entry.consumed[consumed.interrupt_id] = (new.token, self._clock() + CONSUMED_TTL_S, consumed)
         if new.pause is not None:
             p = new.pause
             entry.checkpoints[p.interrupt_id] = Checkpoint(
@@ -762,6 +812,22 @@ class MemorySessionStore:
                 del entry.log_appends[next(iter(entry.log_appends))]
         self._touch(entry)
         return Appended(last_seq, len(entry.messages))
+
+    def _to_consume(self, entry: _Entry, new: NewEvents) -> Checkpoint | None:
+        """The checkpoint the append takes (None: none, or this lease took it already); checked before any write."""
+        interrupt_id = new.consume_interrupt_id
+        if not interrupt_id:
+            return None
+        now = self._clock()
+        entry.consumed = {i: c for i, c in entry.consumed.items() if c[1] > now}
+        done = entry.consumed.get(interrupt_id)
+        if done is not None and done[0] == new.token:
+            return None
+        checkpoint = self._checkpoint(entry, interrupt_id)
+        if checkpoint.turn_id != new.turn_id:
+            why = f"interrupt {interrupt_id!r} paused turn {checkpoint.turn_id!r}, not turn {new.turn_id!r}"
+            raise InvalidValue("consume_interrupt_id", why)
+        return checkpoint
 
     async def read_events(
         self, tenant_id: str, session_id: str, after_seq: int, follow: bool, heartbeat_s: float
