@@ -1,11 +1,18 @@
-"""The event log of the embedded default, read from the sessions service (SessionsService.ReadEvents).
+"""The event log of the embedded default, read from the sessions service (SessionsService.WatchEvents).
 
 The log lives in the sessions process, where runtimes append to it, so a turn's
-events do not depend on this gateway. Every session this replica watches has one
-stream from sessions feeding a local mirror (a `SessionLog`), and every local reader
-tails the mirror: a hundred subscribers of one session cost one upstream stream,
-and the fan-out stays in memory. A reader whose cursor is older than what the mirror
-holds replays that part straight from sessions first.
+events do not depend on this gateway. Every session this replica watches has a local
+mirror (a `SessionLog`) fed from sessions, and every local reader tails the mirror: a
+hundred subscribers of one session cost one upstream feed, and the fan-out stays in
+memory. A reader whose cursor is older than what the mirror holds replays that part
+straight from sessions first (ReadEvents).
+
+Every mirror is fed over one WatchEvents stream per gateway, opened on first use: a
+mirror is added at its cursor and removed when its last reader leaves. A stream that
+breaks (sessions restarting or draining, a connection cut) is reopened after a
+jittered backoff and every mirror added again at the seq it holds, so no mirror sees
+an event twice or misses one. Against a sessions service without WatchEvents
+(UNIMPLEMENTED) each mirror follows its own ReadEvents stream instead.
 """
 
 from __future__ import annotations
@@ -13,12 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator
+import random
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.rpc import status_pb2
 
+from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients
 from services.kit.errors import CogmeshError, from_dependency
@@ -30,15 +40,74 @@ UPSTREAM_HEARTBEAT_MS = 15_000
 _RECONNECT = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
 )
+# The watch stream ends for all of them at once: reopen it (CANCELLED too: this side cancels only when it closes).
+_REOPEN = _RECONNECT | {grpc.StatusCode.CANCELLED}
 RETRY_S = 0.2
+MAX_RETRY_S = 2.0
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-@dataclass
+@dataclass(eq=False)
 class _Mirror:
     log: SessionLog
     readers: int = 0
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[None] | None = None  # its own ReadEvents stream (a sessions service without WatchEvents)
     failure: CogmeshError | None = None
+    retry_s: float = RETRY_S  # the pause before adding it again after a retryable failure of its watch
+
+
+def _jittered(delay_s: float) -> float:
+    return delay_s * random.uniform(0.5, 1.0)  # spreads reconnects: not a secret
+
+
+def _add(key: tuple[str, str], after_seq: int) -> sessions_pb2.WatchEventsRequest:
+    return sessions_pb2.WatchEventsRequest(
+        add=sessions_pb2.WatchedSession(tenant_id=key[0], session_id=key[1], after_seq=after_seq)
+    )
+
+
+def _remove(key: tuple[str, str]) -> sessions_pb2.WatchEventsRequest:
+    return sessions_pb2.WatchEventsRequest(remove=sessions_pb2.WatchedSession(tenant_id=key[0], session_id=key[1]))
+
+
+async def _send(call: Any, requests: asyncio.Queue[sessions_pb2.WatchEventsRequest | None]) -> None:
+    """Write a watch stream's requests: its heartbeat first, then the adds and removes queued, until None."""
+    try:
+        await call.write(sessions_pb2.WatchEventsRequest(heartbeat_ms=UPSTREAM_HEARTBEAT_MS))
+        while (request := await requests.get()) is not None:
+            await call.write(request)
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+        return  # the stream ended: its reader says why
+
+
+def _broke(error: grpc.aio.AioRpcError) -> bool:
+    """The watch stream ended for reasons of its own, not of what it carries: open it again."""
+    # grpc reports a stream that ended while a request was being written (a replica draining as
+    # a mirror is added) as this INTERNAL instead of the stream's status.
+    return error.code() in _REOPEN or (
+        error.code() == grpc.StatusCode.INTERNAL and error.details() == "Internal error from Core"
+    )
+
+
+def _continuing(log: SessionLog, events: Sequence[events_pb2.RuntimeEvent]) -> Sequence[events_pb2.RuntimeEvent]:
+    """The events of a contiguous batch that come after what `log` holds, if they continue it.
+
+    A batch sent before sessions took a remove may arrive after the add that followed it
+    (a mirror made again at another cursor): its repeats are dropped, and a batch that
+    would leave a gap is not this mirror's (the new add sends those events in order).
+    """
+    start = log.last_seq + 1
+    if not events or events[0].seq > start or events[-1].seq < start:
+        return ()
+    return events[start - events[0].seq :]
+
+
+def _status_error(raw: bytes) -> grpc.aio.AioRpcError:
+    """A session's watch status (google.rpc.Status bytes) as the error its ReadEvents would have raised."""
+    status = status_pb2.Status.FromString(raw)
+    code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
+    trailing = grpc.aio.Metadata(("grpc-status-details-bin", raw))
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details=status.message)
 
 
 def _batch(response: sessions_pb2.ReadEventsResponse, raw: bytes) -> Batch:
@@ -57,6 +126,10 @@ class RemoteEventLog:
         self.tenant_of = tenant_of  # the tenant of the RPC asking (the log is read as that tenant)
         self.retention, self.max_lag, self.max_batch, self.fanout_rate = retention, max_lag, max_batch, fanout_rate
         self._mirrors: dict[tuple[str, str], _Mirror] = {}  # (tenant, session) -> its mirror
+        self._watching: asyncio.Task[None] | None = None  # keeps the WatchEvents stream open while mirrors live
+        self._requests: asyncio.Queue[sessions_pb2.WatchEventsRequest | None] | None = None  # the open stream's
+        self.per_session = False  # sessions has no WatchEvents: each mirror reads its own ReadEvents stream
+        self.streams_opened = 0
 
     async def state(self, session_id: str) -> sessions_pb2.GetEventLogStateResponse:
         try:
@@ -126,22 +199,122 @@ class RemoteEventLog:
             # A new mirror starts at its first reader's cursor: the upstream stream replays from there.
             mirror = _Mirror(SessionLog(self.retention, last_seq=after_seq, rate=self.fanout_rate))
             self._mirrors[(tenant, session_id)] = mirror
-            # The mirror serves every reader of the session, so it belongs to none of their traces.
-            mirror.task = asyncio.create_task(
-                self._follow(session_id, tenant, mirror, after_seq),
-                name=f"log:{session_id}",
-                context=contextvars.Context(),
-            )
+            self._feed((tenant, session_id), mirror)
         mirror.readers += 1
         return mirror
+
+    def _feed(self, key: tuple[str, str], mirror: _Mirror) -> None:
+        """Have sessions send the mirror the events after its cursor."""
+        # The feed serves every reader of the session, so it belongs to none of their traces (nor deadlines).
+        if self.per_session:
+            mirror.task = asyncio.create_task(
+                self._follow(key[1], key[0], mirror, mirror.log.last_seq),
+                name=f"log:{key[1]}",
+                context=contextvars.Context(),
+            )
+        elif self._requests is not None:
+            self._requests.put_nowait(_add(key, mirror.log.last_seq))
+        elif self._watching is None:
+            self._watching = asyncio.create_task(self._watch(), name="log-watch", context=contextvars.Context())
+        # else the stream is being reopened: it adds every live mirror as it opens
 
     def _detach(self, key: tuple[str, str], mirror: _Mirror) -> None:
         mirror.readers -= 1
         if mirror.readers == 0:
             if self._mirrors.get(key) is mirror:
                 del self._mirrors[key]
+                if self._requests is not None and not mirror.log.closed:
+                    self._requests.put_nowait(_remove(key))
             if mirror.task is not None:
                 mirror.task.cancel()
+
+    def _live(self) -> list[tuple[tuple[str, str], _Mirror]]:
+        return [(key, mirror) for key, mirror in self._mirrors.items() if not mirror.log.closed]
+
+    async def _watch(self) -> None:
+        """Keep this gateway's WatchEvents stream open while it has mirrors to feed; reopen it when it breaks."""
+        delay = RETRY_S
+        try:
+            while live := self._live():
+                requests: asyncio.Queue[sessions_pb2.WatchEventsRequest | None] = asyncio.Queue()
+                for key, mirror in live:
+                    requests.put_nowait(_add(key, mirror.log.last_seq))
+                self._requests = requests
+                self.streams_opened += 1
+                call = self.clients.sessions.WatchEvents()
+                writer: asyncio.Task[None] | None = None
+                try:
+                    # The replica's first response (empty) says it serves the stream: nothing is written
+                    # before it, so an older replica's UNIMPLEMENTED is not hidden (see _broke).
+                    while (response := await call.read()) is not grpc.aio.EOF:
+                        if writer is None:
+                            writer = asyncio.create_task(_send(call, requests), name="log-watch-requests")
+                        else:
+                            delay = RETRY_S
+                        self._route(response)
+                    log.warning("event log watch from sessions ended; reopening")
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        log.info("sessions has no WatchEvents: each session's log is read on a stream of its own")
+                        self._read_per_session()
+                        return
+                    if _broke(exc):
+                        log.warning("event log watch from sessions broke; reopening", error=exc.details())
+                    else:
+                        self._fail_all(from_dependency(exc, "sessions"))
+                finally:
+                    self._requests = None
+                    if writer is not None:
+                        writer.cancel()
+                    call.cancel()
+                if not self._live():
+                    return
+                await asyncio.sleep(_jittered(delay))
+                delay = min(delay * 2, MAX_RETRY_S)
+        finally:
+            self._watching = None
+
+    def _route(self, response: sessions_pb2.WatchEventsResponse) -> None:
+        """Hand a watch response to its session's mirror (a heartbeat names no session: no mirror)."""
+        key = (response.tenant_id, response.session_id)
+        mirror = self._mirrors.get(key)
+        if mirror is None or mirror.log.closed:
+            return  # no longer watched here: its remove crossed this response
+        if response.error:
+            self._watch_failed(key, mirror, response.error)
+            return
+        events = _continuing(mirror.log, response.events)
+        if events:
+            mirror.log.add(events)
+            mirror.retry_s = RETRY_S
+
+    def _watch_failed(self, key: tuple[str, str], mirror: _Mirror, status: bytes) -> None:
+        """A session left the watch with `status`: add it again later if that may pass, else close its mirror."""
+        error = _status_error(status)
+        if error.code() in _RECONNECT:
+            log.warning("event log watch of a session broke; adding it again", session_id=key[1], error=error.details())
+            asyncio.get_running_loop().call_later(_jittered(mirror.retry_s), self._add_again, key, mirror)
+            mirror.retry_s = min(mirror.retry_s * 2, MAX_RETRY_S)
+            return
+        gone = error.code() == grpc.StatusCode.NOT_FOUND
+        mirror.failure = session_gone(key[1]) if gone else from_dependency(error, "sessions")
+        mirror.log.close()
+
+    def _add_again(self, key: tuple[str, str], mirror: _Mirror) -> None:
+        # A stream reopened meanwhile added it already (adding it twice moves nothing).
+        if self._mirrors.get(key) is mirror and not mirror.log.closed and self._requests is not None:
+            self._requests.put_nowait(_add(key, mirror.log.last_seq))
+
+    def _fail_all(self, error: CogmeshError) -> None:
+        for _, mirror in self._live():
+            mirror.failure = error
+            mirror.log.close()
+
+    def _read_per_session(self) -> None:
+        self.per_session = True
+        for key, mirror in self._live():
+            if mirror.task is None:
+                self._feed(key, mirror)
 
     async def _follow(self, session_id: str, tenant: str, mirror: _Mirror, cursor: int) -> None:
         """Keep the mirror filled from the session's log after `cursor`, reconnecting as needed."""
@@ -160,12 +333,7 @@ class RemoteEventLog:
                         cursor = mirror.log.last_seq
                 return
             except grpc.aio.AioRpcError as exc:
-                retry = (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                )
-                if exc.code() in retry:
+                if exc.code() in _RECONNECT:
                     log.warning("event log stream from sessions broke; reconnecting", error=exc.details())
                     await asyncio.sleep(RETRY_S)
                     continue
@@ -178,6 +346,11 @@ class RemoteEventLog:
                 return
 
     async def close(self) -> None:
+        watching = self._watching
+        if watching is not None:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
         mirrors = list(self._mirrors.values())
         self._mirrors.clear()
         for mirror in mirrors:
