@@ -71,9 +71,8 @@ def _remove(key: tuple[str, str]) -> sessions_pb2.WatchEventsRequest:
 
 
 async def _send(call: Any, requests: asyncio.Queue[sessions_pb2.WatchEventsRequest | None]) -> None:
-    """Write a watch stream's requests: its heartbeat first, then the adds and removes queued, until None."""
+    """Write the adds and removes queued for a watch stream, until None."""
     try:
-        await call.write(sessions_pb2.WatchEventsRequest(heartbeat_ms=UPSTREAM_HEARTBEAT_MS))
         while (request := await requests.get()) is not None:
             await call.write(request)
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
@@ -244,8 +243,10 @@ class RemoteEventLog:
                 call = self.clients.sessions.WatchEvents()
                 writer: asyncio.Task[None] | None = None
                 try:
-                    # The replica's first response (empty) says it serves the stream: nothing is written
-                    # before it, so an older replica's UNIMPLEMENTED is not hidden (see _broke).
+                    # The replica answers the first request with an empty response; the adds are written
+                    # after it, so an older replica's UNIMPLEMENTED is not hidden (see _broke).
+                    with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.UsageError):  # read() says why
+                        await call.write(sessions_pb2.WatchEventsRequest(heartbeat_ms=UPSTREAM_HEARTBEAT_MS))
                     while (response := await call.read()) is not grpc.aio.EOF:
                         if writer is None:
                             writer = asyncio.create_task(_send(call, requests), name="log-watch-requests")

@@ -11,7 +11,7 @@ control reaches them through the queue) instead of growing a buffer here.
 A session that can no longer be followed (deleted, cursor expired, a bad add) gets its
 status once and leaves the watch; the others go on. A draining replica ends the stream
 UNAVAILABLE, so the gateway reopens it on another replica at the seqs it holds. The
-first response, sent at once, is an empty one (a heartbeat): the stream is served.
+first response, sent once the first request is taken, is an empty one (a heartbeat).
 """
 
 from __future__ import annotations
@@ -82,7 +82,6 @@ class _Watch:
         self.store, self.status_of = store, status_of
         self.out: asyncio.Queue[tuple[_Watched, bytes] | None] = asyncio.Queue(MAX_QUEUED)
         self.watched: dict[tuple[str, str], _Watched] = {}
-        self.heartbeat_s: float | None = None  # None until the first request
         self.requests_ended = False
         self.stopped = False
         self.error: BaseException | None = None  # what the stream ends with; None: OK
@@ -91,9 +90,6 @@ class _Watch:
         if self.stopped:
             return
         self.stopped, self.error = True, error
-        self._wake()
-
-    def _wake(self) -> None:
         with contextlib.suppress(asyncio.QueueFull):  # a full queue wakes the writer anyway
             self.out.put_nowait(None)
 
@@ -161,13 +157,10 @@ class _Watch:
     async def read_requests(self, requests: AsyncIterator[sessions_pb2.WatchEventsRequest]) -> None:
         try:
             async for request in requests:
-                if self.heartbeat_s is None:  # the first request sets the stream's heartbeat
-                    self.heartbeat_s = _heartbeat_s(request)
-                    self._wake()  # the writer waited without one until now
                 self.change(request)
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - the stream ends with it (a bad heartbeat, bad bytes)
+        except BaseException as exc:  # noqa: BLE001 - the stream ends with it (an abort for bad bytes)
             self.stop(exc)
             return
         self.requests_ended = True
@@ -202,11 +195,16 @@ async def watch_events(
     )
     if draining.is_set():
         raise shutting_down
-    # An empty response at once: the caller learns this replica serves WatchEvents before it writes
-    # anything (grpc reports a stream that ends while a request is being written as INTERNAL, which
-    # would hide an older replica's UNIMPLEMENTED or a draining one's UNAVAILABLE).
+    first = await anext(aiter(requests), None)
+    if first is None:
+        return
+    heartbeat_s = _heartbeat_s(first)
+    # An empty response once the stream is taken: the caller writes its adds after it, so a stream
+    # that ends at once (an older replica's UNIMPLEMENTED) does not end under a write (grpc reports
+    # that as INTERNAL, hiding the status).
     yield _HEARTBEAT
     watch = _Watch(store, status_of)
+    watch.change(first)
     reader = asyncio.create_task(watch.read_requests(requests), name="watch:requests")
     drain = asyncio.create_task(draining.wait(), name="watch:drain")
 
@@ -219,7 +217,7 @@ async def watch_events(
         while not watch.stopped:
             if watch.out.empty():
                 try:
-                    async with asyncio.timeout(watch.heartbeat_s):
+                    async with asyncio.timeout(heartbeat_s):
                         item = await watch.out.get()
                 except TimeoutError:
                     yield _HEARTBEAT
