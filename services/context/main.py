@@ -8,7 +8,6 @@ from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from services.context.archive import MemoryToolArchive, RedisToolArchive, ToolArchive
 from services.context.compaction import Compactor
 from services.context.servicer import ContextServicer
-from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.redis_pool import pooled_client
@@ -16,6 +15,7 @@ from services.kit.server import App, mount, run
 from services.kit.tokens import make_counter
 from services.lib.context.builder import ContextBuilder
 from services.lib.context.prompt_files import PromptFiles
+from services.lib.models.watch import agents_of_catalog
 
 
 async def build(settings: Settings, clients: Clients) -> App:
@@ -32,8 +32,12 @@ async def build(settings: Settings, clients: Clients) -> App:
             await client.aclose()
 
         on_close.append(close)
+    # The agents come with the models service's catalogue snapshot (that service reads the folder);
+    # the prompt files their prompts_dir names are read here, where the prompt is built.
+    agents, catalogue = await agents_of_catalog(clients, settings)
+    on_close.append(catalogue.close)
     servicer = ContextServicer(
-        load_agents(settings.agents_dir),
+        agents,
         ContextBuilder(PromptFiles(), counter),
         Compactor(counter, archive),
         archive,

@@ -1,4 +1,7 @@
-"""Models service entry point: `python -m services.models`."""
+"""Models service entry point: `python -m services.models`.
+
+It owns the model catalogue and the agents folder: both are published to every other
+process as one versioned snapshot (WatchCatalog), on change."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
+from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
@@ -15,6 +19,10 @@ from services.kit.server import App, mount, run
 from services.lib.models.catalog import DEFAULT_CATALOG_PATH
 from services.models.registry import FileModelStore, ModelRegistry, ModelStore, RedisModelStore
 from services.models.servicer import ModelsServicer
+
+# With Redis, other replicas' AddModel/RemoveModel are announced (pub/sub); the store's version
+# is still read this often in case an announcement was lost.
+STORE_RECHECK_S = 60.0
 
 
 async def build(settings: Settings, clients: Clients) -> App:
@@ -33,25 +41,42 @@ async def build(settings: Settings, clients: Clients) -> App:
     elif settings.models_store_file is not None:
         store = FileModelStore(settings.models_store_file)
     registry = ModelRegistry(settings.models_file or DEFAULT_CATALOG_PATH, store, refresh_s=settings.models_refresh_s)
+    if isinstance(store, RedisModelStore):
+        registry.store_announces_changes(max(STORE_RECHECK_S, settings.models_refresh_s))
     await registry.start()
-    servicer = ModelsServicer(registry, strict=settings.models_strict)
+    # The one process that reads the agents folder: the others take the agents from the snapshot.
+    agents = load_agents(settings.agents_dir)
+    servicer = ModelsServicer(registry, strict=settings.models_strict, agents=agents)
     await servicer.publisher.refresh()
 
     async def publish() -> None:
-        # The catalogue is re-read on this clock (file stamp, store version) and pushed to watchers on change.
+        # The catalogue (file stamp, store version) and the agents folder (its files' stamps) are
+        # looked at on this clock and pushed to watchers on change.
         while True:
             await asyncio.sleep(settings.models_refresh_s)
             try:
-                await servicer.publisher.refresh()
+                await servicer.publisher.refresh(look_at_agents=True)
             except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the publishing for good
                 log.error("publishing the model catalogue failed; watchers keep the last version", error=repr(exc))
 
-    publisher = asyncio.create_task(publish())
+    tasks = [asyncio.create_task(publish())]
+    if isinstance(store, RedisModelStore):
+
+        async def store_changed() -> None:
+            try:
+                await registry.store_changed()
+                await servicer.publisher.refresh()
+            except Exception as exc:  # noqa: BLE001 - the next announcement or recheck tries again
+                log.error("publishing the model catalogue failed; watchers keep the last version", error=repr(exc))
+
+        tasks.append(asyncio.create_task(store.follow(store_changed)))
 
     async def stop_publishing() -> None:
-        publisher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await publisher
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     on_close.insert(0, stop_publishing)
     return App("models", [mount(servicer, models_pb2, models_pb2_grpc, "ModelsService")], on_close)

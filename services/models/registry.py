@@ -7,7 +7,10 @@ at most every ``refresh_s`` seconds:
   again; a file that no longer loads is logged and the last good catalogue
   keeps serving, so a bad edit never takes the service down;
 * the store's version: when another replica added or removed a model, the
-  added models are read again.
+  added models are read again. A store that announces its changes (Redis:
+  a PUBLISH after each, `RedisModelStore.follow`) is read on the announcement
+  instead, and on this clock only every `store_recheck_s` as a safety net, so
+  an idle models service sends Redis nothing.
 
 Models added with ``add`` sit on top of the file's models (an added model
 replaces the file's model of the same id when ``replace`` is set) and are
@@ -23,7 +26,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,7 +36,7 @@ from pydantic import ValidationError
 
 from services.kit.logging import log
 from services.kit.redis_keys import check_prefix, models_keys
-from services.kit.redis_pool import REDIS_ERRORS, Client
+from services.kit.redis_pool import REDIS_ERRORS, Client, follow_broadcast, publish
 from services.lib.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
@@ -129,6 +132,7 @@ class RedisModelStore:
     """Added models in the hash ``<prefix>{models}:added`` (id -> JSON); ``<prefix>{models}:version`` counts changes.
 
     Both keys share one hash tag (one cluster slot), so a change and its count are one MULTI/EXEC.
+    Each change is then announced on the channel ``<prefix>{models}:version:changed``.
     """
 
     name = "redis"
@@ -136,6 +140,37 @@ class RedisModelStore:
     def __init__(self, client: Client, prefix: str = "cogmesh:") -> None:
         self._redis = client
         self._hash, self._version = models_keys(check_prefix(prefix))
+        self.channel = f"{self._version}:changed"  # the version's hash tag: the same cluster node
+
+    async def _announce(self) -> None:
+        # A hint: a replica that misses it reads the version on its next subscription or recheck.
+        try:
+            await publish(self._redis, self.channel, "changed")
+        except REDIS_ERRORS as exc:
+            log.warning("announcing a change of the added models failed", error=str(exc))
+
+    async def follow(self, changed: Callable[[], Awaitable[None]]) -> None:
+        """Call `changed` on each change a replica announces and after each (re)subscription; until cancelled.
+
+        A subscription made again after Redis was away calls `changed` too: the changes
+        announced meanwhile were missed.
+        """
+        subscribed = asyncio.Event()
+
+        async def on_subscribed() -> None:
+            while True:
+                await subscribed.wait()
+                subscribed.clear()
+                await changed()
+
+        async def on_message(_: bytes) -> None:
+            await changed()
+
+        resubscribed = asyncio.create_task(on_subscribed())
+        try:
+            await follow_broadcast(self._redis, self.channel, on_message, "model store", subscribed)
+        finally:
+            resubscribed.cancel()
 
     async def load(self) -> list[ModelSpec]:
         try:
@@ -154,6 +189,7 @@ class RedisModelStore:
                 await pipe.execute()
         except REDIS_ERRORS as exc:
             raise StoreError(f"redis: {exc}") from exc
+        await self._announce()
 
     async def delete(self, model_id: str) -> bool:
         try:
@@ -163,6 +199,7 @@ class RedisModelStore:
                 removed, _ = await pipe.execute()
         except REDIS_ERRORS as exc:
             raise StoreError(f"redis: {exc}") from exc
+        await self._announce()
         return bool(removed)
 
     async def version(self) -> str:
@@ -214,6 +251,8 @@ class ModelRegistry:
         self.path = path
         self.store = store
         self._refresh_s = refresh_s
+        self._store_check_s = refresh_s
+        self._store_checked_at = float("-inf")
         self._clock = clock
         self._stamp = _file_stamp(path)
         self._base = ModelCatalog.from_yaml(path)
@@ -233,15 +272,28 @@ class ModelRegistry:
             await self._refresh()
         return self._catalog
 
+    def store_announces_changes(self, recheck_s: float) -> None:
+        """The store's changes are announced (`store_changed`): its version is read on this clock every `recheck_s`."""
+        self._store_check_s = recheck_s
+
+    async def store_changed(self) -> None:
+        """A replica changed the store (or a change may have been missed): read its version now."""
+        async with self._lock:
+            self._store_checked_at = self._clock()
+            if self.store is not None and await self._reload_store(False):
+                self._catalog = self._merge()
+
     async def _refresh(self, force: bool = False) -> None:
         async with self._lock:
-            self._checked_at = self._clock()
+            now = self._clock()
+            self._checked_at = now
             stamp = _file_stamp(self.path)
             changed = force
             if stamp != self._stamp:
                 self._stamp = stamp
                 changed |= self._reload_file()
-            if self.store is not None:
+            if self.store is not None and (force or now - self._store_checked_at >= self._store_check_s):
+                self._store_checked_at = now
                 changed |= await self._reload_store(force)
             if changed:
                 self._catalog = self._merge()

@@ -1,4 +1,7 @@
-"""ModelsService over the ModelRegistry: proto in, catalogue lookup, proto out."""
+"""ModelsService over the ModelRegistry: proto in, catalogue lookup, proto out.
+
+WatchCatalog also carries the agents folder: the models service is the one process that
+reads it, and every other process takes its agents from the snapshot."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any
 import grpc
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
+from services.kit.agents import ReloadingAgentRegistry
 from services.kit.errors import InvalidArgument, Unavailable, Violations
 from services.kit.snapshots import SnapshotFeed
 from services.lib.models.api import MAX_NAME, model_from_proto, model_to_proto, resolve_model, snapshot_of
@@ -22,27 +26,38 @@ class AlreadyExists(InvalidArgument):
 
 
 class CatalogPublisher:
-    """Publishes the registry's catalogue to watchers whenever it changes (a reload, AddModel, RemoveModel)."""
+    """Publishes the catalogue and the agents to watchers whenever either changes.
 
-    def __init__(self, registry: ModelRegistry, strict: bool) -> None:
-        self.registry, self.strict = registry, strict
+    The catalogue changes on a reload of its file, AddModel and RemoveModel; the agents
+    when `refresh(look_at_agents=True)` finds the folder changed (the publish loop's clock).
+    """
+
+    def __init__(self, registry: ModelRegistry, strict: bool, agents: ReloadingAgentRegistry | None = None) -> None:
+        self.registry, self.strict, self.agents = registry, strict, agents
         self.feed: SnapshotFeed[models_pb2.WatchCatalogResponse] = SnapshotFeed()
-        self._published: ModelCatalog | None = None
+        self._published: tuple[ModelCatalog, int] | None = None  # the catalogue and the agents' reload count
 
-    async def refresh(self) -> None:
+    async def refresh(self, look_at_agents: bool = False) -> None:
+        if look_at_agents and self.agents is not None:
+            self.agents.reload_now()
         catalog = await self.registry.catalog()
-        if catalog is self._published:
+        held = self._published
+        if held is not None and held[0] is catalog and held[1] == self._agents_reloads():
             return
-        snapshot = snapshot_of(catalog, self.strict)
-        self._published = catalog
+        agents_dir = self.agents.directory if self.agents is not None else None
+        snapshot = snapshot_of(catalog, self.strict, self.agents, agents_dir)
+        self._published = (catalog, self._agents_reloads())  # after the snapshot: its reads may have reloaded
         await self.feed.publish(snapshot.version, models_pb2.WatchCatalogResponse(snapshot=snapshot))
+
+    def _agents_reloads(self) -> int:
+        return self.agents.reloads if self.agents is not None else 0
 
 
 class ModelsServicer(models_pb2_grpc.ModelsServiceServicer):
-    def __init__(self, registry: ModelRegistry, *, strict: bool = False):
+    def __init__(self, registry: ModelRegistry, *, strict: bool = False, agents: ReloadingAgentRegistry | None = None):
         self.registry = registry
         self.strict = strict
-        self.publisher = CatalogPublisher(registry, strict)
+        self.publisher = CatalogPublisher(registry, strict, agents)
 
     async def WatchCatalog(
         self, request: models_pb2.WatchCatalogRequest, context: Any

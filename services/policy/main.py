@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
-from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.metrics import register_breakers
 from services.kit.server import App, mount, run
 from services.kit.snapshots import SnapshotFeed
+from services.lib.models.watch import agents_of_catalog
 from services.lib.policy.api import snapshot_of
 from services.lib.policy.assembly import Shared
 from services.lib.policy.compactor import ContextServiceCompactor
@@ -54,7 +54,9 @@ async def build(settings: Settings, clients: Clients) -> App:
             f"{label}:{name}": b.state.value for (label, *_), r in shared.breakers.items() for name, b in r.items()
         },
     )
-    engine = PolicyEngine(load_agents(settings.agents_dir), store, shared)
+    # The agents come with the models service's catalogue snapshot (that service reads the folder).
+    agents, catalogue = await agents_of_catalog(clients, settings)
+    engine = PolicyEngine(agents, store, shared)
 
     # Runtimes decide from the configuration in force: published at start and after each
     # good reload (a rejected one publishes nothing, so watchers keep the last good version).
@@ -72,6 +74,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         await channels.close()
+        await catalogue.close()
         if redis_client is not None:
             await redis_client.aclose()
 

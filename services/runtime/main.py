@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
-from services.kit.agents import load_agents
+from services.kit.agents import SnapshotAgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.metrics import BREAKERS, register_breakers
 from services.kit.providers import ProviderConfigError, load_providers
 from services.kit.server import App, mount, run
+from services.lib.models.watch import first_wait_s, follow_agents, read_folder_unless_synced
 from services.runtime.engines import default_registry
 from services.runtime.local_model import LocalModel
 from services.runtime.local_policy import LocalPolicy
@@ -19,9 +20,6 @@ from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.servicer import RuntimeServicer
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog, ToolServersError
-
-# How long a starting runtime waits for its first snapshots before it serves anyway.
-FIRST_SNAPSHOT_WAIT_S = 2.0
 
 
 async def build(settings: Settings, clients: Clients) -> App:
@@ -36,7 +34,8 @@ async def build(settings: Settings, clients: Clients) -> App:
             f"runtime: COGMESH_RUNTIME={settings.runtime!r} is not a runtime engine; "
             f"known: {', '.join(engines.list_available())}"
         )
-    agents = load_agents(settings.agents_dir)
+    # The agents of the models service's catalogue snapshot (that service reads the folder), filled below.
+    agents = SnapshotAgentRegistry()
     # Policy decisions in process, from the snapshot the policy service pushes (its RPCs until then).
     policy = LocalPolicy(clients, agents, settings)
     clients.policy_api = policy
@@ -53,11 +52,14 @@ async def build(settings: Settings, clients: Clients) -> App:
     )
     register_breakers("runtime", "tool_server", catalog.breaker_states)
     models = servicer.builder.models
+    follow_agents(models.watcher, agents)  # one catalogue stream for the models and the agents
     models.start()  # the catalogue snapshot: models resolve in process once it arrives
     # Serve once the first snapshots are held (an informer's HasSynced), or after a bounded wait:
-    # until they arrive the services are asked, so a control plane that is down delays nothing more.
-    wait_s = min(settings.call_timeout_s, FIRST_SNAPSHOT_WAIT_S)
+    # until they arrive the services are asked (the agents: the folder, read once), so a control
+    # plane that is down delays nothing more.
+    wait_s = first_wait_s(settings)
     synced = await asyncio.gather(models.watcher.wait_synced(wait_s), policy.watcher.wait_synced(wait_s))
+    read_folder_unless_synced(models.watcher, agents, settings, wait_s)
     if not all(synced):
         log.warning("serving before every snapshot arrived", models=synced[0], policy=synced[1])
 

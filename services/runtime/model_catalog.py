@@ -3,35 +3,21 @@
 The models service pushes the catalogue as versioned snapshots (WatchCatalog); the
 runtime answers ResolveModel from the last one with the service's own rules
 (services/lib/models). Until the first snapshot arrives, and only then, a turn
-asks the service (ResolveModel), so a turn never waits for the watch to sync.
+asks the service (ResolveModel), so a turn never waits for the watch to sync. The
+same watcher feeds the runtime's agents (services/runtime/main.py): one stream.
 """
 
 from __future__ import annotations
 
 from cogmesh.models.v1 import models_pb2
 from services.kit.clients import Clients, call
-from services.kit.snapshots import SnapshotWatcher, stream_of
-from services.lib.models.api import catalog_of, resolve_model
-from services.lib.models.catalog import ModelCatalog
-
-Held = tuple[ModelCatalog, bool]  # the catalogue and whether the service resolves strictly
-
-
-def _apply(message: models_pb2.WatchCatalogResponse) -> Held:
-    return catalog_of(message.snapshot), message.snapshot.strict
+from services.lib.models.watch import CatalogWatcher, catalog_watcher, resolve_held
 
 
 class ModelCatalogLink:
     def __init__(self, clients: Clients) -> None:
         self.clients = clients
-        self.watcher: SnapshotWatcher[Held, models_pb2.WatchCatalogResponse] = SnapshotWatcher(
-            "models",
-            stream_of(
-                lambda: clients.models.WatchCatalog, lambda known: models_pb2.WatchCatalogRequest(known_version=known)
-            ),
-            _apply,
-            lambda message: message.snapshot.version,
-        )
+        self.watcher: CatalogWatcher = catalog_watcher(clients)
 
     @property
     def version(self) -> str:
@@ -46,8 +32,7 @@ class ModelCatalogLink:
 
     async def resolve(self, request: models_pb2.ResolveModelRequest) -> models_pb2.ResolveModelResponse:
         self.watcher.start()  # idempotent: the first turn of a replica built outside `build` starts it
-        held = self.watcher.current_or_none()
-        if held is None:
+        reply = resolve_held(self.watcher, request)
+        if reply is None:
             return await call("models", self.clients.models.ResolveModel, request)  # type: ignore[no-any-return]
-        catalog, strict = held
-        return resolve_model(catalog, request, strict)
+        return reply

@@ -2,17 +2,20 @@
 
 ResolveModel is answered the same way by the service (over its live registry) and
 by a runtime or gateway (over the CatalogSnapshot it holds), so a local resolution
-is the one the RPC would give.
+is the one the RPC would give. The snapshot also carries the agents folder as the
+service loaded it (the one process that reads it).
 """
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from cogmesh.common.v1 import errors_pb2, resources_pb2
 from cogmesh.models.v1 import models_pb2
+from services.kit.agents import AgentLoadError, AgentRegistry, agent_to_json, agents_of_snapshot
 from services.kit.errors import InvalidArgument, NotFound
 from services.lib.models.catalog import ModelCatalog, ModelSpec, UnknownModelError, format_validation_error
 
@@ -96,16 +99,41 @@ def resolve_model(
     )
 
 
-def snapshot_of(catalog: ModelCatalog, strict: bool) -> models_pb2.CatalogSnapshot:
-    """The catalogue as a snapshot whose version is a digest of its content."""
+def snapshot_of(
+    catalog: ModelCatalog, strict: bool, agents: AgentRegistry | None = None, agents_dir: Path | None = None
+) -> models_pb2.CatalogSnapshot:
+    """The catalogue and the agents as a snapshot whose version is a digest of its content (agents included)."""
     snapshot = models_pb2.CatalogSnapshot(
         models=[model_to_proto(m) for m in catalog.models], default_model=catalog.default_model.id, strict=strict
     )
+    if agents is not None:
+        snapshot.agents.extend(
+            models_pb2.AgentSnapshot(name=agent.name, definition_json=agent_to_json(agent))
+            for agent in agents.list(include_hidden=True)
+        )
+        snapshot.agent_problems.extend(
+            models_pb2.AgentLoadProblem(file=_relative(error, agents_dir), problem=error.message)
+            for error in agents.errors
+        )
     snapshot.version = hashlib.sha256(snapshot.SerializeToString(deterministic=True)).hexdigest()[:16]
     return snapshot
+
+
+def _relative(error: AgentLoadError, agents_dir: Path | None) -> str:
+    if agents_dir is not None and error.path.is_relative_to(agents_dir):
+        return str(error.path.relative_to(agents_dir))
+    return error.path.name
 
 
 def catalog_of(snapshot: models_pb2.CatalogSnapshot) -> ModelCatalog:
     """The catalogue a snapshot carries, validated as the service validated it (CatalogError if not)."""
     specs = [model_from_proto(m) for m in snapshot.models]
     return ModelCatalog(specs, snapshot.default_model, source=f"catalogue snapshot {snapshot.version}")
+
+
+def agents_of(snapshot: models_pb2.CatalogSnapshot) -> AgentRegistry:
+    """The agents a snapshot carries; ValueError naming the first that does not load (refuse the snapshot)."""
+    return agents_of_snapshot(
+        ((agent.name, agent.definition_json) for agent in snapshot.agents),
+        ((problem.file, problem.problem) for problem in snapshot.agent_problems),
+    )
