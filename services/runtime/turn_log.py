@@ -122,6 +122,8 @@ class TurnLog:
         self._appends = 0
         self._wake, self._urgent, self._progress = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._last_write = float("-inf")
+        self._in_reply = False  # the last event queued was a delta: the model's reply is streaming
+        self._consume = ""  # the interrupt whose checkpoint the next append takes (a resume's first)
         self._writer = asyncio.create_task(self._write_all())
 
     # ------------------------------------------------------------------ what the turn hands over
@@ -138,7 +140,10 @@ class TurnLog:
         self._events.append(event)
         self._queued += 1
         self._wake.set()
-        if not _is_delta(event) or asyncio.get_running_loop().time() - self._last_write >= self.flush_s:
+        # A reply's first delta goes at once (it is the first token a watcher waits for), as does
+        # any other event; a delta within a streaming reply waits out the window since the last write.
+        first_of_reply, self._in_reply = not self._in_reply, _is_delta(event)
+        if first_of_reply or not self._in_reply or asyncio.get_running_loop().time() - self._last_write >= self.flush_s:
             self._urgent.set()
             return True
         return False
@@ -164,6 +169,11 @@ class TurnLog:
             await self._until(self._queued)
         if self.handing_over:
             raise HandedOver()
+
+    def consume_with_next_append(self, interrupt_id: str) -> None:
+        """The next append takes the paused turn's checkpoint in the same write (AppendEventsRequest.
+        consume_interrupt_id), fenced by the lease: set before a resume records its answer."""
+        self._consume = interrupt_id
 
     async def end(
         self,
@@ -329,6 +339,7 @@ class TurnLog:
         """An append under the turn's lease, with an id of its own (a resend of it is not stored twice)."""
         self._appends += 1
         holder, self._announce = (self.holder if self._announce else ""), False
+        consume, self._consume = self._consume, ""
         return sessions_pb2.AppendEventsRequest(
             tenant_id=self.tenant_id,
             session_id=self.session_id,
@@ -338,6 +349,7 @@ class TurnLog:
             entries=entries,
             append_id=f"{self.turn_id}:{self.lease_token}:{self._appends}",
             holder=holder,
+            consume_interrupt_id=consume,
         )
 
     def _cut(self) -> int:

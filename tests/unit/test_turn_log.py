@@ -229,28 +229,31 @@ async def test_deltas_within_flush_s_wait_for_company(
     await sessions.until_stored(2)
     assert texts(sessions.stored[1]) == ["b", "c", "calling a tool"]
 
-    log.emit(delta("d"))
-    await idle()
-    assert len(sessions.calls) == 2
-    loop_clock.advance(3600.0)  # the window ends: what is held goes by itself
+    log.emit(delta("d"))  # a reply's first delta (after another event) goes at once: the first token
     await sessions.until_stored(3)
     assert texts(sessions.stored[2]) == ["d"]
+    log.emit(delta("d2"))
+    await idle()
+    assert len(sessions.calls) == 3, "the reply's next deltas are held"
+    loop_clock.advance(3600.0)  # the window ends: what is held goes by itself
+    await sessions.until_stored(4)
+    assert texts(sessions.stored[3]) == ["d2"]
 
     loop_clock.advance(3600.0)  # a quiet spell: the next delta goes at once
     log.emit(delta("e"))
-    await sessions.until_stored(4)
-    assert texts(sessions.stored[3]) == ["e"]
+    await sessions.until_stored(5)
+    assert texts(sessions.stored[4]) == ["e"]
 
     log.emit(delta("f"))
     await log.record(K.MODEL, state(1, ["q"], []))  # a step's record goes at once too, with the held delta
-    await sessions.until_stored(5)
-    assert (texts(sessions.stored[4]), kinds(sessions.stored[4:])) == (["f"], ["model"])
+    await sessions.until_stored(6)
+    assert (texts(sessions.stored[5]), kinds(sessions.stored[5:])) == (["f"], ["model"])
 
     log.emit(delta("g"))
     await idle()
-    assert len(sessions.calls) == 5
+    assert len(sessions.calls) == 6
     await log.end([final("abcdefg")])  # the end takes what is held with it
-    assert texts(sessions.stored[5]) == ["g", "abcdefg"] and sessions.stored[5].release_lease
+    assert texts(sessions.stored[6]) == ["g", "abcdefg"] and sessions.stored[6].release_lease
 
 
 # --------------------------------------------------------------------------- the journal
