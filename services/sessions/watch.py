@@ -78,7 +78,7 @@ def _check_ids(tenant_id: str, session_id: str) -> None:
 class _Watch:
     """The sessions of one stream, their readers, and the queue they write to."""
 
-    def __init__(self, store: SessionStore, status_of: Callable[[Any], Any]) -> None:
+    def __init__(self, store: SessionStore, status_of: Callable[[SessionError], CogmeshError]) -> None:
         self.store, self.status_of = store, status_of
         self.out: asyncio.Queue[tuple[_Watched, bytes] | None] = asyncio.Queue(MAX_QUEUED)
         self.watched: dict[tuple[str, str], _Watched] = {}
@@ -141,13 +141,14 @@ class _Watch:
                         if batch:
                             await self.out.put((watched, watched.response(batch)))
                             cursor = batch[-1].seq
-                    return Unavailable("the session's event log read ended; add it again")  # follow reads do not
+                    # A follow read ends only by failing; were one to end, the caller adds the session again.
+                    return Unavailable("the session's event log read ended; add it again")
                 except ResourceExhausted:
                     # This stream fell behind the session's live events (its consumer reads slowly):
                     # read on from the cursor, as the gateway reconnected a ReadEvents.
                     continue
         except SessionError as exc:
-            return self.status_of(exc)  # type: ignore[no-any-return]
+            return self.status_of(exc)
         except CogmeshError as exc:
             return exc
         except Exception as exc:  # noqa: BLE001 - one session's bug must not end every session's watch
@@ -185,7 +186,7 @@ async def watch_events(
     store: SessionStore,
     requests: AsyncIterator[sessions_pb2.WatchEventsRequest],
     draining: asyncio.Event,
-    status_of: Callable[[Any], Any],
+    status_of: Callable[[SessionError], CogmeshError],
 ) -> AsyncIterator[Any]:
     """Follow the sessions `requests` add until they are removed; heartbeats after the first request's
     heartbeat_ms idle; UNAVAILABLE once `draining` is set."""
