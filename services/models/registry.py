@@ -23,6 +23,7 @@ logged; the others still serve.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -33,13 +34,17 @@ from typing import Any, Protocol
 
 import yaml
 from pydantic import ValidationError
+from redis.asyncio import RedisCluster
+from redis.asyncio.client import PubSub
 
 from services.kit.logging import log
 from services.kit.redis_keys import check_prefix, models_keys
-from services.kit.redis_pool import REDIS_ERRORS, Client, follow_broadcast, publish
+from services.kit.redis_pool import REDIS_ERRORS, Client, broadcast_subscription, publish
 from services.lib.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
+FOLLOW_PING_S = 30.0  # a quiet subscription to the store's announcements is pinged this often
+RETRY_MIN_S, RETRY_MAX_S = 0.05, 2.0  # backoff between subscriptions when Redis is away
 
 
 class StoreError(RuntimeError):
@@ -150,27 +155,36 @@ class RedisModelStore:
             log.warning("announcing a change of the added models failed", error=str(exc))
 
     async def follow(self, changed: Callable[[], Awaitable[None]]) -> None:
-        """Call `changed` on each change a replica announces and after each (re)subscription; until cancelled.
+        """Call `changed` on each change a replica announces and on each (re)subscription; until cancelled.
 
-        A subscription made again after Redis was away calls `changed` too: the changes
-        announced meanwhile were missed.
+        A subscription's confirmation counts as a change: announcements made before it, or
+        while the connection was away (redis-py subscribes again on its own), were missed.
+        A quiet subscription is pinged every `FOLLOW_PING_S`, so a connection that died
+        without a word is found and made again.
         """
-        subscribed = asyncio.Event()
-
-        async def on_subscribed() -> None:
-            while True:
-                await subscribed.wait()
-                subscribed.clear()
-                await changed()
-
-        async def on_message(_: bytes) -> None:
-            await changed()
-
-        resubscribed = asyncio.create_task(on_subscribed())
-        try:
-            await follow_broadcast(self._redis, self.channel, on_message, "model store", subscribed)
-        finally:
-            resubscribed.cancel()
+        backoff = RETRY_MIN_S
+        while True:
+            pubsub: PubSub | None = None
+            try:
+                pubsub = await broadcast_subscription(self._redis, self.channel)
+                while True:
+                    message = await pubsub.get_message(timeout=FOLLOW_PING_S)
+                    if message is None:
+                        await pubsub.ping()
+                    elif message["type"] in ("subscribe", "message"):
+                        backoff = RETRY_MIN_S
+                        await changed()
+            except REDIS_ERRORS as exc:
+                log.warning("model store subscription lost redis; subscribing again", error=str(exc))
+                if isinstance(self._redis, RedisCluster):
+                    with contextlib.suppress(*REDIS_ERRORS):
+                        await self._redis.nodes_manager.initialize()  # the channel's primary after a failover
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_MAX_S)
+            finally:
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def load(self) -> list[ModelSpec]:
         try:
