@@ -7,10 +7,10 @@ contract (same arguments, raises grpc.aio.AioRpcError with the status the unary 
 would have ended with), so a turn's log writer does not know which one it uses.
 
 A stream that breaks (a sessions replica draining or restarting, a connection cut)
-fails the calls in flight on it; each is sent once more at once on a new stream, and
-after that the failure is the caller's, who resends with backoff as for any outage.
-A resend is safe: append_id makes a second copy a no-op. Against a sessions service
-that does not know the stream (UNIMPLEMENTED) appends go unary from then on.
+fails the calls in flight on it; each is sent again at once as a unary call (always
+right, and it reaches any replica), and the next append opens a new stream. A resend
+is safe: append_id makes a second copy a no-op. Against a sessions service that does
+not take the stream (UNIMPLEMENTED) appends go unary for a while, then try again.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import contextvars
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,9 @@ from google.rpc import status_pb2
 
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.logging import log
+
+# How long appends go unary after sessions did not take the stream, before it is tried again.
+UNARY_FOR_S = 60.0
 
 
 def rpc_error(code: grpc.StatusCode, details: str, status: bytes = b"") -> grpc.aio.AioRpcError:
@@ -63,7 +67,8 @@ class _Stream:
 class AppendChannel:
     def __init__(self, sessions: Any) -> None:
         self.sessions = sessions  # the SessionsService stub
-        self.unary = False  # the sessions service has no AppendEventsStream: appends go unary
+        self._unary_until = float("-inf")
+        self._answered = 0  # calls answered on any stream so far
         self._stream: _Stream | None = None
         self._ids = itertools.count(1)
         self.streams_opened = 0
@@ -74,24 +79,32 @@ class AppendChannel:
         timeout: float | None = None,  # noqa: ASYNC109 - the stub's signature
         wait_for_ready: bool = False,
     ) -> sessions_pb2.AppendEventsResponse:
+        started = time.monotonic()
         if not self.unary:
-            loop = asyncio.get_running_loop()
-            give_up = None if timeout is None else loop.time() + timeout
-            for attempt in (1, 2):
-                try:
-                    left = None if give_up is None else max(give_up - loop.time(), 0.0)
-                    return await self._call(request, left)
-                except _StreamBroke as broke:
-                    if broke.error.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        log.info("sessions has no AppendEventsStream: appends go unary")
-                        self.unary = True
-                        break
-                    if attempt == 2 or (give_up is not None and loop.time() >= give_up):
-                        raise broke.error from None
+            try:
+                return await self._call(request, timeout)
+            except _StreamBroke as broke:
+                self._stream_failed(broke.error)
+            # A unary call is always right: this append goes that way, the next one on a new stream.
+        left = None if timeout is None else max(timeout - (time.monotonic() - started), 0.0)
         reply: sessions_pb2.AppendEventsResponse = await self.sessions.AppendEvents(
-            request, timeout=timeout, wait_for_ready=wait_for_ready
+            request, timeout=left, wait_for_ready=wait_for_ready
         )
         return reply
+
+    @property
+    def unary(self) -> bool:
+        """Appends go unary for now: the sessions service did not take the stream."""
+        return time.monotonic() < self._unary_until
+
+    def _stream_failed(self, error: grpc.aio.AioRpcError) -> None:
+        # UNIMPLEMENTED: a sessions service of the previous version. grpc reports a stream that ends
+        # while messages are being written as INTERNAL, which hides that UNIMPLEMENTED: a stream that
+        # never answered and ended so counts as the same.
+        never_answered = error.code() == grpc.StatusCode.INTERNAL and not self._answered
+        if error.code() == grpc.StatusCode.UNIMPLEMENTED or never_answered:
+            log.info("sessions did not take AppendEventsStream: appends go unary for now", code=error.code().name)
+            self._unary_until = time.monotonic() + UNARY_FOR_S
 
     async def _call(
         self,
@@ -137,6 +150,7 @@ class AppendChannel:
                 answer = stream.pending.get(reply.call_id)
                 if answer is None or answer.done():
                     continue  # its caller gave up (deadline): a resend will find the append applied
+                self._answered += 1
                 if reply.WhichOneof("result") == "appended":
                     answer.set_result(reply.appended)
                 else:
