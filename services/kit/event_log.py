@@ -1,10 +1,11 @@
 """A session's event log in memory and its readers: seq order, retention, replay-then-tail reads.
 
-The sessions service writes every session's log (SessionsService.AppendEvents, under the
-turn's lease): in its memory (services/sessions/store.py, a `SessionLog` per session) or
-on Redis Streams (services/sessions/redis_lua.py). Readers follow it with `tail`: the
-memory store's ReadEvents, and each gateway's mirror of the sessions it serves
-(gateway/remote_event_log.py from ReadEvents, services/kit/redis_event_log.py from Redis).
+The sessions service writes every session's log (SessionsService.AppendEvents and
+AppendEventsStream, under the turn's lease): in its memory (services/sessions/store.py, a
+`SessionLog` per session) or on Redis Streams (services/sessions/redis_lua.py). Readers
+follow it with `tail`: the memory store's ReadEvents and WatchEvents, and each gateway's
+mirror of the sessions it serves (gateway/remote_event_log.py from one WatchEvents stream,
+services/kit/redis_event_log.py from Redis).
 
 Appends never wait for readers, so a slow subscriber cannot slow the turn or the other
 subscribers. A live reader that falls more than `max_lag` events behind is cut off with

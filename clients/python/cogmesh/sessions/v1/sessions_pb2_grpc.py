@@ -497,7 +497,10 @@ class SessionsServiceServicer:
         session, contiguous in seq per session, as ReadEvents would send them. A
         session that can no longer be followed (deleted, cursor expired) gets its
         status once and leaves the watch; the stream goes on for the others. An
-        empty response is a heartbeat, sent after heartbeat_ms without events.
+        empty response is a heartbeat, sent after heartbeat_ms without events,
+        and once at the start, after the first request: a caller that waits for
+        it before writing more learns a refusal (UNIMPLEMENTED) as such (grpc
+        reports a stream that ends under a write as INTERNAL).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
