@@ -38,6 +38,7 @@ class Request:
     path: str  # with the query string
     headers: dict[str, str]  # lower-case names
     body: bytes
+    client: tuple[str, int] = ("", 0)  # the connection it came on (address, port)
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
@@ -136,7 +137,7 @@ class FakeProvider:
         if scope["query_string"]:
             path += "?" + scope["query_string"].decode("latin-1")
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        request = Request(scope["method"], path, headers, body)
+        request = Request(scope["method"], path, headers, body, tuple(scope.get("client") or ("", 0)))  # type: ignore[arg-type]
         if (answer := self.answer(request)) is not None:  # a plain JSON endpoint of a subclass
             await _respond(send, answer[0], {}, json.dumps(answer[1]).encode())
             return

@@ -96,6 +96,17 @@ async def test_streams_text_tool_calls_from_fragments_and_usage(kind: str, fake:
     assert isinstance(chunks[-1], UsageChunk) and (chunks[-1].input_tokens, chunks[-1].output_tokens) == (120, 30)
 
 
+async def test_model_calls_one_after_another_share_one_connection(
+    kind: str, fake: FakeProvider, tmp_path: Path
+) -> None:
+    model, registry = adapter(kind, fake, tmp_path)
+    for _ in range(5):
+        assert [c.text for c in await collect(model) if isinstance(c, TextDelta)] == ["ok"]
+    await registry.close()
+    # A response read to its end gives its connection back to the pool: no new connection per call.
+    assert len({request.client for request in fake.model_requests}) == 1
+
+
 async def test_sends_the_conversation_tools_and_key_in_the_provider_format(
     kind: str, fake: FakeProvider, tmp_path: Path
 ) -> None:

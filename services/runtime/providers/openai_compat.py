@@ -14,6 +14,8 @@ samples in the hot-path profile, bench/results/hotpath.profile.md).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,9 @@ from services.kit.llm import (
 )
 from services.runtime.providers.errors import classify
 from services.runtime.providers.tool_args import parse_arguments
+
+# How long the rest of a response body is read after its [DONE] to keep its connection.
+DRAIN_AFTER_DONE_S = 1.0
 
 
 @dataclass
@@ -120,7 +125,8 @@ async def _chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
     as the SDK's own stream does, so it is classified like any other failure.
     """
     data: list[str] = []
-    async for line in response.iter_lines():
+    lines = response.iter_lines()
+    async for line in lines:
         if line.startswith("data:"):
             data.append(line[5:].lstrip(" "))
             continue
@@ -128,6 +134,12 @@ async def _chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
             continue  # other fields (event:, id:, comments) carry nothing for chat completions
         payload, data = "\n".join(data), []
         if payload.startswith("[DONE]"):
+            # The body ends right after [DONE]: read it to its end, so that the connection goes back
+            # to the pool (a response closed unread closes its connection: a new one per model call).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+                    async for _ in lines:
+                        pass
             return
         chunk = json.loads(payload)
         if isinstance(chunk, dict) and chunk.get("error"):
