@@ -23,6 +23,7 @@ from cogmesh.context.v1 import context_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.policy.v1 import policy_pb2
 from services.kit.agents import DEFAULT_AGENTS_DIR, AgentRegistry, ReloadingAgentRegistry, SnapshotAgentRegistry
+from services.kit.config import Settings
 from services.kit.server import RunningServer, start
 from services.models import main as models_main
 from services.suite.inprocess import ORDER, Suite
@@ -99,7 +100,7 @@ def published(servers: dict[str, RunningServer]) -> str:
 async def until(condition: Callable[[], bool], what: str) -> None:
     """Wait for `condition` (the snapshot travels on its own; the holders' state is polled)."""
     async with asyncio.timeout(TIMEOUT_S):
-        while not condition():
+        while not condition():  # noqa: ASYNC110 - the holders are other servers' state, read here
             await asyncio.sleep(0.02)
     assert condition(), what
 
@@ -155,8 +156,8 @@ async def test_an_agent_added_or_changed_reaches_every_process_in_the_snapshot(
         assert owner(servers).reloads >= 3
 
 
-async def start_without_models(settings: Any) -> tuple[Suite, str]:
-    """Every service but the models service, which is to listen on the address returned."""
+async def start_without_models(settings: Settings) -> tuple[Suite, str, Settings]:
+    """Every service but the models service, which is to listen on the address returned (and their settings)."""
     address = f"127.0.0.1:{free_port()}"
     settings = settings.model_copy(update={"models_addr": address})
     servers: dict[str, RunningServer] = {}
@@ -164,15 +165,17 @@ async def start_without_models(settings: Any) -> tuple[Suite, str]:
         if name != "models":
             servers[name] = await start(build, settings, "127.0.0.1:0")
             settings = settings.model_copy(update={f"{name}_addr": servers[name].address})
-    return Suite(servers, settings), address
+    return Suite(servers, settings), address, settings
 
 
 async def test_with_the_models_service_down_at_start_each_process_reads_the_folder_once(
     agents_dir: Path, folder_reads: Counter[str]
 ) -> None:
     # A short call deadline: each process waits min(it, 2 s) for the first snapshot.
-    settings = SUITE_SETTINGS.model_copy(update={"agents_dir": agents_dir, "models_refresh_s": 0.1, "call_timeout_s": 1})
-    suite, address = await start_without_models(settings)
+    settings = SUITE_SETTINGS.model_copy(
+        update={"agents_dir": agents_dir, "models_refresh_s": 0.1, "call_timeout_s": 1}
+    )
+    suite, address, settings = await start_without_models(settings)
     channels = {name: grpc.aio.insecure_channel(server.address) for name, server in suite.servers.items()}
     stubs = {name: STUB_CLASSES[name](channel) for name, channel in channels.items()}
     try:
@@ -188,7 +191,7 @@ async def test_with_the_models_service_down_at_start_each_process_reads_the_fold
         (agents_dir / "fresh.md").write_text(FRESH.format(description="added while models was down"))
         assert all("fresh" not in registry.names() for registry in held.values())
 
-        suite.servers["models"] = await start(models_main.build, suite.settings, address)
+        suite.servers["models"] = await start(models_main.build, settings, address)
         await all_hold(suite.servers, lambda r: "fresh" in r.names() and r.folder is None)
         await reached_everywhere(stubs, "fresh", "added while models was down")
         assert folder_reads == Counter(once=4, owner=1, load_dir=5 + owner(suite.servers).reloads)
