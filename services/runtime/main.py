@@ -52,7 +52,7 @@ async def build(settings: Settings, clients: Clients) -> App:
     )
     register_breakers("runtime", "tool_server", catalog.breaker_states)
     models = servicer.builder.models
-    follow_agents(models.watcher, agents)  # one catalogue stream for the models and the agents
+    follow_agents(models.watcher, agents, settings)  # one catalogue stream for the models and the agents
     models.start()  # the catalogue snapshot: models resolve in process once it arrives
     # Serve once the first snapshots are held (an informer's HasSynced), or after a bounded wait:
     # until they arrive the services are asked (the agents: the folder, read once), so a control

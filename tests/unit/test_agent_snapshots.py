@@ -22,6 +22,7 @@ from services.kit.agents import (
     agent_from_json,
     agent_to_json,
 )
+from services.kit.config import Settings
 from services.kit.snapshots import SnapshotWatcher
 from services.lib.models.api import agents_of, snapshot_of
 from services.lib.models.catalog import DEFAULT_CATALOG_PATH, ModelCatalog
@@ -163,7 +164,7 @@ async def test_a_refused_snapshot_keeps_the_last_good_agents(tmp_path: Path) -> 
     watch = FakeWatch()
     watcher = watcher_of(watch)
     agents = SnapshotAgentRegistry()
-    follow_agents(watcher, agents)
+    follow_agents(watcher, agents, Settings(agents_dir=agents_dir))
     watcher.start()
     try:
         good = snapshot(AgentRegistry.load_dir(agents_dir), agents_dir)
@@ -203,3 +204,25 @@ async def test_the_folder_is_read_once_until_a_snapshot_comes(tmp_path: Path) ->
     assert agents.folder is None and agents.version == "v1" and "later" in agents.names()
     assert not agents.load_folder(agents_dir), "a snapshot came: the folder is not read"
     assert agents.version == "v1"
+
+
+async def test_a_snapshot_without_agents_is_an_older_models_service_and_the_folder_is_read(tmp_path: Path) -> None:
+    agents_dir = folder(tmp_path)
+    watch = FakeWatch()
+    watcher = watcher_of(watch)
+    agents = SnapshotAgentRegistry()
+    follow_agents(watcher, agents, Settings(agents_dir=agents_dir))
+    watcher.start()
+    try:
+        older = snapshot(AgentRegistry({}))  # what a models service sends that predates agents in the snapshot
+        await watch.send(older)
+        assert watcher.version == older.snapshot.version, "its catalogue is taken"
+        assert agents.folder == agents_dir and agents.names() == ["full", "helper"] and agents.version == ""
+
+        newer = snapshot(AgentRegistry.load_dir(agents_dir), agents_dir)
+        await watch.send(newer)
+        assert agents.version == newer.snapshot.version and agents.folder is None
+        await watch.send(older)  # a models service rolled back: the agents held stay
+        assert agents.version == newer.snapshot.version and agents.names() == ["full", "helper"]
+    finally:
+        await watcher.close()

@@ -61,12 +61,20 @@ def resolve_held(
     return resolve_model(held.catalog, request, held.strict)
 
 
-def follow_agents(watcher: CatalogWatcher, agents: SnapshotAgentRegistry) -> None:
+def follow_agents(watcher: CatalogWatcher, agents: SnapshotAgentRegistry, settings: Settings) -> None:
     """Feed `agents` the agents of every snapshot the watcher applies, starting with the one it holds."""
-    watcher.listeners.append(lambda held, version: agents.take(held.agents, version))
+
+    def take(held: HeldCatalog, version: str) -> None:
+        if held.agents.names() or held.agents.errors:
+            agents.take(held.agents, version)
+        elif not agents.version and agents.folder is None:
+            # A models service older than agents in the snapshot sends none: not "no agents at all".
+            _read_folder(agents, settings, "the models service's catalogue snapshot carries no agents (older?)")
+
+    watcher.listeners.append(take)
     held = watcher.current_or_none()
     if held is not None:
-        agents.take(held.agents, watcher.version)
+        take(held, watcher.version)
 
 
 def first_wait_s(settings: Settings) -> float:
@@ -76,26 +84,31 @@ def first_wait_s(settings: Settings) -> float:
 def read_folder_unless_synced(
     watcher: CatalogWatcher, agents: SnapshotAgentRegistry, settings: Settings, waited_s: float
 ) -> None:
-    """After the start's wait: without a snapshot, the agents folder read once (no reload), and a warning why."""
-    if watcher.synced or not agents.load_folder(settings.agents_dir):
+    """After the start's wait: without agents from a snapshot, the agents folder read once (no reload), and why."""
+    if agents.version or agents.folder is not None:
         return
     if watcher.refused:
         why = f"the models service's catalogue snapshots were refused ({watcher.refused}; see 'snapshot refused')"
     else:
         why = f"no catalogue snapshot from the models service ({settings.models_addr}) within {waited_s:g} s"
-    log.warning(
-        "agents read from the folder once: " + why,
-        folder=str(agents.folder),
-        agents=agents.names(),
-        then="the agents of the first snapshot that comes",
-    )
+    _read_folder(agents, settings, why)
+
+
+def _read_folder(agents: SnapshotAgentRegistry, settings: Settings, why: str) -> None:
+    if agents.load_folder(settings.agents_dir):
+        log.warning(
+            "agents read from the folder once: " + why,
+            folder=str(agents.folder),
+            agents=agents.names(),
+            then="the agents of the first snapshot that carries them",
+        )
 
 
 async def agents_of_catalog(clients: Clients, settings: Settings) -> tuple[SnapshotAgentRegistry, CatalogWatcher]:
     """A process's agents (policy, context, gateway): fed by its catalogue watcher, started and waited for."""
     watcher = catalog_watcher(clients)
     agents = SnapshotAgentRegistry()
-    follow_agents(watcher, agents)
+    follow_agents(watcher, agents, settings)
     watcher.start()
     wait_s = first_wait_s(settings)
     await watcher.wait_synced(wait_s)
