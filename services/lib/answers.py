@@ -16,13 +16,14 @@ from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import Violations
 from services.kit.protos import APPROVAL_DECISIONS
+from services.kit.turn_options import MAX_SCHEMA_BYTES
 
 # The pauses, by the Checkpoint.request field that says what the turn waits for.
 APPROVAL, USER_INPUT, CLIENT_TOOL = "approval", "user_input", "client_tool"
 KINDS = (APPROVAL, USER_INPUT, CLIENT_TOOL)
 WAITS_FOR = {APPROVAL: "an approval", USER_INPUT: "user input", CLIENT_TOOL: "a client tool result"}
 MAX_TEXT = 100_000  # characters of a reason, a user's answer or a tool's result
-MAX_EDITED_BYTES = 64_000  # an edit's arguments, serialized
+MAX_EDITED_BYTES = MAX_SCHEMA_BYTES  # an edit's arguments, serialized
 
 
 def kind_of(decision: sessions_pb2.CheckpointDecision) -> str:

@@ -41,6 +41,7 @@ from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
 from services.kit.protos import dict_to_struct, struct_to_dict
+from services.lib.answers import same
 from services.runtime.admission import Admission
 from services.runtime.append_channel import AppendChannel
 from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBuilder
@@ -97,8 +98,13 @@ def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> event
     return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)
 
 
-def answer_json(decision: Decision | None, abandon: bool, deadline: float, interrupt_id: str = "") -> bytes:
+def answer_json(
+    decision: Decision | None, abandon: bool, deadline: float, interrupt_id: str = "", consumed: bool = False
+) -> bytes:
+    """The ANSWER entry; `consumed`: its append took the checkpoint too (a takeover has nothing to take)."""
     data: dict[str, Any] = {"abandon": abandon, "deadline": deadline, "decision": None, "interrupt_id": interrupt_id}
+    if consumed:
+        data["consumed"] = True
     if decision is not None:
         data["decision"] = vars(decision) | {"arguments": dict(decision.arguments) if decision.arguments else None}
     return json.dumps(data, sort_keys=True, default=str).encode()
@@ -286,9 +292,26 @@ class TurnRunner:
     async def resume(
         self, request: runtime_pb2.ResumeTurnRequest, decision: Any, abandon: bool, how: str = "ContinueTurn"
     ) -> Running:
-        """Record the answer (when given), then go on with the paused turn in the background."""
+        """Go on with the paused turn in the background, with the answer recorded.
+
+        A caller that answered through sessions' AnswerPause sends what it returned (`paused`: the decided
+        checkpoint and the turn's journal), and the turn's first append takes the checkpoint: no call to
+        sessions before it. A caller of the previous version sends the answer alone: it is recorded here
+        (when given), the checkpoint and the journal are read, and the checkpoint is taken by a call of its own.
+        """
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
-        checkpoint = await self.store.answered(request, decision)
+        paused = request.paused if request.HasField("paused") else None
+        journal = None
+        if paused is not None:
+            checkpoint = paused.checkpoint
+            if decision is not None and not (checkpoint.HasField("decision") and same(decision, checkpoint.decision)):
+                raise FailedPrecondition(
+                    f"interrupt {request.interrupt_id!r} was answered differently; the first answer wins",
+                    metadata={"interrupt_id": request.interrupt_id},
+                )
+            journal = self._replay(request, paused.entries)
+        else:
+            checkpoint = await self.store.answered(request, decision)
         if checkpoint.turn_id != request.turn_id:
             raise InvalidArgument(
                 [("interrupt_id", f"belongs to turn {checkpoint.turn_id!r}, not to turn {request.turn_id!r}")]
@@ -298,7 +321,7 @@ class TurnRunner:
                 f"interrupt {request.interrupt_id!r} has no answer yet: send it in this request",
                 metadata={"interrupt_id": request.interrupt_id},
             )
-        state, journaled = await self._paused_state(request, checkpoint)
+        state, journaled = await self._paused_state(request, checkpoint, journal)
         point = ResumePoint(state, decision_from(checkpoint), abandon)
         # The next state is recorded as a change from this one when the journal has it (not an older inline checkpoint).
         previous = state if journaled else None
@@ -311,9 +334,15 @@ class TurnRunner:
             turn.deadline = deadline
             # The answer first: from here a takeover goes on with it (and takes the checkpoint), so a
             # failure before the checkpoint is taken cannot leave a turn neither paused nor running.
-            answer = answer_json(point.decision, abandon, deadline, request.interrupt_id)
-            await running.log.record_raw(ANSWER, answer)
-            await self.store.consume(request, allow_undecided=abandon)  # now this is the one resume of the turn
+            answer = answer_json(point.decision, abandon, deadline, request.interrupt_id, consumed=bool(paused))
+            if paused is not None:
+                # Its append takes the checkpoint too, fenced by the lease: one write makes this the turn's
+                # one resume and records the answer a takeover goes on with.
+                running.log.consume_with_next_append(request.interrupt_id)
+                await running.log.record_raw(ANSWER, answer)
+            else:
+                await running.log.record_raw(ANSWER, answer)
+                await self.store.consume(request, allow_undecided=abandon)  # now this is the one resume
         except asyncio.CancelledError:
             await self._forget(running)
             if running.interrupted:  # the checkpoint is left as it was: the turn is still paused
@@ -328,14 +357,15 @@ class TurnRunner:
         return running
 
     async def _paused_state(
-        self, request: runtime_pb2.ResumeTurnRequest, checkpoint: sessions_pb2.Checkpoint
+        self, request: runtime_pb2.ResumeTurnRequest, checkpoint: sessions_pb2.Checkpoint, journal: Any = None
     ) -> tuple[dict[str, Any], bool]:
         """The state the turn paused in, and whether it came from its journal (an older checkpoint carries
-        it inline)."""
+        it inline). The journal is read unless the caller brought it."""
         try:
             if checkpoint.payload:
                 return decode_snapshot(checkpoint.payload), False
-            journal = await self._journal(request.tenant_id, request.session_id, request.turn_id)
+            if journal is None:
+                journal = await self._journal(request.tenant_id, request.session_id, request.turn_id)
             state: dict[str, Any] | None = journal.state
             if state is None or not state.get("waiting"):
                 raise ValueError("its journal ends without a pause")
@@ -343,6 +373,16 @@ class TurnRunner:
         except ValueError as exc:
             raise FailedPrecondition(
                 f"the checkpoint of interrupt {request.interrupt_id!r} is unreadable: {exc}"
+            ) from exc
+
+    @staticmethod
+    def _replay(request: runtime_pb2.ResumeTurnRequest, entries: Any) -> Any:
+        """The journal the caller brought (AnswerPause read it with the lease), replayed."""
+        try:
+            return replay(entries)
+        except (ValueError, DecodeError) as exc:
+            raise FailedPrecondition(
+                f"the journal of the turn paused at interrupt {request.interrupt_id!r} is unreadable: {exc}"
             ) from exc
 
     async def _journal(self, tenant_id: str, session_id: str, turn_id: str) -> Any:
@@ -488,7 +528,9 @@ class TurnRunner:
             lease_token=claimed.lease_token,
         )
         answered = (journal.answer or {}).get("interrupt_id", "")
-        if answered:  # the resume that recorded the answer may have stopped before taking the checkpoint
+        if answered and not journal.answer.get("consumed"):
+            # Recorded by a resume that took the checkpoint with a call of its own after it (a caller of the
+            # previous version): it may have stopped in between.
             taking = runtime_pb2.ResumeTurnRequest()
             taking.CopyFrom(resume)
             taking.interrupt_id = answered

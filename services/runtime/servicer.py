@@ -9,7 +9,6 @@ import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from cogmesh.common.v1 import events_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit import turn_options
 from services.kit.agents import AgentRegistry
@@ -18,7 +17,7 @@ from services.kit.config import Settings
 from services.kit.errors import InvalidArgument, Violations
 from services.kit.limits import MAX_ARGUMENT_DEPTH, json_depth
 from services.kit.llm import ChatModel
-from services.kit.protos import APPROVAL_DECISIONS, struct_to_dict
+from services.kit.protos import struct_to_dict
 from services.runtime.assembly import TurnBuilder
 from services.runtime.budget import SessionCosts
 from services.runtime.context_link import SessionMemory
@@ -35,7 +34,6 @@ __all__ = ["RuntimeServicer", "builtin_tools"]
 
 MAX_CONTENT = 100_000
 MAX_MODEL_NAME = 256
-MAX_SCHEMA_BYTES = turn_options.MAX_SCHEMA_BYTES
 MAX_ID = 256
 
 
@@ -80,41 +78,28 @@ def validate_resume(request: runtime_pb2.ResumeTurnRequest) -> str:
         problems.check(len(getattr(request, name)) <= MAX_ID, name, f"must be at most {MAX_ID} characters")
     problems.check(request.lease_token > 0, "lease_token", "is required: resume turns while holding the lease")
     answer = request.WhichOneof("answer") or ""
+    if answer == "abandon":
+        problems.check(request.abandon, "abandon", "must be true when set")
+    elif answer:
+        decision_of(request, answer, problems)  # the rules every layer applies (services/lib/answers.py)
     if answer == "approval":
-        decision = request.approval.decision
-        problems.check(
-            decision in APPROVAL_DECISIONS, "approval.decision", f"must be APPROVE, EDIT or REJECT, not {decision}"
-        )
-        problems.check(
-            decision != events_pb2.APPROVAL_DECISION_EDIT or request.approval.HasField("edited_arguments"),
-            "approval.edited_arguments",
-            "is required with APPROVAL_DECISION_EDIT",
-        )
-        problems.check(
-            request.approval.edited_arguments.ByteSize() <= MAX_SCHEMA_BYTES,
-            "approval.edited_arguments",
-            f"must be at most {MAX_SCHEMA_BYTES} bytes",
-        )
         depth = json_depth(struct_to_dict(request.approval.edited_arguments))
         problems.check(
             depth <= MAX_ARGUMENT_DEPTH,
             "approval.edited_arguments",
             f"must be nested at most {MAX_ARGUMENT_DEPTH} levels deep, not {depth}",
         )
-        problems.check(len(request.approval.reason) <= MAX_CONTENT, "approval.reason", "is too long")
-    elif answer == "user_input":
-        problems.require(request.user_input, "user_input")
+    if request.HasField("paused"):  # what sessions' AnswerPause returned: it must be this resume's
+        paused = request.paused
         problems.check(
-            len(request.user_input) <= MAX_CONTENT, "user_input", f"must be at most {MAX_CONTENT} characters"
+            paused.checkpoint.interrupt_id == request.interrupt_id,
+            "paused.checkpoint.interrupt_id",
+            "must be the interrupt_id answered",
         )
-    elif answer == "tool_result":
         problems.check(
-            len(request.tool_result.content) <= MAX_CONTENT,
-            "tool_result.content",
-            f"must be at most {MAX_CONTENT} characters",
+            paused.checkpoint.turn_id == request.turn_id, "paused.checkpoint.turn_id", "must be the turn_id resumed"
         )
-    elif answer == "abandon":
-        problems.check(request.abandon, "abandon", "must be true when set")
+        problems.check(paused.lease_token == request.lease_token, "paused.lease_token", "must be the lease_token")
     problems.raise_if_any()
     return answer
 

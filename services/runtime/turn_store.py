@@ -2,6 +2,11 @@
 to a paused turn (recorded, then consumed by one resume), what a paused turn waits for (its
 checkpoint, appended with its pause), and the effects of a slash command.
 
+A resume whose caller answered through sessions' AnswerPause brings the decided checkpoint and the
+turn's journal with it (ResumeTurnRequest.paused) and takes the checkpoint with its first append
+(services/runtime/runner.py): `answered` and `consume` serve a caller of the previous version, and
+a takeover of a resume recorded by one.
+
 A turn's messages go with its final event (services/runtime/turn_log.py); a slash command's
 are stored first when its effect needs them stored (/reset's summary covers them).
 """
@@ -20,10 +25,11 @@ from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients, call
-from services.kit.errors import CogmeshError
+from services.kit.errors import CogmeshError, Violations
 from services.kit.llm import ChatMessage
 from services.kit.logging import log
 from services.kit.protos import dict_to_struct, struct_to_dict
+from services.lib import answers
 from services.runtime.assembly import CommandTurn
 from services.runtime.context_link import Memory, SessionMemory
 from services.runtime.turn import Decision, Turn
@@ -201,24 +207,19 @@ class TurnStore:
         )
 
 
-def decision_of(request: runtime_pb2.ResumeTurnRequest, answer: str) -> sessions_pb2.CheckpointDecision:
-    """The request's answer as the sessions service records it."""
+def decision_of(
+    request: runtime_pb2.ResumeTurnRequest, answer: str, problems: Violations | None = None
+) -> sessions_pb2.CheckpointDecision:
+    """The request's answer (approval, user_input or tool_result) as the sessions service records it, its
+    fields' problems noted in `problems` (services/lib/answers.py: the gateway's rules)."""
+    problems = problems if problems is not None else Violations()
     if answer == "approval":
-        approval = request.approval
-        decision = sessions_pb2.CheckpointDecision(
-            approval=approval.decision, text=approval.reason, decided_by=approval.decided_by
-        )
-        if approval.decision == events_pb2.APPROVAL_DECISION_EDIT:
-            decision.edited_arguments.CopyFrom(approval.edited_arguments)
-        return decision
+        given = request.approval
+        edited = given.edited_arguments if given.HasField("edited_arguments") else None
+        return answers.approval(given.decision, edited, given.reason, problems, "approval.", given.decided_by)
     if answer == "user_input":
-        return sessions_pb2.CheckpointDecision(text=request.user_input)
-    content = request.tool_result.content
-    if request.tool_result.is_error and not content.startswith("error:"):
-        content = f"error: {content}"
-    return sessions_pb2.CheckpointDecision(
-        tool_result=messages_pb2.Message(role=messages_pb2.ROLE_TOOL, content=content)
-    )
+        return answers.user_input(request.user_input, problems)
+    return answers.tool_result(request.tool_result.content, request.tool_result.is_error, problems)
 
 
 def decision_from(checkpoint: sessions_pb2.Checkpoint) -> Decision | None:
