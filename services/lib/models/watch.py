@@ -95,7 +95,12 @@ def read_folder_unless_synced(
 
 
 def _read_folder(agents: SnapshotAgentRegistry, settings: Settings, why: str) -> None:
-    if agents.load_folder(settings.agents_dir):
+    try:
+        read = agents.load_folder(settings.agents_dir)
+    except OSError as exc:  # no folder here: the agents come with the first snapshot that carries them
+        log.error("no agents until a catalogue snapshot carries them: " + why, error=str(exc))
+        return
+    if read:
         log.warning(
             "agents read from the folder once: " + why,
             folder=str(agents.folder),
