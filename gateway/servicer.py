@@ -15,12 +15,12 @@ from typing import Any
 import grpc
 from google.rpc import error_details_pb2
 
-from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2, turns_pb2
+from cogmesh.common.v1 import errors_pb2, events_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.models.v1 import models_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway import auth, contract
+from gateway import answers, auth, contract
 from gateway.delivery import Outlet
 from gateway.turns import TurnOptions, Turns, ends_stream
 from services.kit import scope as scopes
@@ -30,7 +30,6 @@ from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.errors import (
     CogmeshError,
-    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
@@ -39,14 +38,10 @@ from services.kit.errors import (
 )
 from services.kit.event_log import Batch, EventLogReader
 from services.kit.logging import bind_request, log
-from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct
+from services.kit.protos import dict_to_struct
 
 MAX_CONTENT = 100_000
 MAX_ID = 256
-MAX_SCHEMA_BYTES = turn_options.MAX_SCHEMA_BYTES
-# What each kind of paused turn waits for, by the Checkpoint.request field.
-_ANSWERS = {"approval": "approval", "user_input": "user_input", "client_tool": "tool_result"}
-_WAITS_FOR = {"approval": "an approval", "user_input": "user input", "client_tool": "a client tool result"}
 _MODES = {
     "primary": resources_pb2.AGENT_MODE_PRIMARY,
     "subagent": resources_pb2.AGENT_MODE_SUBAGENT,
@@ -363,131 +358,23 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         decision: sessions_pb2.CheckpointDecision,
         deadline_s: float | None,
     ) -> tuple[str, int]:
-        """Record the answer, then resume the paused turn; returns (turn_id, seq before its next event)."""
-        try:
-            found = await self.clients.sessions.GetCheckpoint(
-                sessions_pb2.GetCheckpointRequest(tenant_id=tenant, session_id=session_id, interrupt_id=interrupt_id)
-            )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
-                raise
-            raise NotFound(
-                f"no paused turn of session {session_id!r} waits for interrupt {interrupt_id!r} "
-                "(unknown, or already answered and resumed)",
-                reason=errors_pb2.ERROR_REASON_TURN_NOT_FOUND,
-                metadata={"session_id": session_id, "interrupt_id": interrupt_id},
-            ) from exc
-        checkpoint = found.checkpoint
-        kind = checkpoint.WhichOneof("request") or ""
-        if _ANSWERS.get(kind) != given:
-            raise InvalidArgument(
-                [
-                    (
-                        given,
-                        f"interrupt {interrupt_id!r} waits for {_WAITS_FOR.get(kind, kind)}: "
-                        f"answer with {_ANSWERS.get(kind, '?')}",
-                    )
-                ]
-            )
-        decided = checkpoint.HasField("decision")
-        if decided and _answer_key(checkpoint.decision) != _answer_key(decision):
-            # Decided already (a resume in progress, or one that failed to start): the same answer
-            # resumes (or follows) the turn, whoever sends it; a different one is refused.
-            raise FailedPrecondition(
-                f"interrupt {interrupt_id!r} was already answered differently; the first answer wins",
-                metadata={"interrupt_id": interrupt_id, "turn_id": checkpoint.turn_id},
-            )
+        """Record the answer and resume the paused turn (gateway/answers.py says what fits, sessions
+        judges it against the pause); returns (turn_id, seq before its next event)."""
         principal = auth.current.get(None)
         decision.decided_by = principal.name if principal is not None else ""
-
-        async def decide_and_resume() -> tuple[str, int]:
-            if not decided:
-                await call(
-                    "sessions",
-                    self.clients.sessions.DecideCheckpoint,
-                    sessions_pb2.DecideCheckpointRequest(
-                        tenant_id=tenant, session_id=session_id, interrupt_id=interrupt_id, decision=decision
-                    ),
-                )
-            return await self.turns.resume(tenant, session_id, checkpoint, deadline_s)
-
-        # A caller that hangs up once its answer is recorded must not leave the turn decided but paused.
-        answering = asyncio.ensure_future(decide_and_resume())
+        # A caller that hangs up once its answer is on its way must not leave the turn decided but paused.
+        answering = asyncio.ensure_future(
+            self.turns.resume(tenant, session_id, interrupt_id, decision, deadline_s, given=given)
+        )
         answering.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, if we left
         return await asyncio.shield(answering)
-
-    @staticmethod
-    def _approval_decision(
-        decision: int, edited: Any, reason: str, problems: Violations, prefix: str
-    ) -> sessions_pb2.CheckpointDecision:
-        problems.check(
-            decision in APPROVAL_DECISIONS,
-            f"{prefix}decision",
-            f"must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT, not {decision}",
-        )
-        problems.check(
-            decision != events_pb2.APPROVAL_DECISION_EDIT or edited is not None,
-            f"{prefix}edited_arguments",
-            "is required with APPROVAL_DECISION_EDIT",
-        )
-        problems.check(
-            edited is None or edited.ByteSize() <= MAX_SCHEMA_BYTES,
-            f"{prefix}edited_arguments",
-            f"must be at most {MAX_SCHEMA_BYTES} bytes",
-        )
-        problems.check(len(reason) <= MAX_CONTENT, f"{prefix}reason", f"must be at most {MAX_CONTENT} characters")
-        recorded = sessions_pb2.CheckpointDecision(approval=decision, text=reason)  # type: ignore[arg-type]
-        if decision == events_pb2.APPROVAL_DECISION_EDIT and edited is not None:
-            recorded.edited_arguments.CopyFrom(edited)
-        return recorded
-
-    def _approval_request(
-        self, request: gateway_pb2.ResolveApprovalRequest, problems: Violations, prefix: str = ""
-    ) -> sessions_pb2.CheckpointDecision:
-        self._check_interrupt(request.interrupt_id, problems, prefix)
-        edited = request.edited_arguments if request.HasField("edited_arguments") else None
-        return self._approval_decision(request.decision, edited, request.reason, problems, prefix)
-
-    def _answer_request(
-        self, request: gateway_pb2.AnswerInterruptRequest, problems: Violations, prefix: str = ""
-    ) -> tuple[str, sessions_pb2.CheckpointDecision]:
-        self._check_interrupt(request.interrupt_id, problems, prefix)
-        given = request.WhichOneof("answer") or ""
-        problems.check(bool(given), f"{prefix}answer", "is required: approval, user_input or tool_result")
-        if given == "approval":
-            approval = request.approval
-            edited = approval.edited_arguments if approval.HasField("edited_arguments") else None
-            return given, self._approval_decision(
-                approval.decision, edited, approval.reason, problems, f"{prefix}approval."
-            )
-        if given == "user_input":
-            problems.require(request.user_input, f"{prefix}user_input")
-            problems.check(
-                len(request.user_input) <= MAX_CONTENT,
-                f"{prefix}user_input",
-                f"must be at most {MAX_CONTENT} characters",
-            )
-            return given, sessions_pb2.CheckpointDecision(text=request.user_input)
-        content = request.tool_result.content
-        problems.check(
-            len(content) <= MAX_CONTENT, f"{prefix}tool_result.content", f"must be at most {MAX_CONTENT} characters"
-        )
-        if request.tool_result.is_error and not content.startswith("error:"):
-            content = f"error: {content}"
-        message = messages_pb2.Message(role=messages_pb2.ROLE_TOOL, content=content)
-        return given, sessions_pb2.CheckpointDecision(tool_result=message)
-
-    @staticmethod
-    def _check_interrupt(value: str, problems: Violations, prefix: str = "") -> None:
-        problems.require(value, f"{prefix}interrupt_id")
-        problems.check(len(value) <= MAX_ID, f"{prefix}interrupt_id", f"must be at most {MAX_ID} characters")
 
     async def ResolveApproval(
         self, request: gateway_pb2.ResolveApprovalRequest, context: Any
     ) -> AsyncIterator[gateway_pb2.ResolveApprovalResponse]:
         problems = Violations()
         self._check_session_id(request.session_id, problems)
-        decision = self._approval_request(request, problems)
+        decision = answers.resolve_approval(request, problems)
         problems.raise_if_any()
         tenant = await self._tenant_of(context, request.session_id)
         turn_id, start_seq = await self._answer(
@@ -505,7 +392,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> AsyncIterator[gateway_pb2.AnswerInterruptResponse]:
         problems = Violations()
         self._check_session_id(request.session_id, problems)
-        given, decision = self._answer_request(request, problems)
+        given, decision = answers.answer_interrupt(request, problems)
         problems.raise_if_any()
         tenant = await self._tenant_of(context, request.session_id)
         turn_id, start_seq = await self._answer(
@@ -714,14 +601,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             turn_id, _ = await self._start_turn(tenant, message, deadline)
             return turn_id
         if kind == "approval":
-            decision = self._approval_request(frame.approval, problems, "approval.")
+            decision = answers.resolve_approval(frame.approval, problems, "approval.")
             problems.raise_if_any()
             turn_id, _ = await self._answer(
                 tenant, session_id, frame.approval.interrupt_id, "approval", decision, deadline
             )
             return turn_id
         if kind == "answer":
-            given, decision = self._answer_request(frame.answer, problems, "answer.")
+            given, decision = answers.answer_interrupt(frame.answer, problems, "answer.")
             problems.raise_if_any()
             turn_id, _ = await self._answer(tenant, session_id, frame.answer.interrupt_id, given, decision, deadline)
             return turn_id
@@ -782,15 +669,6 @@ class _Conversation:
 
 
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
-
-
-def _answer_key(decision: sessions_pb2.CheckpointDecision) -> bytes:
-    """What makes two answers the same answer: everything but who gave it and when."""
-    same = sessions_pb2.CheckpointDecision()
-    same.CopyFrom(decision)
-    same.ClearField("decided_by")
-    same.ClearField("decide_time")
-    return same.SerializeToString(deterministic=True)
 
 
 def from_rpc(exc: grpc.aio.AioRpcError) -> CogmeshError:

@@ -11,12 +11,13 @@ control: RESOURCE_EXHAUSTED with RetryInfo; an ENQUEUE turn waits for room inste
 reading the log. A runtime that refuses the turn (a request error, a paused session) gets
 its answer logged as the turn's end.
 
-A paused turn (an approval, the user's input, a client tool's result) waits for its answer,
-recorded first by the servicer (DecideCheckpoint). `resume` takes the lease as a resume of
-the turn with an attempt id of its own (AcquireTurnLeaseRequest.resume), so a second replica
-trying to resume the same turn at the same moment is refused instead of getting the same
-fencing token, and asks any runtime replica to go on (ContinueTurn); a resume that cannot
-start fails the call and the turn stays paused. `abandon` gives a paused turn up (a cancellation).
+A paused turn (an approval, the user's input, a client tool's result) waits for its answer.
+`resume` answers it in one call to sessions (AnswerPause: the answer recorded, the first one
+winning, and the lease taken as a resume of the turn with an attempt id of its own, so a second
+replica resuming the same turn at the same moment is refused and follows the first instead of
+getting the same fencing token), then asks any runtime replica to go on (ContinueTurn) with what
+that call returned; a resume that cannot start fails the call and the turn stays paused, its
+answer recorded. `abandon` gives a paused turn up (a cancellation).
 
 Cancel reaches the runtime running the turn directly (its address is on the lease), and
 asks sessions to stop it too, which its runtime learns at its next lease renewal when the
@@ -43,7 +44,7 @@ from grpc_status import rpc_status
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway import auth, contract
+from gateway import answers, auth, contract
 from services.kit import addresses, journal_kinds, turn_options
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
@@ -396,38 +397,48 @@ class Turns:
         self,
         tenant_id: str,
         session_id: str,
-        checkpoint: sessions_pb2.Checkpoint,
+        interrupt_id: str,
+        decision: sessions_pb2.CheckpointDecision | None = None,
         deadline_s: float | None = None,
         abandon: bool = False,
+        given: str = "",
     ) -> tuple[str, int]:
-        """Resume (or give up) the turn paused at `checkpoint`; returns (turn_id, seq before its next event)."""
-        turn_id, interrupt_id = checkpoint.turn_id, checkpoint.interrupt_id
-        acquire = sessions_pb2.AcquireTurnLeaseRequest(
+        """Answer the turn paused at `interrupt_id` and resume it (or give it up: `abandon`); returns
+        (turn_id, seq before its next event). `decision` None resumes with the answer recorded; `given`
+        names the caller's field that carried it (a refusal names it).
+
+        One call to sessions (AnswerPause) records the answer and takes the lease to resume the turn, and
+        one to a runtime replica (ContinueTurn) carries what it returned, so the runtime reads nothing more
+        before going on. When another attempt is resuming this very turn (the same answer from elsewhere),
+        this one follows it, or, abandoning, raises Following.
+        """
+        answer = sessions_pb2.AnswerPauseRequest(
             tenant_id=tenant_id,
             session_id=session_id,
-            turn_id=turn_id,
-            ttl_seconds=int(self.lease_ttl_s),
+            interrupt_id=interrupt_id,
+            decision=decision,
+            abandon=abandon,
             resume=sessions_pb2.LeaseResume(attempt_id=uuid.uuid4().hex[:12]),
+            ttl_seconds=int(self.lease_ttl_s),
         )
         try:
-            lease = await self.clients.sessions.AcquireTurnLease(acquire)
+            paused = await self.clients.sessions.AnswerPause(answer)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                raise from_dependency(exc, "sessions") from exc
-            current = await self._lease(tenant_id, session_id)
-            resuming = current.turn_id == turn_id and current.HasField("resume")
-            if resuming and not abandon:
+            followed = answers.resuming(exc)
+            if followed and not abandon:
                 # Another answer (on any replica) is resuming this very turn: follow it.
-                return turn_id, await self._last_seq(tenant_id, session_id)
-            if resuming:
-                raise Following(turn_id) from exc
-            raise from_dependency(exc, "sessions") from exc
+                return followed, await self._last_seq(tenant_id, session_id)
+            if followed:
+                raise Following(followed) from exc
+            raise answers.refusal(exc, session_id, interrupt_id, given) from exc
+        turn_id = paused.checkpoint.turn_id
         request = runtime_pb2.ResumeTurnRequest(
             tenant_id=tenant_id,
             session_id=session_id,
             turn_id=turn_id,
             interrupt_id=interrupt_id,
-            lease_token=lease.lease_token,
+            lease_token=paused.lease_token,
+            paused=paused,
         )
         if abandon:
             request.abandon = True
@@ -443,7 +454,7 @@ class Turns:
             # once the lease lapses, so it is not given back under it.
             if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _UNDECIDED:
                 release = sessions_pb2.ReleaseTurnLeaseRequest(
-                    tenant_id=tenant_id, session_id=session_id, lease_token=lease.lease_token
+                    tenant_id=tenant_id, session_id=session_id, lease_token=paused.lease_token
                 )
                 with contextlib.suppress(grpc.aio.AioRpcError):  # else it lapses: the turn stays paused
                     await asyncio.shield(self.clients.sessions.ReleaseTurnLease(release))
@@ -452,7 +463,7 @@ class Turns:
             raise
         self._holders[session_id] = (turn_id, reply.holder)
         log.info("turn resumed", session_id=session_id, turn_id=turn_id, interrupt_id=interrupt_id, abandon=abandon)
-        return turn_id, int(lease.start_seq)
+        return turn_id, int(paused.start_seq)
 
     async def _lease(self, tenant_id: str, session_id: str) -> sessions_pb2.TurnLease:
         reply = await call(
@@ -509,7 +520,7 @@ class Turns:
         if checkpoint is None:
             return ""
         try:
-            abandoned, _ = await self.resume(tenant_id, session_id, checkpoint, abandon=True)
+            abandoned, _ = await self.resume(tenant_id, session_id, checkpoint.interrupt_id, abandon=True)
         except Following:
             return ""  # an answer is resuming it right now: it is not paused any more
         except CogmeshError as exc:

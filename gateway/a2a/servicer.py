@@ -20,7 +20,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, resources_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway import auth
+from gateway import answers, auth
 from gateway.a2a import mapping
 from gateway.a2a.errors import (
     InvalidParams,
@@ -34,12 +34,11 @@ from gateway.turns import Turns
 from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, NotFound
+from services.kit.errors import CogmeshError, NotFound
 from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import bind_request
 
 CANCEL_WAIT_S = 5.0  # how long CancelTask waits for the turn to end before answering with its state
-_RESUMABLE = ("approval", "user_input")
 
 
 def _version() -> str:
@@ -198,40 +197,19 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
                 {"task_id": ref.task_id},
             )
         kind = checkpoint.WhichOneof("request") or ""
-        if kind not in _RESUMABLE:
+        if kind not in answers.A2A_RESUMABLE:
             raise UnsupportedOperation(
                 f"task {ref.task_id!r} waits for a client-side tool result, which A2A cannot carry; "
                 "answer it through the gateway's AnswerInterrupt",
                 {"task_id": ref.task_id},
             )
-        decision = sessions_pb2.CheckpointDecision(text=given.content)
-        if kind == "approval":
-            approve = mapping.approval_answer(given.content)
-            if approve is None:
-                raise InvalidParams([("message.parts", "the task waits for an approval: reply 'approve' or 'reject'")])
-            decision = sessions_pb2.CheckpointDecision(
-                approval=events_pb2.APPROVAL_DECISION_APPROVE if approve else events_pb2.APPROVAL_DECISION_REJECT
-            )
-        if checkpoint.HasField("decision"):  # another answer got there first: the same one follows it
-            first = checkpoint.decision
-            if (first.approval, first.text) != (decision.approval, decision.text):
-                raise FailedPrecondition(
-                    f"task {ref.task_id!r} was already answered differently; the first answer wins",
-                    metadata={"task_id": ref.task_id},
-                )
-        else:
-            decision.decided_by = auth.current.get().name
-            await call(
-                "sessions",
-                self.clients.sessions.DecideCheckpoint,
-                sessions_pb2.DecideCheckpointRequest(
-                    tenant_id=tenant,
-                    session_id=ref.session_id,
-                    interrupt_id=checkpoint.interrupt_id,
-                    decision=decision,
-                ),
-            )
-        _, resumed_at = await self.turns.resume(tenant, ref.session_id, checkpoint, deadline_s)
+        decision = answers.from_a2a(kind, given.content)
+        if decision is None:
+            raise InvalidParams([("message.parts", "the task waits for an approval: reply 'approve' or 'reject'")])
+        decision.decided_by = auth.current.get().name
+        _, resumed_at = await self.turns.resume(
+            tenant, ref.session_id, checkpoint.interrupt_id, decision, deadline_s, given="message.parts"
+        )
         return ref, resumed_at
 
     async def _send(self, request: a2a_pb2.SendMessageRequest, context: Any) -> tuple[TaskRef, int]:

@@ -21,6 +21,7 @@ from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.sessions.model import StoreUnavailable
 from services.suite.inprocess import Suite, start_suite
 from tests.integration.conftest import (
     STUB_CLASSES,
@@ -173,14 +174,82 @@ async def test_an_answer_whose_caller_hangs_up_mid_resume_still_resumes_the_turn
         runtime.ContinueTurn = original
 
 
+async def finished(env: Env, session_id: str) -> list[events_pb2.RuntimeEvent]:
+    """The session's whole log once its turn has its final event."""
+    log = await whole_log(env, session_id)
+    async with asyncio.timeout(TIMEOUT_S):
+        while payload(log[-1]) != "final":
+            watcher = env.gateway.Subscribe(gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=log[-1].seq))
+            log += (await watcher.read()).events
+            watcher.cancel()
+    return log
+
+
+async def checkpoints(env: Env, session_id: str) -> list[sessions_pb2.Checkpoint]:
+    request = sessions_pb2.ListCheckpointsRequest(tenant_id="default", session_id=session_id)
+    return list((await env.stubs["sessions"].ListCheckpoints(request, timeout=TIMEOUT_S)).checkpoints)
+
+
+SHORT_LEASES: dict[str, Any] = {"turn_lease_ttl_s": 2, "turn_lease_renew_s": 0.5, "takeover_poll_s": 0.2}
+
+
+@pytest.mark.parametrize("how", ["reply-lost", "runtime-stopped"])
+async def test_a_resumes_first_append_takes_the_checkpoint_once(tmp_path: Path, how: str) -> None:
+    """The resumed turn's first append records its answer and takes the checkpoint in one write. Its reply
+    lost, the append is resent and lands once; the runtime stopping right after it, a takeover goes on with
+    the recorded answer (nothing left to take) and finishes the turn."""
+    async with agents_suite(tmp_path, **SHORT_LEASES, event_log_outage_s=0.3) as env:
+        session_id = await new_session(env.gateway, agent="careful")
+        paused = await stream(env.gateway.SendMessage(message(session_id, "What is 6 * 7?"), timeout=TIMEOUT_S))
+        approval = paused[-2].approval_required
+        store = env.suite.servers["sessions"].app.mounts[0].servicer.store
+        runner = env.suite.servers["runtime"].app.mounts[0].servicer.runner
+        original, consumed, outage = store.append_events, asyncio.Event(), asyncio.Event()
+
+        async def append(tenant_id: str, sid: str, new: Any) -> Any:
+            if outage.is_set():
+                raise StoreUnavailable("sessions restarting")
+            appended = await original(tenant_id, sid, new)
+            if new.consume_interrupt_id and not appended.duplicate:
+                assert not consumed.is_set(), "one resume, one append taking the checkpoint"
+                consumed.set()
+                if how == "reply-lost":
+                    raise StoreUnavailable("the reply was lost")  # applied: the resend is a duplicate
+                outage.set()  # the resumed turn's next writes fail until it gives up
+            return appended
+
+        store.append_events = append
+        try:
+            resolve = gateway_pb2.ResolveApprovalRequest(
+                session_id=session_id, interrupt_id=approval.interrupt_id, decision=events_pb2.APPROVAL_DECISION_APPROVE
+            )
+            resolving = asyncio.ensure_future(stream(env.gateway.ResolveApproval(resolve, timeout=TIMEOUT_S)))
+            await asyncio.wait_for(consumed.wait(), TIMEOUT_S)
+            if how == "runtime-stopped":
+                # The turn stops here once its log stays away (COGMESH_EVENT_LOG_OUTAGE_S), then sessions is back.
+                await asyncio.wait_for(runner.idle(), TIMEOUT_S)
+                outage.clear()
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await resolving
+            log = await finished(env, session_id)
+        finally:
+            store.append_events = original
+        assert log[-1].final.text == "6 * 7 = 42." and log[-1].turn_id == paused[0].turn_id
+        taken_over = "taken over" in [e.status.text for e in log if payload(e) == "status"]
+        assert taken_over == (how == "runtime-stopped")
+        assert await checkpoints(env, session_id) == []
+        assert next(e for e in log if payload(e) == "tool_call_finished").tool_call_finished.result_summary == "42"
+
+
 @pytest.mark.parametrize("taken", [False, True], ids=["checkpoint-left", "reply-lost"])
-async def test_a_resume_that_stops_at_the_checkpoint_is_taken_over_with_its_answer(tmp_path: Path, taken: bool) -> None:
-    """The runtime records the answer, then its ConsumeCheckpoint fails with UNAVAILABLE, before or
-    after sessions took the checkpoint: the turn is neither left paused nor lost; once the lease
-    lapses a takeover goes on with the recorded answer, takes the checkpoint if it is still there,
-    and finishes the turn."""
-    short = {"turn_lease_ttl_s": 2, "turn_lease_renew_s": 0.5, "takeover_poll_s": 0.2}
-    async with agents_suite(tmp_path, **short) as env:
+async def test_a_resume_of_the_previous_version_that_stops_at_the_checkpoint_is_taken_over(
+    tmp_path: Path, taken: bool
+) -> None:
+    """A caller of the previous version (a resume lease, then ContinueTurn with the answer and no `paused`):
+    the runtime records the answer, then its ConsumeCheckpoint fails with UNAVAILABLE, before or after
+    sessions took the checkpoint. The turn is neither left paused nor lost: once the lease lapses a takeover
+    goes on with the recorded answer, takes the checkpoint if it is still there, and finishes the turn."""
+    async with agents_suite(tmp_path, **SHORT_LEASES) as env:
         session_id = await new_session(env.gateway, agent="careful")
         paused = await stream(env.gateway.SendMessage(message(session_id, "What is 3 * 14?"), timeout=TIMEOUT_S))
         approval = paused[-2].approval_required
@@ -198,24 +267,31 @@ async def test_a_resume_that_stops_at_the_checkpoint_is_taken_over_with_its_answ
             return await original(request, **options)
 
         sessions.ConsumeCheckpoint = unavailable_once
-        resolve = gateway_pb2.ResolveApprovalRequest(
-            session_id=session_id, interrupt_id=approval.interrupt_id, decision=events_pb2.APPROVAL_DECISION_APPROVE
+        lease = await env.stubs["sessions"].AcquireTurnLease(
+            sessions_pb2.AcquireTurnLeaseRequest(
+                tenant_id="default",
+                session_id=session_id,
+                turn_id=paused[0].turn_id,
+                ttl_seconds=2,
+                resume=sessions_pb2.LeaseResume(attempt_id="old-caller"),
+            ),
+            timeout=TIMEOUT_S,
+        )
+        resume = runtime_pb2.ResumeTurnRequest(
+            tenant_id="default",
+            session_id=session_id,
+            turn_id=paused[0].turn_id,
+            interrupt_id=approval.interrupt_id,
+            lease_token=lease.lease_token,
+            approval=runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_APPROVE),
         )
         with contextlib.suppress(grpc.aio.AioRpcError):  # the caller may hear of the failure, or of the turn
-            await stream(env.gateway.ResolveApproval(resolve, timeout=TIMEOUT_S))
+            await env.stubs["runtime"].ContinueTurn(runtime_pb2.ContinueTurnRequest(resume=resume), timeout=TIMEOUT_S)
         assert failed.is_set()
-        log = await whole_log(env, session_id)
-        async with asyncio.timeout(TIMEOUT_S):
-            while payload(log[-1]) != "final":
-                watcher = env.gateway.Subscribe(
-                    gateway_pb2.SubscribeRequest(session_id=session_id, after_seq=log[-1].seq)
-                )
-                log += (await watcher.read()).events
-                watcher.cancel()
+        log = await finished(env, session_id)
         assert log[-1].final.text == "3 * 14 = 42." and log[-1].turn_id == paused[0].turn_id
         assert "taken over" in [e.status.text for e in log if payload(e) == "status"]
-        request = sessions_pb2.ListCheckpointsRequest(tenant_id="default", session_id=session_id)
-        assert list((await env.stubs["sessions"].ListCheckpoints(request, timeout=TIMEOUT_S)).checkpoints) == []
+        assert await checkpoints(env, session_id) == []
 
 
 async def test_approval_pauses_the_turn_and_resolving_it_finishes_the_same_turn(env: Env) -> None:
