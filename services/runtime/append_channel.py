@@ -67,7 +67,8 @@ class _Stream:
 class AppendChannel:
     def __init__(self, sessions: Any) -> None:
         self.sessions = sessions  # the SessionsService stub
-        self._unary_until = float("-inf")
+        # A sessions client without the stream (a test's fake, a stand-in) gets unary calls.
+        self._unary_until = float("-inf") if callable(getattr(sessions, "AppendEventsStream", None)) else float("inf")
         self._answered = 0  # calls answered on any stream so far
         self._stream: _Stream | None = None
         self._ids = itertools.count(1)

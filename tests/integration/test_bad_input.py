@@ -18,6 +18,7 @@ import pytest_asyncio
 from google.protobuf import descriptor as pb_descriptor
 from google.protobuf import field_mask_pb2, json_format, struct_pb2
 from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
 
 from cogmesh.common.v1 import errors_pb2, messages_pb2
 from cogmesh.common.v1 import events_pb2 as E
@@ -85,6 +86,20 @@ class Case:
 
     def build(self, env: Env) -> Message:
         return self.request(env) if callable(self.request) else self.request
+
+
+def _invalid_fields(status_bytes: bytes) -> list[str]:
+    """The fields an INVALID_ARGUMENT google.rpc.Status names (empty for another status)."""
+    status = status_pb2.Status.FromString(status_bytes)
+    fields: list[str] = []
+    for detail in status.details:
+        if status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and detail.Is(
+            error_details_pb2.BadRequest.DESCRIPTOR
+        ):
+            bad_request = error_details_pb2.BadRequest()
+            detail.Unpack(bad_request)
+            fields += [v.field for v in bad_request.field_violations]
+    return sorted(fields)
 
 
 def bad(service: str, method: str, request: Request, *fields: str) -> Case:
@@ -503,6 +518,14 @@ CASES: list[Any] = [
         "SESSION_NOT_FOUND",
     ),
     bad("sessions", "GetEventLogState", S.GetEventLogStateRequest(), "tenant_id", "session_id"),
+    # A call on the append stream fails on its own (its status in its answer); the stream goes on.
+    ok(
+        "sessions",
+        "AppendEventsStream",
+        S.AppendEventsStreamRequest(call_id=7, append=S.AppendEventsRequest()),
+        lambda r: r.call_id == 7 and _invalid_fields(r.error) == ["lease_token", "session_id", "tenant_id", "turn_id"],
+    ),
+    bad("sessions", "WatchEvents", S.WatchEventsRequest(heartbeat_ms=-1), "heartbeat_ms"),
     missing(
         "sessions",
         "GetEventLogState",
