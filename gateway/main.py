@@ -17,13 +17,13 @@ from gateway.limits import TenantLimits
 from gateway.memory import GatewayMemoryServicer
 from gateway.remote_event_log import RemoteEventLog
 from gateway.servicer import GatewayServicer
-from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.event_log import EventLogReader
 from services.kit.logging import log
 from services.kit.redis_event_log import RedisEventLog
 from services.kit.server import App, mount, run
+from services.lib.models.watch import agents_of_catalog
 
 
 def is_loopback(address: str) -> bool:
@@ -89,8 +89,10 @@ async def build(settings: Settings, clients: Clients) -> App:
         TenantLimits(settings.tenant_rate_per_s, settings.tenant_burst, settings.tenant_max_streams),
     )
     events = event_log(settings, clients)
-    agents = load_agents(settings.agents_dir)
-    servicer = GatewayServicer(settings, clients, agents, events)
+    # The agents and the models come with the models service's catalogue snapshot: names are checked
+    # against it before a turn takes its lease.
+    agents, catalogue = await agents_of_catalog(clients, settings)
+    servicer = GatewayServicer(settings, clients, agents, events, catalogue)
     # A2A binding: the same agents, turns and event log, behind the same auth and limits.
     a2a = A2AServicer(
         settings,
@@ -101,7 +103,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         secured=not guard.authenticator.dev_mode,
         card_url=a2a_url(settings),
     )
-    on_close: list[Callable[[], Awaitable[None]]] = [servicer.turns.close, events.close]
+    on_close: list[Callable[[], Awaitable[None]]] = [servicer.turns.close, events.close, catalogue.close]
     return App(
         "gateway",
         [

@@ -148,11 +148,15 @@ class RemoteEventLog:
     async def drop(self, session_id: str) -> None:
         """Deleting the session in sessions drops its log: the mirror's upstream ends NOT_FOUND."""
 
-    async def read(self, session_id: str, after_seq: int, heartbeat_s: float) -> AsyncIterator[Batch | None]:
+    async def read(
+        self, session_id: str, after_seq: int, heartbeat_s: float, log_end: int | None = None
+    ) -> AsyncIterator[Batch | None]:
         tenant = self.tenant_of()
         fresh = (tenant, session_id) not in self._mirrors
         # A new mirror fills from the reader's cursor: up to the log's end that is history, not lag.
-        replay_until = await self.last_seq(session_id) if fresh else 0
+        replay_until = 0
+        if fresh:
+            replay_until = log_end if log_end is not None else await self.last_seq(session_id)
         mirror = await self._attach(session_id, tenant, after_seq)
         key = (tenant, session_id)
         try:

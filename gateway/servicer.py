@@ -39,6 +39,7 @@ from services.kit.errors import (
 from services.kit.event_log import Batch, EventLogReader
 from services.kit.logging import bind_request, log
 from services.kit.protos import dict_to_struct
+from services.lib.models.watch import CatalogWatcher, resolve_held
 
 MAX_CONTENT = 100_000
 MAX_ID = 256
@@ -64,7 +65,15 @@ def agent_to_proto(agent: AgentDefinition) -> resources_pb2.Agent:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
-    def __init__(self, settings: Settings, clients: Clients, agents: AgentRegistry, events: EventLogReader):
+    def __init__(
+        self,
+        settings: Settings,
+        clients: Clients,
+        agents: AgentRegistry,
+        events: EventLogReader,
+        catalog: CatalogWatcher | None = None,
+    ):
+        self.catalog = catalog  # the models service's catalogue snapshot: named models are checked against it
         self.settings, self.clients, self.agents, self.events = settings, clients, agents, events
         self.turns = Turns(settings, clients)
         self.stall_s = settings.subscriber_stall_s
@@ -243,7 +252,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         model is resolved strictly, as the runtime resolves it (a turn's model is never replaced
         by the default), so one the catalogue lacks is NOT_FOUND (MODEL_NOT_FOUND) naming the
         field. A client tool named like one of the session's agent's tools is INVALID_ARGUMENT
-        naming it. Nothing is cached: engines and the catalogue may change under a running suite.
+        naming it. A model is checked against the catalogue snapshot the gateway holds (pushed on every
+        change), engines by asking the runtime each time.
         """
         checks = []
         if request.runtime:
@@ -274,10 +284,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         problems.raise_if_any()
 
     async def _check_model(self, name: str, field: str) -> None:
+        request = models_pb2.ResolveModelRequest(name=name, strict=True)
         try:
-            await self.clients.models.ResolveModel(models_pb2.ResolveModelRequest(name=name, strict=True))
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
+            # The snapshot held answers as ResolveModel would (services/lib/models); the service until one is held.
+            if self.catalog is None or resolve_held(self.catalog, request) is None:
+                await self.clients.models.ResolveModel(request)
+        except (NotFound, grpc.aio.AioRpcError) as exc:
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise from_dependency(exc, "models") from exc
             raise NotFound(
                 f"{field}: model {name!r} is not in the catalogue (no alias, model id or id prefix matches)",
@@ -314,7 +327,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, session_id: str, turn_id: str, start_seq: int
     ) -> AsyncIterator[list[events_pb2.RuntimeEvent]]:
         """The turn's events from the log until it ends or pauses."""
-        async for batch in self.events.read(session_id, start_seq, self.settings.heartbeat_s):
+        # The lease grant told where the log ends: the turn's events come after it, nothing to ask.
+        async for batch in self.events.read(session_id, start_seq, self.settings.heartbeat_s, log_end=start_seq):
             if batch is None:
                 continue  # HTTP/2 keepalive covers idle streams
             mine = batch if all(e.turn_id == turn_id for e in batch) else [e for e in batch if e.turn_id == turn_id]

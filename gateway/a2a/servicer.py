@@ -136,7 +136,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             raise TaskNotFound(ref.task_id)
         try:
             caught_up = False
-            async for batch in self.events.read(ref.session_id, ref.start_seq, self.settings.heartbeat_s):
+            async for batch in self.events.read(ref.session_id, ref.start_seq, self.settings.heartbeat_s, log_end=last):
                 if batch is None:
                     continue  # HTTP/2 keepalive covers idle streams
                 mine = [e for e in batch if e.turn_id == ref.turn_id]

@@ -188,7 +188,9 @@ class RedisEventLog:
         if follower is not None:
             follower.mirror.close()
 
-    async def read(self, session_id: str, after_seq: int, heartbeat_s: float) -> AsyncIterator[Batch | None]:
+    async def read(
+        self, session_id: str, after_seq: int, heartbeat_s: float, log_end: int | None = None
+    ) -> AsyncIterator[Batch | None]:
         last, first = await self._head(session_id)
         check_cursor(session_id, after_seq, first, last)
         follower = self._attach(session_id, last)
