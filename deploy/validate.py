@@ -563,7 +563,7 @@ READS = {
     "runtime": ("agents",),
     "policy": ("agents", "policy"),
     "context": ("agents",),
-    "models": ("models",),
+    "models": ("models", "agents"),
 }
 
 
