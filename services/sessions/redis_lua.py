@@ -179,7 +179,7 @@ local TRIM_BATCHES = {TRIM_BATCHES}
 -- The session hash's fields the scripts read, in one HMGET (`meta()`, loaded once per script); `put` writes
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
-  'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume'}
+  'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc'}
 local H = nil
 local PENDING = {}
 local function meta()
@@ -370,11 +370,20 @@ local function last_seq()
   return tonumber(meta().eseq or '0')
 end
 
--- Append messages; the count after them.
+-- Append messages; the count after them, also kept in the hash (`mc`) so that a write can answer it
+-- without an LLEN.
 local function push_messages(first, last)
   local count = redis.call('RPUSH', M, unpack(ARGV, first, last))
   if count == last - first + 1 then table.insert(NEW, M) end  -- the session's first messages
+  put('mc', count)
   return count
+end
+
+-- The session's message count: from the hash, or (a session written before `mc`) from the list.
+local function message_count()
+  local mc = meta().mc
+  if mc then return tonumber(mc) end
+  return redis.call('LLEN', M)
 end
 
 -- Forget the journals of all but the last JOURNALS_KEPT turns, keeping an open or paused turn's.
@@ -664,7 +673,7 @@ local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], AR
 if not mine() then return {'not_found'} end
 if append_id ~= '' then
   local done = redis.call('ZSCORE', BATCHES, append_id)
-  if done then return {'duplicate', tonumber(done), redis.call('LLEN', M)} end  -- a retried append that landed
+  if done then return {'duplicate', tonumber(done), message_count()} end  -- a retried append that landed
 end
 local l = live_lease()
 if not l or l.token ~= token then return {'stale'} end
@@ -723,7 +732,7 @@ else
   if ARGV[#ARGV - 1] ~= '' then put('holder', ARGV[#ARGV - 1]) end  -- who writes
   keep()
 end
-return {'ok', last, count or redis.call('LLEN', M)}
+return {'ok', last, count or message_count()}
 """
 
 JOURNAL = r"""
@@ -781,7 +790,7 @@ UPDATE_SUMMARY = r"""
 local token, text, covered = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 if not mine() then return {'not_found'} end
 if not fenced(token) then return {'stale'} end
-local count = redis.call('LLEN', M)
+local count = message_count()
 if covered > count then return {'invalid', count} end
 put('summary_text', text, 'summary_covered', covered, 'summary_at', now)
 touch()

@@ -902,3 +902,21 @@ async def test_a_resume_lease_written_before_lease_resume_reads_back_typed(h: Ha
     lease = (await h.store.lease_state(ACME, sid)).lease
     assert lease is not None and (lease.turn_id, lease.resume, lease.token) == ("t1", "a", resume.token)
     assert (await h.store.get(ACME, sid)).active_turn_id == "t1"
+
+
+async def test_a_session_written_before_its_hash_kept_the_message_count_reports_it(h: Harness) -> None:
+    if not isinstance(h.store, RedisSessionStore):
+        pytest.skip("the memory store keeps no sessions across versions")
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    end = await h.append(sid, "t1", grant.token, final("ok", "t1"), release=True, messages=[b"question", b"answer"])
+    assert end.message_count == 2
+    await h.store._redis.hdel(h.store._keys(sid)[0], "mc")  # the previous version kept no count in the hash
+    grant = await h.start_turn(sid, "t2")
+    step = await h.append(sid, "t2", grant.token, delta("a", "t2"))
+    assert step.message_count == 2  # read from the list, as before
+    end = await h.append(sid, "t2", grant.token, final("b", "t2"), release=True, messages=[b"q2", b"a2"])
+    assert end.message_count == 4
+    grant = await h.start_turn(sid, "t3")
+    assert (await h.append(sid, "t3", grant.token, delta("c", "t3"))).message_count == 4  # from the hash again
+    assert (await h.store.get(ACME, sid)).message_count == 4
