@@ -25,12 +25,20 @@ from typing import Any
 
 import grpc
 from google.rpc import status_pb2
+from opentelemetry import trace
 
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.logging import log
 
 # How long appends go unary after sessions did not take the stream, before it is tried again.
 UNARY_FOR_S = 60.0
+_tracer = trace.get_tracer("cogmesh.runtime.appends")
+_SPAN = "/cogmesh.sessions.v1.SessionsService/AppendEventsStream"
+_SPAN_ATTRIBUTES = {
+    "rpc.system": "grpc",
+    "rpc.service": "cogmesh.sessions.v1.SessionsService",
+    "rpc.method": "AppendEventsStream",
+}
 
 
 def rpc_error(code: grpc.StatusCode, details: str, status: bytes = b"") -> grpc.aio.AioRpcError:
@@ -83,7 +91,9 @@ class AppendChannel:
         started = time.monotonic()
         if not self.unary:
             try:
-                return await self._call(request, timeout)
+                # The stream belongs to no turn: each call is a span of the turn that makes it.
+                with _tracer.start_as_current_span(_SPAN, kind=trace.SpanKind.CLIENT, attributes=_SPAN_ATTRIBUTES):
+                    return await self._call(request, timeout)
             except _StreamBroke as broke:
                 self._stream_failed(broke.error)
             # A unary call is always right: this append goes that way, the next one on a new stream.

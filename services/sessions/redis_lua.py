@@ -383,7 +383,9 @@ end
 local function message_count()
   local mc = meta().mc
   if mc then return tonumber(mc) end
-  return redis.call('LLEN', M)
+  local count = redis.call('LLEN', M)
+  put('mc', count)  -- kept from here on (the script's next flush writes it)
+  return count
 end
 
 -- Forget the journals of all but the last JOURNALS_KEPT turns, keeping an open or paused turn's.

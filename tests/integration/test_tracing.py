@@ -139,14 +139,23 @@ async def test_a_turn_is_one_trace_spanning_every_service(spans: InMemorySpanExp
         assert client.kind == SpanKind.CLIENT and client.name == server.name, server.name
         assert server.parent is not None and server.parent.is_remote, server.name
         assert parent_of(tree, client).kind == SpanKind.SERVER, server.name
-    # The runtime's calls, made by the turn's task after StartTurn answered, hang under its StartTurn
-    # span. Models and policy decide in the runtime from their snapshots: no call of theirs is in a turn.
+    # The runtime makes no call of its own in a turn: models and policy decide in it from their
+    # snapshots, and its appends are messages on the replica's one AppendEventsStream, each a client
+    # span of the turn's task under its StartTurn span (the stream belongs to no turn).
     called_by_runtime = {
         s.name.split("/")[1]
         for s in tree
         if s.kind == SpanKind.SERVER and s is not runtime_server and ancestor(tree, s, runtime_server)
     }
-    assert SESSIONS in called_by_runtime
+    assert called_by_runtime == set()
+    appends = [
+        s
+        for s in tree
+        if s.name == f"/{SESSIONS}/AppendEventsStream"
+        and s.kind == SpanKind.CLIENT
+        and ancestor(tree, s, runtime_server)
+    ]
+    assert appends, "the turn's appends are spans of its trace"
 
     services = {s.name.split("/")[1] for s in tree if s.kind == SpanKind.SERVER}
     assert GATEWAY in services and RUNTIME in services and SESSIONS in services
