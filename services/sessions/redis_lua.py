@@ -726,6 +726,7 @@ if append_id ~= '' then
   if appends == 1 then table.insert(NEW, BATCHES) end
   if appends % TRIM_BATCHES == 0 then redis.call('ZREMRANGEBYRANK', BATCHES, 0, -remember - 1) end
 end
+count = count or message_count()  -- before the flush below: a count read from the list is kept
 if release or pause_id ~= '' then
   free_lease()
   touch()  -- the turn ends (or pauses): its session lives `session_ttl` from now
@@ -734,7 +735,7 @@ else
   if ARGV[#ARGV - 1] ~= '' then put('holder', ARGV[#ARGV - 1]) end  -- who writes
   keep()
 end
-return {'ok', last, count or message_count()}
+return {'ok', last, count}
 """
 
 JOURNAL = r"""
