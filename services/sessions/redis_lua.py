@@ -673,14 +673,23 @@ APPEND_EVENTS = r"""
 local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10]),
   ARGV[11] == '1'
 if not mine() then return {'not_found'} end
+local n = tonumber(ARGV[12])
+-- The append id is recorded up front with the seq this append will end at (one ZADD NX, which also says
+-- whether it was there: a retried append that landed), and let go again if the append is refused.
+local claimed = false
 if append_id ~= '' then
-  local done = redis.call('ZSCORE', BATCHES, append_id)
-  if done then return {'duplicate', tonumber(done), message_count()} end  -- a retried append that landed
+  if redis.call('ZADD', BATCHES, 'NX', last_seq() + n, append_id) == 0 then
+    return {'duplicate', tonumber(redis.call('ZSCORE', BATCHES, append_id)), message_count()}
+  end
+  claimed = true
+end
+local function refuse(reply)
+  if claimed then redis.call('ZREM', BATCHES, append_id) end
+  return reply
 end
 local l = live_lease()
-if not l or l.token ~= token then return {'stale'} end
+if not l or l.token ~= token then return refuse({'stale'}) end
 -- Where the messages and the pause start: past the events and journal entries.
-local n = tonumber(ARGV[12])
 local m = tonumber(ARGV[13 + n])
 local at = 14 + n + 3 * m
 local k = tonumber(ARGV[at])
@@ -692,15 +701,15 @@ if consume_id ~= '' then
   local until_ms, by = string.match(done or '', '^(%d+)|(%d+)$')
   if not (until_ms and tonumber(until_ms) > now and tonumber(by) == token) then  -- else this lease took it
     local stored = redis.call('HGET', C, consume_id)
-    if not stored then return {'no_checkpoint'} end
+    if not stored then return refuse({'no_checkpoint'}) end
     local owner = checkpoint_of(stored)['turn']
-    if owner ~= turn then return {'other_turn', owner} end
+    if owner ~= turn then return refuse({'other_turn', owner}) end
     consumed = {stored, redis.call('HGET', D, consume_id) or ''}
   end
 end
 if pause_id ~= '' then
-  if redis.call('HEXISTS', C, pause_id) == 1 then return {'exists'} end
-  if redis.call('HLEN', C) - redis.call('HLEN', D) >= max_pending then return {'limit'} end
+  if redis.call('HEXISTS', C, pause_id) == 1 then return refuse({'exists'}) end
+  if redis.call('HLEN', C) - redis.call('HLEN', D) >= max_pending then return refuse({'limit'}) end
 end
 local last = log_events(turn, 12, ARGV[#ARGV])
 local count = nil
@@ -718,7 +727,6 @@ if pause_id ~= '' then
   redis.call('ZADD', CO, redis.call('HINCRBY', S, 'ck_seq', 1), pause_id)
 end
 if append_id ~= '' then
-  redis.call('ZADD', BATCHES, last, append_id)
   -- `ab` counts the session's appends with an id: the first makes the key; the oldest ids are let go in
   -- steps of TRIM_BATCHES (the script remembers at least `remember`, a few more between two trims).
   local appends = tonumber(meta().ab or '0') + 1

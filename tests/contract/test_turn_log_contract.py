@@ -920,3 +920,15 @@ async def test_a_session_written_before_its_hash_kept_the_message_count_reports_
     grant = await h.start_turn(sid, "t3")
     assert (await h.append(sid, "t3", grant.token, delta("c", "t3"))).message_count == 4  # from the hash again
     assert (await h.store.get(ACME, sid)).message_count == 4
+
+
+async def test_an_append_refused_leaves_its_id_free_for_the_same_append_once_it_may_write(h: Harness) -> None:
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    with pytest.raises(StaleLease):  # refused: nothing written, the id not taken
+        await h.append(sid, "t1", grant.token + 1, delta("a", "t1"), append_id="t1:1")
+    applied = await h.append(sid, "t1", grant.token, delta("a", "t1"), append_id="t1:1")
+    assert (applied.last_seq, applied.duplicate) == (2, False)
+    again = await h.append(sid, "t1", grant.token, delta("a", "t1"), append_id="t1:1")
+    assert (again.last_seq, again.duplicate) == (2, True)
+    assert [e.assistant_delta.text for e in await h.log(sid) if e.HasField("assistant_delta")] == ["a"]
