@@ -59,8 +59,16 @@ async def test_a_model_added_after_a_restart_reaches_the_runtime(healthy: Suite)
         request = calc_request(session_id)
         request.model = "restart-added"
         deadline = time.monotonic() + RESYNC_S
-        while True:  # until the runtime's watch has reconnected and holds the catalogue with the model
-            events = await run_turn(cluster, request)
+        # Until the gateway's and the runtime's watches have reconnected and hold the catalogue with the
+        # model: the gateway checks the name against its snapshot (NOT_FOUND until then), the runtime runs it.
+        while True:
+            try:
+                events = await run_turn(cluster, request)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
             if kind(events[-1]) == "final" or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.5)
