@@ -160,7 +160,7 @@ class RedisModelStore:
         A subscription's confirmation counts as a change: announcements made before it, or
         while the connection was away (redis-py subscribes again on its own), were missed.
         A quiet subscription is pinged every `FOLLOW_PING_S`, so a connection that died
-        without a word is found and made again.
+        without a word is found and made again, and the store's version is read then too.
         """
         backoff = RETRY_MIN_S
         while True:
@@ -171,6 +171,9 @@ class RedisModelStore:
                     message = await pubsub.get_message(timeout=FOLLOW_PING_S)
                     if message is None:
                         await pubsub.ping()
+                        # A quiet spell is checked too (one GET): a subscription that came back without
+                        # its confirmation reaching here would otherwise miss changes until the next one.
+                        await changed()
                     elif message["type"] in ("subscribe", "message"):
                         backoff = RETRY_MIN_S
                         await changed()
