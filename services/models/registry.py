@@ -44,6 +44,8 @@ from services.lib.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
 FOLLOW_PING_S = 30.0  # a quiet subscription to the store's announcements is pinged this often
+FOLLOW_STUCK_S = 5.0  # a subscription's read or ping this much past its own timeout is given up
+_FOLLOW_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, TimeoutError)
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 2.0  # backoff between subscriptions when Redis is away
 
 
@@ -168,17 +170,21 @@ class RedisModelStore:
             try:
                 pubsub = await broadcast_subscription(self._redis, self.channel)
                 while True:
-                    message = await pubsub.get_message(timeout=FOLLOW_PING_S)
+                    # Bounded from outside too: a read or ping stuck on a connection that went away
+                    # without a word must not hold the follower; the subscription is made again.
+                    async with asyncio.timeout(FOLLOW_PING_S + FOLLOW_STUCK_S):
+                        message = await pubsub.get_message(timeout=FOLLOW_PING_S)
                     if message is None:
-                        await pubsub.ping()
+                        async with asyncio.timeout(FOLLOW_STUCK_S):
+                            await pubsub.ping()
                         # A quiet spell is checked too (one GET): a subscription that came back without
                         # its confirmation reaching here would otherwise miss changes until the next one.
                         await changed()
                     elif message["type"] in ("subscribe", "message"):
                         backoff = RETRY_MIN_S
                         await changed()
-            except REDIS_ERRORS as exc:
-                log.warning("model store subscription lost redis; subscribing again", error=str(exc))
+            except _FOLLOW_ERRORS as exc:
+                log.warning("model store subscription lost redis; subscribing again", error=str(exc) or "stuck")
                 if isinstance(self._redis, RedisCluster):
                     with contextlib.suppress(*REDIS_ERRORS):
                         await self._redis.nodes_manager.initialize()  # the channel's primary after a failover
