@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -22,26 +22,16 @@ import pytest_asyncio
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2 as S
 from cogmesh.sessions.v1 import sessions_pb2_grpc
-from services.kit.config import Settings
-from services.kit.server import App, RunningServer, mount, start
+from services.kit.server import RunningServer
 from services.runtime.append_channel import AppendChannel
 from services.sessions.servicer import SessionsServicer
 from services.sessions.store import MemorySessionStore, SessionStore
 from tests.integration.conftest import status_details
+from tests.support.sessions_server import leased as support_leased
+from tests.support.sessions_server import serve
 
 TENANT = "acme"
 CALL_S = 10.0
-
-
-def build_with(servicer: SessionsServicer) -> Callable[[Settings, Any], Awaitable[App]]:
-    async def build(settings: Settings, clients: Any) -> App:
-        return App("sessions", [mount(servicer, S, sessions_pb2_grpc, "SessionsService")], on_drained=[servicer.drain])
-
-    return build
-
-
-async def serve(servicer: SessionsServicer, listen: str = "127.0.0.1:0") -> RunningServer:
-    return await start(build_with(servicer), Settings(drain_s=0), listen)
 
 
 @pytest_asyncio.fixture
@@ -59,9 +49,7 @@ async def stub(server: tuple[SessionsServicer, RunningServer]) -> AsyncIterator[
 
 
 async def leased(stub: sessions_pb2_grpc.SessionsServiceStub) -> tuple[str, int]:
-    sid = (await stub.CreateSession(S.CreateSessionRequest(tenant_id=TENANT, agent="default"))).session.session_id
-    lease = await stub.AcquireTurnLease(S.AcquireTurnLeaseRequest(tenant_id=TENANT, session_id=sid, turn_id="t1"))
-    return sid, lease.lease_token
+    return await support_leased(stub, TENANT)
 
 
 def append(sid: str, token: int, text: str, append_id: str = "") -> S.AppendEventsRequest:

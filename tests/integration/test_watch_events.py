@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -31,23 +31,14 @@ from gateway.remote_event_log import RemoteEventLog
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.errors import NotFound
-from services.kit.server import App, RunningServer, mount, start
+from services.kit.server import RunningServer
 from services.sessions.servicer import SessionsServicer
 from services.sessions.store import MemorySessionStore
+from tests.support.sessions_server import leased as support_leased
+from tests.support.sessions_server import serve
 
 TENANT = "acme"
 WAIT_S = 10.0
-
-
-def build_with(servicer: SessionsServicer) -> Callable[[Settings, Any], Awaitable[App]]:
-    async def build(settings: Settings, clients: Any) -> App:
-        return App("sessions", [mount(servicer, S, sessions_pb2_grpc, "SessionsService")], on_drained=[servicer.drain])
-
-    return build
-
-
-async def serve(servicer: SessionsServicer, listen: str = "127.0.0.1:0") -> RunningServer:
-    return await start(build_with(servicer), Settings(drain_s=0), listen)
 
 
 @pytest_asyncio.fixture
@@ -65,9 +56,7 @@ async def stub(server: tuple[SessionsServicer, RunningServer]) -> AsyncIterator[
 
 
 async def leased(stub: sessions_pb2_grpc.SessionsServiceStub) -> tuple[str, int]:
-    sid = (await stub.CreateSession(S.CreateSessionRequest(tenant_id=TENANT, agent="default"))).session.session_id
-    lease = await stub.AcquireTurnLease(S.AcquireTurnLeaseRequest(tenant_id=TENANT, session_id=sid, turn_id="t1"))
-    return sid, lease.lease_token
+    return await support_leased(stub, TENANT)
 
 
 async def append(stub: sessions_pb2_grpc.SessionsServiceStub, sid: str, token: int, *texts: str) -> int:
