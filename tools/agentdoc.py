@@ -40,7 +40,7 @@ EXAMPLES = ("careful.yaml", "arithmetic.md")
 
 
 def anchor(model: type[BaseModel], path: str) -> str:
-    return "agent" if model is agents.AgentDefinition else path.replace(".", "-")
+    return "agent" if model is agents.AgentDefinition else path.replace(".<key>", "").replace(".", "-")
 
 
 def prose(text: str) -> str:
@@ -56,6 +56,8 @@ def nested_models(model: type[BaseModel], path: str = "") -> list[tuple[str, typ
     found = [(path, model)]
     for name, field in model.model_fields.items():
         inner = field.annotation
+        if typing.get_origin(inner) is dict:  # a map of models: `approvals.<tool>`
+            inner, name = typing.get_args(inner)[1], f"{name}.<key>"
         if isinstance(inner, type) and issubclass(inner, BaseModel):
             found.extend(nested_models(inner, f"{path}.{name}" if path else name))
     return found

@@ -273,6 +273,24 @@ class AgentMemory(BaseModel):
         return self.save_tool, self.search_tool
 
 
+class ApprovalSettings(BaseModel):
+    """What a reviewer UI shows for a tool call that needs approval (seed 004 ``approvalPrompt``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field(
+        default="",
+        max_length=4000,
+        description="Text shown to the reviewer; `{name}` is replaced by the call's argument `name` "
+        "(unknown names stay as written). Carried in approval_required.prompt.",
+    )
+    defaults: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Values a reviewer UI pre-fills, e.g. {"decision": "approve", "comment": "..."}. '
+        "Carried in approval_required.defaults.",
+    )
+
+
 class AgentDefinition(BaseModel):
     """Declarative description of one agent.
 
@@ -345,6 +363,22 @@ class AgentDefinition(BaseModel):
         default_factory=dict,
         description="Tool names or glob patterns mapped to whether a call needs a human's approval, which pauses "
         "the turn (exact names win over patterns).",
+    )
+    approvals: dict[str, ApprovalSettings] = Field(
+        default_factory=dict,
+        description="Tool names or glob patterns (as in `interrupt_on`) mapped to what a reviewer sees when a "
+        "call needs approval: `prompt` and `defaults`.",
+    )
+    handoffs: list[str] = Field(
+        default_factory=list,
+        description="Agents (mode primary or all) this one may hand the session to with the `transfer_to_agent` "
+        "tool: the receiving agent answers the session's next messages until it hands back "
+        "(`transfer_back`) or the session is reset.",
+    )
+    todo_list: bool = Field(
+        default=False,
+        description="Offer the built-in `manage_todo_list` tool and the planning prompt: the agent keeps a "
+        "versioned todo list in the session, shown live as `plan` events.",
     )
     runtime: str = Field(
         default="",
@@ -456,6 +490,18 @@ class AgentRegistry:
                 else:
                     continue
                 errors.append(AgentLoadError(origins[name], f"subagents.{index}: {problem}"))
+            # A handoff target answers the session's messages, so it must be able to own one.
+            for index, target_name in enumerate(definition.handoffs):
+                target = definitions.get(target_name)
+                if target is None:
+                    problem = f"unknown agent {target_name!r}"
+                elif not target.is_primary:
+                    problem = f"agent {target_name!r} has mode 'subagent'; a handoff needs mode 'primary' or 'all'"
+                elif target_name == name:
+                    problem = "an agent cannot hand a session to itself"
+                else:
+                    continue
+                errors.append(AgentLoadError(origins[name], f"handoffs.{index}: {problem}"))
         return cls(definitions, errors)
 
     @classmethod

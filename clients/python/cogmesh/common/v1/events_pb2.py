@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/common/v1/events.proto\x12\x11\x63ogmesh.common.v1\x1a cogmesh/common/v1/messages.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8a\x07\n\x0cRuntimeEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12<\n\x0f\x61ssistant_delta\x18\n \x01(\x0b\x32!.cogmesh.common.v1.AssistantDeltaH\x00\x12\x31\n\x06status\x18\x0b \x01(\x0b\x32\x1f.cogmesh.common.v1.StatusUpdateH\x00\x12?\n\x11tool_call_started\x18\x0c \x01(\x0b\x32\".cogmesh.common.v1.ToolCallStartedH\x00\x12\x41\n\x12tool_call_finished\x18\r \x01(\x0b\x32#.cogmesh.common.v1.ToolCallFinishedH\x00\x12@\n\x11\x61pproval_required\x18\x0e \x01(\x0b\x32#.cogmesh.common.v1.ApprovalRequiredH\x00\x12\x45\n\x14user_input_requested\x18\x0f \x01(\x0b\x32%.cogmesh.common.v1.UserInputRequestedH\x00\x12=\n\x10\x63lient_tool_call\x18\x10 \x01(\x0b\x32!.cogmesh.common.v1.ClientToolCallH\x00\x12/\n\x05usage\x18\x11 \x01(\x0b\x32\x1e.cogmesh.common.v1.UsageReportH\x00\x12\x38\n\rnative_notice\x18\x12 \x01(\x0b\x32\x1f.cogmesh.common.v1.NativeNoticeH\x00\x12@\n\x11\x63ontext_compacted\x18\x13 \x01(\x0b\x32#.cogmesh.common.v1.ContextCompactedH\x00\x12\x33\n\ndelegation\x18\x14 \x01(\x0b\x32\x1d.cogmesh.common.v1.DelegationH\x00\x12/\n\x05\x66inal\x18\x15 \x01(\x0b\x32\x1e.cogmesh.common.v1.FinalResultH\x00\x12-\n\x05\x65rror\x18\x16 \x01(\x0b\x32\x1c.cogmesh.common.v1.TurnErrorH\x00\x42\t\n\x07payload\"\x1e\n\x0e\x41ssistantDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"p\n\x0cStatusUpdate\x12+\n\x05state\x18\x01 \x01(\x0e\x32\x1c.cogmesh.common.v1.TurnState\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\"\x83\x01\n\x0fToolCallStarted\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x16\n\x0e\x63orrelation_id\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x0e\n\x06server\x18\x05 \x01(\t\"\x83\x01\n\x10ToolCallFinished\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x16\n\x0eresult_summary\x18\x04 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x05 \x01(\x01\x12\x10\n\x08\x61ttempts\x18\x06 \x01(\x05\"\xd6\x01\n\x10\x41pprovalRequired\x12\x13\n\x0b\x61\x63tion_name\x18\x01 \x01(\t\x12*\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12>\n\x11\x61llowed_decisions\x18\x03 \x03(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x14\n\x0cinterrupt_id\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x06 \x01(\t\"R\n\x12UserInputRequested\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x03 \x01(\t\"\xd5\x01\n\x0e\x43lientToolCall\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1b.cogmesh.common.v1.ToolCall\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12;\n\x05scope\x18\x04 \x03(\x0b\x32,.cogmesh.common.v1.ClientToolCall.ScopeEntry\x1a,\n\nScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x84\x01\n\x0bUsageReport\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x14\n\x0cinput_tokens\x18\x03 \x01(\x03\x12\x15\n\routput_tokens\x18\x04 \x01(\x03\x12\x10\n\x08\x63ost_usd\x18\x05 \x01(\x01\x12\x15\n\rturn_cost_usd\x18\x06 \x01(\x01\"U\n\x0cNativeNotice\x12\x0c\n\x04text\x18\x01 \x01(\t\x12)\n\x08metadata\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04kind\x18\x03 \x01(\t\"B\n\x10\x43ontextCompacted\x12\x16\n\x0esummary_tokens\x18\x01 \x01(\x03\x12\x16\n\x0e\x61rchived_count\x18\x02 \x01(\x03\"X\n\nDelegation\x12\x12\n\nfrom_agent\x18\x01 \x01(\t\x12\x10\n\x08to_agent\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x04 \x01(\t\"\xea\x01\n\x0bTurnMetrics\x12\x13\n\x0b\x64uration_ms\x18\x01 \x01(\x01\x12\x13\n\x0bmodel_calls\x18\x02 \x01(\x03\x12\x12\n\ntool_calls\x18\x03 \x01(\x03\x12\x14\n\x0cinput_tokens\x18\x04 \x01(\x03\x12\x15\n\routput_tokens\x18\x05 \x01(\x03\x12\x10\n\x08\x63ost_usd\x18\x06 \x01(\x01\x12\x18\n\x10session_cost_usd\x18\x07 \x01(\x01\x12\x1c\n\x14session_total_tokens\x18\x08 \x01(\x03\x12\x0f\n\x07runtime\x18\t \x01(\t\x12\x15\n\rfailed_models\x18\n \x03(\t\"\xf0\x01\n\x0b\x46inalResult\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x30\n\x0cnew_messages\x18\x02 \x03(\x0b\x32\x1a.cogmesh.common.v1.Message\x12/\n\x07metrics\x18\x03 \x01(\x0b\x32\x1e.cogmesh.common.v1.TurnMetrics\x12\x31\n\x11structured_output\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\r\n\x05model\x18\x05 \x01(\t\x12\x14\n\x0ctext_omitted\x18\x06 \x01(\x08\x12\x18\n\x10messages_omitted\x18\x07 \x01(\x08\"q\n\tTurnError\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.cogmesh.common.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x14\n\x0cpartial_text\x18\x04 \x01(\t*\xb8\x01\n\tTurnState\x12\x1a\n\x16TURN_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11TURN_STATE_QUEUED\x10\x01\x12\x16\n\x12TURN_STATE_RUNNING\x10\x02\x12\x15\n\x11TURN_STATE_PAUSED\x10\x03\x12\x18\n\x14TURN_STATE_COMPLETED\x10\x04\x12\x15\n\x11TURN_STATE_FAILED\x10\x05\x12\x18\n\x14TURN_STATE_CANCELLED\x10\x06*\x8e\x01\n\x10\x41pprovalDecision\x12!\n\x1d\x41PPROVAL_DECISION_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41PPROVAL_DECISION_APPROVE\x10\x01\x12\x1a\n\x16\x41PPROVAL_DECISION_EDIT\x10\x02\x12\x1c\n\x18\x41PPROVAL_DECISION_REJECT\x10\x03*\xc3\x03\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_KIND_CANCELLED\x10\x01\x12\x1e\n\x1a\x45RROR_KIND_BUDGET_EXCEEDED\x10\x02\x12\x19\n\x15\x45RROR_KIND_LOOP_LIMIT\x10\x03\x12\x1b\n\x17\x45RROR_KIND_TOOL_TIMEOUT\x10\x04\x12\x1d\n\x19\x45RROR_KIND_PROVIDER_ERROR\x10\x05\x12\x1b\n\x17\x45RROR_KIND_RATE_LIMITED\x10\x06\x12\x18\n\x14\x45RROR_KIND_GUARDRAIL\x10\x07\x12\x1e\n\x1a\x45RROR_KIND_INVALID_REQUEST\x10\x08\x12\x1a\n\x16\x45RROR_KIND_UNAVAILABLE\x10\t\x12\x17\n\x13\x45RROR_KIND_INTERNAL\x10\n\x12 \n\x1c\x45RROR_KIND_DEADLINE_EXCEEDED\x10\x0b\x12\x1d\n\x19\x45RROR_KIND_OUTPUT_INVALID\x10\x0c\x12\x1d\n\x19\x45RROR_KIND_CONTEXT_LENGTH\x10\r\x12\x1d\n\x19\x45RROR_KIND_AUTHENTICATION\x10\x0e\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/common/v1/events.proto\x12\x11\x63ogmesh.common.v1\x1a cogmesh/common/v1/messages.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x08\n\x0cRuntimeEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12<\n\x0f\x61ssistant_delta\x18\n \x01(\x0b\x32!.cogmesh.common.v1.AssistantDeltaH\x00\x12\x31\n\x06status\x18\x0b \x01(\x0b\x32\x1f.cogmesh.common.v1.StatusUpdateH\x00\x12?\n\x11tool_call_started\x18\x0c \x01(\x0b\x32\".cogmesh.common.v1.ToolCallStartedH\x00\x12\x41\n\x12tool_call_finished\x18\r \x01(\x0b\x32#.cogmesh.common.v1.ToolCallFinishedH\x00\x12@\n\x11\x61pproval_required\x18\x0e \x01(\x0b\x32#.cogmesh.common.v1.ApprovalRequiredH\x00\x12\x45\n\x14user_input_requested\x18\x0f \x01(\x0b\x32%.cogmesh.common.v1.UserInputRequestedH\x00\x12=\n\x10\x63lient_tool_call\x18\x10 \x01(\x0b\x32!.cogmesh.common.v1.ClientToolCallH\x00\x12/\n\x05usage\x18\x11 \x01(\x0b\x32\x1e.cogmesh.common.v1.UsageReportH\x00\x12\x38\n\rnative_notice\x18\x12 \x01(\x0b\x32\x1f.cogmesh.common.v1.NativeNoticeH\x00\x12@\n\x11\x63ontext_compacted\x18\x13 \x01(\x0b\x32#.cogmesh.common.v1.ContextCompactedH\x00\x12\x33\n\ndelegation\x18\x14 \x01(\x0b\x32\x1d.cogmesh.common.v1.DelegationH\x00\x12/\n\x05\x66inal\x18\x15 \x01(\x0b\x32\x1e.cogmesh.common.v1.FinalResultH\x00\x12-\n\x05\x65rror\x18\x16 \x01(\x0b\x32\x1c.cogmesh.common.v1.TurnErrorH\x00\x12-\n\x07handoff\x18\x17 \x01(\x0b\x32\x1a.cogmesh.common.v1.HandoffH\x00\x12.\n\x04plan\x18\x18 \x01(\x0b\x32\x1e.cogmesh.common.v1.PlanUpdatedH\x00\x12\x39\n\rstep_complete\x18\x19 \x01(\x0b\x32 .cogmesh.common.v1.StepCompletedH\x00\x12>\n\x10\x61pproval_decided\x18\x1a \x01(\x0b\x32\".cogmesh.common.v1.ApprovalDecidedH\x00\x42\t\n\x07payload\"\x1e\n\x0e\x41ssistantDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"p\n\x0cStatusUpdate\x12+\n\x05state\x18\x01 \x01(\x0e\x32\x1c.cogmesh.common.v1.TurnState\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\"\x83\x01\n\x0fToolCallStarted\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x16\n\x0e\x63orrelation_id\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x0e\n\x06server\x18\x05 \x01(\t\"\x83\x01\n\x10ToolCallFinished\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x16\n\x0eresult_summary\x18\x04 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x05 \x01(\x01\x12\x10\n\x08\x61ttempts\x18\x06 \x01(\x05\"\x91\x02\n\x10\x41pprovalRequired\x12\x13\n\x0b\x61\x63tion_name\x18\x01 \x01(\t\x12*\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12>\n\x11\x61llowed_decisions\x18\x03 \x03(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x14\n\x0cinterrupt_id\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x06 \x01(\t\x12\x0e\n\x06prompt\x18\x07 \x01(\t\x12)\n\x08\x64\x65\x66\x61ults\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xe2\x01\n\x0f\x41pprovalDecided\x12\x14\n\x0cinterrupt_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x02 \x01(\t\x12\x13\n\x0b\x61\x63tion_name\x18\x03 \x01(\t\x12\x35\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x11\n\tprincipal\x18\x05 \x01(\t\x12\x0f\n\x07\x63omment\x18\x06 \x01(\t\x12\x31\n\x10\x65\x64ited_arguments\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\"R\n\x12UserInputRequested\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x03 \x01(\t\"\xd5\x01\n\x0e\x43lientToolCall\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1b.cogmesh.common.v1.ToolCall\x12\x14\n\x0cinterrupt_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12;\n\x05scope\x18\x04 \x03(\x0b\x32,.cogmesh.common.v1.ClientToolCall.ScopeEntry\x1a,\n\nScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x84\x01\n\x0bUsageReport\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x14\n\x0cinput_tokens\x18\x03 \x01(\x03\x12\x15\n\routput_tokens\x18\x04 \x01(\x03\x12\x10\n\x08\x63ost_usd\x18\x05 \x01(\x01\x12\x15\n\rturn_cost_usd\x18\x06 \x01(\x01\"U\n\x0cNativeNotice\x12\x0c\n\x04text\x18\x01 \x01(\t\x12)\n\x08metadata\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04kind\x18\x03 \x01(\t\"B\n\x10\x43ontextCompacted\x12\x16\n\x0esummary_tokens\x18\x01 \x01(\x03\x12\x16\n\x0e\x61rchived_count\x18\x02 \x01(\x03\"X\n\nDelegation\x12\x12\n\nfrom_agent\x18\x01 \x01(\t\x12\x10\n\x08to_agent\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x04 \x01(\t\"W\n\x07Handoff\x12\x12\n\nfrom_agent\x18\x01 \x01(\t\x12\x10\n\x08to_agent\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x04 \x01(\t\"V\n\x08TodoItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12-\n\x06status\x18\x03 \x01(\x0e\x32\x1d.cogmesh.common.v1.TodoStatus\"J\n\x0bPlanUpdated\x12*\n\x05items\x18\x01 \x03(\x0b\x32\x1b.cogmesh.common.v1.TodoItem\x12\x0f\n\x07version\x18\x02 \x01(\x03\"_\n\rStepCompleted\x12\x13\n\x0bstep_number\x18\x01 \x01(\x05\x12\x13\n\x0btotal_steps\x18\x02 \x01(\x05\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\"\xea\x01\n\x0bTurnMetrics\x12\x13\n\x0b\x64uration_ms\x18\x01 \x01(\x01\x12\x13\n\x0bmodel_calls\x18\x02 \x01(\x03\x12\x12\n\ntool_calls\x18\x03 \x01(\x03\x12\x14\n\x0cinput_tokens\x18\x04 \x01(\x03\x12\x15\n\routput_tokens\x18\x05 \x01(\x03\x12\x10\n\x08\x63ost_usd\x18\x06 \x01(\x01\x12\x18\n\x10session_cost_usd\x18\x07 \x01(\x01\x12\x1c\n\x14session_total_tokens\x18\x08 \x01(\x03\x12\x0f\n\x07runtime\x18\t \x01(\t\x12\x15\n\rfailed_models\x18\n \x03(\t\"\xf0\x01\n\x0b\x46inalResult\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x30\n\x0cnew_messages\x18\x02 \x03(\x0b\x32\x1a.cogmesh.common.v1.Message\x12/\n\x07metrics\x18\x03 \x01(\x0b\x32\x1e.cogmesh.common.v1.TurnMetrics\x12\x31\n\x11structured_output\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\r\n\x05model\x18\x05 \x01(\t\x12\x14\n\x0ctext_omitted\x18\x06 \x01(\x08\x12\x18\n\x10messages_omitted\x18\x07 \x01(\x08\"q\n\tTurnError\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.cogmesh.common.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x14\n\x0cpartial_text\x18\x04 \x01(\t*\xb8\x01\n\tTurnState\x12\x1a\n\x16TURN_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11TURN_STATE_QUEUED\x10\x01\x12\x16\n\x12TURN_STATE_RUNNING\x10\x02\x12\x15\n\x11TURN_STATE_PAUSED\x10\x03\x12\x18\n\x14TURN_STATE_COMPLETED\x10\x04\x12\x15\n\x11TURN_STATE_FAILED\x10\x05\x12\x18\n\x14TURN_STATE_CANCELLED\x10\x06*\x8e\x01\n\x10\x41pprovalDecision\x12!\n\x1d\x41PPROVAL_DECISION_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41PPROVAL_DECISION_APPROVE\x10\x01\x12\x1a\n\x16\x41PPROVAL_DECISION_EDIT\x10\x02\x12\x1c\n\x18\x41PPROVAL_DECISION_REJECT\x10\x03*z\n\nTodoStatus\x12\x1b\n\x17TODO_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TODO_STATUS_PENDING\x10\x01\x12\x1b\n\x17TODO_STATUS_IN_PROGRESS\x10\x02\x12\x19\n\x15TODO_STATUS_COMPLETED\x10\x03*\xc3\x03\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_KIND_CANCELLED\x10\x01\x12\x1e\n\x1a\x45RROR_KIND_BUDGET_EXCEEDED\x10\x02\x12\x19\n\x15\x45RROR_KIND_LOOP_LIMIT\x10\x03\x12\x1b\n\x17\x45RROR_KIND_TOOL_TIMEOUT\x10\x04\x12\x1d\n\x19\x45RROR_KIND_PROVIDER_ERROR\x10\x05\x12\x1b\n\x17\x45RROR_KIND_RATE_LIMITED\x10\x06\x12\x18\n\x14\x45RROR_KIND_GUARDRAIL\x10\x07\x12\x1e\n\x1a\x45RROR_KIND_INVALID_REQUEST\x10\x08\x12\x1a\n\x16\x45RROR_KIND_UNAVAILABLE\x10\t\x12\x17\n\x13\x45RROR_KIND_INTERNAL\x10\n\x12 \n\x1c\x45RROR_KIND_DEADLINE_EXCEEDED\x10\x0b\x12\x1d\n\x19\x45RROR_KIND_OUTPUT_INVALID\x10\x0c\x12\x1d\n\x19\x45RROR_KIND_CONTEXT_LENGTH\x10\r\x12\x1d\n\x19\x45RROR_KIND_AUTHENTICATION\x10\x0e\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,42 +37,54 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1'
   _globals['_CLIENTTOOLCALL_SCOPEENTRY']._loaded_options = None
   _globals['_CLIENTTOOLCALL_SCOPEENTRY']._serialized_options = b'8\001'
-  _globals['_TURNSTATE']._serialized_start=2966
-  _globals['_TURNSTATE']._serialized_end=3150
-  _globals['_APPROVALDECISION']._serialized_start=3153
-  _globals['_APPROVALDECISION']._serialized_end=3295
-  _globals['_ERRORKIND']._serialized_start=3298
-  _globals['_ERRORKIND']._serialized_end=3749
+  _globals['_TURNSTATE']._serialized_start=3822
+  _globals['_TURNSTATE']._serialized_end=4006
+  _globals['_APPROVALDECISION']._serialized_start=4009
+  _globals['_APPROVALDECISION']._serialized_end=4151
+  _globals['_TODOSTATUS']._serialized_start=4153
+  _globals['_TODOSTATUS']._serialized_end=4275
+  _globals['_ERRORKIND']._serialized_start=4278
+  _globals['_ERRORKIND']._serialized_end=4729
   _globals['_RUNTIMEEVENT']._serialized_start=151
-  _globals['_RUNTIMEEVENT']._serialized_end=1057
-  _globals['_ASSISTANTDELTA']._serialized_start=1059
-  _globals['_ASSISTANTDELTA']._serialized_end=1089
-  _globals['_STATUSUPDATE']._serialized_start=1091
-  _globals['_STATUSUPDATE']._serialized_end=1203
-  _globals['_TOOLCALLSTARTED']._serialized_start=1206
-  _globals['_TOOLCALLSTARTED']._serialized_end=1337
-  _globals['_TOOLCALLFINISHED']._serialized_start=1340
-  _globals['_TOOLCALLFINISHED']._serialized_end=1471
-  _globals['_APPROVALREQUIRED']._serialized_start=1474
-  _globals['_APPROVALREQUIRED']._serialized_end=1688
-  _globals['_USERINPUTREQUESTED']._serialized_start=1690
-  _globals['_USERINPUTREQUESTED']._serialized_end=1772
-  _globals['_CLIENTTOOLCALL']._serialized_start=1775
-  _globals['_CLIENTTOOLCALL']._serialized_end=1988
-  _globals['_CLIENTTOOLCALL_SCOPEENTRY']._serialized_start=1944
-  _globals['_CLIENTTOOLCALL_SCOPEENTRY']._serialized_end=1988
-  _globals['_USAGEREPORT']._serialized_start=1991
-  _globals['_USAGEREPORT']._serialized_end=2123
-  _globals['_NATIVENOTICE']._serialized_start=2125
-  _globals['_NATIVENOTICE']._serialized_end=2210
-  _globals['_CONTEXTCOMPACTED']._serialized_start=2212
-  _globals['_CONTEXTCOMPACTED']._serialized_end=2278
-  _globals['_DELEGATION']._serialized_start=2280
-  _globals['_DELEGATION']._serialized_end=2368
-  _globals['_TURNMETRICS']._serialized_start=2371
-  _globals['_TURNMETRICS']._serialized_end=2605
-  _globals['_FINALRESULT']._serialized_start=2608
-  _globals['_FINALRESULT']._serialized_end=2848
-  _globals['_TURNERROR']._serialized_start=2850
-  _globals['_TURNERROR']._serialized_end=2963
+  _globals['_RUNTIMEEVENT']._serialized_end=1275
+  _globals['_ASSISTANTDELTA']._serialized_start=1277
+  _globals['_ASSISTANTDELTA']._serialized_end=1307
+  _globals['_STATUSUPDATE']._serialized_start=1309
+  _globals['_STATUSUPDATE']._serialized_end=1421
+  _globals['_TOOLCALLSTARTED']._serialized_start=1424
+  _globals['_TOOLCALLSTARTED']._serialized_end=1555
+  _globals['_TOOLCALLFINISHED']._serialized_start=1558
+  _globals['_TOOLCALLFINISHED']._serialized_end=1689
+  _globals['_APPROVALREQUIRED']._serialized_start=1692
+  _globals['_APPROVALREQUIRED']._serialized_end=1965
+  _globals['_APPROVALDECIDED']._serialized_start=1968
+  _globals['_APPROVALDECIDED']._serialized_end=2194
+  _globals['_USERINPUTREQUESTED']._serialized_start=2196
+  _globals['_USERINPUTREQUESTED']._serialized_end=2278
+  _globals['_CLIENTTOOLCALL']._serialized_start=2281
+  _globals['_CLIENTTOOLCALL']._serialized_end=2494
+  _globals['_CLIENTTOOLCALL_SCOPEENTRY']._serialized_start=2450
+  _globals['_CLIENTTOOLCALL_SCOPEENTRY']._serialized_end=2494
+  _globals['_USAGEREPORT']._serialized_start=2497
+  _globals['_USAGEREPORT']._serialized_end=2629
+  _globals['_NATIVENOTICE']._serialized_start=2631
+  _globals['_NATIVENOTICE']._serialized_end=2716
+  _globals['_CONTEXTCOMPACTED']._serialized_start=2718
+  _globals['_CONTEXTCOMPACTED']._serialized_end=2784
+  _globals['_DELEGATION']._serialized_start=2786
+  _globals['_DELEGATION']._serialized_end=2874
+  _globals['_HANDOFF']._serialized_start=2876
+  _globals['_HANDOFF']._serialized_end=2963
+  _globals['_TODOITEM']._serialized_start=2965
+  _globals['_TODOITEM']._serialized_end=3051
+  _globals['_PLANUPDATED']._serialized_start=3053
+  _globals['_PLANUPDATED']._serialized_end=3127
+  _globals['_STEPCOMPLETED']._serialized_start=3129
+  _globals['_STEPCOMPLETED']._serialized_end=3224
+  _globals['_TURNMETRICS']._serialized_start=3227
+  _globals['_TURNMETRICS']._serialized_end=3461
+  _globals['_FINALRESULT']._serialized_start=3464
+  _globals['_FINALRESULT']._serialized_end=3704
+  _globals['_TURNERROR']._serialized_start=3706
+  _globals['_TURNERROR']._serialized_end=3819
 # @@protoc_insertion_point(module_scope)

@@ -29,6 +29,13 @@ class ApprovalDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     APPROVAL_DECISION_EDIT: _ClassVar[ApprovalDecision]
     APPROVAL_DECISION_REJECT: _ClassVar[ApprovalDecision]
 
+class TodoStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TODO_STATUS_UNSPECIFIED: _ClassVar[TodoStatus]
+    TODO_STATUS_PENDING: _ClassVar[TodoStatus]
+    TODO_STATUS_IN_PROGRESS: _ClassVar[TodoStatus]
+    TODO_STATUS_COMPLETED: _ClassVar[TodoStatus]
+
 class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ERROR_KIND_UNSPECIFIED: _ClassVar[ErrorKind]
@@ -57,6 +64,10 @@ APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision
 APPROVAL_DECISION_APPROVE: ApprovalDecision
 APPROVAL_DECISION_EDIT: ApprovalDecision
 APPROVAL_DECISION_REJECT: ApprovalDecision
+TODO_STATUS_UNSPECIFIED: TodoStatus
+TODO_STATUS_PENDING: TodoStatus
+TODO_STATUS_IN_PROGRESS: TodoStatus
+TODO_STATUS_COMPLETED: TodoStatus
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_CANCELLED: ErrorKind
 ERROR_KIND_BUDGET_EXCEEDED: ErrorKind
@@ -74,7 +85,7 @@ ERROR_KIND_CONTEXT_LENGTH: ErrorKind
 ERROR_KIND_AUTHENTICATION: ErrorKind
 
 class RuntimeEvent(_message.Message):
-    __slots__ = ("session_id", "turn_id", "seq", "create_time", "agent", "assistant_delta", "status", "tool_call_started", "tool_call_finished", "approval_required", "user_input_requested", "client_tool_call", "usage", "native_notice", "context_compacted", "delegation", "final", "error")
+    __slots__ = ("session_id", "turn_id", "seq", "create_time", "agent", "assistant_delta", "status", "tool_call_started", "tool_call_finished", "approval_required", "user_input_requested", "client_tool_call", "usage", "native_notice", "context_compacted", "delegation", "final", "error", "handoff", "plan", "step_complete", "approval_decided")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +104,10 @@ class RuntimeEvent(_message.Message):
     DELEGATION_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    STEP_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_id: str
     seq: int
@@ -111,7 +126,11 @@ class RuntimeEvent(_message.Message):
     delegation: Delegation
     final: FinalResult
     error: TurnError
-    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent: _Optional[str] = ..., assistant_delta: _Optional[_Union[AssistantDelta, _Mapping]] = ..., status: _Optional[_Union[StatusUpdate, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., user_input_requested: _Optional[_Union[UserInputRequested, _Mapping]] = ..., client_tool_call: _Optional[_Union[ClientToolCall, _Mapping]] = ..., usage: _Optional[_Union[UsageReport, _Mapping]] = ..., native_notice: _Optional[_Union[NativeNotice, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., final: _Optional[_Union[FinalResult, _Mapping]] = ..., error: _Optional[_Union[TurnError, _Mapping]] = ...) -> None: ...
+    handoff: Handoff
+    plan: PlanUpdated
+    step_complete: StepCompleted
+    approval_decided: ApprovalDecided
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent: _Optional[str] = ..., assistant_delta: _Optional[_Union[AssistantDelta, _Mapping]] = ..., status: _Optional[_Union[StatusUpdate, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., user_input_requested: _Optional[_Union[UserInputRequested, _Mapping]] = ..., client_tool_call: _Optional[_Union[ClientToolCall, _Mapping]] = ..., usage: _Optional[_Union[UsageReport, _Mapping]] = ..., native_notice: _Optional[_Union[NativeNotice, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., final: _Optional[_Union[FinalResult, _Mapping]] = ..., error: _Optional[_Union[TurnError, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., plan: _Optional[_Union[PlanUpdated, _Mapping]] = ..., step_complete: _Optional[_Union[StepCompleted, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ...) -> None: ...
 
 class AssistantDelta(_message.Message):
     __slots__ = ("text",)
@@ -162,20 +181,42 @@ class ToolCallFinished(_message.Message):
     def __init__(self, name: _Optional[str] = ..., correlation_id: _Optional[str] = ..., ok: _Optional[bool] = ..., result_summary: _Optional[str] = ..., duration_ms: _Optional[float] = ..., attempts: _Optional[int] = ...) -> None: ...
 
 class ApprovalRequired(_message.Message):
-    __slots__ = ("action_name", "arguments", "allowed_decisions", "interrupt_id", "description", "correlation_id")
+    __slots__ = ("action_name", "arguments", "allowed_decisions", "interrupt_id", "description", "correlation_id", "prompt", "defaults")
     ACTION_NAME_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_DECISIONS_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULTS_FIELD_NUMBER: _ClassVar[int]
     action_name: str
     arguments: _struct_pb2.Struct
     allowed_decisions: _containers.RepeatedScalarFieldContainer[ApprovalDecision]
     interrupt_id: str
     description: str
     correlation_id: str
-    def __init__(self, action_name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., allowed_decisions: _Optional[_Iterable[_Union[ApprovalDecision, str]]] = ..., interrupt_id: _Optional[str] = ..., description: _Optional[str] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+    prompt: str
+    defaults: _struct_pb2.Struct
+    def __init__(self, action_name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., allowed_decisions: _Optional[_Iterable[_Union[ApprovalDecision, str]]] = ..., interrupt_id: _Optional[str] = ..., description: _Optional[str] = ..., correlation_id: _Optional[str] = ..., prompt: _Optional[str] = ..., defaults: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class ApprovalDecided(_message.Message):
+    __slots__ = ("interrupt_id", "correlation_id", "action_name", "decision", "principal", "comment", "edited_arguments")
+    INTERRUPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    interrupt_id: str
+    correlation_id: str
+    action_name: str
+    decision: ApprovalDecision
+    principal: str
+    comment: str
+    edited_arguments: _struct_pb2.Struct
+    def __init__(self, interrupt_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., action_name: _Optional[str] = ..., decision: _Optional[_Union[ApprovalDecision, str]] = ..., principal: _Optional[str] = ..., comment: _Optional[str] = ..., edited_arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class UserInputRequested(_message.Message):
     __slots__ = ("prompt", "interrupt_id", "correlation_id")
@@ -251,6 +292,48 @@ class Delegation(_message.Message):
     task: str
     correlation_id: str
     def __init__(self, from_agent: _Optional[str] = ..., to_agent: _Optional[str] = ..., task: _Optional[str] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+
+class Handoff(_message.Message):
+    __slots__ = ("from_agent", "to_agent", "reason", "correlation_id")
+    FROM_AGENT_FIELD_NUMBER: _ClassVar[int]
+    TO_AGENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    from_agent: str
+    to_agent: str
+    reason: str
+    correlation_id: str
+    def __init__(self, from_agent: _Optional[str] = ..., to_agent: _Optional[str] = ..., reason: _Optional[str] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+
+class TodoItem(_message.Message):
+    __slots__ = ("id", "content", "status")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    content: str
+    status: TodoStatus
+    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., status: _Optional[_Union[TodoStatus, str]] = ...) -> None: ...
+
+class PlanUpdated(_message.Message):
+    __slots__ = ("items", "version")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[TodoItem]
+    version: int
+    def __init__(self, items: _Optional[_Iterable[_Union[TodoItem, _Mapping]]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class StepCompleted(_message.Message):
+    __slots__ = ("step_number", "total_steps", "description", "version")
+    STEP_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    step_number: int
+    total_steps: int
+    description: str
+    version: int
+    def __init__(self, step_number: _Optional[int] = ..., total_steps: _Optional[int] = ..., description: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class TurnMetrics(_message.Message):
     __slots__ = ("duration_ms", "model_calls", "tool_calls", "input_tokens", "output_tokens", "cost_usd", "session_cost_usd", "session_total_tokens", "runtime", "failed_models")

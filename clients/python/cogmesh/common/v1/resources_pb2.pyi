@@ -23,7 +23,7 @@ AGENT_MODE_SUBAGENT: AgentMode
 AGENT_MODE_ALL: AgentMode
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope")
+    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope", "active_agent", "delegated_turn_count")
     class ScopeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,8 @@ class Session(_message.Message):
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_TURN_ID_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_AGENT_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant_id: str
     user_id: str
@@ -57,7 +59,9 @@ class Session(_message.Message):
     message_count: int
     active_turn_id: str
     scope: _containers.ScalarMap[str, str]
-    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    active_agent: str
+    delegated_turn_count: int
+    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ..., active_agent: _Optional[str] = ..., delegated_turn_count: _Optional[int] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed", "mcp_exposed", "output_schema")

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .gateway_pb2 import AnswerInterruptRequest, AnswerInterruptResponse, CancelTurnRequest, CancelTurnResponse, ConverseRequest, ConverseResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest, GetSessionResponse, ListAgentsRequest, ListAgentsResponse, ListModelsRequest, ListModelsResponse, ListSessionsRequest, ListSessionsResponse, ResolveApprovalRequest, ResolveApprovalResponse, SendMessageRequest, SendMessageResponse, SubscribeRequest, SubscribeResponse
+from .gateway_pb2 import AnswerInterruptRequest, AnswerInterruptResponse, CancelTurnRequest, CancelTurnResponse, ConverseRequest, ConverseResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetCapabilitiesRequest, GetCapabilitiesResponse, GetSessionRequest, GetSessionResponse, ListAgentsRequest, ListAgentsResponse, ListModelsRequest, ListModelsResponse, ListSessionsRequest, ListSessionsResponse, ResolveApprovalRequest, ResolveApprovalResponse, SendMessageRequest, SendMessageResponse, SubscribeRequest, SubscribeResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
@@ -141,6 +141,14 @@ class GatewayService(Protocol):
     async def list_models(self, request: ListModelsRequest, ctx: RequestContext[ListModelsRequest, ListModelsResponse], /) -> ListModelsResponse:
         """
         ListModels lists the model catalogue.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_capabilities(self, request: GetCapabilitiesRequest, ctx: RequestContext[GetCapabilitiesRequest, GetCapabilitiesResponse], /) -> GetCapabilitiesResponse:
+        """
+        GetCapabilities says what this suite offers: its version, the protocols
+        and features it serves, the runtimes available and the interceptors
+        configured. A client asks once instead of probing.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -289,6 +297,17 @@ class GatewayServiceASGIApplication(ConnectASGIApplication[GatewayService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.list_models,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/GetCapabilities": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetCapabilities",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=GetCapabilitiesRequest,
+                        output=GetCapabilitiesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_capabilities,
                 ),
             },
             interceptors=interceptors,
@@ -638,6 +657,31 @@ class GatewayServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def get_capabilities(
+        self,
+        request: GetCapabilitiesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetCapabilitiesResponse:
+        """
+        GetCapabilities says what this suite offers: its version, the protocols
+        and features it serves, the runtimes available and the interceptors
+        configured. A client asks once instead of probing.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetCapabilities",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=GetCapabilitiesRequest,
+                output=GetCapabilitiesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class GatewayServiceSync(Protocol):
     """
@@ -743,6 +787,14 @@ class GatewayServiceSync(Protocol):
     def list_models(self, request: ListModelsRequest, ctx: RequestContext[ListModelsRequest, ListModelsResponse], /) -> ListModelsResponse:
         """
         ListModels lists the model catalogue.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def get_capabilities(self, request: GetCapabilitiesRequest, ctx: RequestContext[GetCapabilitiesRequest, GetCapabilitiesResponse], /) -> GetCapabilitiesResponse:
+        """
+        GetCapabilities says what this suite offers: its version, the protocols
+        and features it serves, the runtimes available and the interceptors
+        configured. A client asks once instead of probing.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -889,6 +941,17 @@ class GatewayServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.list_models,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/GetCapabilities": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetCapabilities",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=GetCapabilitiesRequest,
+                        output=GetCapabilitiesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.get_capabilities,
                 ),
             },
             interceptors=interceptors,
@@ -1232,6 +1295,31 @@ class GatewayServiceClientSync(ConnectClientSync):
                 service_name="cogmesh.gateway.v1.GatewayService",
                 input=ListModelsRequest,
                 output=ListModelsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def get_capabilities(
+        self,
+        request: GetCapabilitiesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetCapabilitiesResponse:
+        """
+        GetCapabilities says what this suite offers: its version, the protocols
+        and features it serves, the runtimes available and the interceptors
+        configured. A client asks once instead of probing.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetCapabilities",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=GetCapabilitiesRequest,
+                output=GetCapabilitiesResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -174,6 +174,41 @@ class ListModelsResponse(_message.Message):
     default_model: str
     def __init__(self, models: _Optional[_Iterable[_Union[_resources_pb2.Model, _Mapping]]] = ..., default_model: _Optional[str] = ...) -> None: ...
 
+class GetCapabilitiesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RuntimeCapability(_message.Message):
+    __slots__ = ("name", "capabilities")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetCapabilitiesResponse(_message.Message):
+    __slots__ = ("version", "api_versions", "protocols", "features", "runtimes", "interceptors")
+    class FeaturesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bool
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bool] = ...) -> None: ...
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    API_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    RUNTIMES_FIELD_NUMBER: _ClassVar[int]
+    INTERCEPTORS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    api_versions: _containers.RepeatedScalarFieldContainer[str]
+    protocols: _containers.RepeatedScalarFieldContainer[str]
+    features: _containers.ScalarMap[str, bool]
+    runtimes: _containers.RepeatedCompositeFieldContainer[RuntimeCapability]
+    interceptors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[str] = ..., api_versions: _Optional[_Iterable[str]] = ..., protocols: _Optional[_Iterable[str]] = ..., features: _Optional[_Mapping[str, bool]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeCapability, _Mapping]]] = ..., interceptors: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ResolveApprovalRequest(_message.Message):
     __slots__ = ("session_id", "interrupt_id", "decision", "edited_arguments", "reason")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

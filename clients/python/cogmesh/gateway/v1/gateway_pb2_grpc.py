@@ -109,6 +109,11 @@ class GatewayServiceStub:
                 request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.GetCapabilities = channel.unary_unary(
+                '/cogmesh.gateway.v1.GatewayService/GetCapabilities',
+                request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServiceServicer:
@@ -230,6 +235,15 @@ class GatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCapabilities(self, request, context):
+        """GetCapabilities says what this suite offers: its version, the protocols
+        and features it serves, the runtimes available and the interceptors
+        configured. A client asks once instead of probing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -292,6 +306,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListModelsRequest.FromString,
                     response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'GetCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCapabilities,
+                    request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesRequest.FromString,
+                    response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -633,6 +652,33 @@ class GatewayService:
             '/cogmesh.gateway.v1.GatewayService/ListModels',
             cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
             cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.gateway.v1.GatewayService/GetCapabilities',
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesRequest.SerializeToString,
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

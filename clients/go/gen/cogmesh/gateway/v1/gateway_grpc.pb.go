@@ -58,6 +58,10 @@ type GatewayServiceClient interface {
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
 	// ListModels lists the model catalogue.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// GetCapabilities says what this suite offers: its version, the protocols
+	// and features it serves, the runtimes available and the interceptors
+	// configured. A client asks once instead of probing.
+	GetCapabilities(ctx context.Context, in *GetCapabilitiesRequest, opts ...grpc.CallOption) (*GetCapabilitiesResponse, error)
 }
 
 type gatewayServiceClient struct {
@@ -290,6 +294,15 @@ func (c *gatewayServiceClient) ListModels(ctx context.Context, in *ListModelsReq
 	return out, nil
 }
 
+func (c *gatewayServiceClient) GetCapabilities(ctx context.Context, in *GetCapabilitiesRequest, opts ...grpc.CallOption) (*GetCapabilitiesResponse, error) {
+	out := new(GetCapabilitiesResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.gateway.v1.GatewayService/GetCapabilities", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServiceServer is the server API for GatewayService service.
 // All implementations must embed UnimplementedGatewayServiceServer
 // for forward compatibility
@@ -335,6 +348,10 @@ type GatewayServiceServer interface {
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
 	// ListModels lists the model catalogue.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// GetCapabilities says what this suite offers: its version, the protocols
+	// and features it serves, the runtimes available and the interceptors
+	// configured. A client asks once instead of probing.
+	GetCapabilities(context.Context, *GetCapabilitiesRequest) (*GetCapabilitiesResponse, error)
 	mustEmbedUnimplementedGatewayServiceServer()
 }
 
@@ -377,6 +394,9 @@ func (UnimplementedGatewayServiceServer) ListAgents(context.Context, *ListAgents
 }
 func (UnimplementedGatewayServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedGatewayServiceServer) GetCapabilities(context.Context, *GetCapabilitiesRequest) (*GetCapabilitiesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetCapabilities not implemented")
 }
 func (UnimplementedGatewayServiceServer) mustEmbedUnimplementedGatewayServiceServer() {}
 
@@ -627,6 +647,24 @@ func _GatewayService_ListModels_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayService_GetCapabilities_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCapabilitiesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).GetCapabilities(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.gateway.v1.GatewayService/GetCapabilities",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).GetCapabilities(ctx, req.(*GetCapabilitiesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _GatewayService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "cogmesh.gateway.v1.GatewayService",
 	HandlerType: (*GatewayServiceServer)(nil),
@@ -658,6 +696,10 @@ var _GatewayService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _GatewayService_ListModels_Handler,
+		},
+		{
+			MethodName: "GetCapabilities",
+			Handler:    _GatewayService_GetCapabilities_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

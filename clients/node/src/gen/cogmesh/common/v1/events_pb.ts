@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/common/v1/events.proto.
  */
 export const file_cogmesh_common_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("Ch5jb2dtZXNoL2NvbW1vbi92MS9ldmVudHMucHJvdG8SEWNvZ21lc2guY29tbW9uLnYxIooHCgxSdW50aW1lRXZlbnQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEgsKA3NlcRgDIAEoBBIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFYWdlbnQYBSABKAkSPAoPYXNzaXN0YW50X2RlbHRhGAogASgLMiEuY29nbWVzaC5jb21tb24udjEuQXNzaXN0YW50RGVsdGFIABIxCgZzdGF0dXMYCyABKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5TdGF0dXNVcGRhdGVIABI/ChF0b29sX2NhbGxfc3RhcnRlZBgMIAEoCzIiLmNvZ21lc2guY29tbW9uLnYxLlRvb2xDYWxsU3RhcnRlZEgAEkEKEnRvb2xfY2FsbF9maW5pc2hlZBgNIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLlRvb2xDYWxsRmluaXNoZWRIABJAChFhcHByb3ZhbF9yZXF1aXJlZBgOIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsUmVxdWlyZWRIABJFChR1c2VyX2lucHV0X3JlcXVlc3RlZBgPIAEoCzIlLmNvZ21lc2guY29tbW9uLnYxLlVzZXJJbnB1dFJlcXVlc3RlZEgAEj0KEGNsaWVudF90b29sX2NhbGwYECABKAsyIS5jb2dtZXNoLmNvbW1vbi52MS5DbGllbnRUb29sQ2FsbEgAEi8KBXVzYWdlGBEgASgLMh4uY29nbWVzaC5jb21tb24udjEuVXNhZ2VSZXBvcnRIABI4Cg1uYXRpdmVfbm90aWNlGBIgASgLMh8uY29nbWVzaC5jb21tb24udjEuTmF0aXZlTm90aWNlSAASQAoRY29udGV4dF9jb21wYWN0ZWQYEyABKAsyIy5jb2dtZXNoLmNvbW1vbi52MS5Db250ZXh0Q29tcGFjdGVkSAASMwoKZGVsZWdhdGlvbhgUIAEoCzIdLmNvZ21lc2guY29tbW9uLnYxLkRlbGVnYXRpb25IABIvCgVmaW5hbBgVIAEoCzIeLmNvZ21lc2guY29tbW9uLnYxLkZpbmFsUmVzdWx0SAASLQoFZXJyb3IYFiABKAsyHC5jb2dtZXNoLmNvbW1vbi52MS5UdXJuRXJyb3JIAEIJCgdwYXlsb2FkIh4KDkFzc2lzdGFudERlbHRhEgwKBHRleHQYASABKAkicAoMU3RhdHVzVXBkYXRlEisKBXN0YXRlGAEgASgOMhwuY29nbWVzaC5jb21tb24udjEuVHVyblN0YXRlEgwKBHRleHQYAiABKAkSFAoMaW50ZXJydXB0X2lkGAMgASgJEg8KB2NvbnRlbnQYBCABKAkigwEKD1Rvb2xDYWxsU3RhcnRlZBIMCgRuYW1lGAEgASgJEioKCWFyZ3VtZW50cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFgoOY29ycmVsYXRpb25faWQYAyABKAkSDgoGc291cmNlGAQgASgJEg4KBnNlcnZlchgFIAEoCSKDAQoQVG9vbENhbGxGaW5pc2hlZBIMCgRuYW1lGAEgASgJEhYKDmNvcnJlbGF0aW9uX2lkGAIgASgJEgoKAm9rGAMgASgIEhYKDnJlc3VsdF9zdW1tYXJ5GAQgASgJEhMKC2R1cmF0aW9uX21zGAUgASgBEhAKCGF0dGVtcHRzGAYgASgFItYBChBBcHByb3ZhbFJlcXVpcmVkEhMKC2FjdGlvbl9uYW1lGAEgASgJEioKCWFyZ3VtZW50cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSPgoRYWxsb3dlZF9kZWNpc2lvbnMYAyADKA4yIy5jb2dtZXNoLmNvbW1vbi52MS5BcHByb3ZhbERlY2lzaW9uEhQKDGludGVycnVwdF9pZBgEIAEoCRITCgtkZXNjcmlwdGlvbhgFIAEoCRIWCg5jb3JyZWxhdGlvbl9pZBgGIAEoCSJSChJVc2VySW5wdXRSZXF1ZXN0ZWQSDgoGcHJvbXB0GAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRIWCg5jb3JyZWxhdGlvbl9pZBgDIAEoCSLVAQoOQ2xpZW50VG9vbENhbGwSKQoEY2FsbBgBIAEoCzIbLmNvZ21lc2guY29tbW9uLnYxLlRvb2xDYWxsEhQKDGludGVycnVwdF9pZBgCIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkSOwoFc2NvcGUYBCADKAsyLC5jb2dtZXNoLmNvbW1vbi52MS5DbGllbnRUb29sQ2FsbC5TY29wZUVudHJ5GiwKClNjb3BlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKEAQoLVXNhZ2VSZXBvcnQSDQoFbW9kZWwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSFAoMaW5wdXRfdG9rZW5zGAMgASgDEhUKDW91dHB1dF90b2tlbnMYBCABKAMSEAoIY29zdF91c2QYBSABKAESFQoNdHVybl9jb3N0X3VzZBgGIAEoASJVCgxOYXRpdmVOb3RpY2USDAoEdGV4dBgBIAEoCRIpCghtZXRhZGF0YRgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDAoEa2luZBgDIAEoCSJCChBDb250ZXh0Q29tcGFjdGVkEhYKDnN1bW1hcnlfdG9rZW5zGAEgASgDEhYKDmFyY2hpdmVkX2NvdW50GAIgASgDIlgKCkRlbGVnYXRpb24SEgoKZnJvbV9hZ2VudBgBIAEoCRIQCgh0b19hZ2VudBgCIAEoCRIMCgR0YXNrGAMgASgJEhYKDmNvcnJlbGF0aW9uX2lkGAQgASgJIuoBCgtUdXJuTWV0cmljcxITCgtkdXJhdGlvbl9tcxgBIAEoARITCgttb2RlbF9jYWxscxgCIAEoAxISCgp0b29sX2NhbGxzGAMgASgDEhQKDGlucHV0X3Rva2VucxgEIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAUgASgDEhAKCGNvc3RfdXNkGAYgASgBEhgKEHNlc3Npb25fY29zdF91c2QYByABKAESHAoUc2Vzc2lvbl90b3RhbF90b2tlbnMYCCABKAMSDwoHcnVudGltZRgJIAEoCRIVCg1mYWlsZWRfbW9kZWxzGAogAygJIvABCgtGaW5hbFJlc3VsdBIMCgR0ZXh0GAEgASgJEjAKDG5ld19tZXNzYWdlcxgCIAMoCzIaLmNvZ21lc2guY29tbW9uLnYxLk1lc3NhZ2USLwoHbWV0cmljcxgDIAEoCzIeLmNvZ21lc2guY29tbW9uLnYxLlR1cm5NZXRyaWNzEjEKEXN0cnVjdHVyZWRfb3V0cHV0GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg0KBW1vZGVsGAUgASgJEhQKDHRleHRfb21pdHRlZBgGIAEoCBIYChBtZXNzYWdlc19vbWl0dGVkGAcgASgIInEKCVR1cm5FcnJvchIqCgRraW5kGAEgASgOMhwuY29nbWVzaC5jb21tb24udjEuRXJyb3JLaW5kEg8KB21lc3NhZ2UYAiABKAkSEQoJcmV0cnlhYmxlGAMgASgIEhQKDHBhcnRpYWxfdGV4dBgEIAEoCSq4AQoJVHVyblN0YXRlEhoKFlRVUk5fU1RBVEVfVU5TUEVDSUZJRUQQABIVChFUVVJOX1NUQVRFX1FVRVVFRBABEhYKElRVUk5fU1RBVEVfUlVOTklORxACEhUKEVRVUk5fU1RBVEVfUEFVU0VEEAMSGAoUVFVSTl9TVEFURV9DT01QTEVURUQQBBIVChFUVVJOX1NUQVRFX0ZBSUxFRBAFEhgKFFRVUk5fU1RBVEVfQ0FOQ0VMTEVEEAYqjgEKEEFwcHJvdmFsRGVjaXNpb24SIQodQVBQUk9WQUxfREVDSVNJT05fVU5TUEVDSUZJRUQQABIdChlBUFBST1ZBTF9ERUNJU0lPTl9BUFBST1ZFEAESGgoWQVBQUk9WQUxfREVDSVNJT05fRURJVBACEhwKGEFQUFJPVkFMX0RFQ0lTSU9OX1JFSkVDVBADKsMDCglFcnJvcktpbmQSGgoWRVJST1JfS0lORF9VTlNQRUNJRklFRBAAEhgKFEVSUk9SX0tJTkRfQ0FOQ0VMTEVEEAESHgoaRVJST1JfS0lORF9CVURHRVRfRVhDRUVERUQQAhIZChVFUlJPUl9LSU5EX0xPT1BfTElNSVQQAxIbChdFUlJPUl9LSU5EX1RPT0xfVElNRU9VVBAEEh0KGUVSUk9SX0tJTkRfUFJPVklERVJfRVJST1IQBRIbChdFUlJPUl9LSU5EX1JBVEVfTElNSVRFRBAGEhgKFEVSUk9SX0tJTkRfR1VBUkRSQUlMEAcSHgoaRVJST1JfS0lORF9JTlZBTElEX1JFUVVFU1QQCBIaChZFUlJPUl9LSU5EX1VOQVZBSUxBQkxFEAkSFwoTRVJST1JfS0lORF9JTlRFUk5BTBAKEiAKHEVSUk9SX0tJTkRfREVBRExJTkVfRVhDRUVERUQQCxIdChlFUlJPUl9LSU5EX09VVFBVVF9JTlZBTElEEAwSHQoZRVJST1JfS0lORF9DT05URVhUX0xFTkdUSBANEh0KGUVSUk9SX0tJTkRfQVVUSEVOVElDQVRJT04QDkIvWi1jb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC9jb21tb24vdjE7Y29tbW9udjFiBnByb3RvMw", [file_cogmesh_common_v1_messages, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch5jb2dtZXNoL2NvbW1vbi92MS9ldmVudHMucHJvdG8SEWNvZ21lc2guY29tbW9uLnYxIuQICgxSdW50aW1lRXZlbnQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEgsKA3NlcRgDIAEoBBIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFYWdlbnQYBSABKAkSPAoPYXNzaXN0YW50X2RlbHRhGAogASgLMiEuY29nbWVzaC5jb21tb24udjEuQXNzaXN0YW50RGVsdGFIABIxCgZzdGF0dXMYCyABKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5TdGF0dXNVcGRhdGVIABI/ChF0b29sX2NhbGxfc3RhcnRlZBgMIAEoCzIiLmNvZ21lc2guY29tbW9uLnYxLlRvb2xDYWxsU3RhcnRlZEgAEkEKEnRvb2xfY2FsbF9maW5pc2hlZBgNIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLlRvb2xDYWxsRmluaXNoZWRIABJAChFhcHByb3ZhbF9yZXF1aXJlZBgOIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsUmVxdWlyZWRIABJFChR1c2VyX2lucHV0X3JlcXVlc3RlZBgPIAEoCzIlLmNvZ21lc2guY29tbW9uLnYxLlVzZXJJbnB1dFJlcXVlc3RlZEgAEj0KEGNsaWVudF90b29sX2NhbGwYECABKAsyIS5jb2dtZXNoLmNvbW1vbi52MS5DbGllbnRUb29sQ2FsbEgAEi8KBXVzYWdlGBEgASgLMh4uY29nbWVzaC5jb21tb24udjEuVXNhZ2VSZXBvcnRIABI4Cg1uYXRpdmVfbm90aWNlGBIgASgLMh8uY29nbWVzaC5jb21tb24udjEuTmF0aXZlTm90aWNlSAASQAoRY29udGV4dF9jb21wYWN0ZWQYEyABKAsyIy5jb2dtZXNoLmNvbW1vbi52MS5Db250ZXh0Q29tcGFjdGVkSAASMwoKZGVsZWdhdGlvbhgUIAEoCzIdLmNvZ21lc2guY29tbW9uLnYxLkRlbGVnYXRpb25IABIvCgVmaW5hbBgVIAEoCzIeLmNvZ21lc2guY29tbW9uLnYxLkZpbmFsUmVzdWx0SAASLQoFZXJyb3IYFiABKAsyHC5jb2dtZXNoLmNvbW1vbi52MS5UdXJuRXJyb3JIABItCgdoYW5kb2ZmGBcgASgLMhouY29nbWVzaC5jb21tb24udjEuSGFuZG9mZkgAEi4KBHBsYW4YGCABKAsyHi5jb2dtZXNoLmNvbW1vbi52MS5QbGFuVXBkYXRlZEgAEjkKDXN0ZXBfY29tcGxldGUYGSABKAsyIC5jb2dtZXNoLmNvbW1vbi52MS5TdGVwQ29tcGxldGVkSAASPgoQYXBwcm92YWxfZGVjaWRlZBgaIAEoCzIiLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaWRlZEgAQgkKB3BheWxvYWQiHgoOQXNzaXN0YW50RGVsdGESDAoEdGV4dBgBIAEoCSJwCgxTdGF0dXNVcGRhdGUSKwoFc3RhdGUYASABKA4yHC5jb2dtZXNoLmNvbW1vbi52MS5UdXJuU3RhdGUSDAoEdGV4dBgCIAEoCRIUCgxpbnRlcnJ1cHRfaWQYAyABKAkSDwoHY29udGVudBgEIAEoCSKDAQoPVG9vbENhbGxTdGFydGVkEgwKBG5hbWUYASABKAkSKgoJYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIWCg5jb3JyZWxhdGlvbl9pZBgDIAEoCRIOCgZzb3VyY2UYBCABKAkSDgoGc2VydmVyGAUgASgJIoMBChBUb29sQ2FsbEZpbmlzaGVkEgwKBG5hbWUYASABKAkSFgoOY29ycmVsYXRpb25faWQYAiABKAkSCgoCb2sYAyABKAgSFgoOcmVzdWx0X3N1bW1hcnkYBCABKAkSEwoLZHVyYXRpb25fbXMYBSABKAESEAoIYXR0ZW1wdHMYBiABKAUikQIKEEFwcHJvdmFsUmVxdWlyZWQSEwoLYWN0aW9uX25hbWUYASABKAkSKgoJYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBI+ChFhbGxvd2VkX2RlY2lzaW9ucxgDIAMoDjIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaXNpb24SFAoMaW50ZXJydXB0X2lkGAQgASgJEhMKC2Rlc2NyaXB0aW9uGAUgASgJEhYKDmNvcnJlbGF0aW9uX2lkGAYgASgJEg4KBnByb21wdBgHIAEoCRIpCghkZWZhdWx0cxgIIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi4gEKD0FwcHJvdmFsRGVjaWRlZBIUCgxpbnRlcnJ1cHRfaWQYASABKAkSFgoOY29ycmVsYXRpb25faWQYAiABKAkSEwoLYWN0aW9uX25hbWUYAyABKAkSNQoIZGVjaXNpb24YBCABKA4yIy5jb2dtZXNoLmNvbW1vbi52MS5BcHByb3ZhbERlY2lzaW9uEhEKCXByaW5jaXBhbBgFIAEoCRIPCgdjb21tZW50GAYgASgJEjEKEGVkaXRlZF9hcmd1bWVudHMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlIKElVzZXJJbnB1dFJlcXVlc3RlZBIOCgZwcm9tcHQYASABKAkSFAoMaW50ZXJydXB0X2lkGAIgASgJEhYKDmNvcnJlbGF0aW9uX2lkGAMgASgJItUBCg5DbGllbnRUb29sQ2FsbBIpCgRjYWxsGAEgASgLMhsuY29nbWVzaC5jb21tb24udjEuVG9vbENhbGwSFAoMaW50ZXJydXB0X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRI7CgVzY29wZRgEIAMoCzIsLmNvZ21lc2guY29tbW9uLnYxLkNsaWVudFRvb2xDYWxsLlNjb3BlRW50cnkaLAoKU2NvcGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIoQBCgtVc2FnZVJlcG9ydBINCgVtb2RlbBgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKAMSFQoNb3V0cHV0X3Rva2VucxgEIAEoAxIQCghjb3N0X3VzZBgFIAEoARIVCg10dXJuX2Nvc3RfdXNkGAYgASgBIlUKDE5hdGl2ZU5vdGljZRIMCgR0ZXh0GAEgASgJEikKCG1ldGFkYXRhGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIMCgRraW5kGAMgASgJIkIKEENvbnRleHRDb21wYWN0ZWQSFgoOc3VtbWFyeV90b2tlbnMYASABKAMSFgoOYXJjaGl2ZWRfY291bnQYAiABKAMiWAoKRGVsZWdhdGlvbhISCgpmcm9tX2FnZW50GAEgASgJEhAKCHRvX2FnZW50GAIgASgJEgwKBHRhc2sYAyABKAkSFgoOY29ycmVsYXRpb25faWQYBCABKAkiVwoHSGFuZG9mZhISCgpmcm9tX2FnZW50GAEgASgJEhAKCHRvX2FnZW50GAIgASgJEg4KBnJlYXNvbhgDIAEoCRIWCg5jb3JyZWxhdGlvbl9pZBgEIAEoCSJWCghUb2RvSXRlbRIKCgJpZBgBIAEoCRIPCgdjb250ZW50GAIgASgJEi0KBnN0YXR1cxgDIAEoDjIdLmNvZ21lc2guY29tbW9uLnYxLlRvZG9TdGF0dXMiSgoLUGxhblVwZGF0ZWQSKgoFaXRlbXMYASADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub2RvSXRlbRIPCgd2ZXJzaW9uGAIgASgDIl8KDVN0ZXBDb21wbGV0ZWQSEwoLc3RlcF9udW1iZXIYASABKAUSEwoLdG90YWxfc3RlcHMYAiABKAUSEwoLZGVzY3JpcHRpb24YAyABKAkSDwoHdmVyc2lvbhgEIAEoAyLqAQoLVHVybk1ldHJpY3MSEwoLZHVyYXRpb25fbXMYASABKAESEwoLbW9kZWxfY2FsbHMYAiABKAMSEgoKdG9vbF9jYWxscxgDIAEoAxIUCgxpbnB1dF90b2tlbnMYBCABKAMSFQoNb3V0cHV0X3Rva2VucxgFIAEoAxIQCghjb3N0X3VzZBgGIAEoARIYChBzZXNzaW9uX2Nvc3RfdXNkGAcgASgBEhwKFHNlc3Npb25fdG90YWxfdG9rZW5zGAggASgDEg8KB3J1bnRpbWUYCSABKAkSFQoNZmFpbGVkX21vZGVscxgKIAMoCSLwAQoLRmluYWxSZXN1bHQSDAoEdGV4dBgBIAEoCRIwCgxuZXdfbWVzc2FnZXMYAiADKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5NZXNzYWdlEi8KB21ldHJpY3MYAyABKAsyHi5jb2dtZXNoLmNvbW1vbi52MS5UdXJuTWV0cmljcxIxChFzdHJ1Y3R1cmVkX291dHB1dBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRINCgVtb2RlbBgFIAEoCRIUCgx0ZXh0X29taXR0ZWQYBiABKAgSGAoQbWVzc2FnZXNfb21pdHRlZBgHIAEoCCJxCglUdXJuRXJyb3ISKgoEa2luZBgBIAEoDjIcLmNvZ21lc2guY29tbW9uLnYxLkVycm9yS2luZBIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCBIUCgxwYXJ0aWFsX3RleHQYBCABKAkquAEKCVR1cm5TdGF0ZRIaChZUVVJOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRVFVSTl9TVEFURV9RVUVVRUQQARIWChJUVVJOX1NUQVRFX1JVTk5JTkcQAhIVChFUVVJOX1NUQVRFX1BBVVNFRBADEhgKFFRVUk5fU1RBVEVfQ09NUExFVEVEEAQSFQoRVFVSTl9TVEFURV9GQUlMRUQQBRIYChRUVVJOX1NUQVRFX0NBTkNFTExFRBAGKo4BChBBcHByb3ZhbERlY2lzaW9uEiEKHUFQUFJPVkFMX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASHQoZQVBQUk9WQUxfREVDSVNJT05fQVBQUk9WRRABEhoKFkFQUFJPVkFMX0RFQ0lTSU9OX0VESVQQAhIcChhBUFBST1ZBTF9ERUNJU0lPTl9SRUpFQ1QQAyp6CgpUb2RvU3RhdHVzEhsKF1RPRE9fU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVE9ET19TVEFUVVNfUEVORElORxABEhsKF1RPRE9fU1RBVFVTX0lOX1BST0dSRVNTEAISGQoVVE9ET19TVEFUVVNfQ09NUExFVEVEEAMqwwMKCUVycm9yS2luZBIaChZFUlJPUl9LSU5EX1VOU1BFQ0lGSUVEEAASGAoURVJST1JfS0lORF9DQU5DRUxMRUQQARIeChpFUlJPUl9LSU5EX0JVREdFVF9FWENFRURFRBACEhkKFUVSUk9SX0tJTkRfTE9PUF9MSU1JVBADEhsKF0VSUk9SX0tJTkRfVE9PTF9USU1FT1VUEAQSHQoZRVJST1JfS0lORF9QUk9WSURFUl9FUlJPUhAFEhsKF0VSUk9SX0tJTkRfUkFURV9MSU1JVEVEEAYSGAoURVJST1JfS0lORF9HVUFSRFJBSUwQBxIeChpFUlJPUl9LSU5EX0lOVkFMSURfUkVRVUVTVBAIEhoKFkVSUk9SX0tJTkRfVU5BVkFJTEFCTEUQCRIXChNFUlJPUl9LSU5EX0lOVEVSTkFMEAoSIAocRVJST1JfS0lORF9ERUFETElORV9FWENFRURFRBALEh0KGUVSUk9SX0tJTkRfT1VUUFVUX0lOVkFMSUQQDBIdChlFUlJPUl9LSU5EX0NPTlRFWFRfTEVOR1RIEA0SHQoZRVJST1JfS0lORF9BVVRIRU5USUNBVElPThAOQi9aLWNvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2NvbW1vbi92MTtjb21tb252MWIGcHJvdG8z", [file_cogmesh_common_v1_messages, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * RuntimeEvent is one entry of a session's ordered event log.
@@ -172,6 +172,38 @@ export type RuntimeEvent = Message<"cogmesh.common.v1.RuntimeEvent"> & {
      */
     value: TurnError;
     case: "error";
+  } | {
+    /**
+     * The agent handed the session to another agent, or it was handed back.
+     *
+     * @generated from field: cogmesh.common.v1.Handoff handoff = 23;
+     */
+    value: Handoff;
+    case: "handoff";
+  } | {
+    /**
+     * The agent's todo list changed (the manage_todo_list tool).
+     *
+     * @generated from field: cogmesh.common.v1.PlanUpdated plan = 24;
+     */
+    value: PlanUpdated;
+    case: "plan";
+  } | {
+    /**
+     * An item of the agent's todo list was completed.
+     *
+     * @generated from field: cogmesh.common.v1.StepCompleted step_complete = 25;
+     */
+    value: StepCompleted;
+    case: "stepComplete";
+  } | {
+    /**
+     * A human decided on an approval_required; kept in the log for audit.
+     *
+     * @generated from field: cogmesh.common.v1.ApprovalDecided approval_decided = 26;
+     */
+    value: ApprovalDecided;
+    case: "approvalDecided";
   } | { case: undefined; value?: undefined };
 };
 
@@ -401,6 +433,22 @@ export type ApprovalRequired = Message<"cogmesh.common.v1.ApprovalRequired"> & {
    * @generated from field: string correlation_id = 6;
    */
   correlationId: string;
+
+  /**
+   * The tool's `approval_prompt` from the agent definition, with the call's
+   * arguments filled in: what a reviewer UI shows. Empty when the tool has none.
+   *
+   * @generated from field: string prompt = 7;
+   */
+  prompt: string;
+
+  /**
+   * The tool's `approval_defaults` from the agent definition: values a
+   * reviewer UI pre-fills (e.g. {"decision": "approve", "comment": "..."}).
+   *
+   * @generated from field: google.protobuf.Struct defaults = 8;
+   */
+  defaults?: JsonObject | undefined;
 };
 
 /**
@@ -409,6 +457,70 @@ export type ApprovalRequired = Message<"cogmesh.common.v1.ApprovalRequired"> & {
  */
 export const ApprovalRequiredSchema: GenMessage<ApprovalRequired> = /*@__PURE__*/
   messageDesc(file_cogmesh_common_v1_events, 5);
+
+/**
+ * ApprovalDecided records a human's decision on an approval_required event.
+ *
+ * @generated from message cogmesh.common.v1.ApprovalDecided
+ */
+export type ApprovalDecided = Message<"cogmesh.common.v1.ApprovalDecided"> & {
+  /**
+   * The interrupt_id of the approval_required event decided.
+   *
+   * @generated from field: string interrupt_id = 1;
+   */
+  interruptId: string;
+
+  /**
+   * The correlation_id of the tool call decided.
+   *
+   * @generated from field: string correlation_id = 2;
+   */
+  correlationId: string;
+
+  /**
+   * Tool (action) decided on.
+   *
+   * @generated from field: string action_name = 3;
+   */
+  actionName: string;
+
+  /**
+   * The decision.
+   *
+   * @generated from field: cogmesh.common.v1.ApprovalDecision decision = 4;
+   */
+  decision: ApprovalDecision;
+
+  /**
+   * Who decided: the authenticated principal (API key name) of the caller
+   * that answered.
+   *
+   * @generated from field: string principal = 5;
+   */
+  principal: string;
+
+  /**
+   * The reviewer's comment (the rejection reason for a rejection).
+   *
+   * @generated from field: string comment = 6;
+   */
+  comment: string;
+
+  /**
+   * With APPROVAL_DECISION_EDIT: the arguments the call runs with.
+   *
+   * @generated from field: google.protobuf.Struct edited_arguments = 7;
+   */
+  editedArguments?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message cogmesh.common.v1.ApprovalDecided.
+ * Use `create(ApprovalDecidedSchema)` to create a new message.
+ */
+export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_events, 6);
 
 /**
  * UserInputRequested pauses the turn until the user answers a question.
@@ -444,7 +556,7 @@ export type UserInputRequested = Message<"cogmesh.common.v1.UserInputRequested">
  * Use `create(UserInputRequestedSchema)` to create a new message.
  */
 export const UserInputRequestedSchema: GenMessage<UserInputRequested> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 6);
+  messageDesc(file_cogmesh_common_v1_events, 7);
 
 /**
  * ClientToolCall asks the client to run a tool it declared and send the result.
@@ -487,7 +599,7 @@ export type ClientToolCall = Message<"cogmesh.common.v1.ClientToolCall"> & {
  * Use `create(ClientToolCallSchema)` to create a new message.
  */
 export const ClientToolCallSchema: GenMessage<ClientToolCall> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 7);
+  messageDesc(file_cogmesh_common_v1_events, 8);
 
 /**
  * UsageReport gives the tokens and cost of one model call.
@@ -543,7 +655,7 @@ export type UsageReport = Message<"cogmesh.common.v1.UsageReport"> & {
  * Use `create(UsageReportSchema)` to create a new message.
  */
 export const UsageReportSchema: GenMessage<UsageReport> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 8);
+  messageDesc(file_cogmesh_common_v1_events, 9);
 
 /**
  * NativeNotice reports behaviour worth knowing that is not an error.
@@ -584,7 +696,7 @@ export type NativeNotice = Message<"cogmesh.common.v1.NativeNotice"> & {
  * Use `create(NativeNoticeSchema)` to create a new message.
  */
 export const NativeNoticeSchema: GenMessage<NativeNotice> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 9);
+  messageDesc(file_cogmesh_common_v1_events, 10);
 
 /**
  * ContextCompacted reports that older conversation was summarized.
@@ -612,7 +724,7 @@ export type ContextCompacted = Message<"cogmesh.common.v1.ContextCompacted"> & {
  * Use `create(ContextCompactedSchema)` to create a new message.
  */
 export const ContextCompactedSchema: GenMessage<ContextCompacted> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 10);
+  messageDesc(file_cogmesh_common_v1_events, 11);
 
 /**
  * Delegation reports that a task was handed to another agent.
@@ -656,7 +768,155 @@ export type Delegation = Message<"cogmesh.common.v1.Delegation"> & {
  * Use `create(DelegationSchema)` to create a new message.
  */
 export const DelegationSchema: GenMessage<Delegation> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 11);
+  messageDesc(file_cogmesh_common_v1_events, 12);
+
+/**
+ * Handoff reports that the session's active agent changed: the agent that
+ * answers the next messages, until it hands back or the session is reset.
+ *
+ * @generated from message cogmesh.common.v1.Handoff
+ */
+export type Handoff = Message<"cogmesh.common.v1.Handoff"> & {
+  /**
+   * Agent that handed the session over.
+   *
+   * @generated from field: string from_agent = 1;
+   */
+  fromAgent: string;
+
+  /**
+   * Agent that answers from now on.
+   *
+   * @generated from field: string to_agent = 2;
+   */
+  toAgent: string;
+
+  /**
+   * Why, in the handing agent's words.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * Id of the transfer tool call that handed over (empty for a reset).
+   *
+   * @generated from field: string correlation_id = 4;
+   */
+  correlationId: string;
+};
+
+/**
+ * Describes the message cogmesh.common.v1.Handoff.
+ * Use `create(HandoffSchema)` to create a new message.
+ */
+export const HandoffSchema: GenMessage<Handoff> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_events, 13);
+
+/**
+ * TodoItem is one item of an agent's todo list.
+ *
+ * @generated from message cogmesh.common.v1.TodoItem
+ */
+export type TodoItem = Message<"cogmesh.common.v1.TodoItem"> & {
+  /**
+   * Stable id of the item within the list.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * What is to be done.
+   *
+   * @generated from field: string content = 2;
+   */
+  content: string;
+
+  /**
+   * Its state.
+   *
+   * @generated from field: cogmesh.common.v1.TodoStatus status = 3;
+   */
+  status: TodoStatus;
+};
+
+/**
+ * Describes the message cogmesh.common.v1.TodoItem.
+ * Use `create(TodoItemSchema)` to create a new message.
+ */
+export const TodoItemSchema: GenMessage<TodoItem> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_events, 14);
+
+/**
+ * PlanUpdated carries the agent's whole todo list after a change.
+ *
+ * @generated from message cogmesh.common.v1.PlanUpdated
+ */
+export type PlanUpdated = Message<"cogmesh.common.v1.PlanUpdated"> & {
+  /**
+   * The list, in order.
+   *
+   * @generated from field: repeated cogmesh.common.v1.TodoItem items = 1;
+   */
+  items: TodoItem[];
+
+  /**
+   * Version of the list in the session: 1 for the first list, one more per change.
+   *
+   * @generated from field: int64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message cogmesh.common.v1.PlanUpdated.
+ * Use `create(PlanUpdatedSchema)` to create a new message.
+ */
+export const PlanUpdatedSchema: GenMessage<PlanUpdated> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_events, 15);
+
+/**
+ * StepCompleted reports that an item of the todo list was completed.
+ *
+ * @generated from message cogmesh.common.v1.StepCompleted
+ */
+export type StepCompleted = Message<"cogmesh.common.v1.StepCompleted"> & {
+  /**
+   * 1-based position of the item in the list.
+   *
+   * @generated from field: int32 step_number = 1;
+   */
+  stepNumber: number;
+
+  /**
+   * Number of items in the list.
+   *
+   * @generated from field: int32 total_steps = 2;
+   */
+  totalSteps: number;
+
+  /**
+   * The item's content.
+   *
+   * @generated from field: string description = 3;
+   */
+  description: string;
+
+  /**
+   * The plan version the completion belongs to.
+   *
+   * @generated from field: int64 version = 4;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message cogmesh.common.v1.StepCompleted.
+ * Use `create(StepCompletedSchema)` to create a new message.
+ */
+export const StepCompletedSchema: GenMessage<StepCompleted> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_events, 16);
 
 /**
  * TurnMetrics summarizes a finished turn.
@@ -740,7 +1000,7 @@ export type TurnMetrics = Message<"cogmesh.common.v1.TurnMetrics"> & {
  * Use `create(TurnMetricsSchema)` to create a new message.
  */
 export const TurnMetricsSchema: GenMessage<TurnMetrics> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 12);
+  messageDesc(file_cogmesh_common_v1_events, 17);
 
 /**
  * FinalResult ends a successful turn.
@@ -806,7 +1066,7 @@ export type FinalResult = Message<"cogmesh.common.v1.FinalResult"> & {
  * Use `create(FinalResultSchema)` to create a new message.
  */
 export const FinalResultSchema: GenMessage<FinalResult> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 13);
+  messageDesc(file_cogmesh_common_v1_events, 18);
 
 /**
  * TurnError ends a failed turn.
@@ -848,7 +1108,7 @@ export type TurnError = Message<"cogmesh.common.v1.TurnError"> & {
  * Use `create(TurnErrorSchema)` to create a new message.
  */
 export const TurnErrorSchema: GenMessage<TurnError> = /*@__PURE__*/
-  messageDesc(file_cogmesh_common_v1_events, 14);
+  messageDesc(file_cogmesh_common_v1_events, 19);
 
 /**
  * TurnState is the lifecycle state of a turn.
@@ -952,6 +1212,47 @@ export enum ApprovalDecision {
  */
 export const ApprovalDecisionSchema: GenEnum<ApprovalDecision> = /*@__PURE__*/
   enumDesc(file_cogmesh_common_v1_events, 1);
+
+/**
+ * TodoStatus is the state of one item of an agent's todo list.
+ *
+ * @generated from enum cogmesh.common.v1.TodoStatus
+ */
+export enum TodoStatus {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: TODO_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Not started.
+   *
+   * @generated from enum value: TODO_STATUS_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * Being worked on.
+   *
+   * @generated from enum value: TODO_STATUS_IN_PROGRESS = 2;
+   */
+  IN_PROGRESS = 2,
+
+  /**
+   * Done.
+   *
+   * @generated from enum value: TODO_STATUS_COMPLETED = 3;
+   */
+  COMPLETED = 3,
+}
+
+/**
+ * Describes the enum cogmesh.common.v1.TodoStatus.
+ */
+export const TodoStatusSchema: GenEnum<TodoStatus> = /*@__PURE__*/
+  enumDesc(file_cogmesh_common_v1_events, 2);
 
 /**
  * ErrorKind classifies a turn error.
@@ -1069,5 +1370,5 @@ export enum ErrorKind {
  * Describes the enum cogmesh.common.v1.ErrorKind.
  */
 export const ErrorKindSchema: GenEnum<ErrorKind> = /*@__PURE__*/
-  enumDesc(file_cogmesh_common_v1_events, 2);
+  enumDesc(file_cogmesh_common_v1_events, 3);
 

@@ -21,7 +21,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/gateway/v1/gateway.proto.
  */
 export const file_cogmesh_gateway_v1_gateway: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb2dtZXNoL2dhdGV3YXkvdjEvZ2F0ZXdheS5wcm90bxISY29nbWVzaC5nYXRld2F5LnYxIroBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBINCgVhZ2VudBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhAKCHRvcGljX2lkGAMgASgJEkIKBXNjb3BlGAQgAygLMjMuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LlNjb3BlRW50cnkaLAoKU2NvcGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkQKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIkEKEkdldFNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiLAAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJOCgxzY29wZV9maWx0ZXIYAyADKAsyOC5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdC5TY29wZUZpbHRlckVudHJ5GjIKEFNjb3BlRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJdChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIsCghzZXNzaW9ucxgBIAMoCzIaLmNvZ21lc2guY29tbW9uLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgi/wIKElNlbmRNZXNzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDQoFbW9kZWwYAyABKAkSHAoUY2FuY2VsX29uX2Rpc2Nvbm5lY3QYBCABKAgSDwoHcnVudGltZRgFIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBItCgZsaW1pdHMYByABKAsyHS5jb2dtZXNoLmNvbW1vbi52MS5UdXJuTGltaXRzEjIKC2Nvc3RfYnVkZ2V0GAggASgLMh0uY29nbWVzaC5jb21tb24udjEuQ29zdEJ1ZGdldBIxCgxjbGllbnRfdG9vbHMYCSADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYxJAChJtdWx0aXRhc2tfc3RyYXRlZ3kYCiABKA4yJC5jb2dtZXNoLmNvbW1vbi52MS5NdWx0aXRhc2tTdHJhdGVneSJGChNTZW5kTWVzc2FnZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJRChBTdWJzY3JpYmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEEhYKDnN0b3Bfd2hlbl9pZGxlGAMgASgIIlcKEVN1YnNjcmliZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudBIRCgloZWFydGJlYXQYAiABKAgiOAoRQ2FuY2VsVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJIjgKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDwoHdHVybl9pZBgCIAEoCSITChFMaXN0QWdlbnRzUmVxdWVzdCI+ChJMaXN0QWdlbnRzUmVzcG9uc2USKAoGYWdlbnRzGAEgAygLMhguY29nbWVzaC5jb21tb24udjEuQWdlbnQiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkivAEKFlJlc29sdmVBcHByb3ZhbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxpbnRlcnJ1cHRfaWQYAiABKAkSNQoIZGVjaXNpb24YAyABKA4yIy5jb2dtZXNoLmNvbW1vbi52MS5BcHByb3ZhbERlY2lzaW9uEjEKEGVkaXRlZF9hcmd1bWVudHMYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg4KBnJlYXNvbhgFIAEoCSJKChdSZXNvbHZlQXBwcm92YWxSZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQi1QEKFkFuc3dlckludGVycnVwdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxpbnRlcnJ1cHRfaWQYAiABKAkSNQoIYXBwcm92YWwYCiABKAsyIS5jb2dtZXNoLmNvbW1vbi52MS5BcHByb3ZhbEFuc3dlckgAEhQKCnVzZXJfaW5wdXQYCyABKAlIABI6Cgt0b29sX3Jlc3VsdBgMIAEoCzIjLmNvZ21lc2guY29tbW9uLnYxLkNsaWVudFRvb2xSZXN1bHRIAEIICgZhbnN3ZXIiSgoXQW5zd2VySW50ZXJydXB0UmVzcG9uc2USLwoGZXZlbnRzGAEgAygLMh8uY29nbWVzaC5jb21tb24udjEuUnVudGltZUV2ZW50IkgKDENvbnZlcnNlT3BlbhISCgpzZXNzaW9uX2lkGAEgASgJEhYKCWFmdGVyX3NlcRgCIAEoBEgAiAEBQgwKCl9hZnRlcl9zZXEi0AIKD0NvbnZlcnNlUmVxdWVzdBIQCghmcmFtZV9pZBgBIAEoCRIwCgRvcGVuGAogASgLMiAuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlT3BlbkgAEjkKB21lc3NhZ2UYCyABKAsyJi5jb2dtZXNoLmdhdGV3YXkudjEuU2VuZE1lc3NhZ2VSZXF1ZXN0SAASPgoIYXBwcm92YWwYDCABKAsyKi5jb2dtZXNoLmdhdGV3YXkudjEuUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdEgAEjwKBmFuc3dlchgNIAEoCzIqLmNvZ21lc2guZ2F0ZXdheS52MS5BbnN3ZXJJbnRlcnJ1cHRSZXF1ZXN0SAASNwoGY2FuY2VsGA4gASgLMiUuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXF1ZXN0SABCBwoFZnJhbWUiPQoKRXZlbnRCYXRjaBIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQiQwoLQ29udmVyc2VBY2sSEAoIZnJhbWVfaWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIRCglhZnRlcl9zZXEYAyABKAQiNAoORmllbGRWaW9sYXRpb24SDQoFZmllbGQYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkipAIKEUNvbnZlcnNlUmVqZWN0aW9uEhAKCGZyYW1lX2lkGAEgASgJEgwKBGNvZGUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCRIuCgZyZWFzb24YBCABKA4yHi5jb2dtZXNoLmNvbW1vbi52MS5FcnJvclJlYXNvbhI2Cgp2aW9sYXRpb25zGAUgAygLMiIuY29nbWVzaC5nYXRld2F5LnYxLkZpZWxkVmlvbGF0aW9uEkUKCG1ldGFkYXRhGAYgAygLMjMuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlUmVqZWN0aW9uLk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIswBChBDb252ZXJzZVJlc3BvbnNlEjAKBmV2ZW50cxgBIAEoCzIeLmNvZ21lc2guZ2F0ZXdheS52MS5FdmVudEJhdGNoSAASEwoJaGVhcnRiZWF0GAIgASgISAASLgoDYWNrGAMgASgLMh8uY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlQWNrSAASOQoIcmVqZWN0ZWQYBCABKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZWplY3Rpb25IAEIGCgRraW5kMqgJCg5HYXRld2F5U2VydmljZRJkCg1DcmVhdGVTZXNzaW9uEiguY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GikuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJbCgpHZXRTZXNzaW9uEiUuY29nbWVzaC5nYXRld2F5LnYxLkdldFNlc3Npb25SZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkdldFNlc3Npb25SZXNwb25zZRJhCgxMaXN0U2Vzc2lvbnMSJy5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdBooLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJkCg1EZWxldGVTZXNzaW9uEiguY29nbWVzaC5nYXRld2F5LnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GikuY29nbWVzaC5nYXRld2F5LnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJgCgtTZW5kTWVzc2FnZRImLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlcXVlc3QaJy5jb2dtZXNoLmdhdGV3YXkudjEuU2VuZE1lc3NhZ2VSZXNwb25zZTABEloKCVN1YnNjcmliZRIkLmNvZ21lc2guZ2F0ZXdheS52MS5TdWJzY3JpYmVSZXF1ZXN0GiUuY29nbWVzaC5nYXRld2F5LnYxLlN1YnNjcmliZVJlc3BvbnNlMAESWwoKQ2FuY2VsVHVybhIlLmNvZ21lc2guZ2F0ZXdheS52MS5DYW5jZWxUdXJuUmVxdWVzdBomLmNvZ21lc2guZ2F0ZXdheS52MS5DYW5jZWxUdXJuUmVzcG9uc2USbAoPUmVzb2x2ZUFwcHJvdmFsEiouY29nbWVzaC5nYXRld2F5LnYxLlJlc29sdmVBcHByb3ZhbFJlcXVlc3QaKy5jb2dtZXNoLmdhdGV3YXkudjEuUmVzb2x2ZUFwcHJvdmFsUmVzcG9uc2UwARJsCg9BbnN3ZXJJbnRlcnJ1cHQSKi5jb2dtZXNoLmdhdGV3YXkudjEuQW5zd2VySW50ZXJydXB0UmVxdWVzdBorLmNvZ21lc2guZ2F0ZXdheS52MS5BbnN3ZXJJbnRlcnJ1cHRSZXNwb25zZTABElkKCENvbnZlcnNlEiMuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlUmVxdWVzdBokLmNvZ21lc2guZ2F0ZXdheS52MS5Db252ZXJzZVJlc3BvbnNlKAEwARJbCgpMaXN0QWdlbnRzEiUuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RBZ2VudHNSZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJbCgpMaXN0TW9kZWxzEiUuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RNb2RlbHNSZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RNb2RlbHNSZXNwb25zZUIxWi9jb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC9nYXRld2F5L3YxO2dhdGV3YXl2MWIGcHJvdG8z", [file_cogmesh_common_v1_errors, file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_cogmesh_common_v1_resources, file_cogmesh_common_v1_turns, file_google_protobuf_struct]);
+  fileDesc("CiBjb2dtZXNoL2dhdGV3YXkvdjEvZ2F0ZXdheS5wcm90bxISY29nbWVzaC5nYXRld2F5LnYxIroBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBINCgVhZ2VudBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhAKCHRvcGljX2lkGAMgASgJEkIKBXNjb3BlGAQgAygLMjMuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LlNjb3BlRW50cnkaLAoKU2NvcGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkQKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIkEKEkdldFNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiLAAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJOCgxzY29wZV9maWx0ZXIYAyADKAsyOC5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdC5TY29wZUZpbHRlckVudHJ5GjIKEFNjb3BlRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJdChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIsCghzZXNzaW9ucxgBIAMoCzIaLmNvZ21lc2guY29tbW9uLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgi/wIKElNlbmRNZXNzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDQoFbW9kZWwYAyABKAkSHAoUY2FuY2VsX29uX2Rpc2Nvbm5lY3QYBCABKAgSDwoHcnVudGltZRgFIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBItCgZsaW1pdHMYByABKAsyHS5jb2dtZXNoLmNvbW1vbi52MS5UdXJuTGltaXRzEjIKC2Nvc3RfYnVkZ2V0GAggASgLMh0uY29nbWVzaC5jb21tb24udjEuQ29zdEJ1ZGdldBIxCgxjbGllbnRfdG9vbHMYCSADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYxJAChJtdWx0aXRhc2tfc3RyYXRlZ3kYCiABKA4yJC5jb2dtZXNoLmNvbW1vbi52MS5NdWx0aXRhc2tTdHJhdGVneSJGChNTZW5kTWVzc2FnZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJRChBTdWJzY3JpYmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEEhYKDnN0b3Bfd2hlbl9pZGxlGAMgASgIIlcKEVN1YnNjcmliZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudBIRCgloZWFydGJlYXQYAiABKAgiOAoRQ2FuY2VsVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJIjgKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDwoHdHVybl9pZBgCIAEoCSITChFMaXN0QWdlbnRzUmVxdWVzdCI+ChJMaXN0QWdlbnRzUmVzcG9uc2USKAoGYWdlbnRzGAEgAygLMhguY29nbWVzaC5jb21tb24udjEuQWdlbnQiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkiGAoWR2V0Q2FwYWJpbGl0aWVzUmVxdWVzdCI3ChFSdW50aW1lQ2FwYWJpbGl0eRIMCgRuYW1lGAEgASgJEhQKDGNhcGFiaWxpdGllcxgCIAMoCSKgAgoXR2V0Q2FwYWJpbGl0aWVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIUCgxhcGlfdmVyc2lvbnMYAiADKAkSEQoJcHJvdG9jb2xzGAMgAygJEksKCGZlYXR1cmVzGAQgAygLMjkuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlLkZlYXR1cmVzRW50cnkSNwoIcnVudGltZXMYBSADKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuUnVudGltZUNhcGFiaWxpdHkSFAoMaW50ZXJjZXB0b3JzGAYgAygJGi8KDUZlYXR1cmVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgIOgI4ASK8AQoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghkZWNpc2lvbhgDIAEoDjIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaXNpb24SMQoQZWRpdGVkX2FyZ3VtZW50cxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGcmVhc29uGAUgASgJIkoKF1Jlc29sdmVBcHByb3ZhbFJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCLVAQoWQW5zd2VySW50ZXJydXB0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghhcHByb3ZhbBgKIAEoCzIhLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsQW5zd2VySAASFAoKdXNlcl9pbnB1dBgLIAEoCUgAEjoKC3Rvb2xfcmVzdWx0GAwgASgLMiMuY29nbWVzaC5jb21tb24udjEuQ2xpZW50VG9vbFJlc3VsdEgAQggKBmFuc3dlciJKChdBbnN3ZXJJbnRlcnJ1cHRSZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQiSAoMQ29udmVyc2VPcGVuEhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQFCDAoKX2FmdGVyX3NlcSLQAgoPQ29udmVyc2VSZXF1ZXN0EhAKCGZyYW1lX2lkGAEgASgJEjAKBG9wZW4YCiABKAsyIC5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VPcGVuSAASOQoHbWVzc2FnZRgLIAEoCzImLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlcXVlc3RIABI+CghhcHByb3ZhbBgMIAEoCzIqLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXF1ZXN0SAASPAoGYW5zd2VyGA0gASgLMiouY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlcXVlc3RIABI3CgZjYW5jZWwYDiABKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuQ2FuY2VsVHVyblJlcXVlc3RIAEIHCgVmcmFtZSI9CgpFdmVudEJhdGNoEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJDCgtDb252ZXJzZUFjaxIQCghmcmFtZV9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCWFmdGVyX3NlcRgDIAEoBCI0Cg5GaWVsZFZpb2xhdGlvbhINCgVmaWVsZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCSKkAgoRQ29udmVyc2VSZWplY3Rpb24SEAoIZnJhbWVfaWQYASABKAkSDAoEY29kZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEi4KBnJlYXNvbhgEIAEoDjIeLmNvZ21lc2guY29tbW9uLnYxLkVycm9yUmVhc29uEjYKCnZpb2xhdGlvbnMYBSADKAsyIi5jb2dtZXNoLmdhdGV3YXkudjEuRmllbGRWaW9sYXRpb24SRQoIbWV0YWRhdGEYBiADKAsyMy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZWplY3Rpb24uTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEizAEKEENvbnZlcnNlUmVzcG9uc2USMAoGZXZlbnRzGAEgASgLMh4uY29nbWVzaC5nYXRld2F5LnYxLkV2ZW50QmF0Y2hIABITCgloZWFydGJlYXQYAiABKAhIABIuCgNhY2sYAyABKAsyHy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VBY2tIABI5CghyZWplY3RlZBgEIAEoCzIlLmNvZ21lc2guZ2F0ZXdheS52MS5Db252ZXJzZVJlamVjdGlvbkgAQgYKBGtpbmQylAoKDkdhdGV3YXlTZXJ2aWNlEmQKDUNyZWF0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlElsKCkdldFNlc3Npb24SJS5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlc3BvbnNlEmEKDExpc3RTZXNzaW9ucxInLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiguY29nbWVzaC5nYXRld2F5LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEmQKDURlbGV0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEmAKC1NlbmRNZXNzYWdlEiYuY29nbWVzaC5nYXRld2F5LnYxLlNlbmRNZXNzYWdlUmVxdWVzdBonLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlc3BvbnNlMAESWgoJU3Vic2NyaWJlEiQuY29nbWVzaC5nYXRld2F5LnYxLlN1YnNjcmliZVJlcXVlc3QaJS5jb2dtZXNoLmdhdGV3YXkudjEuU3Vic2NyaWJlUmVzcG9uc2UwARJbCgpDYW5jZWxUdXJuEiUuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXNwb25zZRJsCg9SZXNvbHZlQXBwcm92YWwSKi5jb2dtZXNoLmdhdGV3YXkudjEuUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBorLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXNwb25zZTABEmwKD0Fuc3dlckludGVycnVwdBIqLmNvZ21lc2guZ2F0ZXdheS52MS5BbnN3ZXJJbnRlcnJ1cHRSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlc3BvbnNlMAESWQoIQ29udmVyc2USIy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZXF1ZXN0GiQuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlUmVzcG9uc2UoATABElsKCkxpc3RBZ2VudHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1Jlc3BvbnNlElsKCkxpc3RNb2RlbHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEmoKD0dldENhcGFiaWxpdGllcxIqLmNvZ21lc2guZ2F0ZXdheS52MS5HZXRDYXBhYmlsaXRpZXNSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlQjFaL2NvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2dhdGV3YXkvdjE7Z2F0ZXdheXYxYgZwcm90bzM", [file_cogmesh_common_v1_errors, file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_cogmesh_common_v1_resources, file_cogmesh_common_v1_turns, file_google_protobuf_struct]);
 
 /**
  * CreateSessionRequest names the agent and the application's identity of the conversation.
@@ -559,6 +559,107 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_cogmesh_gateway_v1_gateway, 17);
 
 /**
+ * GetCapabilitiesRequest asks what the suite offers.
+ *
+ * @generated from message cogmesh.gateway.v1.GetCapabilitiesRequest
+ */
+export type GetCapabilitiesRequest = Message<"cogmesh.gateway.v1.GetCapabilitiesRequest"> & {
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.GetCapabilitiesRequest.
+ * Use `create(GetCapabilitiesRequestSchema)` to create a new message.
+ */
+export const GetCapabilitiesRequestSchema: GenMessage<GetCapabilitiesRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 18);
+
+/**
+ * RuntimeCapability describes one runtime engine available to turns.
+ *
+ * @generated from message cogmesh.gateway.v1.RuntimeCapability
+ */
+export type RuntimeCapability = Message<"cogmesh.gateway.v1.RuntimeCapability"> & {
+  /**
+   * Engine name (a value for an agent's `runtime`).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * What the engine supports, e.g. "tools", "streaming", "approvals".
+   *
+   * @generated from field: repeated string capabilities = 2;
+   */
+  capabilities: string[];
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.RuntimeCapability.
+ * Use `create(RuntimeCapabilitySchema)` to create a new message.
+ */
+export const RuntimeCapabilitySchema: GenMessage<RuntimeCapability> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 19);
+
+/**
+ * GetCapabilitiesResponse describes the suite as the caller's tenant sees it.
+ *
+ * @generated from message cogmesh.gateway.v1.GetCapabilitiesResponse
+ */
+export type GetCapabilitiesResponse = Message<"cogmesh.gateway.v1.GetCapabilitiesResponse"> & {
+  /**
+   * Version of the cogmesh suite serving the call.
+   *
+   * @generated from field: string version = 1;
+   */
+  version: string;
+
+  /**
+   * API versions served, e.g. "cogmesh.gateway.v1".
+   *
+   * @generated from field: repeated string api_versions = 2;
+   */
+  apiVersions: string[];
+
+  /**
+   * Protocols served at the edge, e.g. "grpc", "connect", "grpc-web", "a2a",
+   * "openai-chat", "ag-ui".
+   *
+   * @generated from field: repeated string protocols = 3;
+   */
+  protocols: string[];
+
+  /**
+   * Features on for this suite, by name (e.g. "schedules", "webhooks",
+   * "handoff", "plans", "memory", "approvals", "client_tools").
+   *
+   * @generated from field: map<string, bool> features = 4;
+   */
+  features: { [key: string]: boolean };
+
+  /**
+   * Runtime engines the runtime replicas offer.
+   *
+   * @generated from field: repeated cogmesh.gateway.v1.RuntimeCapability runtimes = 5;
+   */
+  runtimes: RuntimeCapability[];
+
+  /**
+   * Interceptors configured in the policy service, by name.
+   *
+   * @generated from field: repeated string interceptors = 6;
+   */
+  interceptors: string[];
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.GetCapabilitiesResponse.
+ * Use `create(GetCapabilitiesResponseSchema)` to create a new message.
+ */
+export const GetCapabilitiesResponseSchema: GenMessage<GetCapabilitiesResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 20);
+
+/**
  * ResolveApprovalRequest is a human's decision on a tool call waiting for approval.
  *
  * @generated from message cogmesh.gateway.v1.ResolveApprovalRequest
@@ -607,7 +708,7 @@ export type ResolveApprovalRequest = Message<"cogmesh.gateway.v1.ResolveApproval
  * Use `create(ResolveApprovalRequestSchema)` to create a new message.
  */
 export const ResolveApprovalRequestSchema: GenMessage<ResolveApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 18);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 21);
 
 /**
  * ResolveApprovalResponse carries events of the resumed turn, in seq order.
@@ -628,7 +729,7 @@ export type ResolveApprovalResponse = Message<"cogmesh.gateway.v1.ResolveApprova
  * Use `create(ResolveApprovalResponseSchema)` to create a new message.
  */
 export const ResolveApprovalResponseSchema: GenMessage<ResolveApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 19);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 22);
 
 /**
  * AnswerInterruptRequest answers what a paused turn waits for.
@@ -689,7 +790,7 @@ export type AnswerInterruptRequest = Message<"cogmesh.gateway.v1.AnswerInterrupt
  * Use `create(AnswerInterruptRequestSchema)` to create a new message.
  */
 export const AnswerInterruptRequestSchema: GenMessage<AnswerInterruptRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 20);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 23);
 
 /**
  * AnswerInterruptResponse carries events of the resumed turn, in seq order.
@@ -710,7 +811,7 @@ export type AnswerInterruptResponse = Message<"cogmesh.gateway.v1.AnswerInterrup
  * Use `create(AnswerInterruptResponseSchema)` to create a new message.
  */
 export const AnswerInterruptResponseSchema: GenMessage<AnswerInterruptResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 21);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 24);
 
 /**
  * ConverseOpen binds a Converse stream to a session.
@@ -739,7 +840,7 @@ export type ConverseOpen = Message<"cogmesh.gateway.v1.ConverseOpen"> & {
  * Use `create(ConverseOpenSchema)` to create a new message.
  */
 export const ConverseOpenSchema: GenMessage<ConverseOpen> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 22);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 25);
 
 /**
  * ConverseRequest is one frame from the client.
@@ -807,7 +908,7 @@ export type ConverseRequest = Message<"cogmesh.gateway.v1.ConverseRequest"> & {
  * Use `create(ConverseRequestSchema)` to create a new message.
  */
 export const ConverseRequestSchema: GenMessage<ConverseRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 23);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 26);
 
 /**
  * EventBatch is a run of consecutive events of the session.
@@ -828,7 +929,7 @@ export type EventBatch = Message<"cogmesh.gateway.v1.EventBatch"> & {
  * Use `create(EventBatchSchema)` to create a new message.
  */
 export const EventBatchSchema: GenMessage<EventBatch> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 24);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 27);
 
 /**
  * ConverseAck says a frame was accepted.
@@ -864,7 +965,7 @@ export type ConverseAck = Message<"cogmesh.gateway.v1.ConverseAck"> & {
  * Use `create(ConverseAckSchema)` to create a new message.
  */
 export const ConverseAckSchema: GenMessage<ConverseAck> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 25);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 28);
 
 /**
  * FieldViolation names one bad field of a rejected frame.
@@ -892,7 +993,7 @@ export type FieldViolation = Message<"cogmesh.gateway.v1.FieldViolation"> & {
  * Use `create(FieldViolationSchema)` to create a new message.
  */
 export const FieldViolationSchema: GenMessage<FieldViolation> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 26);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 29);
 
 /**
  * ConverseRejection says a frame was refused; the stream goes on.
@@ -949,7 +1050,7 @@ export type ConverseRejection = Message<"cogmesh.gateway.v1.ConverseRejection"> 
  * Use `create(ConverseRejectionSchema)` to create a new message.
  */
 export const ConverseRejectionSchema: GenMessage<ConverseRejection> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 27);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 30);
 
 /**
  * ConverseResponse is one message to the client.
@@ -1002,7 +1103,7 @@ export type ConverseResponse = Message<"cogmesh.gateway.v1.ConverseResponse"> & 
  * Use `create(ConverseResponseSchema)` to create a new message.
  */
 export const ConverseResponseSchema: GenMessage<ConverseResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 28);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 31);
 
 /**
  * GatewayService is cogmesh's public API: sessions, turns and their event streams.
@@ -1160,6 +1261,18 @@ export const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * GetCapabilities says what this suite offers: its version, the protocols
+   * and features it serves, the runtimes available and the interceptors
+   * configured. A client asks once instead of probing.
+   *
+   * @generated from rpc cogmesh.gateway.v1.GatewayService.GetCapabilities
+   */
+  getCapabilities: {
+    methodKind: "unary";
+    input: typeof GetCapabilitiesRequestSchema;
+    output: typeof GetCapabilitiesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_cogmesh_gateway_v1_gateway, 0);
