@@ -38,6 +38,7 @@ def replicas(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "COGMESH_DEV_MODE": "true",
         "COGMESH_LOG_LEVEL": "warning",
         "COGMESH_LOCAL_DELAY_MS": "1",
+        "COGMESH_HEARTBEAT_S": "1",  # a watcher's first answer, before any turn, is a heartbeat
         **{f"COGMESH_{n.upper()}_ADDR": addresses[n] for n in ("models", "sessions", "context", "policy")},
         "COGMESH_RUNTIME_ADDR": f"{addresses['runtime_a']},{addresses['runtime_b']}",
     }
@@ -74,7 +75,8 @@ async def test_a_watcher_on_b_sees_a_turn_started_on_a(replicas: Replicas) -> No
     async with ca, cb:
         session = (await a.CreateSession(gateway_pb2.CreateSessionRequest())).session
         watcher = b.Subscribe(gateway_pb2.SubscribeRequest(session_id=session.session_id))
-        assert (await asyncio.wait_for(watcher.read(), 30)).heartbeat or True  # open before the turn starts
+        first = await asyncio.wait_for(watcher.read(), 30)  # the watch is open before the turn starts
+        assert first.heartbeat and not first.events
         sent = [
             e
             async for r in a.SendMessage(

@@ -263,23 +263,33 @@ async def test_wall_clock_limit_ends_the_turn_with_its_partial_text() -> None:
 
 
 async def test_parallel_tool_calls_run_concurrently_up_to_the_limit() -> None:
-    async def nap(arguments: Mapping[str, Any]) -> str:
-        await asyncio.sleep(0.2)
-        return f"slept {arguments['n']}"
+    # Concurrency is counted, not timed: the most calls running at once.
+    async def three_naps(limit: int) -> tuple[int, list[events_pb2.RuntimeEvent], Turn]:
+        running = peak = 0
+        all_in = asyncio.Event()
 
-    def three() -> ScriptedModel:
-        return ScriptedModel([calls(("nap", {"n": 0}), ("nap", {"n": 1}), ("nap", {"n": 2})), text("end")])
+        async def nap(arguments: Mapping[str, Any]) -> str:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            if running == limit:
+                all_in.set()
+            await all_in.wait()  # no call ends before `limit` of them run at once
+            running -= 1
+            if running == 0:
+                all_in.clear()
+            return f"slept {arguments['n']}"
 
-    started = time.perf_counter()
-    events = await run(make_turn(three(), tools={"nap": tool("nap", nap)}, limits=Limits(max_parallel_tools=3)))
-    parallel = time.perf_counter() - started
+        script = ScriptedModel([calls(("nap", {"n": 0}), ("nap", {"n": 1}), ("nap", {"n": 2})), text("end")])
+        turn = make_turn(script, tools={"nap": tool("nap", nap)}, limits=Limits(max_parallel_tools=limit))
+        events = await run(turn)
+        return peak, events, turn
+
+    peak, events, turn = await three_naps(3)
+    assert peak == 3
     assert kinds(events)[2:8] == ["tool_call_started"] * 3 + ["tool_call_finished"] * 3
-    assert parallel < 0.5
-
-    started = time.perf_counter()
-    turn = make_turn(three(), tools={"nap": tool("nap", nap)}, limits=Limits(max_parallel_tools=1))
-    await run(turn)
-    assert time.perf_counter() - started >= 0.6
+    peak, events, turn = await three_naps(1)
+    assert peak == 1
     tool_messages = [m for m in turn.new_messages if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages] == ["c0", "c1", "c2"]  # call order, whatever finished first
     assert [m.content for m in tool_messages] == ["slept 0", "slept 1", "slept 2"]
