@@ -129,3 +129,22 @@ def key(decision: sessions_pb2.CheckpointDecision) -> bytes:
 def same(a: sessions_pb2.CheckpointDecision, b: sessions_pb2.CheckpointDecision) -> bool:
     """Whether two answers are the same answer (a second reviewer's identical answer is not a conflict)."""
     return key(a) == key(b)
+
+
+def decided(checkpoint: sessions_pb2.Checkpoint) -> events_pb2.ApprovalDecided | None:
+    """The audit record of a human's decision on an approval pause (None for other pauses, or one not
+    decided yet): what was decided, by whom (the principal the gateway recorded), and why."""
+    if checkpoint.WhichOneof("request") != APPROVAL or not checkpoint.HasField("decision"):
+        return None
+    asked, given = checkpoint.approval, checkpoint.decision
+    record = events_pb2.ApprovalDecided(
+        interrupt_id=checkpoint.interrupt_id,
+        correlation_id=asked.correlation_id,
+        action_name=asked.action_name,
+        decision=given.approval,
+        principal=given.decided_by,
+        comment=given.text,
+    )
+    if given.approval == events_pb2.APPROVAL_DECISION_EDIT and given.HasField("edited_arguments"):
+        record.edited_arguments.CopyFrom(given.edited_arguments)
+    return record

@@ -61,7 +61,7 @@ from services.runtime.structured import RESPOND_TOOL, OutputSpec
 from services.runtime.tools.base import Tool, ToolContext, answered_outside
 from services.runtime.tools.catalog import ToolCatalog
 from services.runtime.tools.memory_tools import memory_tool_names, recall, tools_for_agent
-from services.runtime.turn import ModelChoice, ModelInfo, ResumePoint, Turn, interrupt_matcher
+from services.runtime.turn import ModelChoice, ModelInfo, ResumePoint, Turn, approvals_matcher, interrupt_matcher
 
 HISTORY_MESSAGES = turn_options.HISTORY_MESSAGES
 # Names of the runtime's own tools, which a client-side tool may not take.
@@ -545,6 +545,7 @@ class TurnBuilder:
             runtime=str(meta["runtime"]),
             agent=agent.name,
             interrupt_on=interrupt_matcher(agent.interrupt_on),
+            approvals=approvals_matcher(agent.approvals),
             policy=policy,
             compactor=compactor,
             delegate=self.subagent,
@@ -715,6 +716,7 @@ class TurnBuilder:
             runtime=parent.runtime,
             agent=agent.name,
             interrupt_on=interrupt_matcher(agent.interrupt_on),
+            approvals=approvals_matcher(agent.approvals),
             policy=policy,
             delegate=self.subagent,
             select_model=self._selector(agent),

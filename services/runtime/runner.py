@@ -41,7 +41,7 @@ from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
 from services.kit.protos import dict_to_struct, struct_to_dict
-from services.lib.answers import same
+from services.lib.answers import decided, same
 from services.runtime.admission import Admission
 from services.runtime.append_channel import AppendChannel
 from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBuilder
@@ -335,6 +335,9 @@ class TurnRunner:
             # The answer first: from here a takeover goes on with it (and takes the checkpoint), so a
             # failure before the checkpoint is taken cannot leave a turn neither paused nor running.
             answer = answer_json(point.decision, abandon, deadline, request.interrupt_id, consumed=bool(paused))
+            record = None if abandon else decided(checkpoint)
+            if record is not None:  # the decision's audit event, in the answer's write: logged once, by one resume
+                running.log.emit(events_pb2.RuntimeEvent(approval_decided=record))
             if paused is not None:
                 # Its append takes the checkpoint too, fenced by the lease: one write makes this the turn's
                 # one resume and records the answer a takeover goes on with.

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 from cogmesh.common.v1 import events_pb2
 from services.kit import journal_kinds
+from services.kit.agents import ApprovalSettings
 from services.kit.llm import ChatMessage, ChatModel, ToolCallRequest
 from services.runtime.budget import CostBudget, CostTracker, Limits
 from services.runtime.phases import Intercept, Interceptor, Phase, PhaseContext
@@ -157,9 +158,17 @@ def _never(name: str) -> bool:
     return False
 
 
+def _no_settings(name: str) -> ApprovalSettings | None:
+    return None
+
+
+def _is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
 def interrupt_matcher(interrupt_on: Mapping[str, bool]) -> Callable[[str], bool]:
     """An agent's `interrupt_on` as a predicate: exact names first, then glob patterns."""
-    exact = {name: wanted for name, wanted in interrupt_on.items() if not any(c in name for c in "*?[")}
+    exact = {name: wanted for name, wanted in interrupt_on.items() if not _is_pattern(name)}
     patterns = [(name, wanted) for name, wanted in interrupt_on.items() if name not in exact]
     if not exact and not patterns:
         return _never
@@ -170,6 +179,22 @@ def interrupt_matcher(interrupt_on: Mapping[str, bool]) -> Callable[[str], bool]
         return any(wanted for pattern, wanted in patterns if fnmatch.fnmatchcase(tool, pattern))
 
     return needs_approval
+
+
+def approvals_matcher(approvals: Mapping[str, ApprovalSettings]) -> Callable[[str], ApprovalSettings | None]:
+    """An agent's `approvals` by tool name, matched as `interrupt_on` is: an exact name wins, else the
+    first glob pattern (in the definition's order) that matches."""
+    exact = {name: settings for name, settings in approvals.items() if not _is_pattern(name)}
+    patterns = [(name, settings) for name, settings in approvals.items() if name not in exact]
+    if not exact and not patterns:
+        return _no_settings
+
+    def settings_of(tool: str) -> ApprovalSettings | None:
+        if tool in exact:
+            return exact[tool]
+        return next((settings for pattern, settings in patterns if fnmatch.fnmatchcase(tool, pattern)), None)
+
+    return settings_of
 
 
 @dataclass
@@ -203,6 +228,8 @@ class Turn:
     # --- who runs, and the services behind the loop (all optional)
     agent: str = ""
     interrupt_on: Callable[[str], bool] = _never
+    # What a reviewer is shown for a call that needs approval (the agent's `approvals`), by tool name.
+    approvals: Callable[[str], ApprovalSettings | None] = _no_settings
     policy: TurnPolicy | None = None
     compactor: Compactor | None = None
     delegate: Delegator | None = None

@@ -9,8 +9,11 @@ become the call's result. Abandoning answers every pending call with a cancellat
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from services.kit.limits import argument_depth_problem
@@ -76,18 +79,21 @@ def pause(run: Run, item: CallState) -> None:
     turn = run.turn
     interrupt_id = f"int_{uuid.uuid4().hex}"
     if item.state == "approval":
-        paused = event(
-            turn,
-            approval_required=events_pb2.ApprovalRequired(
-                action_name=item.call.name,
-                arguments=dict_to_struct(item.arguments),
-                allowed_decisions=ALLOWED_DECISIONS,
-                interrupt_id=interrupt_id,
-                description=item.approval_reason
-                or f"agent {turn.agent or 'the agent'} wants to run {item.call.name}, which needs a human's approval",
-                correlation_id=item.call.id,
-            ),
+        settings = turn.approvals(item.call.name)
+        required = events_pb2.ApprovalRequired(
+            action_name=item.call.name,
+            arguments=dict_to_struct(item.arguments),
+            allowed_decisions=ALLOWED_DECISIONS,
+            interrupt_id=interrupt_id,
+            description=item.approval_reason
+            or f"agent {turn.agent or 'the agent'} wants to run {item.call.name}, which needs a human's approval",
+            correlation_id=item.call.id,
         )
+        if settings is not None:
+            required.prompt = fill_prompt(settings.prompt, item.arguments)
+            if settings.defaults:
+                required.defaults.CopyFrom(dict_to_struct(settings.defaults))
+        paused = event(turn, approval_required=required)
     elif item.state == "ask_user":
         paused = event(
             turn,
@@ -110,3 +116,20 @@ def pause(run: Run, item: CallState) -> None:
     run.snapshot = run.capture(item.state, item.call.id)
     run.paused = paused
     run.done = True
+
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def fill_prompt(prompt: str, arguments: Mapping[str, Any]) -> str:
+    """An approval prompt with `{name}` replaced by the call's argument `name` (text as is, other values
+    as JSON); a name the call does not have stays as written."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in arguments:
+            return match.group(0)
+        found = arguments[name]
+        return found if isinstance(found, str) else json.dumps(found, sort_keys=True, default=str)
+
+    return _PLACEHOLDER.sub(value, prompt)
