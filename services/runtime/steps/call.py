@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 
 from cogmesh.common.v1 import events_pb2
@@ -22,7 +21,7 @@ def idempotency_key(run: Run, item: CallState) -> str:
 
 
 async def invoke(run: Run, item: CallState) -> None:
-    """Run one call: timeout per attempt, retries with backoff on transport failures, circuit breaker."""
+    """Run one call: timeout per attempt, retries with the tool's backoff on transport failures, circuit breaker."""
     turn, tool, call = run.turn, item.tool, item.call
     assert tool is not None
     timeout = min(run.limits.tool_timeout_s, tool.timeout_s or run.limits.tool_timeout_s)
@@ -69,7 +68,7 @@ async def invoke(run: Run, item: CallState) -> None:
                 item.result = f"error: {exc}"
                 traced.error_type = "tool_unavailable"
                 if attempt <= tool.retries:
-                    await asyncio.sleep(turn.tool_retry_base_s * 2 ** (attempt - 1) * (0.5 + random.random() / 2))
+                    await asyncio.sleep(tool.backoff.delay_s(attempt, turn.tool_retry_base_s))
             except ToolError as exc:
                 if breaker is not None:
                     breaker.record_success()  # the server answered

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from services.kit.llm import ToolSchema
+from services.runtime.tools.retry import DEFAULT_BACKOFF, Backoff
 
 ToolSource: TypeAlias = Literal["builtin", "mcp", "remote", "client", "internal"]
 # How the loop treats a call: "run" runs the tool; the others pause the turn for
@@ -58,7 +59,8 @@ class Tool:
     """A tool offered to the model.
 
     `server` names the tool server (MCP server or ToolService) for its circuit
-    breaker; `retries` is how often a call is repeated after `ToolUnavailable`.
+    breaker; `retries` is how often a call is repeated after `ToolUnavailable`, `backoff`
+    how long it waits in between (tools/retry.py).
     `policy_checked` is False for tools the policy service does not govern: the
     runtime's own (delegation, archived results) and the caller's client-side
     tools, which run with the caller's authority, not the server's.
@@ -70,6 +72,7 @@ class Tool:
     server: str = ""
     retries: int = 0
     timeout_s: float | None = None
+    backoff: Backoff = DEFAULT_BACKOFF  # the wait between retries
     handling: ToolHandling = "run"
     policy_checked: bool = True
 

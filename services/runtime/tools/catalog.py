@@ -15,6 +15,11 @@ Tool servers are declared in a YAML file (COGMESH_TOOL_SERVERS_FILE):
         transport: grpc
         address: 127.0.0.1:7001
         prefix: billing_                # tools billing_<tool>; empty keeps their names
+        retries: 2                      # after a failure to reach the server (default 1)
+        backoff: exponential            # or linear, fixed; waits base_delay_s * 2^(n-1), * n, or * 1
+        tool_overrides:                 # by the tool's name on its server
+          charge: {retries: 0}          # never repeated
+          report: {timeout_s: 120, backoff: fixed, base_delay_s: 1}
 
 An agent's `tools` lists names: built-ins ("calculator"), MCP tools
 ("mcp__everything__echo"), remote tools, or glob patterns ("mcp__everything__*").
@@ -41,6 +46,7 @@ from services.runtime.tools.base import MCP_PREFIX, Tool, ToolUnavailable
 from services.runtime.tools.breaker import BreakerRegistry
 from services.runtime.tools.mcp_client import McpServer
 from services.runtime.tools.remote import RemoteToolServer
+from services.runtime.tools.retry import Backoff, BackoffStrategy, CallSettings
 
 SERVER_NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9-]|_(?!_))*$"  # no "__": it separates mcp__<server>__<tool>
 LISTING_TTL_S = 60.0
@@ -48,6 +54,20 @@ LISTING_TTL_S = 60.0
 
 class ToolServersError(ValueError):
     """The tool servers file is unreadable or invalid; the message names file and field."""
+
+
+MAX_RETRIES, MAX_BASE_DELAY_S = 5, 60.0
+
+
+class ToolOverride(BaseModel):
+    """One tool's retry settings instead of its server's; a field left out keeps the server's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    retries: int | None = Field(default=None, ge=0, le=MAX_RETRIES)
+    backoff: BackoffStrategy | None = None
+    base_delay_s: float | None = Field(default=None, ge=0, le=MAX_BASE_DELAY_S)
+    timeout_s: float | None = Field(default=None, gt=0)
 
 
 class ToolServerConfig(BaseModel):
@@ -63,7 +83,10 @@ class ToolServerConfig(BaseModel):
     prefix: str = ""
     timeout_s: float | None = Field(default=None, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
-    retries: int = Field(default=1, ge=0, le=5)
+    retries: int = Field(default=1, ge=0, le=MAX_RETRIES)
+    backoff: BackoffStrategy = "exponential"
+    base_delay_s: float | None = Field(default=None, ge=0, le=MAX_BASE_DELAY_S)  # None: the runtime's default
+    tool_overrides: dict[str, ToolOverride] = Field(default_factory=dict)
     failure_threshold: int | None = Field(default=None, ge=1)
     cooldown_s: float | None = Field(default=None, ge=0)
 
@@ -115,10 +138,32 @@ def load_tool_servers(path: Path | None) -> ToolServersFile:
 ToolServer = McpServer | RemoteToolServer
 
 
+def call_settings(config: ToolServerConfig) -> tuple[CallSettings, dict[str, CallSettings]]:
+    """A server's retry settings for its tools, and each overridden tool's (the server's where left out)."""
+    default = CallSettings(config.retries, config.timeout_s, Backoff(config.backoff, config.base_delay_s))
+    overrides = {}
+    for tool, override in config.tool_overrides.items():
+        backoff = Backoff(
+            override.backoff or default.backoff.strategy,
+            default.backoff.base_delay_s if override.base_delay_s is None else override.base_delay_s,
+        )
+        retries = default.retries if override.retries is None else override.retries
+        overrides[tool] = CallSettings(retries, override.timeout_s or default.timeout_s, backoff)
+    return default, overrides
+
+
 def build_server(name: str, config: ToolServerConfig, base_dir: Path | None = None) -> ToolServer:
+    default, overrides = call_settings(config)
+    retries, timeout_s, backoff = default.retries, default.timeout_s, default.backoff
     if config.transport == "grpc":
         return RemoteToolServer(
-            name, config.address, prefix=config.prefix, retries=config.retries, timeout_s=config.timeout_s
+            name,
+            config.address,
+            prefix=config.prefix,
+            retries=retries,
+            timeout_s=timeout_s,
+            backoff=backoff,
+            overrides=overrides,
         )
     target: str | mcp.StdioServerParameters
     if config.transport == "http":
@@ -127,7 +172,13 @@ def build_server(name: str, config: ToolServerConfig, base_dir: Path | None = No
         cwd = config.cwd if config.cwd is None or base_dir is None else base_dir / config.cwd
         target = mcp.StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=cwd)
     return McpServer(
-        name, target, connect_timeout_s=config.connect_timeout_s, retries=config.retries, timeout_s=config.timeout_s
+        name,
+        target,
+        connect_timeout_s=config.connect_timeout_s,
+        retries=retries,
+        timeout_s=timeout_s,
+        backoff=backoff,
+        overrides=overrides,
     )
 
 

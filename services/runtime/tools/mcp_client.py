@@ -22,6 +22,7 @@ import mcp_types
 from services.kit.llm import ToolSchema
 from services.kit.logging import log
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable, mcp_tool_name
+from services.runtime.tools.retry import DEFAULT_BACKOFF, Backoff, CallSettings, unknown_overrides
 
 
 class McpServer:
@@ -35,12 +36,14 @@ class McpServer:
         connect_timeout_s: float = 10.0,
         retries: int = 1,
         timeout_s: float | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        overrides: Mapping[str, CallSettings] | None = None,
     ) -> None:
         self.name = name
         self.target = target
         self.connect_timeout_s = connect_timeout_s
-        self.retries = retries
-        self.timeout_s = timeout_s
+        self.settings = CallSettings(retries, timeout_s, backoff)
+        self.overrides = dict(overrides or {})  # by the tool's name on this server
         self._client: mcp.Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -109,6 +112,7 @@ class McpServer:
         except Exception as exc:
             await self._drop()
             raise ToolUnavailable(f"MCP server {self.name!r} failed to list tools: {_describe(exc)}") from exc
+        unknown_overrides(self.name, self.overrides, [t.name for t in listed.tools])
         self._tools = [self._tool(t) for t in listed.tools]
         return self._tools
 
@@ -116,6 +120,7 @@ class McpServer:
         schema = dict(tool.input_schema or {"type": "object"})
         schema.pop("$schema", None)  # providers reject the draft marker in function parameters
         remote_name = tool.name
+        settings = self.overrides.get(remote_name, self.settings)
 
         async def run(arguments: Mapping[str, Any], context: ToolContext) -> str:
             return await self.call(remote_name, arguments, context)
@@ -125,8 +130,9 @@ class McpServer:
             run,
             source="mcp",
             server=self.name,
-            retries=self.retries,
-            timeout_s=self.timeout_s,
+            retries=settings.retries,
+            timeout_s=settings.timeout_s,
+            backoff=settings.backoff,
         )
 
     async def call(self, tool: str, arguments: Mapping[str, Any], context: ToolContext | None = None) -> str:

@@ -20,6 +20,7 @@ from services.kit.clients import PEER_CHANNEL_OPTIONS
 from services.kit.llm import ToolSchema
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
+from services.runtime.tools.retry import DEFAULT_BACKOFF, Backoff, CallSettings, unknown_overrides
 
 _UNAVAILABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
@@ -33,13 +34,15 @@ class RemoteToolServer:
         prefix: str = "",
         retries: int = 1,
         timeout_s: float | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        overrides: Mapping[str, CallSettings] | None = None,
         list_timeout_s: float = 10.0,
     ) -> None:
         self.name = name
         self.address = address
         self.prefix = prefix
-        self.retries = retries
-        self.timeout_s = timeout_s
+        self.settings = CallSettings(retries, timeout_s, backoff)
+        self.overrides = dict(overrides or {})  # by the tool's name on this server
         self.list_timeout_s = list_timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._stub: tools_pb2_grpc.ToolServiceStub | None = None
@@ -57,22 +60,29 @@ class RemoteToolServer:
             raise ToolUnavailable(
                 f"tool server {self.name!r} at {self.address} failed to list tools: {exc.code().name}: {exc.details()}"
             ) from exc
+        names = [spec.name for spec in reply.tools]
+        unknown_overrides(self.name, self.overrides, names)
         return [self._tool(spec.name, spec.description, struct_to_dict(spec.parameters)) for spec in reply.tools]
 
     def _tool(self, remote_name: str, description: str, parameters: dict[str, Any]) -> Tool:
+        settings = self.overrides.get(remote_name, self.settings)
+
         async def run(arguments: Mapping[str, Any], context: ToolContext) -> str:
-            return await self.call(remote_name, arguments, context)
+            return await self.call(remote_name, arguments, context, settings.timeout_s)
 
         return Tool(
             ToolSchema(self.prefix + remote_name, description, parameters or {"type": "object"}),
             run,
             source="remote",
             server=self.name,
-            retries=self.retries,
-            timeout_s=self.timeout_s,
+            retries=settings.retries,
+            timeout_s=settings.timeout_s,
+            backoff=settings.backoff,
         )
 
-    async def call(self, tool: str, arguments: Mapping[str, Any], context: ToolContext) -> str:
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], context: ToolContext, timeout_s: float | None = None
+    ) -> str:
         request = tools_pb2.CallToolRequest(
             name=tool,
             arguments=dict_to_struct(arguments),
@@ -85,7 +95,7 @@ class RemoteToolServer:
         )
         try:
             # The loop bounds the call with the tool timeout; this deadline only backs it up.
-            reply = await self._service().CallTool(request, timeout=self.timeout_s or 300.0)
+            reply = await self._service().CallTool(request, timeout=timeout_s or 300.0)
         except grpc.aio.AioRpcError as exc:
             message = f"{exc.code().name}: {exc.details()}"
             if exc.code() in _UNAVAILABLE:
