@@ -1,0 +1,1 @@
+"""The public WebhookService (servicer.py) over the sessions service's WebhookStoreService."""

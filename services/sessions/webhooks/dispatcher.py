@@ -1,0 +1,216 @@
+"""Sends deliveries: claims due queues, POSTs each head signed, records how it went.
+
+Runs in every sessions replica. A replica wakes at once when it enqueued something
+itself, and otherwise looks for due queues every `poll_s` (another replica's enqueues,
+retries coming due, queues whose dispatcher died). An attempt is a POST with the JSON
+body, no redirects followed, to the address the SSRF check approved; a 2xx answer
+delivers it; anything else is retried after an exponential backoff with jitter until
+`retry_window_s` has passed since the delivery was made (or redelivered), then it is
+dead. A target the SSRF rule refuses (its DNS changed since) is dead at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from google.protobuf import json_format
+
+from cogmesh.common.v1 import events_pb2
+from services.kit.errors import CogmeshError
+from services.kit.logging import log
+from services.sessions.model import SessionError
+from services.sessions.store import SessionStore
+from services.sessions.webhooks import targets
+from services.sessions.webhooks.model import Attempt, Delivery, Format, Queue, Webhook
+from services.sessions.webhooks.secrets import Sealer
+from services.sessions.webhooks.store import Taken, WebhookStore
+
+USER_AGENT = "cogmesh-webhooks/1"
+MAX_ERROR = 300  # characters of a failure kept in the delivery log
+
+
+@dataclass(frozen=True)
+class Policy:
+    allow_private: bool = False
+    timeout_s: float = 10.0
+    retry_first_s: float = 1.0
+    retry_max_s: float = 3600.0
+    retry_window_s: float = 86_400.0
+    poll_s: float = 1.0
+    concurrency: int = 64
+
+    @property
+    def lease_s(self) -> float:
+        """How long a claim holds a queue: a whole attempt (connect, send, read) with room to spare."""
+        return 3 * self.timeout_s + 5
+
+    def retry_at(self, delivery: Delivery, now: float) -> float | None:
+        """When to try again after a failed attempt (full jitter on a doubling delay), or None: give up."""
+        delay = min(self.retry_first_s * 2**delivery.attempts, self.retry_max_s)
+        at = now + delay * (0.5 + random.random() / 2)
+        return at if at - delivery.window_start <= self.retry_window_s else None
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """`sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">` (the timestamp signed too: replays show)."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def cogmesh_body(delivery: Delivery, event: events_pb2.RuntimeEvent) -> bytes:
+    return json.dumps(
+        {
+            "delivery_id": delivery.delivery_id,
+            "webhook_id": delivery.webhook_id,
+            "event_kind": delivery.kind.value,
+            "session_id": delivery.session_id,
+            "turn_id": delivery.turn_id,
+            "seq": delivery.seq,
+            "attempt": delivery.attempts + 1,
+            "event": json_format.MessageToDict(event),
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        hooks: WebhookStore,
+        sessions: SessionStore,
+        sealer: Sealer,
+        policy: Policy,
+        clock: Callable[[], float] = time.time,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self._hooks, self._sessions, self._sealer, self._policy = hooks, sessions, sealer, policy
+        self._clock = clock
+        self._holder = uuid.uuid4().hex
+        self._wake = asyncio.Event()
+        self._room = asyncio.Semaphore(policy.concurrency)
+        self._running: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._http = httpx.AsyncClient(
+            follow_redirects=False,
+            timeout=httpx.Timeout(policy.timeout_s),
+            headers={"user-agent": USER_AGENT},
+            transport=transport,
+            trust_env=False,  # a proxy from the environment would bypass the address check
+        )
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="webhook-dispatcher")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in list(self._running):
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        await self._http.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                claimed = await self._claim()
+            except (CogmeshError, SessionError, OSError) as exc:
+                log.warning("webhook dispatcher cannot claim deliveries", error=str(exc))
+                claimed = 0
+            if claimed:
+                continue  # there may be more due: look again before sleeping
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._policy.poll_s)
+
+    async def _claim(self) -> int:
+        free = self._policy.concurrency - len(self._running)
+        if free <= 0:
+            await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+            return 1
+        queues = await self._hooks.claim(free, self._policy.lease_s, self._clock())
+        for queue in queues:
+            task = asyncio.create_task(self._drain(queue))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+        return len(queues)
+
+    async def _drain(self, queue: Queue) -> None:
+        """Send the queue's heads one after the other while they are due."""
+        try:
+            while True:
+                got = await self._hooks.take(queue, self._holder, self._policy.lease_s, self._clock())
+                if not isinstance(got, Taken):
+                    return
+                attempt = await self._attempt(got.delivery)
+                if not await self._hooks.settle(queue, self._holder, got.delivery, attempt):
+                    return
+                if not attempt.delivered and attempt.retry_at is not None:
+                    return  # the store scheduled the retry
+        except (CogmeshError, SessionError, OSError) as exc:
+            log.warning("webhook queue left for later", webhook_id=queue.webhook_id, error=str(exc))
+
+    async def _attempt(self, delivery: Delivery) -> Attempt:
+        try:
+            hook = await self._hooks.get(delivery.tenant_id, delivery.webhook_id)
+        except CogmeshError:
+            return Attempt(self._clock(), error="the webhook was deleted")
+        try:
+            target = await targets.check(hook.url, self._policy.allow_private)
+        except targets.Unresolved as exc:
+            return self._failed(delivery, 0, str(exc))
+        except (targets.Refused, ValueError) as exc:
+            return Attempt(self._clock(), error=str(exc)[:MAX_ERROR])  # dead: retrying cannot help
+        secrets = self._sealer.open(hook.webhook_id, await self._hooks.sealed(hook.tenant_id, hook.webhook_id))
+        body, headers = await self._request(hook, delivery, secrets)
+        timestamp = str(int(self._clock()))
+        headers |= {
+            "content-type": "application/json",
+            "host": target.host_header,
+            "x-cogmesh-delivery": delivery.delivery_id,
+            "x-cogmesh-event": delivery.kind.value,
+            "x-cogmesh-timestamp": timestamp,
+            "x-cogmesh-signature": signature(secrets["secret"], timestamp, body),
+        }
+        extensions = {"sni_hostname": target.host} if target.address and target.scheme == "https" else {}
+        try:
+            response = await self._http.post(target.pinned_url(), content=body, headers=headers, extensions=extensions)
+        except httpx.HTTPError as exc:
+            return self._failed(delivery, 0, f"{type(exc).__name__}: {exc}")
+        if 200 <= response.status_code < 300:
+            return Attempt(self._clock(), status=response.status_code, delivered=True)
+        return self._failed(delivery, response.status_code, f"answered {response.status_code}")
+
+    def _failed(self, delivery: Delivery, status: int, error: str) -> Attempt:
+        now = self._clock()
+        return Attempt(now, status=status, error=error[:MAX_ERROR], retry_at=self._policy.retry_at(delivery, now))
+
+    async def _request(
+        self, hook: Webhook, delivery: Delivery, secrets: dict[str, str]
+    ) -> tuple[bytes, dict[str, str]]:
+        event = events_pb2.RuntimeEvent.FromString(delivery.event)
+        if hook.format is not Format.A2A or hook.a2a is None:
+            return cogmesh_body(delivery, event), {}
+        from services.sessions.webhooks import a2a  # the A2A types load only where A2A pushes are used
+
+        body = await a2a.body(self._sessions, hook.a2a.task_id, delivery, event)
+        headers = {}
+        if secrets.get("token"):
+            headers["x-a2a-notification-token"] = secrets["token"]
+        if hook.a2a.auth_scheme and secrets.get("credentials"):
+            headers["authorization"] = f"{hook.a2a.auth_scheme} {secrets['credentials']}"
+        return body, headers
