@@ -1,0 +1,422 @@
+"""The scheduler every gateway replica runs: it claims due ticks exactly once and drives each run.
+
+Every `scheduler_tick_s` it asks the store for the schedules whose next fire time has come
+and, for each, writes the schedule with its next fire time moved past now, under the
+version it read, adding the tick's run (id: the tick's milliseconds) in the same write. Of
+the replicas that saw the tick due, the one whose write lands holds the run; the others get
+ABORTED and leave it. The holder then:
+
+1. picks the run's session (a new one, made now, or the schedule's own) and records it with
+   the seq its log ends at, under a lease (`scheduler_lease_s`, renewed while it works);
+2. starts the turn as SendMessage does (gateway/turns.py), and records the turn;
+3. reads the session's log from that seq until the turn ends or pauses, and records the
+   outcome and its cost (the final event's metrics).
+
+A holder that goes away leaves its run's lease to lapse; any replica then takes the run
+over (again a versioned write) and goes on from the last step recorded. A run recorded with
+its session but no turn may have had its turn accepted just before its holder went: the
+new holder looks for that turn's `accepted` event (the run's message) in the log after the
+recorded seq and adopts it rather than start a second turn. A holder starts a turn only
+with most of its lease ahead of it, so it is never still starting one when another replica
+takes the run over (the turn start's own deadline is far below the lease).
+
+Missed ticks (no gateway ran when they fell): a tick more than `scheduler_grace_s` late is
+missed; the latest missed tick runs once (SCHEDULE_CATCH_UP_RUN_ONCE, the default) or none
+does (SCHEDULE_CATCH_UP_SKIP), and the schedule goes on from its next tick.
+
+Times come from `clock` (seconds since the epoch): replicas' clocks are assumed in step to
+well under the lease, as NTP keeps them. Tests give every replica one fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import uuid
+from collections.abc import Callable
+
+import grpc
+
+from cogmesh.common.v1 import events_pb2
+from cogmesh.gateway.v1 import schedules_pb2 as api
+from cogmesh.sessions.v1 import schedules_pb2 as store_pb
+from cogmesh.sessions.v1 import schedules_pb2_grpc, sessions_pb2
+from gateway import auth
+from gateway.schedules import timing
+from gateway.turns import Turns
+from services.kit.agents import AgentRegistry, UnknownAgentError
+from services.kit.clients import Clients, call
+from services.kit.config import Settings
+from services.kit.errors import CogmeshError, Unavailable
+from services.kit.event_log import EventLogReader, ends_stream, is_paused
+from services.kit.logging import bind_request, log
+
+Clock = Callable[[], float]
+DUE_BATCH = 1000  # schedules claimed per look at most; more wait for the next tick
+STARTS_AT_ONCE = 64  # turns a replica starts together: a burst of ticks queues here, not at the runtime
+
+ENDED = frozenset(
+    {
+        api.SCHEDULE_RUN_OUTCOME_COMPLETED,
+        api.SCHEDULE_RUN_OUTCOME_FAILED,
+        api.SCHEDULE_RUN_OUTCOME_CANCELLED,
+        api.SCHEDULE_RUN_OUTCOME_PAUSED,
+        api.SCHEDULE_RUN_OUTCOME_SKIPPED,
+    }
+)
+
+
+def ms(t: float) -> int:
+    return math.floor(t * 1000 + 0.5)
+
+
+def spec_of(schedule: store_pb.StoredSchedule) -> api.ScheduleSpec:
+    return api.ScheduleSpec.FromString(schedule.spec)
+
+
+class LostRun(Exception):
+    """Another replica holds the run now (its lease lapsed here), or its schedule is gone."""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        settings: Settings,
+        clients: Clients,
+        agents: AgentRegistry,
+        events: EventLogReader,
+        turns: Turns,
+        clock: Clock = time.time,
+    ) -> None:
+        self.settings, self.clients, self.agents, self.events, self.turns = settings, clients, agents, events, turns
+        self.clock = clock
+        self.holder = f"gateway-{uuid.uuid4().hex[:12]}"
+        self.tick_s = settings.scheduler_tick_s
+        self.lease_s = settings.scheduler_lease_s
+        self.grace_s = settings.scheduler_grace_s
+        self._starts = asyncio.Semaphore(STARTS_AT_ONCE)
+        self._loop: asyncio.Task[None] | None = None
+        self._runs: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # the runs this replica drives
+        self.ticks = 0  # looks taken: tests wait on it
+
+    @property
+    def store(self) -> schedules_pb2_grpc.ScheduleStoreServiceStub:
+        return self.clients.stub_at(self.settings.sessions_addr, schedules_pb2_grpc.ScheduleStoreServiceStub)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop claiming and driving: runs held here are taken over elsewhere once their leases lapse."""
+        tasks = [t for t in (self._loop, *self._runs.values()) if t is not None]
+        self._loop = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            try:
+                await self.tick()
+                self.ticks += 1
+            except (CogmeshError, grpc.aio.AioRpcError) as exc:
+                log.warning("scheduler tick failed; trying again next tick", error=str(exc))
+
+    async def tick(self) -> None:
+        """Claim every due tick, then take over every run whose holder's lease lapsed."""
+        now = self.clock()
+        due = await self.store.ListDueSchedules(store_pb.ListDueSchedulesRequest(due_ms=ms(now), limit=DUE_BATCH))
+        await asyncio.gather(*(self._claim(schedule, now) for schedule in due.schedules))
+        stale = await self.store.ListStaleScheduleRuns(
+            store_pb.ListStaleScheduleRunsRequest(now_ms=ms(now), limit=DUE_BATCH)
+        )
+        for run in stale.runs:
+            if (run.tenant_id, run.schedule_id, run.run_id) not in self._runs:
+                await self._take_over(run)
+
+    # ------------------------------------------------------------------ claiming
+
+    async def _claim(self, schedule: store_pb.StoredSchedule, now: float) -> None:
+        spec = spec_of(schedule)
+        clock = timing.of(spec, schedule.create_ms / 1000)
+        fire = schedule.next_fire_ms / 1000
+        latest = max(clock.latest(now) or fire, fire)
+        following = clock.next_after(now)
+        on_time = now - latest <= self.grace_s
+        run: store_pb.StoredScheduleRun | None = None
+        if on_time or spec.catch_up != api.SCHEDULE_CATCH_UP_SKIP:
+            trigger = api.SCHEDULE_RUN_TRIGGER_CLOCK if on_time else api.SCHEDULE_RUN_TRIGGER_CATCH_UP
+            run = self._new_run(schedule, ms(latest), str(ms(latest)), trigger, now)
+        claimed = store_pb.StoredSchedule()
+        claimed.CopyFrom(schedule)
+        claimed.next_fire_ms = ms(following) if following is not None else 0
+        if run is not None:
+            claimed.last_fire_ms = ms(latest)
+        try:
+            reply = await self.store.UpdateSchedule(store_pb.UpdateScheduleRequest(schedule=claimed, run=run))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
+                return  # another replica claimed the tick, or the schedule is gone
+            raise
+        if run is None:
+            log.info("missed tick skipped", schedule_id=schedule.schedule_id, tick_ms=ms(latest))
+        elif reply.HasField("run"):
+            self._drive(reply.run, claimed)
+
+    def _new_run(
+        self, schedule: store_pb.StoredSchedule, fire_ms: int, run_id: str, trigger: int, now: float
+    ) -> store_pb.StoredScheduleRun:
+        public = api.ScheduleRun(
+            run_id=run_id,
+            schedule_id=schedule.schedule_id,
+            trigger=trigger,  # type: ignore[arg-type]
+            outcome=api.SCHEDULE_RUN_OUTCOME_STARTING,
+        )
+        public.fire_time.FromMilliseconds(fire_ms)
+        return store_pb.StoredScheduleRun(
+            tenant_id=schedule.tenant_id,
+            schedule_id=schedule.schedule_id,
+            run_id=run_id,
+            fire_ms=fire_ms,
+            run=public.SerializeToString(),
+            holder=self.holder,
+            lease_expire_ms=ms(now + self.lease_s),
+            attempt=1,
+        )
+
+    async def trigger(self, schedule: store_pb.StoredSchedule) -> store_pb.StoredScheduleRun:
+        """A run now, outside the clock: recorded, then driven here."""
+        now = self.clock()
+        run = self._new_run(schedule, ms(now), f"m{uuid.uuid4().hex[:16]}", api.SCHEDULE_RUN_TRIGGER_MANUAL, now)
+        reply = await call("sessions", self.store.PutScheduleRun, store_pb.PutScheduleRunRequest(run=run))
+        self._drive(reply.run, schedule)
+        return reply.run  # type: ignore[no-any-return]
+
+    async def _take_over(self, run: store_pb.StoredScheduleRun) -> None:
+        taken = store_pb.StoredScheduleRun()
+        taken.CopyFrom(run)
+        taken.holder, taken.attempt = self.holder, run.attempt + 1
+        taken.lease_expire_ms = ms(self.clock() + self.lease_s)
+        try:
+            reply = await self.store.PutScheduleRun(store_pb.PutScheduleRunRequest(run=taken))
+            schedule = await self.store.GetSchedule(
+                store_pb.GetScheduleRequest(tenant_id=run.tenant_id, schedule_id=run.schedule_id)
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
+                return  # another replica took it first, or the schedule is gone
+            raise
+        log.info("schedule run taken over", schedule_id=run.schedule_id, run_id=run.run_id, previous=run.holder)
+        self._drive(reply.run, schedule.schedule)
+
+    # ------------------------------------------------------------------ driving a run
+
+    def _drive(self, run: store_pb.StoredScheduleRun, schedule: store_pb.StoredSchedule) -> None:
+        key = (run.tenant_id, run.schedule_id, run.run_id)
+        task = asyncio.create_task(_Run(self, run, schedule).drive())
+        self._runs[key] = task
+        task.add_done_callback(lambda _: self._runs.pop(key, None))
+
+
+class _Run:
+    """One run held by this replica, driven from its last recorded step to its outcome."""
+
+    def __init__(self, scheduler: Scheduler, run: store_pb.StoredScheduleRun, schedule: store_pb.StoredSchedule):
+        self.s, self.stored, self.schedule = scheduler, run, schedule
+        self.spec = spec_of(schedule)
+        self.public = api.ScheduleRun.FromString(run.run)
+
+    async def drive(self) -> None:
+        # The event log reader and the turn's lease act for the schedule's tenant, as for its API key.
+        auth.current.set(auth.Principal(self.stored.tenant_id, f"schedule:{self.stored.schedule_id}"))
+        bind_request(tenant=self.stored.tenant_id, schedule_id=self.stored.schedule_id, run_id=self.stored.run_id)
+        try:
+            if self.public.outcome == api.SCHEDULE_RUN_OUTCOME_STARTING:
+                await self._start()
+            if self.public.outcome == api.SCHEDULE_RUN_OUTCOME_RUNNING:
+                await self._watch()
+        except LostRun:
+            log.info("schedule run held elsewhere now", run_id=self.stored.run_id)
+        except (CogmeshError, grpc.aio.AioRpcError) as exc:
+            # Left to its lease: once it lapses, a replica takes the run over from its last recorded step.
+            log.warning("schedule run interrupted; it is taken over once its lease lapses", error=str(exc))
+
+    async def _save(self, renew: bool = True) -> None:
+        """Record the run as it stands, under the version read (LostRun when another replica wrote it)."""
+        record = store_pb.StoredScheduleRun()
+        record.CopyFrom(self.stored)
+        record.run = self.public.SerializeToString()
+        record.ended = self.public.outcome in ENDED
+        if renew:
+            record.lease_expire_ms = ms(self.s.clock() + self.s.lease_s)
+        try:
+            reply = await self.s.store.PutScheduleRun(store_pb.PutScheduleRunRequest(run=record))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
+                raise LostRun from exc
+            raise
+        self.stored = reply.run
+
+    def _lease_left(self) -> float:
+        return self.stored.lease_expire_ms / 1000 - self.s.clock()
+
+    async def _end(self, outcome: int, error: str = "") -> None:
+        self.public.outcome = outcome  # type: ignore[assignment]
+        self.public.error = error[:2000]
+        self.public.end_time.FromMilliseconds(ms(self.s.clock()))
+        await self._save(renew=False)
+        log.info("schedule run ended", run_id=self.stored.run_id, outcome=api.ScheduleRunOutcome.Name(outcome))
+
+    # ------------------------------------------------------------------ starting
+
+    async def _start(self) -> None:
+        if not self.public.session_id:
+            try:
+                session_id = await self._session()
+            except CogmeshError as exc:
+                if isinstance(exc, Unavailable):
+                    raise
+                await self._end(api.SCHEDULE_RUN_OUTCOME_FAILED, exc.message)
+                return
+            self.public.session_id = session_id
+            self.stored.after_seq = await self._last_seq(session_id)
+            await self._save()
+        else:
+            turn_id = await self._accepted_turn()
+            if turn_id:  # its turn was accepted before its previous holder could record it
+                await self._started(turn_id)
+                return
+        async with self.s._starts:
+            if self._lease_left() < self.s.lease_s / 2:
+                await self._save()  # a start never outlives the lease it began under
+            try:
+                turn_id, _ = await self.s.turns.start(
+                    self.stored.tenant_id, self.public.session_id, self.spec.message, ""
+                )
+            except CogmeshError as exc:
+                if isinstance(exc, Unavailable):
+                    raise
+                skipped = exc.code == grpc.StatusCode.FAILED_PRECONDITION
+                outcome = api.SCHEDULE_RUN_OUTCOME_SKIPPED if skipped else api.SCHEDULE_RUN_OUTCOME_FAILED
+                await self._end(outcome, exc.message)
+                return
+        await self._started(turn_id)
+
+    async def _started(self, turn_id: str) -> None:
+        self.public.turn_id = turn_id
+        self.public.outcome = api.SCHEDULE_RUN_OUTCOME_RUNNING
+        self.public.start_time.FromMilliseconds(ms(self.s.clock()))
+        await self._save()
+        bind_request(session_id=self.public.session_id, turn_id=turn_id)
+
+    async def _session(self) -> str:
+        """The session of the run: the schedule's own, or a new one with its agent, user and scope."""
+        if self.spec.session_mode == api.SCHEDULE_SESSION_MODE_CONTINUE:
+            return self.schedule.session_id
+        try:
+            agent = self.s.agents.get(self.spec.agent or "default")
+        except UnknownAgentError as exc:
+            raise CogmeshError(f"agent {self.spec.agent!r} is no longer known: {exc}") from exc
+        reply = await call(
+            "sessions",
+            self.s.clients.sessions.CreateSession,
+            sessions_pb2.CreateSessionRequest(
+                tenant_id=self.stored.tenant_id,
+                user_id=self.spec.user_id,
+                agent=agent.name,
+                role_id=agent.default_role,
+                scope=self.spec.scope,
+            ),
+        )
+        return str(reply.session.session_id)
+
+    async def _last_seq(self, session_id: str) -> int:
+        reply = await call(
+            "sessions",
+            self.s.clients.sessions.GetEventLogState,
+            sessions_pb2.GetEventLogStateRequest(tenant_id=self.stored.tenant_id, session_id=session_id),
+        )
+        return int(reply.last_seq)
+
+    async def _accepted_turn(self) -> str:
+        """The turn whose `accepted` event carries the run's message, logged after the run's recorded seq."""
+        read = sessions_pb2.ReadEventsRequest(
+            tenant_id=self.stored.tenant_id, session_id=self.public.session_id, after_seq=self.stored.after_seq
+        )
+        try:
+            async for batch in self.s.clients.sessions.ReadEvents(read, timeout=self.s.settings.call_timeout_s):
+                for event in batch.events:
+                    status = event.status if event.HasField("status") else None
+                    if (
+                        status is not None
+                        and status.state == events_pb2.TURN_STATE_QUEUED
+                        and status.text == "accepted"
+                        and status.content == self.spec.message
+                    ):
+                        return str(event.turn_id)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+            return ""  # the session or its log is gone: nothing was started there that can be followed
+        return ""
+
+    # ------------------------------------------------------------------ watching
+
+    async def _watch(self) -> None:
+        """Read the session's log until the run's turn ends or pauses; renew the lease meanwhile."""
+        heartbeat_s = min(self.s.settings.heartbeat_s, self.s.lease_s / 3)
+        turn_id = self.public.turn_id
+        reading = self.s.events.read(self.public.session_id, int(self.stored.after_seq), heartbeat_s)
+        try:
+            async for batch in reading:
+                for event in batch or ():
+                    if event.turn_id == turn_id and ends_stream(event):
+                        await self._outcome(event)
+                        return
+                if self._lease_left() < self.s.lease_s / 2:
+                    await self._save()
+        except CogmeshError as exc:
+            if isinstance(exc, Unavailable):
+                raise
+            await self._end(api.SCHEDULE_RUN_OUTCOME_FAILED, f"the turn's events could not be read: {exc.message}")
+        finally:
+            with contextlib.suppress(Exception):
+                await reading.aclose()  # type: ignore[attr-defined]
+
+    async def _outcome(self, event: events_pb2.RuntimeEvent) -> None:
+        if event.HasField("final"):
+            metrics = event.final.metrics
+            self.public.cost_usd = metrics.cost_usd
+            self.public.input_tokens, self.public.output_tokens = metrics.input_tokens, metrics.output_tokens
+            await self._end(api.SCHEDULE_RUN_OUTCOME_COMPLETED)
+        elif is_paused(event):
+            await self._end(api.SCHEDULE_RUN_OUTCOME_PAUSED, event.status.text)
+        elif event.error.kind == events_pb2.ERROR_KIND_CANCELLED:
+            await self._end(api.SCHEDULE_RUN_OUTCOME_CANCELLED, event.error.message)
+        else:
+            await self._end(api.SCHEDULE_RUN_OUTCOME_FAILED, event.error.message)
+
+
+def run_to_api(run: store_pb.StoredScheduleRun) -> api.ScheduleRun:
+    return api.ScheduleRun.FromString(run.run)
+
+
+def schedule_to_api(schedule: store_pb.StoredSchedule) -> api.Schedule:
+    public = api.Schedule(schedule_id=schedule.schedule_id, spec=spec_of(schedule), session_id=schedule.session_id)
+    if schedule.paused:
+        public.state = api.SCHEDULE_STATE_PAUSED
+    elif schedule.next_fire_ms:
+        public.state = api.SCHEDULE_STATE_ACTIVE
+        public.next_fire_time.FromMilliseconds(schedule.next_fire_ms)
+    else:
+        public.state = api.SCHEDULE_STATE_DONE
+    if schedule.last_fire_ms:
+        public.last_fire_time.FromMilliseconds(schedule.last_fire_ms)
+    public.create_time.FromMilliseconds(schedule.create_ms)
+    return public
