@@ -278,6 +278,15 @@ class Settings(BaseSettings):
     web_console_dir: Path | None = Field(
         None, description="folder of the built web console; default: gateway/web/console/dist (`make console`)"
     )
+    scheduler_tick_s: float = Field(
+        1.0, gt=0, description="seconds between a gateway scheduler's looks for due schedules and runs to check"
+    )
+    scheduler_lease_s: float = Field(
+        30.0, gt=0, description="seconds a gateway holds a schedule run unrenewed before another replica takes it over"
+    )
+    scheduler_grace_s: float = Field(
+        60.0, ge=0, description="seconds after its time a schedule's tick still counts as on time, not missed"
+    )
 
     @field_validator("runtime_addr", "policy_addr", "context_addr", "sessions_addr", "models_addr", "memory_addr")
     @classmethod
