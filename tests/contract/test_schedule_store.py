@@ -113,9 +113,9 @@ async def test_listing_pages_and_delete_forgets_the_schedule_and_its_runs(store:
     for k in range(5):
         await store.create(schedule("acme", f"s{k}", 1000, create_ms=k + 1))
     await store.create(schedule("globex", "other", 1000))
-    page, total = await store.list("acme", 0, 2)
+    page, total = await store.list_schedules("acme", 0, 2)
     assert total == 5 and [s.schedule_id for s in page] == ["s0", "s1"]
-    page, _ = await store.list("acme", 4, 2)
+    page, _ = await store.list_schedules("acme", 4, 2)
     assert [s.schedule_id for s in page] == ["s4"]
     for fire in (10, 30, 20):
         await store.put_run(run("acme", "s0", fire, lease_ms=1))

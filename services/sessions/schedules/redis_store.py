@@ -143,7 +143,8 @@ class RedisScheduleStore:
     # ----------------------------------------------------------------- records
 
     async def _read(self, tenant_id: str, schedule_id: str) -> pb.StoredSchedule | None:
-        rec, ver = await self._call(self._redis.hmget(self._keys(tenant_id, schedule_id)[0], ["rec", "ver"]))
+        reply: list[Any] = await self._call(self._redis.hmget(self._keys(tenant_id, schedule_id)[0], ["rec", "ver"]))
+        rec, ver = reply
         if rec is None:
             return None
         schedule = pb.StoredSchedule.FromString(rec)
@@ -154,8 +155,8 @@ class RedisScheduleStore:
         if not run_ids:
             return []
         keys = self._keys(tenant_id, schedule_id)
-        records = await self._call(self._redis.hmget(keys[1], run_ids))
-        versions = await self._call(self._redis.hmget(keys[2], run_ids))
+        records: list[Any] = await self._call(self._redis.hmget(keys[1], run_ids))
+        versions: list[Any] = await self._call(self._redis.hmget(keys[2], run_ids))
         runs = []
         for record, version in zip(records, versions, strict=True):
             if record is not None and version is not None:
@@ -166,10 +167,12 @@ class RedisScheduleStore:
 
     @staticmethod
     def _encoded(record: pb.StoredSchedule | pb.StoredScheduleRun) -> bytes:
-        copied = type(record)()
-        copied.CopyFrom(record)
-        copied.ClearField("version")  # the script keeps the version beside the record
-        return copied.SerializeToString()
+        version = record.version
+        record.ClearField("version")  # the script keeps the version beside the record
+        try:
+            return record.SerializeToString()
+        finally:
+            record.version = version
 
     async def _index_schedule(self, schedule: pb.StoredSchedule, earlier_only: bool) -> None:
         member = self._member(schedule.tenant_id, schedule.schedule_id)
@@ -210,7 +213,7 @@ class RedisScheduleStore:
             raise schedule_not_found(schedule_id)
         return found
 
-    async def list(self, tenant_id: str, offset: int, size: int) -> tuple[list[pb.StoredSchedule], int]:
+    async def list_schedules(self, tenant_id: str, offset: int, size: int) -> tuple[list[pb.StoredSchedule], int]:
         index = self._tenant_list(tenant_id)
         ids = await self._call(self._redis.zrange(index, offset, offset + size - 1))
         total = await self._call(self._redis.zcard(index))
@@ -264,7 +267,7 @@ class RedisScheduleStore:
         return True
 
     async def due(self, due_ms: int, limit: int) -> list[pb.StoredSchedule]:
-        members = await self._call(self._redis.zrangebyscore(self._due, "-inf", due_ms, start=0, num=limit))
+        members: list[Any] = await self._call(self._redis.zrangebyscore(self._due, "-inf", due_ms, start=0, num=limit))
         found = []
         for member in members:
             tenant_id, schedule_id = json.loads(member)
@@ -280,7 +283,7 @@ class RedisScheduleStore:
     async def put_run(self, run: pb.StoredScheduleRun) -> pb.StoredScheduleRun:
         await self._index_run(run, earlier_only=True)
         keys = self._keys(run.tenant_id, run.schedule_id)
-        args = [run.version, run.run_id, self._encoded(run), run.fire_ms, RUNS_KEPT]
+        args: list[Any] = [run.version, run.run_id, self._encoded(run), run.fire_ms, RUNS_KEPT]
         status, version = await self._call(self._put_run(keys=keys, args=args))
         if status == -1:
             raise schedule_not_found(run.schedule_id)
@@ -304,7 +307,9 @@ class RedisScheduleStore:
         return await self._read_runs(tenant_id, schedule_id, run_ids), total
 
     async def stale(self, now_ms: int, limit: int) -> list[pb.StoredScheduleRun]:
-        members = await self._call(self._redis.zrangebyscore(self._stale, "-inf", now_ms, start=0, num=limit))
+        members: list[Any] = await self._call(
+            self._redis.zrangebyscore(self._stale, "-inf", now_ms, start=0, num=limit)
+        )
         found = []
         for member in members:
             tenant_id, schedule_id, run_id = json.loads(member)

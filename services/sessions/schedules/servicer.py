@@ -70,7 +70,7 @@ class ScheduleStoreServicer(schedules_pb2_grpc.ScheduleStoreServiceServicer):
         _page(request.page_size, problems)
         problems.raise_if_any()
         offset, size = page_bounds(request.page_size, request.page_token)
-        found, total = await self.store.list(request.tenant_id, offset, size)
+        found, total = await self.store.list_schedules(request.tenant_id, offset, size)
         return pb.ListSchedulesResponse(schedules=found, next_page_token=next_token(offset, size, total))
 
     async def UpdateSchedule(self, request: pb.UpdateScheduleRequest, context: Any) -> pb.UpdateScheduleResponse:

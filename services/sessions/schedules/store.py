@@ -64,7 +64,7 @@ def is_stale(run: pb.StoredScheduleRun, now_ms: int) -> bool:
 class ScheduleStore(Protocol):
     async def create(self, schedule: pb.StoredSchedule) -> pb.StoredSchedule: ...
     async def get(self, tenant_id: str, schedule_id: str) -> pb.StoredSchedule: ...
-    async def list(self, tenant_id: str, offset: int, size: int) -> tuple[list[pb.StoredSchedule], int]:
+    async def list_schedules(self, tenant_id: str, offset: int, size: int) -> tuple[list[pb.StoredSchedule], int]:
         """A page of the tenant's schedules, oldest first, and how many it has."""
         ...
 
@@ -126,7 +126,7 @@ class MemoryScheduleStore:
     async def get(self, tenant_id: str, schedule_id: str) -> pb.StoredSchedule:
         return _copy(self._found(tenant_id, schedule_id))
 
-    async def list(self, tenant_id: str, offset: int, size: int) -> tuple[list[pb.StoredSchedule], int]:
+    async def list_schedules(self, tenant_id: str, offset: int, size: int) -> tuple[list[pb.StoredSchedule], int]:
         mine = sorted(
             (s for (tenant, _), s in self._schedules.items() if tenant == tenant_id),
             key=lambda s: (s.create_ms, s.schedule_id),
