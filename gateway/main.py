@@ -104,7 +104,7 @@ async def build(settings: Settings, clients: Clients) -> App:
         card_url=a2a_url(settings),
     )
     on_close: list[Callable[[], Awaitable[None]]] = [servicer.turns.close, events.close, catalogue.close]
-    return App(
+    app = App(
         "gateway",
         [
             mount(servicer, gateway_pb2, gateway_pb2_grpc, "GatewayService"),
@@ -116,6 +116,8 @@ async def build(settings: Settings, clients: Clients) -> App:
         interceptors=[guard],
         public=True,
     )
+    servicer.services = tuple(m.service_name for m in app.mounts)  # GetCapabilities reports their features
+    return app
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.models.v1 import models_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from gateway import answers, auth, contract
+from gateway import answers, auth, capabilities, contract
 from gateway.delivery import Outlet
 from gateway.turns import TurnOptions, Turns, ends_stream
 from services.kit import scope as scopes
@@ -643,6 +643,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             "models", self.clients.models.ListModels, models_pb2.ListModelsRequest(provider=request.provider)
         )
         return gateway_pb2.ListModelsResponse(models=reply.models, default_model=reply.default_model)
+
+    # The services this gateway serves (gateway/main.py sets them): GetCapabilities turns on their features.
+    services: tuple[str, ...] = (gateway_pb2.DESCRIPTOR.services_by_name["GatewayService"].full_name,)
+
+    async def GetCapabilities(
+        self, request: gateway_pb2.GetCapabilitiesRequest, context: Any
+    ) -> gateway_pb2.GetCapabilitiesResponse:
+        return await capabilities.describe(self.settings, self.clients, self.services)
 
 
 _HEARTBEAT = gateway_pb2.SubscribeResponse(heartbeat=True)

@@ -242,6 +242,8 @@ class TaskView:
         if kind == "tool_call_started":
             return [self._status(event, a2a_pb2.TASK_STATE_WORKING, f"calling {event.tool_call_started.name}")]
         if kind == "final":
+        if kind == "approval_decided":  # a human decided: the task runs again
+            return self._working(event)
             self.final = event.final
             text = event.final.text or self.answer
             data = event.final.structured_output if event.final.HasField("structured_output") else None

@@ -121,6 +121,9 @@ class GatewayForwarder:
     async def list_models(self, request: pb.ListModelsRequest, ctx: Any) -> pb.ListModelsResponse:
         return await self._unary("ListModels", request, ctx)
 
+    async def get_capabilities(self, request: pb.GetCapabilitiesRequest, ctx: Any) -> pb.GetCapabilitiesResponse:
+        return await self._unary("GetCapabilities", request, ctx)
+
     def send_message(self, request: pb.SendMessageRequest, ctx: Any) -> AsyncIterator[pb.SendMessageResponse]:
         return self._stream("SendMessage", request, ctx)
 

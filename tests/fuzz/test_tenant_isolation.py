@@ -66,7 +66,7 @@ def requests(t: Target) -> dict[str, list[Message]]:
 
 
 # RPCs that name no session: B may call them, and what they return must be B's own.
-UNTARGETED = {"CreateSession", "ListSessions", "ListAgents", "ListModels"}
+UNTARGETED = {"CreateSession", "ListSessions", "ListAgents", "ListModels", "GetCapabilities"}
 
 
 def blanked(outcome: Outcome, ids: list[str]) -> tuple[str, str, str, list[tuple[str, str]], dict[str, str]]:
@@ -127,6 +127,7 @@ def test_untargeted_rpcs_answer_with_the_callers_own_data(name: str, harness: Ha
         "ListSessions": G.ListSessionsRequest,
         "ListAgents": G.ListAgentsRequest,
         "ListModels": G.ListModelsRequest,
+        "GetCapabilities": G.GetCapabilitiesRequest,
     }[name]
     acme = set(harness.run(harness.session_ids("acme")))
     outcome = harness.run(

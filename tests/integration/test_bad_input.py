@@ -203,6 +203,7 @@ CASES: list[Any] = [
     missing("gateway", "CancelTurn", G.CancelTurnRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
     ok("gateway", "ListAgents", G.ListAgentsRequest(), lambda r: "default" in {a.name for a in r.agents}),
     ok("gateway", "ListModels", G.ListModelsRequest(provider="nobody"), lambda r: len(r.models) == 0),
+    ok("gateway", "GetCapabilities", G.GetCapabilitiesRequest(), lambda r: r.protocols[0] == "grpc"),
     # ------------------------------------------------------------------ ModelsService
     missing("models", "ResolveModel", M.ResolveModelRequest(name="no-such-model", strict=True), "MODEL_NOT_FOUND"),
     bad("models", "ResolveModel", M.ResolveModelRequest(strict=True), "name"),
