@@ -48,6 +48,17 @@ ASKS = ("approval_required", "user_input_requested", "client_tool_call")  # even
 APPROVAL_HELP = "answer: a[pprove] · e[dit] [JSON arguments] · r[eject] [reason] · c[ancel] the turn"
 
 
+def suggested_answer(ask: events_pb2.ApprovalRequired) -> str:
+    """The answer an empty line gives: the agent's approval_defaults (`decision`, and `comment` as a
+    rejection's reason), or "" when it suggests none."""
+    defaults = json_format.MessageToDict(ask.defaults)
+    decision = str(defaults.get("decision", "")).strip().lower()
+    if decision not in ("approve", "reject"):
+        return ""
+    comment = str(defaults.get("comment") or defaults.get("reason") or "").strip()
+    return f"reject {comment}".strip() if decision == "reject" else "approve"
+
+
 class Interrupted(Exception):
     """Ctrl-C while waiting for a line."""
 
@@ -314,12 +325,16 @@ class Chat:
             events_pb2.APPROVAL_DECISION_EDIT,
             events_pb2.APPROVAL_DECISION_REJECT,
         }
+        suggested = suggested_answer(ask)
         if not self.as_json:
-            self.note(f"[dim]{escape(APPROVAL_HELP)}[/dim]")
+            default = f" · Enter: {suggested}" if suggested else ""
+            self.note(f"[dim]{escape(APPROVAL_HELP + default)}[/dim]")
         while True:
             line = await self.prompt("approve?>")
             if line is None or line.strip() in QUIT:
                 return self._left_paused(interrupt_id, line is None)
+            if not line.strip() and suggested:
+                line = suggested  # the agent's approval_defaults, pre-filled for the reviewer
             word, _, rest = line.strip().partition(" ")
             word, rest = word.lower(), rest.strip()
             request = gateway_pb2.ResolveApprovalRequest(session_id=self.session_id, interrupt_id=interrupt_id)

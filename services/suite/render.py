@@ -47,6 +47,30 @@ def model_lines(reply: gateway_pb2.ListModelsResponse) -> list[str]:
     ]
 
 
+TODO_MARKS = {
+    events_pb2.TODO_STATUS_PENDING: "[ ]",
+    events_pb2.TODO_STATUS_IN_PROGRESS: "[~]",
+    events_pb2.TODO_STATUS_COMPLETED: "[x]",
+}
+DECIDED = {
+    events_pb2.APPROVAL_DECISION_APPROVE: ("green", "approved"),
+    events_pb2.APPROVAL_DECISION_EDIT: ("yellow", "approved with edits"),
+    events_pb2.APPROVAL_DECISION_REJECT: ("red", "rejected"),
+}
+
+
+def decided_line(decided: events_pb2.ApprovalDecided, who: str = "") -> str:
+    """A human's decision: what, on which call, by whom, and why."""
+    colour, verb = DECIDED.get(decided.decision, ("yellow", "decided"))
+    by = f" by {escape(decided.principal)}" if decided.principal else ""
+    line = f"{who}[{colour}]✔ {verb}[/{colour}] [cyan]{escape(decided.action_name)}[/cyan]{by}"
+    if decided.HasField("edited_arguments"):
+        line += f" with {escape(args_json(decided.edited_arguments))}"
+    if decided.comment:
+        line += f": {escape(decided.comment)}"
+    return line
+
+
 def _enum_name(enum: Any, value: int, prefix: str) -> str:
     """`ERROR_KIND_CANCELLED` -> "cancelled"; a value newer than these stubs shows as its number."""
     try:
@@ -110,6 +134,24 @@ class EventPrinter:
                 f"[yellow]? approval needed:[/yellow] {who}[cyan]{escape(ask.action_name)}[/cyan] "
                 f"{escape(args_json(ask.arguments))}{why}"
             )
+            if ask.prompt:
+                self._line(f"[yellow]  {escape(ask.prompt)}[/yellow]")
+            if ask.defaults.fields:
+                self._line(f"[dim]  suggested: {escape(args_json(ask.defaults))}[/dim]")
+        elif kind == "approval_decided":
+            self._line(decided_line(event.approval_decided, who))
+        elif kind == "handoff":
+            h = event.handoff
+            why = f": {escape(h.reason)}" if h.reason else ""
+            self._line(f"[magenta]⇄ handed over {escape(h.from_agent)} → {escape(h.to_agent)}{why}[/magenta]")
+        elif kind == "plan":
+            self._line(f"{who}[blue]plan v{event.plan.version}[/blue]")
+            for item in event.plan.items:
+                mark = TODO_MARKS.get(item.status, "[ ]")
+                self._line(f"  {escape(mark)} {escape(item.content)}")
+        elif kind == "step_complete":
+            step = event.step_complete
+            self._line(f"{who}[green]✓ step {step.step_number}/{step.total_steps}:[/green] {escape(step.description)}")
         elif kind == "user_input_requested":
             self._line(f"[yellow]? {who}asks:[/yellow] {escape(event.user_input_requested.prompt)}")
         elif kind == "client_tool_call":
