@@ -372,6 +372,9 @@ def check_outputs(outputs: dict[str, str]) -> None:
     assert catalogue["default_model"] == "cogmesh-local"
     anthropic = json.loads(output(outputs, "anthropic", "/ListModels"))["models"]
     assert anthropic and {m["provider"] for m in anthropic} == {"anthropic"}
+    offered = json.loads(output(outputs, "/GetCapabilities"))
+    assert offered["protocols"][0] == "grpc" and "cogmesh" in {r["name"] for r in offered["runtimes"]}
+    assert offered["features"]["approvals"] is True and offered["interceptors"] == ["BudgetGuard"]
     assert json.loads(output(outputs, "/DeleteSession")) == {"deleted": True}
 
     assert json.loads(output(outputs, "Bearer", "/CreateSession"))["session"]["tenant_id"] == "acme"
