@@ -14,7 +14,7 @@ from cogmesh.client.errors import (
     Unavailable,
 )
 from cogmesh.client.gateway import GatewayClient
-from cogmesh.client.results import Pause, TurnResult, is_paused, is_terminal, kind, voided
+from cogmesh.client.results import Pause, TurnResult, is_error, is_final, is_paused, is_terminal, kind, text, voided
 from cogmesh.client.sync import Client
 from cogmesh.client.tools import ClientTool, client_tool
 
@@ -36,8 +36,11 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "client_tool",
+    "is_error",
+    "is_final",
     "is_paused",
     "is_terminal",
     "kind",
+    "text",
     "voided",
 ]

@@ -32,6 +32,29 @@ def is_terminal(event: events_pb2.RuntimeEvent) -> bool:
     return kind(event) in ("final", "error") or is_paused(event)
 
 
+def is_final(event: events_pb2.RuntimeEvent) -> bool:
+    """The turn's answer: the last event of a turn that succeeded."""
+    return event.HasField("final")
+
+
+def is_error(event: events_pb2.RuntimeEvent) -> bool:
+    """The turn's failure: the last event of a turn that failed (or was cancelled)."""
+    return event.HasField("error")
+
+
+def text(event: events_pb2.RuntimeEvent) -> str:
+    """The answer's text an event carries: a delta's piece, the final answer, or what a failed turn had
+    streamed; "" for every other event."""
+    name = kind(event)
+    if name == "assistant_delta":
+        return str(event.assistant_delta.text)
+    if name == "final":
+        return str(event.final.text)
+    if name == "error":
+        return str(event.error.partial_text)
+    return ""
+
+
 @dataclass(frozen=True)
 class Pause:
     """A paused turn waiting for an answer; pass it to approve / reject / edit / answer / send_tool_result."""
