@@ -145,6 +145,13 @@ class SessionRecord:
     expires_at: float = 0.0  # 0: never
     pending_interrupt_ids: tuple[str, ...] = ()
     scope: Mapping[str, str] = field(default_factory=dict)  # set at creation, never changed
+    active_agent: str = ""  # the agent a handoff gave the session to; "": `agent` answers
+    delegated_turns: int = 0  # turns that delegated to a subagent
+    plan: bytes = b""  # the todo list: a serialized common.v1 PlanUpdated (opaque); b"": none
+
+    def answering(self) -> str:
+        """The active agent as the session reports it: "" when its own agent answers."""
+        return "" if self.active_agent == self.agent else self.active_agent
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,8 @@ class SessionUpdate:
     runtime_config: JsonObject | None = None
     delegated_from: str | None = None
     delegation_turn_count: int | None = None
+    active_agent: str | None = None
+    plan: bytes | None = None
 
     def changes(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -237,6 +246,34 @@ class NewEvents:
     messages: Sequence[bytes] = ()  # the turn's messages, stored with its end
     holder: str = ""  # the runtime replica writing, recorded as the lease's holder ("" keeps it)
     consume_interrupt_id: str = ""  # a resumed turn's first append: take its checkpoint in the same write
+
+
+@dataclass(frozen=True)
+class SessionEffects:
+    """What logging a batch of events changes in its session (stored in the same write as the events)."""
+
+    active_agent: str | None = None  # the last handoff's receiving agent
+    plan: bytes | None = None  # the last plan event's PlanUpdated, serialized
+    delegated: bool = False  # the batch delegated a task: its turn counts once in `delegated_turns`
+
+    def __bool__(self) -> bool:
+        return self.active_agent is not None or self.plan is not None or self.delegated
+
+
+def effects_of(events: Sequence[events_pb2.RuntimeEvent]) -> SessionEffects:
+    """The session's changes carried by events: a handoff, a plan, a delegation (the last of each wins)."""
+    active_agent: str | None = None
+    plan: bytes | None = None
+    delegated = False
+    for event in events:
+        kind = event.WhichOneof("payload")
+        if kind == "handoff":
+            active_agent = event.handoff.to_agent
+        elif kind == "plan":
+            plan = event.plan.SerializeToString(deterministic=True)
+        elif kind == "delegation":
+            delegated = True
+    return SessionEffects(active_agent, plan, delegated)
 
 
 @dataclass(frozen=True)

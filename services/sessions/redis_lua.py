@@ -179,7 +179,8 @@ local TRIM_BATCHES = {TRIM_BATCHES}
 -- The session hash's fields the scripts read, in one HMGET (`meta()`, loaded once per script); `put` writes
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
-  'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc'}
+  'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc',
+  'deleg_turn', 'deleg_turns'}
 local H = nil
 local PENDING = {}
 local function meta()
@@ -413,9 +414,10 @@ local function forget_journals(turns)
   end
 end
 
--- Log events and journal entries read from ARGV[at]: n, n payloads, m, m x (kind, position, state).
--- Returns the last seq and the index of the ARGV after them. The session's fields it sets go out with the
--- script's next `flush`; the keys it creates are in NEW.
+-- Log events and journal entries read from ARGV[at]: n, n payloads, m, m x (kind, position, state), then
+-- what the events change in the session: e, e x (name, value) (model.effects_of: 'active_agent', 'plan', and
+-- 'delegated', which counts the turn in `deleg_turns` once). Returns the last seq and the index of the ARGV
+-- after them. The session's fields it sets go out with the script's next `flush`; the keys it creates are in NEW.
 local function log_events(turn, at, retention)
   local n = tonumber(ARGV[at])
   local first = last_seq() + 1
@@ -452,8 +454,18 @@ local function log_events(turn, at, retention)
       end
     end
   end
+  local q = p + 3 * m
+  local e = tonumber(ARGV[q])
+  for i = 1, e do
+    local name, value = ARGV[q + 2 * i - 1], ARGV[q + 2 * i]
+    if name ~= 'delegated' then
+      put(name, value)
+    elseif meta().deleg_turn ~= turn then
+      put('deleg_turns', tonumber(meta().deleg_turns or '0') + 1, 'deleg_turn', turn)
+    end
+  end
   if notify and n > 0 then redis.call('SPUBLISH', K['events:news'], last) end
-  return last, p + 3 * m
+  return last, q + 1 + 2 * e
 end
 
 -- `wake_s`: how long the marker stays (redis_event_log.DROP_WAKE_S).
@@ -689,9 +701,9 @@ local function refuse(reply)
 end
 local l = live_lease()
 if not l or l.token ~= token then return refuse({'stale'}) end
--- Where the messages and the pause start: past the events and journal entries.
+-- Where the messages and the pause start: past the events, journal entries and the session's changes.
 local m = tonumber(ARGV[13 + n])
-local at = 14 + n + 3 * m
+local at = 15 + n + 3 * m + 2 * tonumber(ARGV[14 + n + 3 * m])
 local k = tonumber(ARGV[at])
 local pause_id, pause_blob, max_pending = ARGV[at + k + 1], ARGV[at + k + 2], tonumber(ARGV[at + k + 3] or '0')
 local consume_id, consume_ms = ARGV[at + k + 4], tonumber(ARGV[at + k + 5] or '0')

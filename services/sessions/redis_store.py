@@ -105,6 +105,7 @@ from services.sessions.model import (
     Strategy,
     Summary,
     active_goal,
+    effects_of,
 )
 from services.sessions.store import (
     CONSUMED_TTL_S,
@@ -364,6 +365,9 @@ class RedisSessionStore:
             expires_at=_ms(h.get("expires_at")),
             pending_interrupt_ids=tuple(_s(p) for p in pending),
             scope=json.loads(h.get("scope", b"{}")),
+            active_agent=_s(h.get("active_agent", b"")),
+            delegated_turns=int(h.get("deleg_turns", 0)),
+            plan=bytes(h.get("plan", b"")),
         )
 
     @staticmethod
@@ -532,6 +536,8 @@ class RedisSessionStore:
             "prompt_hash": "prompt_hash",
             "delegated_from": "deleg_from",
             "delegation_turn_count": "deleg_count",
+            "active_agent": "active_agent",
+            "plan": "plan",
         }
         pairs: list[Any] = []
         for name, value in update.changes().items():
@@ -609,7 +615,7 @@ class RedisSessionStore:
         resume: str = "",
     ) -> Acquired | Queued:
         base = INTERRUPT_BASE if strategy is Strategy.INTERRUPT else ENQUEUE_BASE
-        logged: list[Any] = [0, 0]
+        logged: list[Any] = [0, 0, 0]
         if opening is not None and (opening.events or opening.journal):
             logged = self._log_args(session_id, opening)
             await self._schedule(session_id, int(ttl_s * 1000))  # the index first: an open turn is never missing
@@ -862,8 +868,9 @@ class RedisSessionStore:
     # ----------------------------------------------------------------- the event log and journals
 
     def _log_args(self, session_id: str, new: NewEvents) -> list[Any]:
-        """The events (stamped, serialized without their seq, which the script assigns) and journal
-        entries, as the scripts' log_events reads them."""
+        """The events (stamped, serialized without their seq, which the script assigns), journal
+        entries and what the events change in the session (model.effects_of), as the scripts'
+        log_events reads them."""
         stamp = proto_now()
         payloads = []
         for event in new.events:
@@ -874,7 +881,15 @@ class RedisSessionStore:
         entries: list[Any] = []
         for kind, state, position in new.journal:
             entries += [kind, position, state]
-        return [len(payloads), *payloads, len(new.journal), *entries]
+        effects = effects_of(new.events)
+        changes: list[Any] = []
+        if effects.active_agent is not None:
+            changes += ["active_agent", effects.active_agent]
+        if effects.plan is not None:
+            changes += ["plan", effects.plan]
+        if effects.delegated:
+            changes += ["delegated", "1"]
+        return [len(payloads), *payloads, len(new.journal), *entries, len(changes) // 2, *changes]
 
     @staticmethod
     def _stamped(new: NewEvents | None, last_seq: int) -> None:

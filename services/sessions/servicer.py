@@ -119,6 +119,7 @@ _GOAL_STATUS_PROTO = {
     GoalStatus.COMPLETED: sessions_pb2.GOAL_STATUS_COMPLETED,
     GoalStatus.ABANDONED: sessions_pb2.GOAL_STATUS_ABANDONED,
 }
+MAX_PLAN_ITEMS = 100  # a todo list set with UpdateSession (the manage_todo_list tool keeps fewer)
 _UPDATE_PATHS = (
     "role_id",
     "active_skill_ids",
@@ -126,6 +127,8 @@ _UPDATE_PATHS = (
     "runtime_config",
     "delegated_from",
     "delegation_turn_count",
+    "active_agent",
+    "plan",
 )
 
 
@@ -197,6 +200,8 @@ def session_to_proto(record: SessionRecord) -> resources_pb2.Session:
         message_count=record.message_count,
         active_turn_id=record.active_turn_id,
         scope=record.scope,
+        active_agent=record.answering(),
+        delegated_turn_count=record.delegated_turns,
     )
 
 
@@ -209,6 +214,8 @@ def state_to_proto(record: SessionRecord) -> sessions_pb2.SessionState:
     )
     if record.expires_at:
         state.expire_time.CopyFrom(_timestamp(record.expires_at))
+    if record.plan:
+        state.plan.ParseFromString(record.plan)
     return state
 
 
@@ -378,6 +385,8 @@ def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) ->
     _check_id(r.role_id, "role_id", problems, required=False)
     _check_id(r.prompt_hash, "prompt_hash", problems, required=False)
     _check_id(r.delegated_from, "delegated_from", problems, required=False)
+    _check_id(r.active_agent, "active_agent", problems, required=False)
+    problems.check(len(r.plan.items) <= MAX_PLAN_ITEMS, "plan.items", f"must be at most {MAX_PLAN_ITEMS} items")
     _check_skills(r.active_skill_ids, "active_skill_ids", problems)
     _check_json(r.runtime_config, "runtime_config", problems)
     problems.check(r.delegation_turn_count >= 0, "delegation_turn_count", "must not be negative")
@@ -782,6 +791,8 @@ def _session_update(r: sessions_pb2.UpdateSessionRequest) -> SessionUpdate:
         runtime_config=struct_to_dict(r.runtime_config) if "runtime_config" in paths else None,
         delegated_from=r.delegated_from if "delegated_from" in paths else None,
         delegation_turn_count=r.delegation_turn_count if "delegation_turn_count" in paths else None,
+        active_agent=r.active_agent if "active_agent" in paths else None,
+        plan=(r.plan.SerializeToString(deterministic=True) if r.HasField("plan") else b"") if "plan" in paths else None,
     )
 
 

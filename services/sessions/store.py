@@ -51,6 +51,7 @@ from services.sessions.model import (
     Rehydration,
     Renewal,
     Renewed,
+    SessionEffects,
     SessionNotFound,
     SessionRecord,
     SessionUpdate,
@@ -58,6 +59,7 @@ from services.sessions.model import (
     Strategy,
     Summary,
     active_goal,
+    effects_of,
 )
 
 # Re-exported: callers import the domain errors and records from here too.
@@ -250,6 +252,7 @@ class _Entry:
     log: SessionLog | None = None  # the session's event log, from its first event
     log_appends: dict[str, int] = field(default_factory=dict)  # recent append_id -> last seq after it
     journals: dict[str, list[JournalRecord]] = field(default_factory=dict)  # turn id -> entries, oldest turn first
+    delegated_turn: str = ""  # the last turn counted in the record's delegated_turns
 
 
 def _key(tenant_id: str, user_id: str, topic_id: str, scope: Mapping[str, str]) -> tuple[object, ...] | None:
@@ -758,6 +761,7 @@ class MemorySessionStore:
                 if not event.HasField("create_time"):
                     event.create_time.CopyFrom(stamp)
             log.add(new.events)
+            self._apply(entry, new.turn_id, effects_of(new.events))
         if new.journal:
             recorded = self._clock()
             journal = entry.journals.pop(new.turn_id, [])
@@ -768,6 +772,21 @@ class MemorySessionStore:
             entry.journals[new.turn_id] = journal  # the most recently written turn goes last
             self._forget_journals(entry)
         return log.last_seq
+
+    @staticmethod
+    def _apply(entry: _Entry, turn_id: str, effects: SessionEffects) -> None:
+        """What the logged events change in the session (model.effects_of), in the same step as the log."""
+        if not effects:
+            return
+        record = entry.record
+        if effects.active_agent is not None:
+            record = replace(record, active_agent=effects.active_agent)
+        if effects.plan is not None:
+            record = replace(record, plan=effects.plan)
+        if effects.delegated and entry.delegated_turn != turn_id:  # once per turn, however often it delegates
+            entry.delegated_turn = turn_id
+            record = replace(record, delegated_turns=record.delegated_turns + 1)
+        entry.record = record
 
     def _forget_journals(self, entry: _Entry) -> None:
         """Keep the journals of the last few turns, and always an open or paused turn's."""

@@ -65,18 +65,20 @@ JOURNAL_ENTRY_KIND_ANSWER: JournalEntryKind
 JOURNAL_ENTRY_KIND_TAKEOVER: JournalEntryKind
 
 class SessionState(_message.Message):
-    __slots__ = ("runtime_config", "delegated_from", "delegation_turn_count", "expire_time", "pending_interrupt_ids")
+    __slots__ = ("runtime_config", "delegated_from", "delegation_turn_count", "expire_time", "pending_interrupt_ids", "plan")
     RUNTIME_CONFIG_FIELD_NUMBER: _ClassVar[int]
     DELEGATED_FROM_FIELD_NUMBER: _ClassVar[int]
     DELEGATION_TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     PENDING_INTERRUPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     runtime_config: _struct_pb2.Struct
     delegated_from: str
     delegation_turn_count: int
     expire_time: _timestamp_pb2.Timestamp
     pending_interrupt_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    plan: _events_pb2.PlanUpdated
+    def __init__(self, runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing", "scope")
@@ -190,7 +192,7 @@ class ListSessionsResponse(_message.Message):
     def __init__(self, sessions: _Optional[_Iterable[_Union[_resources_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class UpdateSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "role_id", "active_skill_ids", "prompt_hash", "runtime_config", "delegated_from", "delegation_turn_count", "update_mask", "lease_token")
+    __slots__ = ("tenant_id", "session_id", "role_id", "active_skill_ids", "prompt_hash", "runtime_config", "delegated_from", "delegation_turn_count", "update_mask", "lease_token", "active_agent", "plan")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +203,8 @@ class UpdateSessionRequest(_message.Message):
     DELEGATION_TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_AGENT_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     role_id: str
@@ -211,7 +215,9 @@ class UpdateSessionRequest(_message.Message):
     delegation_turn_count: int
     update_mask: _field_mask_pb2.FieldMask
     lease_token: int
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., lease_token: _Optional[int] = ...) -> None: ...
+    active_agent: str
+    plan: _events_pb2.PlanUpdated
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., lease_token: _Optional[int] = ..., active_agent: _Optional[str] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ...) -> None: ...
 
 class UpdateSessionResponse(_message.Message):
     __slots__ = ("session", "state")

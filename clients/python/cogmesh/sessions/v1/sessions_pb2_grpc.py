@@ -416,6 +416,11 @@ class SessionsServiceServicer:
         release_lease (the turn's end) or pause (the interrupt a paused turn waits
         for) the lease is freed in the same write, so whoever reads the end can
         send the next message at once; the turn's messages may be stored in it too.
+        Events that change the session apply in the same write (here and in
+        AcquireTurnLease's events): `handoff` sets Session.active_agent, `plan`
+        sets SessionState.plan, and a turn's first `delegation` counts the turn in
+        Session.delegated_turn_count; so a change is stored exactly when its
+        event is logged, once, however often a taken-over step is redone.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
