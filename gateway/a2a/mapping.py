@@ -15,7 +15,8 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from cogmesh.common.v1 import events_pb2
-from gateway.a2a.errors import ContentTypeNotSupported, InvalidParams, PushNotificationNotSupported, VersionNotSupported
+from cogmesh.sessions.v1 import webhooks_pb2
+from gateway.a2a.errors import ContentTypeNotSupported, InvalidParams, VersionNotSupported
 from services.kit.agents import AgentDefinition
 
 PROTOCOL_VERSION = "1.0"
@@ -79,6 +80,7 @@ class SendInput:
     context_id: str
     task_id: str
     return_immediately: bool
+    push: a2a_pb2.TaskPushNotificationConfig | None = None  # where to push the task's updates
 
 
 def text_of(message: a2a_pb2.Message, problems: list[tuple[str, str]]) -> str:
@@ -111,8 +113,9 @@ def parse_send(request: a2a_pb2.SendMessageRequest, caller_tenant: str) -> SendI
     problems: list[tuple[str, str]] = []
     check_tenant(request.tenant, caller_tenant, problems)
     config = request.configuration
-    if config.HasField("task_push_notification_config"):
-        raise PushNotificationNotSupported("push notifications are not supported: stream or subscribe instead")
+    push = config.task_push_notification_config if config.HasField("task_push_notification_config") else None
+    if push is not None and not push.url:
+        problems.append(("configuration.task_push_notification_config.url", "is required"))
     modes = list(config.accepted_output_modes)
     if modes and not _TEXT_MODES & {m.strip().lower() for m in modes}:
         raise ContentTypeNotSupported(
@@ -141,7 +144,7 @@ def parse_send(request: a2a_pb2.SendMessageRequest, caller_tenant: str) -> SendI
                 agent = agent or value.string_value
     if problems:
         raise InvalidParams(problems)
-    return SendInput(content, agent, message.context_id, message.task_id, config.return_immediately)
+    return SendInput(content, agent, message.context_id, message.task_id, config.return_immediately, push)
 
 
 def approval_answer(text: str) -> bool | None:
@@ -239,11 +242,11 @@ class TaskView:
         if kind == "client_tool_call":
             self.waiting = f"the agent waits for the client-side tool {event.client_tool_call.call.name!r}"
             return []
+        if kind == "approval_decided":  # a human decided: the task runs again
+            return self._working(event)
         if kind == "tool_call_started":
             return [self._status(event, a2a_pb2.TASK_STATE_WORKING, f"calling {event.tool_call_started.name}")]
         if kind == "final":
-        if kind == "approval_decided":  # a human decided: the task runs again
-            return self._working(event)
             self.final = event.final
             text = event.final.text or self.answer
             data = event.final.structured_output if event.final.HasField("structured_output") else None
@@ -299,6 +302,19 @@ class TaskView:
         return task
 
 
+# --------------------------------------------------------------------------- push notifications
+
+
+def push_config(stored: webhooks_pb2.StoredWebhook) -> a2a_pb2.TaskPushNotificationConfig:
+    """A stored A2A webhook as its push config; the token and credentials stay sealed (never returned)."""
+    config = a2a_pb2.TaskPushNotificationConfig(
+        id=stored.a2a.config_id, task_id=stored.a2a.task_id, url=stored.webhook.url
+    )
+    if stored.a2a.auth_scheme:
+        config.authentication.scheme = stored.a2a.auth_scheme
+    return config
+
+
 # --------------------------------------------------------------------------- agent card
 
 
@@ -314,7 +330,7 @@ def agent_card(agents: Sequence[AgentDefinition], url: str, secured: bool, versi
         supported_interfaces=[
             a2a_pb2.AgentInterface(url=url, protocol_binding=GRPC_BINDING, protocol_version=PROTOCOL_VERSION)
         ],
-        capabilities=a2a_pb2.AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
+        capabilities=a2a_pb2.AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=True),
         default_input_modes=[TEXT],
         default_output_modes=[TEXT],
         skills=[

@@ -17,20 +17,23 @@ from typing import Any
 
 import grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import empty_pb2
+from google.rpc import error_details_pb2
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, resources_pb2
-from cogmesh.sessions.v1 import sessions_pb2
+from cogmesh.gateway.v1 import webhooks_pb2 as public_webhooks
+from cogmesh.sessions.v1 import sessions_pb2, webhooks_pb2
 from gateway import answers, auth
 from gateway.a2a import mapping
 from gateway.a2a.errors import (
     InvalidParams,
-    PushNotificationNotSupported,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
 )
 from gateway.a2a.mapping import SendInput, TaskRef, TaskView
 from gateway.turns import Turns
+from gateway.webhooks.servicer import WebhookStore
 from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
@@ -39,6 +42,17 @@ from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import bind_request
 
 CANCEL_WAIT_S = 5.0  # how long CancelTask waits for the turn to end before answering with its state
+
+
+def _violations(error: CogmeshError) -> list[tuple[str, str]]:
+    """The field violations of an INVALID_ARGUMENT passed through from another service."""
+    found: list[tuple[str, str]] = []
+    for detail in error.to_status().details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            found += [(v.field, v.description) for v in bad.field_violations]
+    return found or [("url", error.message)]
 
 
 def _version() -> str:
@@ -219,6 +233,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         deadline = None if given.return_immediately else context.time_remaining()
         ref, news_after = await self._start(principal.tenant_id, given, deadline)
         bind_request(session_id=ref.session_id, turn_id=ref.turn_id)
+        if given.push is not None:
+            await self._set_push(principal.tenant_id, ref, given.push, "configuration.task_push_notification_config.")
         return ref, news_after
 
     async def SendMessage(self, request: a2a_pb2.SendMessageRequest, context: Any) -> a2a_pb2.SendMessageResponse:
@@ -349,20 +365,108 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             raise InvalidParams(problems)
         return mapping.agent_card(self.agents.list(include_hidden=True), self.card_url, self.secured, self.version)
 
-    # Push notifications: this server streams instead.
+    # Push notifications: webhooks of the A2A format, one per config, narrowed to the task's turn.
 
-    async def _no_push(self, context: Any) -> Any:
-        self._caller(context)
-        raise PushNotificationNotSupported("push notifications are not supported: stream or subscribe instead")
+    def _webhooks(self) -> WebhookStore:
+        return WebhookStore(self.clients)
 
-    async def CreateTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
-        return await self._no_push(context)
+    async def _push_configs(self, tenant: str, ref: TaskRef) -> list[webhooks_pb2.StoredWebhook]:
+        configs: list[webhooks_pb2.StoredWebhook] = []
+        token = ""
+        while True:
+            reply = await call(
+                "sessions",
+                self._webhooks().stub.ListWebhooks,
+                webhooks_pb2.ListWebhooksRequest(
+                    tenant_id=tenant,
+                    session_id=ref.session_id,
+                    turn_id=ref.turn_id,
+                    format=webhooks_pb2.WEBHOOK_FORMAT_A2A,
+                    page_size=500,
+                    page_token=token,
+                ),
+            )
+            configs += [h for h in reply.webhooks if h.a2a.task_id == ref.task_id]
+            token = reply.next_page_token
+            if not token:
+                return configs
 
-    async def GetTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
-        return await self._no_push(context)
+    async def _push_config(self, tenant: str, ref: TaskRef, config_id: str) -> webhooks_pb2.StoredWebhook:
+        found = next((h for h in await self._push_configs(tenant, ref) if h.a2a.config_id == config_id), None)
+        if found is None:
+            raise TaskNotFound(ref.task_id, f"it has no push notification config {config_id!r}")
+        return found
 
-    async def ListTaskPushNotificationConfigs(self, request: Any, context: Any) -> Any:
-        return await self._no_push(context)
+    async def _set_push(self, tenant: str, ref: TaskRef, config: a2a_pb2.TaskPushNotificationConfig, where: str) -> Any:
+        """Store the config as a webhook of the turn; outcomes logged before it are delivered too."""
+        auth_info = config.authentication if config.HasField("authentication") else None
+        request = webhooks_pb2.CreateWebhookRequest(
+            tenant_id=tenant,
+            webhook=public_webhooks.CreateWebhookRequest(
+                url=config.url, session_id=ref.session_id, turn_id=ref.turn_id
+            ),
+            format=webhooks_pb2.WEBHOOK_FORMAT_A2A,
+            a2a=webhooks_pb2.A2APush(
+                task_id=ref.task_id,
+                config_id=config.id,
+                token=config.token,
+                auth_scheme=auth_info.scheme if auth_info else "",
+                auth_credentials=auth_info.credentials if auth_info else "",
+            ),
+        )
+        try:
+            reply = await call("sessions", self._webhooks().stub.CreateWebhook, request)
+        except CogmeshError as exc:
+            if exc.code != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            raise InvalidParams([(f"{where}{name}", why) for name, why in _violations(exc)]) from exc
+        return mapping.push_config(reply.webhook)
 
-    async def DeleteTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
-        return await self._no_push(context)
+    def _check_task(self, tenant: str, caller_tenant: str, task_id: str, name: str = "task_id") -> None:
+        problems: list[tuple[str, str]] = []
+        mapping.check_tenant(tenant, caller_tenant, problems)
+        if not task_id.strip():
+            problems.append((name, "is required"))
+        if problems:
+            raise InvalidParams(problems)
+
+    async def CreateTaskPushNotificationConfig(
+        self, request: a2a_pb2.TaskPushNotificationConfig, context: Any
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        principal = self._caller(context)
+        self._check_task(request.tenant, principal.tenant_id, request.task_id)
+        if not request.url:
+            raise InvalidParams([("url", "is required")])
+        ref = await self._task_ref(principal.tenant_id, request.task_id)
+        return await self._set_push(principal.tenant_id, ref, request, "")  # type: ignore[no-any-return]
+
+    async def GetTaskPushNotificationConfig(
+        self, request: a2a_pb2.GetTaskPushNotificationConfigRequest, context: Any
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        principal = self._caller(context)
+        self._check_task(request.tenant, principal.tenant_id, request.task_id)
+        ref = await self._task_ref(principal.tenant_id, request.task_id)
+        return mapping.push_config(await self._push_config(principal.tenant_id, ref, request.id))
+
+    async def ListTaskPushNotificationConfigs(
+        self, request: a2a_pb2.ListTaskPushNotificationConfigsRequest, context: Any
+    ) -> a2a_pb2.ListTaskPushNotificationConfigsResponse:
+        principal = self._caller(context)
+        self._check_task(request.tenant, principal.tenant_id, request.task_id)
+        ref = await self._task_ref(principal.tenant_id, request.task_id)
+        configs = [mapping.push_config(h) for h in await self._push_configs(principal.tenant_id, ref)]
+        return a2a_pb2.ListTaskPushNotificationConfigsResponse(configs=configs)
+
+    async def DeleteTaskPushNotificationConfig(
+        self, request: a2a_pb2.DeleteTaskPushNotificationConfigRequest, context: Any
+    ) -> empty_pb2.Empty:
+        principal = self._caller(context)
+        self._check_task(request.tenant, principal.tenant_id, request.task_id)
+        ref = await self._task_ref(principal.tenant_id, request.task_id)
+        found = await self._push_config(principal.tenant_id, ref, request.id)
+        await call(
+            "sessions",
+            self._webhooks().stub.DeleteWebhook,
+            webhooks_pb2.DeleteWebhookRequest(tenant_id=principal.tenant_id, webhook_id=found.webhook.webhook_id),
+        )
+        return empty_pb2.Empty()

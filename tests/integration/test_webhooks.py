@@ -105,7 +105,8 @@ async def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         key = tmp_path_factory.mktemp("webhooks") / "key"
         key.write_text("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")  # 32 bytes, base64
         redis_url = request.getfixturevalue("redis_url")
-        settings |= {"redis_url": redis_url, "redis_key_prefix": f"whtest{id(request)}:", "webhook_secrets_key_file": key}
+        prefix = f"whtest{id(request)}:"
+        settings |= {"redis_url": redis_url, "redis_key_prefix": prefix, "webhook_secrets_key_file": key}
     async with webhook_suite(**settings) as found:
         yield found
 

@@ -19,7 +19,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import httpx
@@ -99,6 +99,8 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._room = asyncio.Semaphore(policy.concurrency)
         self._running: set[asyncio.Task[None]] = set()
+        self._draining: set[Queue] = set()  # queues a drain of this replica is on
+        self._again: set[Queue] = set()  # of those, queues asked for since their drain began
         self._task: asyncio.Task[None] | None = None
         self._http = httpx.AsyncClient(
             follow_redirects=False,
@@ -108,7 +110,13 @@ class Dispatcher:
             trust_env=False,  # a proxy from the environment would bypass the address check
         )
 
-    def wake(self) -> None:
+    def wake(self, queues: Iterable[Queue] = ()) -> None:
+        """Send these queues now (this replica enqueued to them: no claim round), then look for more."""
+        for queue in queues:
+            if queue in self._draining:
+                self._again.add(queue)
+            elif len(self._running) < self._policy.concurrency:
+                self._spawn(queue)
         self._wake.set()
 
     def start(self) -> None:
@@ -144,20 +152,40 @@ class Dispatcher:
             return 1
         queues = await self._hooks.claim(free, self._policy.lease_s, self._clock())
         for queue in queues:
-            task = asyncio.create_task(self._drain(queue))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            if queue in self._draining:
+                self._again.add(queue)  # its drain may be past the new head: it looks once more
+            else:
+                self._spawn(queue)
         return len(queues)
 
+    def _spawn(self, queue: Queue) -> None:
+        self._draining.add(queue)
+        task = asyncio.create_task(self._drain(queue))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
     async def _drain(self, queue: Queue) -> None:
-        """Send the queue's heads one after the other while they are due."""
+        """Drain the queue; again while someone asked for it meanwhile (leaves _draining with no await between)."""
         try:
             while True:
-                got = await self._hooks.take(queue, self._holder, self._policy.lease_s, self._clock())
+                await self._send_due(queue)
+                if queue not in self._again:
+                    return
+                self._again.discard(queue)
+        finally:
+            self._draining.discard(queue)
+
+    async def _send_due(self, queue: Queue) -> None:
+        """Send the queue's heads one after the other while they are due."""
+        # A holder of its own: two drains of this replica may claim the same queue, and only one may take it.
+        holder = f"{self._holder}:{uuid.uuid4().hex[:8]}"
+        try:
+            while True:
+                got = await self._hooks.take(queue, holder, self._policy.lease_s, self._clock())
                 if not isinstance(got, Taken):
                     return
                 attempt = await self._attempt(got.delivery)
-                if not await self._hooks.settle(queue, self._holder, got.delivery, attempt):
+                if not await self._hooks.settle(queue, holder, got.delivery, attempt):
                     return
                 if not attempt.delivered and attempt.retry_at is not None:
                     return  # the store scheduled the retry

@@ -21,7 +21,7 @@ from cogmesh.common.v1 import events_pb2
 from services.kit.logging import log
 from services.sessions.model import Appended, NewEvents
 from services.sessions.store import SessionStore
-from services.sessions.webhooks.model import Delivery, Kind, kind_of
+from services.sessions.webhooks.model import Delivery, Kind, Queue, kind_of
 from services.sessions.webhooks.store import WebhookStore
 
 
@@ -43,7 +43,7 @@ class HookedSessionStore:
         store: SessionStore,
         hooks: WebhookStore,
         clock: Callable[[], float] = time.time,
-        on_enqueued: Callable[[], None] | None = None,
+        on_enqueued: Callable[[list[Queue]], None] | None = None,
     ):
         self._store, self._hooks, self._clock = store, hooks, clock
         self._on_enqueued = on_enqueued
@@ -87,7 +87,7 @@ class HookedSessionStore:
             await self._hooks.enqueue(deliveries)
             log.debug("webhook deliveries enqueued", count=len(deliveries))
             if self._on_enqueued is not None:
-                self._on_enqueued()
+                self._on_enqueued(list(dict.fromkeys(d.queue for d in deliveries)))
 
 
 def _stamped(event: events_pb2.RuntimeEvent, session_id: str, turn_id: str, seq: int) -> bytes:

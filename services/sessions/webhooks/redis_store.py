@@ -16,9 +16,9 @@ slipped in between (the queue is written before the schedule, so one of the two 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-import random
 import zlib
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
@@ -246,14 +246,14 @@ class RedisWebhookStore:
             await self._call(self._redis.zadd(self._bucket(d.queue), {self._member(d.queue): d.next_at}, nx=True))
 
     async def claim(self, limit: int, lease_s: float, now: float) -> list[Queue]:
-        claimed: list[Queue] = []
-        buckets = list(range(SCHEDULE_BUCKETS))
-        random.shuffle(buckets)  # replicas start at different buckets
-        for n in buckets:
-            if len(claimed) >= limit:
-                break
-            key = f"{self._prefix}{{wh:due:{n}}}"
-            members = await self._eval(CLAIM, [key], [f"{now:.6f}", limit - len(claimed), f"{now + lease_s:.6f}"])
+        """From every bucket at once, a share of `limit` each (a busy bucket gives the rest on the next claim)."""
+        share = -(-limit // SCHEDULE_BUCKETS)
+        args = [f"{now:.6f}", share, f"{now + lease_s:.6f}"]
+        found = await asyncio.gather(
+            *(self._eval(CLAIM, [f"{self._prefix}{{wh:due:{n}}}"], args) for n in range(SCHEDULE_BUCKETS))
+        )
+        claimed = []
+        for members in found:
             for member in members:
                 tenant_id, webhook_id, session_id = _s(member).split("\x1f")
                 claimed.append(Queue(tenant_id, webhook_id, session_id))

@@ -27,7 +27,7 @@ from services.sessions.store import SessionStore
 from services.sessions.webhooks import targets
 from services.sessions.webhooks.dispatcher import Policy
 from services.sessions.webhooks.hooked import _stamped
-from services.sessions.webhooks.model import A2APush, Delivery, Format, Kind, State, Webhook, kind_of
+from services.sessions.webhooks.model import A2APush, Delivery, Format, Kind, Queue, State, Webhook, kind_of
 from services.sessions.webhooks.secrets import Sealer
 from services.sessions.webhooks.store import WebhookStore
 
@@ -126,7 +126,7 @@ class WebhookStoreServicer(webhooks_pb2_grpc.WebhookStoreServiceServicer):
         sealer: Sealer,
         policy: Policy,
         clock: Callable[[], float] = time.time,
-        on_enqueued: Callable[[], None] | None = None,
+        on_enqueued: Callable[[list[Queue]], None] | None = None,
     ):
         self.hooks, self.sessions, self.sealer, self.policy, self.clock = hooks, sessions, sealer, policy, clock
         self.on_enqueued = on_enqueued
@@ -218,7 +218,7 @@ class WebhookStoreServicer(webhooks_pb2_grpc.WebhookStoreServiceServicer):
         if found:
             await self.hooks.enqueue(found)
             if self.on_enqueued is not None:
-                self.on_enqueued()
+                self.on_enqueued(list(dict.fromkeys(d.queue for d in found)))
 
     async def GetWebhook(self, request: webhooks_pb2.GetWebhookRequest, context: Any) -> Any:
         hook = await self.hooks.get(request.tenant_id, request.webhook_id)
@@ -269,5 +269,5 @@ class WebhookStoreServicer(webhooks_pb2_grpc.WebhookStoreServiceServicer):
     ) -> Any:
         delivery = await self.hooks.redeliver(request.tenant_id, request.delivery_id, self.clock())
         if self.on_enqueued is not None:
-            self.on_enqueued()
+            self.on_enqueued([delivery.queue])
         return webhooks_pb2.RedeliverWebhookDeliveryResponse(delivery=delivery_to_proto(delivery))
