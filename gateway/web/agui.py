@@ -119,6 +119,11 @@ TURN_STATES = {
     events_pb2.TURN_STATE_FAILED: "failed",
     events_pb2.TURN_STATE_CANCELLED: "cancelled",
 }
+TODO_STATES = {
+    events_pb2.TODO_STATUS_PENDING: "pending",
+    events_pb2.TODO_STATUS_IN_PROGRESS: "in_progress",
+    events_pb2.TODO_STATUS_COMPLETED: "completed",
+}
 
 
 def routes(channel: Callable[[], grpc.aio.Channel | None]) -> list[BaseRoute]:
@@ -452,7 +457,7 @@ class Translator:
             self.interrupt = Interrupt(
                 id=approval.interrupt_id,
                 reason="tool_approval",
-                message=approval.description or f"approve the {approval.action_name} call?",
+                message=approval.prompt or approval.description or f"approve the {approval.action_name} call?",
                 tool_call_id=approval.correlation_id or None,
                 response_schema=APPROVAL_SCHEMA,
                 metadata={
@@ -463,6 +468,8 @@ class Translator:
                         "allowedDecisions": [
                             DECISION_NAMES[d] for d in approval.allowed_decisions if d in DECISION_NAMES
                         ],
+                        "description": approval.description,
+                        "defaults": json_format.MessageToDict(approval.defaults),
                     }
                 },
             )
@@ -489,6 +496,16 @@ class Translator:
             counts[0] += usage.input_tokens
             counts[1] += usage.output_tokens
             return []
+        if kind == "plan" and not event.agent:  # the session agent's todo list is shared state
+            plan = event.plan
+            items = [
+                {"id": i.id, "content": i.content, "status": TODO_STATES.get(i.status, "pending")} for i in plan.items
+            ]
+            patch = [{"op": "add", "path": "/plan", "value": {"version": plan.version, "items": items}}]
+            return [StateDeltaEvent(delta=patch, timestamp=at)]
+        if kind == "handoff":  # the agent that answers changes; the CUSTOM event says who handed over and why
+            patch = [{"op": "replace", "path": "/agent", "value": event.handoff.to_agent}]
+            return [StateDeltaEvent(delta=patch, timestamp=at), self.custom(event, kind, tag, at)]
         if kind == "final":
             return self.finish(event, at)
         if kind == "error":

@@ -4,6 +4,7 @@ a handoff, the live todo list and a completed step; and the answer an empty line
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from google.protobuf import struct_pb2
 from rich.console import Console
@@ -21,7 +22,7 @@ def shown(*events: events_pb2.RuntimeEvent) -> list[str]:
     return out.getvalue().splitlines()
 
 
-def struct(**values: object) -> struct_pb2.Struct:
+def struct(**values: Any) -> struct_pb2.Struct:
     made = struct_pb2.Struct()
     made.update(values)
     return made

@@ -8,7 +8,8 @@ through `TurnReader`, which maps each cogmesh event one way to a protocol-neutra
     approval_required, user_input_requested -> Text (what is asked) + Interrupt  (the turn pauses)
     usage                                   -> Usage
     final / error / paused status           -> End
-    anything else (statuses, cogmesh's own tool calls, notices, delegation, a subagent's text): nothing
+    anything else (statuses, cogmesh's own tool calls, notices, delegation, handoffs, plans, decisions,
+    a subagent's text): nothing
 
 The ids handed out carry what they name, so no store is needed and any edge replica answers:
 a response (or completion) id names the session, the turn and the seq before its first event; a
@@ -410,8 +411,9 @@ def _struct(value: struct_pb2.Struct) -> dict[str, Any]:
 def approval_text(event: events_pb2.ApprovalRequired) -> str:
     arguments = json.dumps(_struct(event.arguments), ensure_ascii=False)
     why = f" ({event.description})" if event.description else ""
+    asked = f"{event.prompt}\n" if event.prompt else ""  # the agent's approval prompt, for the reviewer
     return (
-        f"Approval needed: the agent wants to run {event.action_name} with {arguments}{why}. "
+        f"{asked}Approval needed: the agent wants to run {event.action_name} with {arguments}{why}. "
         'Answer "approve", "reject" (or "reject: <reason>"), or "edit: <arguments as JSON>".'
     )
 
@@ -425,6 +427,8 @@ def interrupt_details(event: events_pb2.RuntimeEvent) -> dict[str, Any]:
             "tool": approval.action_name,
             "arguments": _struct(approval.arguments),
             "description": approval.description,
+            "prompt": approval.prompt,
+            "defaults": _struct(approval.defaults),
             "allowed_decisions": [_DECISIONS[d] for d in approval.allowed_decisions if d in _DECISIONS],
             "answer": 'the next user message in this session: "approve", "reject" / "reject: <reason>", '
             'or "edit: <arguments as JSON>"',
