@@ -276,7 +276,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def _check_client_tools(self, tenant: str, request: gateway_pb2.SendMessageRequest, prefix: str) -> None:
         session = await self._session(tenant, request.session_id)
         try:
-            agent = self.agents.get(session.agent)
+            agent = self.agents.get(session.active_agent or session.agent)  # a handoff's agent answers
         except UnknownAgentError:
             return  # the runtime refuses the turn of an agent gone from the registry, naming it
         problems = Violations()

@@ -60,12 +60,14 @@ from services.runtime.providers.registry import ProviderRegistry, ProviderUnavai
 from services.runtime.structured import RESPOND_TOOL, OutputSpec
 from services.runtime.tools.base import Tool, ToolContext, answered_outside
 from services.runtime.tools.catalog import ToolCatalog
+from services.runtime.tools.handoff import BACK_TOOL, TRANSFER_TOOL, back_tool, handoff_event, transfer_tool
 from services.runtime.tools.memory_tools import memory_tool_names, recall, tools_for_agent
+from services.runtime.tools.todo import TODO_TOOL, Plan, planning_prompt, todo_tool
 from services.runtime.turn import ModelChoice, ModelInfo, ResumePoint, Turn, approvals_matcher, interrupt_matcher
 
 HISTORY_MESSAGES = turn_options.HISTORY_MESSAGES
 # Names of the runtime's own tools, which a client-side tool may not take.
-RESERVED_TOOLS = frozenset({TASK_TOOL, RESPOND_TOOL, GET_TOOL_RESPONSE.name})
+RESERVED_TOOLS = frozenset({TASK_TOOL, RESPOND_TOOL, GET_TOOL_RESPONSE.name, TRANSFER_TOOL, BACK_TOOL, TODO_TOOL})
 
 
 @dataclass
@@ -256,6 +258,33 @@ class TurnBuilder:
                 found.append(sub)
         return found
 
+    def _handoff_targets(self, agent: AgentDefinition) -> list[AgentDefinition]:
+        found = []
+        for name in agent.handoffs:
+            try:
+                target = self.agents.get(name)
+            except UnknownAgentError:
+                continue  # reported when the agents folder loaded
+            if target.is_primary:
+                found.append(target)
+        return found
+
+    def _answering(self, session: Any) -> tuple[AgentDefinition, list[events_pb2.RuntimeEvent]]:
+        """The agent that answers the session now (a handoff's, else its own), and the events of a hand-back
+        when the agent it was handed to is gone from the registry or may no longer own a session."""
+        if session.active_agent and session.active_agent != session.agent:
+            try:
+                active = self.agents.get(session.active_agent)
+            except UnknownAgentError:
+                why = f"agent {session.active_agent!r} is no longer defined"
+            else:
+                if active.is_primary:
+                    return active, []
+                why = f"agent {session.active_agent!r} has mode {active.mode!r}"
+            back = handoff_event(session.active_agent, session.agent, f"{why}: the session's own agent answers")
+            return self.agent(session.agent), [back]
+        return self.agent(session.agent), []
+
     async def _tools_for(self, agent: AgentDefinition, skills: Sequence[str]) -> tuple[dict[str, Tool], list[str]]:
         """The catalogue's tools for the agent, plus the memory tools it lists (bound to its definition)."""
         own = memory_tool_names(agent)
@@ -370,7 +399,7 @@ class TurnBuilder:
                 reason=errors_pb2.ERROR_REASON_TURN_IN_PROGRESS,
                 metadata={"interrupt_id": waiting},
             )
-        agent = self.agent(session.agent)
+        agent, handed_back = self._answering(session)
         if not agent.is_primary:
             raise FailedPrecondition(
                 f"agent {agent.name!r} has mode {agent.mode!r}: only another agent can delegate to it",
@@ -418,8 +447,11 @@ class TurnBuilder:
         )
         resolved, fallbacks, (history, summary_text, covered), (built, recalled, recall_problem), rest = gathered
         tools, problems, begin = rest
-        events = list(begin.events)
+        events = [*handed_back, *begin.events]
+        plan = Plan.from_proto(state.plan)
         if begin.HasField("command"):
+            if begin.command.effect.reset:  # /reset: the session's own agent and an empty todo list too
+                events += _reset_events(session, agent, plan)
             return CommandTurn(begin.command, agent, model_name, runtime_config, session.message_count, events)
         if begin.blocked:
             return BlockedTurn(begin.block_reason or "the message was refused by a hook", events)
@@ -463,7 +495,12 @@ class TurnBuilder:
             # The snapshots the turn was decided with ("" where the service was asked instead).
             "model_catalog": self.models.version,
             "policy": policy_version(self.clients, request.turn_id),
+            "session_agent": session.agent,  # whom transfer_back hands the session to
         }
+        system_prompt = built.system_prompt
+        if agent.todo_list:  # the list the turn starts from; manage_todo_list keeps it here as it changes
+            meta["plan"] = plan.to_json()
+            system_prompt = f"{system_prompt}\n\n{planning_prompt(plan)}"
         if recalled:  # a prompt rebuilt later in the turn (compaction) keeps the same memories
             meta["recalled_memories"] = [list(pair) for pair in recalled]
         turn = self._turn(
@@ -477,7 +514,7 @@ class TurnBuilder:
             request.lease_token,
             resolved.context_window,
             session_cost=self.session_costs.tracker(session_id, seed),
-            system_prompt=built.system_prompt,
+            system_prompt=system_prompt,
             history=history,
             user_text=request.content,
             limits=merge_limits(agent, request.limits),
@@ -510,6 +547,7 @@ class TurnBuilder:
         subagents = self._subagents(agent)
         if subagents:
             tools[TASK_TOOL] = task_tool(subagents)
+        tools |= self._session_tools(agent, meta)
         scope = policy_pb2.Scope(
             tenant_id=tenant,
             session_id=session_id,
@@ -554,6 +592,19 @@ class TurnBuilder:
             **self._archive(agent, tenant, session_id),
             **fields,
         )
+
+    def _session_tools(self, agent: AgentDefinition, meta: Mapping[str, Any]) -> dict[str, Tool]:
+        """The tools the loop answers from the session's state: the todo list, and handing the session on or back."""
+        tools: dict[str, Tool] = {}
+        if agent.todo_list and "plan" in meta:
+            tools[TODO_TOOL] = todo_tool()
+        targets = self._handoff_targets(agent)
+        if targets:
+            tools[TRANSFER_TOOL] = transfer_tool(targets)
+        owner = str(meta.get("session_agent", ""))
+        if owner and owner != agent.name:
+            tools[BACK_TOOL] = back_tool(owner)
+        return tools
 
     # ------------------------------------------------------------------ a resumed turn
 
@@ -735,3 +786,14 @@ class TurnBuilder:
             "archive_result": result_archiver(self.clients, tenant, session_id),
             "archive_tool": archive_tool(self.clients, tenant, session_id, limit),
         }
+
+
+def _reset_events(session: Any, agent: AgentDefinition, plan: Plan) -> list[events_pb2.RuntimeEvent]:
+    """What /reset changes besides the history, as events the log applies to the session: the session goes
+    back to its own agent, and its todo list is emptied (one version more)."""
+    events = []
+    if agent.name != session.agent:
+        events.append(handoff_event(agent.name, session.agent, "/reset"))
+    if plan.items:
+        events.append(events_pb2.RuntimeEvent(plan=Plan((), plan.version + 1).to_proto()))
+    return events

@@ -24,6 +24,7 @@ from services.runtime.steps.call import invoke, post_act
 from services.runtime.steps.decide import NOT_RUN_BUDGET
 from services.runtime.steps.delegate import delegate
 from services.runtime.steps.finish import finish
+from services.runtime.steps.session import session_call
 from services.runtime.steps.state import SEQUENTIAL, CallState, Run, notice
 
 TOOL_LIMIT_NOTICE = (
@@ -53,7 +54,13 @@ async def act(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:
         await run.record(journal_kinds.TOOL, "act")
     for item in run.items:
         if item.state in SEQUENTIAL:
-            answered = delegate(run, item) if item.state == "delegate" else settle(run, item)
+            answered = (
+                delegate(run, item)
+                if item.state == "delegate"
+                else session_call(run, item)
+                if item.state == "session"
+                else settle(run, item)
+            )
             async for out in answered:
                 yield out
             if run.paused is not None:

@@ -40,8 +40,9 @@ from services.runtime.turn import ModelChoice, Turn
 SNAPSHOT_VERSION = 1
 SUMMARY_CHARS = 200
 # Call states: "check" (before the policy), "answered" (result known, not run), "run" (to run now),
-# "approval" / "ask_user" / "client" (waiting for an answer), "delegate" (a subagent's task), "done".
-SEQUENTIAL = ("approval", "ask_user", "client", "delegate")
+# "approval" / "ask_user" / "client" (waiting for an answer), "delegate" (a subagent's task),
+# "session" (a handoff or the todo list, answered from the session's state), "done".
+SEQUENTIAL = ("approval", "ask_user", "client", "delegate", "session")
 WAITING_FOR = {"approval": "approval", "ask_user": "user input", "client": "a client tool result"}
 NOTHING = Intercept()
 

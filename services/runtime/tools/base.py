@@ -20,8 +20,9 @@ from services.runtime.tools.retry import DEFAULT_BACKOFF, Backoff
 ToolSource: TypeAlias = Literal["builtin", "mcp", "remote", "client", "internal"]
 # How the loop treats a call: "run" runs the tool; the others pause the turn for
 # an answer from outside ("ask_user": the user's answer, "client": the caller's
-# own tool) or hand the task to a subagent ("delegate").
-ToolHandling: TypeAlias = Literal["run", "ask_user", "client", "delegate"]
+# own tool) or hand the task to a subagent ("delegate"); "session" calls (a handoff, the todo
+# list) the loop answers from the session's state (steps/session.py).
+ToolHandling: TypeAlias = Literal["run", "ask_user", "client", "delegate", "session"]
 MCP_PREFIX = "mcp__"
 
 
