@@ -5,7 +5,7 @@
 //   node console.mjs <console url> <artifacts dir>
 //
 // Scenarios: the agent picker as first shown; a scope refused, then a calculator turn in a scoped session streamed live,
-// then a notice; an approval on the `careful` agent; a reload in the middle of a long streaming reply; a turn cancelled
+// then a notice; an approval on the `careful` agent and its decision; one with the agent's prompt and suggested answer; a reload in the middle of a long streaming reply; a turn cancelled
 // mid-stream; a turn a guardrail fails. Each turn's card is checked for the question that started it. Every wait is for a condition on the page, bounded by
 // STEP_MS so a broken console fails instead of hanging.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -133,8 +133,25 @@ try {
     answer: await page.textContent(".assistant"),
     answered: await page.$eval("[data-kind=approvalRequired]", (el) => el.classList.contains("answered")),
     waitBars: await page.$$eval(".timeline rect[data-row=wait]", (rects) => rects.length),
+    decided: await page.textContent("[data-kind=approvalDecided]"),
   };
   await page.screenshot({ path: join(artifacts, "console-approval.png"), fullPage: true });
+
+  // 2b. An agent whose approvals give the reviewer a prompt and a suggested answer: take the suggestion.
+  const reviewed = await newSession(page, "reviewed");
+  await send(page, "What is 7 * 6?");
+  const asked = "[data-kind=approvalRequired]";
+  await page.waitForSelector(`${asked} .prompt`, { timeout: STEP_MS });
+  result.reviewed = {
+    session: reviewed,
+    prompt: await page.textContent(`${asked} .prompt`),
+    suggested: await page.$eval(`${asked} button[data-suggested]`, (b) => b.getAttribute("data-decision")),
+    reason: await page.$eval(`${asked} input[aria-label=reason]`, (input) => input.value),
+  };
+  await page.click(`${asked} button[data-suggested]`, { timeout: STEP_MS });
+  await page.waitForSelector("[data-kind=final]", { timeout: STEP_MS });
+  result.reviewed.decided = await page.textContent("[data-kind=approvalDecided]");
+  result.reviewed.rendered = await renderedSeqs(page);
 
   // 3. Reload in the middle of a long streaming reply: the page shows what it had, then resumes.
   const long = await newSession(page, "default");

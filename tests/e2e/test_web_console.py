@@ -25,6 +25,17 @@ CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 DRIVER = ROOT / "tests" / "browser" / "console.mjs"
 CONSOLE = ROOT / "gateway" / "web" / "console" / "dist" / "index.html"
 ARTIFACTS = ROOT / "tests" / "artifacts"
+REVIEWED_AGENT = """
+name: reviewed
+description: computes once a reviewer approves
+prompts_dir: default
+model: local
+tools: [calculator]
+interrupt_on: {calculator: true}
+approvals:
+  calculator: {prompt: "Compute {expression} for the report?", defaults: {decision: reject, comment: not needed}}
+default_role: assistant
+"""
 
 
 def missing_prerequisite() -> str | None:
@@ -55,6 +66,11 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         )
     )
     env["COGMESH_POLICY_DIR"] = str(policy)
+    # The shipped agents plus one whose approvals carry a reviewer's prompt and suggested answer.
+    agents = tmp_path_factory.mktemp("agents")
+    shutil.copytree(ROOT / "services" / "defaults" / "agents", agents, dirs_exist_ok=True)
+    (agents / "reviewed.yaml").write_text(REVIEWED_AGENT)
+    env["COGMESH_AGENTS_DIR"] = str(agents)
     env.pop("COGMESH_API_KEYS_FILE", None)  # dev mode: the console needs no key
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(
@@ -138,6 +154,13 @@ def test_the_console_in_chromium(up: Up, capsys: pytest.CaptureFixture[str]) -> 
     assert approval["rendered"] == [e.seq for e in replay(up, approval["session"])]
     assert approval["answer"] == "12 * 12 = 144." and approval["answered"]
     assert approval["waitBars"] >= 1  # the wait for the human is on the timeline
+    assert approval["decided"].startswith("✔ approved calculator")  # approval_decided, from the log
+    # The agent's approvals: the prompt with the call's arguments, the suggested answer pre-filled and taken.
+    reviewed = seen["reviewed"]
+    assert reviewed["prompt"] == "Compute 7 * 6 for the report?"
+    assert (reviewed["suggested"], reviewed["reason"]) == ("reject", "not needed")
+    assert reviewed["decided"] == "✔ rejected calculator by dev: not needed"  # dev mode's principal
+    assert reviewed["rendered"] == [e.seq for e in replay(up, reviewed["session"])]
 
     # 3. Reloaded mid-turn: no event twice, none missing, and Subscribe resumed after the last seq shown.
     reload = seen["reload"]

@@ -7,6 +7,7 @@ import {
   ApprovalDecision,
   CogmeshError,
   ErrorKind,
+  TodoStatus,
   TurnState,
   type CogmeshClientBase,
   type JsonObject,
@@ -35,6 +36,16 @@ function h<K extends keyof HTMLElementTagNameMap>(
 }
 
 const json = (value: unknown) => JSON.stringify(value, null, 2);
+const DECIDED: Record<number, string> = {
+  [ApprovalDecision.APPROVE]: "approved",
+  [ApprovalDecision.EDIT]: "approved with edits",
+  [ApprovalDecision.REJECT]: "rejected",
+};
+const TODO_MARKS: Record<number, string> = {
+  [TodoStatus.PENDING]: "pending",
+  [TodoStatus.IN_PROGRESS]: "in_progress",
+  [TodoStatus.COMPLETED]: "completed",
+};
 const enumName = (names: Record<number, string>, value: number) => (names[value] ?? String(value)).toLowerCase();
 
 /** Read a stream to its end for its errors; its events reach the page through Subscribe. */
@@ -49,6 +60,7 @@ class TurnCard {
   private readonly timeline: HTMLElement;
   private readonly events: RuntimeEvent[] = [];
   private assistant: HTMLElement | undefined;
+  private plan: HTMLElement | undefined; // the agent's todo list, redrawn in place as it changes
   private readonly asks = new Map<string, HTMLElement>();
   private ended = false;
   private drawPending = false;
@@ -171,6 +183,39 @@ class TurnCard {
       case "delegation":
         line("status", `⇢ ${p.value.fromAgent} → ${p.value.toAgent}: ${p.value.task}`);
         break;
+      case "approvalDecided": {
+        const v = p.value;
+        line(
+          `decided ${enumName(ApprovalDecision, v.decision)}`,
+          `✔ ${DECIDED[v.decision] ?? "decided"} `,
+          h("span", { class: "name" }, v.actionName),
+          v.principal ? ` by ${v.principal}` : "",
+          v.editedArguments ? ` with ${JSON.stringify(v.editedArguments)}` : "",
+          v.comment ? `: ${v.comment}` : "",
+        );
+        break;
+      }
+      case "handoff":
+        line(
+          "handoff",
+          `⇄ handed over ${p.value.fromAgent} → `,
+          h("strong", {}, p.value.toAgent),
+          p.value.reason ? `: ${p.value.reason}` : "",
+        );
+        break;
+      case "plan": {
+        const items = p.value.items.map((item) =>
+          h("li", { "data-status": TODO_MARKS[item.status] ?? "pending" }, item.content),
+        );
+        const drawn = [h("div", { class: "plan-head" }, `plan v${p.value.version}`), h("ol", {}, ...items)];
+        if (this.plan) this.plan.replaceChildren(...drawn);
+        else this.plan = line("plan", ...drawn);
+        this.plan.dataset.version = p.value.version.toString();
+        break;
+      }
+      case "stepComplete":
+        line("step", `✓ step ${p.value.stepNumber}/${p.value.totalSteps}: ${p.value.description}`);
+        break;
       case "final": {
         const m = p.value.metrics;
         const user = p.value.newMessages.find((message) => message.role === 1 /* ROLE_USER */);
@@ -233,6 +278,8 @@ class TurnCard {
       allowedDecisions: ApprovalDecision[];
       interruptId: string;
       description: string;
+      prompt: string;
+      defaults?: JsonObject;
     },
   ): (Node | string)[] {
     const allowed = new Set(
@@ -242,6 +289,9 @@ class TurnCard {
     const edited = h("textarea", { rows: "3", "aria-label": "edited arguments" });
     edited.value = json(ask.arguments ?? {});
     const reason = h("input", { placeholder: "reason (optional)", "aria-label": "reason" });
+    // The agent's approval_defaults pre-fill the form: the suggested decision is marked, its comment filled in.
+    const suggested = typeof ask.defaults?.decision === "string" ? ask.defaults.decision.toLowerCase() : "";
+    if (typeof ask.defaults?.comment === "string") reason.value = ask.defaults.comment;
     const decide = (decision: "approve" | "edit" | "reject") => {
       let editedArguments: JsonObject | undefined;
       if (decision === "edit") {
@@ -258,6 +308,7 @@ class TurnCard {
     };
     const button = (label: string, decision: "approve" | "edit" | "reject", cls = "") => {
       const b = h("button", { type: "button", class: cls, "data-decision": decision }, label);
+      if (decision === suggested) b.dataset.suggested = "true";
       b.addEventListener("click", () => decide(decision));
       buttons.append(b);
     };
@@ -275,6 +326,7 @@ class TurnCard {
         h("strong", {}, ask.actionName),
         ask.description ? ` — ${ask.description}` : "",
       ),
+      ask.prompt ? h("div", { class: "prompt" }, ask.prompt) : "",
       allowed.has(ApprovalDecision.EDIT) ? edited : h("pre", {}, json(ask.arguments ?? {})),
       buttons,
     ];
