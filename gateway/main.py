@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
-from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc, webhooks_pb2, webhooks_pb2_grpc
 from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from gateway import auth
 from gateway.a2a.servicer import A2AServicer
@@ -17,6 +17,7 @@ from gateway.limits import TenantLimits
 from gateway.memory import GatewayMemoryServicer
 from gateway.remote_event_log import RemoteEventLog
 from gateway.servicer import GatewayServicer
+from gateway.webhooks.servicer import GatewayWebhookServicer
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.event_log import EventLogReader
@@ -110,6 +111,7 @@ async def build(settings: Settings, clients: Clients) -> App:
             mount(servicer, gateway_pb2, gateway_pb2_grpc, "GatewayService"),
             mount(a2a, a2a_pb2, a2a_pb2_grpc, "A2AService"),
             mount(GatewayMemoryServicer(clients), memory_pb2, memory_pb2_grpc, "MemoryService"),
+            mount(GatewayWebhookServicer(clients, guard), webhooks_pb2, webhooks_pb2_grpc, "WebhookService"),
         ],
         on_close=on_close,
         on_drained=[servicer.hand_off_subscribers],

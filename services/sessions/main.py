@@ -6,7 +6,7 @@ store that every replica shares; without it sessions live in this process's memo
 
 from __future__ import annotations
 
-from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
+from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc, webhooks_pb2, webhooks_pb2_grpc
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
@@ -17,6 +17,7 @@ from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.servicer import SessionsServicer
 from services.sessions.store import MemorySessionStore, SessionStore
+from services.sessions.webhooks import open_webhooks
 
 
 async def open_store(settings: Settings) -> SessionStore:
@@ -48,11 +49,15 @@ async def open_store(settings: Settings) -> SessionStore:
 
 async def build(settings: Settings, clients: Clients) -> App:
     store = await open_store(settings)
-    servicer = SessionsServicer(store)
+    webhooks = open_webhooks(settings, store)  # every outcome it logs is enqueued for webhooks
+    servicer = SessionsServicer(webhooks.sessions)
     return App(
         "sessions",
-        [mount(servicer, sessions_pb2, sessions_pb2_grpc, "SessionsService")],
-        on_close=[store.close],
+        [
+            mount(servicer, sessions_pb2, sessions_pb2_grpc, "SessionsService"),
+            mount(webhooks.servicer, webhooks_pb2, webhooks_pb2_grpc, "WebhookStoreService"),
+        ],
+        on_close=[webhooks.close, store.close],
         on_drained=[servicer.drain],
     )
 
