@@ -19,6 +19,8 @@ PROTECTED_PREFIXES = (
     "/cogmesh.gateway.v1.GatewayService/",
     "/lf.a2a.v1.A2AService/",
     "/cogmesh.memory.v1.MemoryService/",
+    "/cogmesh.gateway.v1.ScheduleService/",
+    "/cogmesh.gateway.v1.WebhookService/",
 )
 
 

@@ -12,7 +12,7 @@ API (CONNECT_PROTOS) also gets <file>_connect.py from protoc-gen-connectrpc (Goo
 messages): the Connect and gRPC-Web service the browser edge (gateway/web) serves.
 
 Public and internal: the clients ship only the public protos (PUBLIC_PROTOS: common, the
-gateway, ToolService, HookService), which import nothing else; the services' own APIs
+gateway's services, ToolService, HookService), which import nothing else; the services' own APIs
 (sessions, runtime, policy, ...) are internal. Python is generated for every proto, because
 the servers import the internal stubs from the same `cogmesh` package in this tree, and the
 cogmesh-client wheel leaves the internal modules out (clients/python/setup.py reads
@@ -48,7 +48,7 @@ CONNECT_PROTOS = ["cogmesh/gateway/v1/gateway.proto"]
 # tools/buf_breaking.sh, which list the same files.
 PUBLIC_PROTOS = [
     "cogmesh/common/v1/*.proto",
-    "cogmesh/gateway/v1/gateway.proto",
+    "cogmesh/gateway/v1/*.proto",
     "cogmesh/policy/v1/hooks.proto",
     "cogmesh/tools/v1/tools.proto",
 ]

@@ -16,10 +16,8 @@ from cogmesh.sessions.v1 import sessions_pb2
 from cogmesh.sessions.v1 import webhooks_pb2 as store_pb2
 from cogmesh.sessions.v1 import webhooks_pb2_grpc as store_pb2_grpc
 from gateway import auth
-from gateway.guard import GatewayGuard
 from services.kit.clients import Clients, call
 from services.kit.errors import InvalidArgument, NotFound
-from services.kit.logging import bind_request
 from services.sessions.webhooks.model import parse_delivery_id
 
 
@@ -57,20 +55,12 @@ class WebhookStore:
 
 
 class GatewayWebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
-    def __init__(self, clients: Clients, guard: GatewayGuard):
+    def __init__(self, clients: Clients):
         self.store = WebhookStore(clients)
-        self.guard = guard
 
     def _caller(self, context: Any) -> auth.Principal:
-        """The principal the gateway's guard admitted; the guard admits this service's calls here until its
-        PROTECTED_PREFIXES lists WebhookService (then the principal is already set, and used as is)."""
-        principal = auth.current.get(None)
-        if principal is None:
-            principal = self.guard.authenticator.authenticate(tuple(context.invocation_metadata() or ()))
-            self.guard.limits.admit(principal.tenant_id)
-            auth.current.set(principal)
-            bind_request(tenant=principal.tenant_id)
-        return principal
+        """The principal the gateway's guard admitted (gateway/guard.py PROTECTED_PREFIXES)."""
+        return auth.current.get()
 
     async def CreateWebhook(self, request: webhooks_pb2.CreateWebhookRequest, context: Any) -> Any:
         principal = self._caller(context)

@@ -209,7 +209,7 @@ async def test_the_agent_card_lists_exposed_agents_and_the_grpc_interface(suite:
         "GRPC",
         "1.0",
     )
-    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert card.capabilities.streaming and card.capabilities.push_notifications
     assert sorted(s.id for s in card.skills) == ["careful", "default"]  # planner is not exposed
     default = next(s for s in card.skills if s.id == "default")
     assert "calculator" in default.tags and default.description
@@ -382,7 +382,7 @@ def _file_message() -> a2a_pb2.SendMessageRequest:
 
 def _push_message() -> a2a_pb2.SendMessageRequest:
     request = user_message("hi")
-    request.configuration.task_push_notification_config.url = "https://example.com/hook"
+    request.configuration.task_push_notification_config.token = "no url"  # a push config needs its url
     return request
 
 
@@ -424,7 +424,13 @@ BAD_SENDS: list[tuple[str, a2a_pb2.SendMessageRequest, grpc.StatusCode, str, lis
     ),
     ("file part", _file_message(), grpc.StatusCode.INVALID_ARGUMENT, "CONTENT_TYPE_NOT_SUPPORTED", []),
     ("output modes", _modes_message(), grpc.StatusCode.INVALID_ARGUMENT, "CONTENT_TYPE_NOT_SUPPORTED", []),
-    ("push config", _push_message(), grpc.StatusCode.FAILED_PRECONDITION, "PUSH_NOTIFICATION_NOT_SUPPORTED", []),
+    (
+        "push config without url",
+        _push_message(),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_PARAMS",
+        ["configuration.task_push_notification_config.url"],
+    ),
     (
         "unknown task",
         user_message("hi", task_id="not-a-task"),
@@ -486,8 +492,8 @@ async def test_other_bad_requests_get_the_a2a_status(raw: a2a_pb2_grpc.A2AServic
     )
     push = a2a_pb2.TaskPushNotificationConfig(task_id="t", url="https://example.com")
     assert await status_of(raw.CreateTaskPushNotificationConfig(push, metadata=md, timeout=5)) == (
-        grpc.StatusCode.FAILED_PRECONDITION,
-        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        grpc.StatusCode.NOT_FOUND,
+        "TASK_NOT_FOUND",
         [],
     )
     old = acme_md(**{"a2a-version": "0.3"})
