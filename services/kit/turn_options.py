@@ -46,9 +46,12 @@ LIMIT_FIELDS = (
     "max_wall_clock_ms",
 )
 # The runtime's own tools, which it may offer whatever the agent lists: delegation's "task",
-# structured output's "final_response", archived results' "get_tool_response" (the runtime's
+# structured output's "final_response", archived results' "get_tool_response", handoffs'
+# "transfer_to_agent" and "transfer_back", the todo list's "manage_todo_list" (the runtime's
 # RESERVED_TOOLS in services/runtime/assembly.py; tests/unit/test_client_tool_clashes.py keeps them equal).
-RUNTIME_TOOLS = frozenset({"task", "final_response", "get_tool_response"})
+RUNTIME_TOOLS = frozenset(
+    {"task", "final_response", "get_tool_response", "transfer_to_agent", "transfer_back", "manage_todo_list"}
+)
 _CHECKED_SCHEMAS = 256  # valid schemas remembered by content: a client sends the same ones turn after turn
 
 
