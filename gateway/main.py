@@ -7,7 +7,14 @@ from collections.abc import Awaitable, Callable
 
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
-from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc, webhooks_pb2, webhooks_pb2_grpc
+from cogmesh.gateway.v1 import (
+    gateway_pb2,
+    gateway_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
+    webhooks_pb2,
+    webhooks_pb2_grpc,
+)
 from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from gateway import auth
 from gateway.a2a.servicer import A2AServicer
@@ -16,6 +23,8 @@ from gateway.guard import GatewayGuard
 from gateway.limits import TenantLimits
 from gateway.memory import GatewayMemoryServicer
 from gateway.remote_event_log import RemoteEventLog
+from gateway.schedules.scheduler import Scheduler
+from gateway.schedules.servicer import ScheduleServicer
 from gateway.servicer import GatewayServicer
 from gateway.webhooks.servicer import GatewayWebhookServicer
 from services.kit.clients import Clients
@@ -105,16 +114,20 @@ async def build(settings: Settings, clients: Clients) -> App:
         card_url=a2a_url(settings),
     )
     on_close: list[Callable[[], Awaitable[None]]] = [servicer.turns.close, events.close, catalogue.close]
+    # Every replica runs a scheduler: each tick is claimed by one of them (gateway/schedules).
+    scheduler = Scheduler(settings, clients, agents, events, servicer.turns)
     app = App(
         "gateway",
         [
             mount(servicer, gateway_pb2, gateway_pb2_grpc, "GatewayService"),
             mount(a2a, a2a_pb2, a2a_pb2_grpc, "A2AService"),
             mount(GatewayMemoryServicer(clients), memory_pb2, memory_pb2_grpc, "MemoryService"),
-            mount(GatewayWebhookServicer(clients, guard), webhooks_pb2, webhooks_pb2_grpc, "WebhookService"),
+            mount(ScheduleServicer(scheduler), schedules_pb2, schedules_pb2_grpc, "ScheduleService"),
+            mount(GatewayWebhookServicer(clients), webhooks_pb2, webhooks_pb2_grpc, "WebhookService"),
         ],
         on_close=on_close,
-        on_drained=[servicer.hand_off_subscribers],
+        on_drained=[servicer.hand_off_subscribers, scheduler.stop],
+        on_serving=[lambda _address: scheduler.start()],
         interceptors=[guard],
         public=True,
     )

@@ -4,8 +4,8 @@ Thin: checks the request (every problem named by its field), writes the schedule
 sessions service's schedule store, and leaves the ticks to the scheduler (scheduler.py).
 A key that pins scope values sees only the schedules whose scope holds them, as for sessions.
 
-Every call is authenticated and rate-limited as GatewayService's are: by the gateway's guard
-when it lists this service, else here, with the same guard, before anything else.
+Every call is authenticated and rate-limited as GatewayService's are, by the gateway's guard
+(gateway/guard.py PROTECTED_PREFIXES).
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ from cogmesh.gateway.v1 import schedules_pb2_grpc
 from cogmesh.sessions.v1 import schedules_pb2 as store_pb
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
-from gateway.guard import GatewayGuard
 from gateway.schedules import timing
 from gateway.schedules.scheduler import Scheduler, ms, run_to_api, schedule_to_api, spec_of
 from services.kit import scope as scopes
 from services.kit.agents import UnknownAgentError
 from services.kit.clients import call
 from services.kit.errors import NotFound, Unavailable, Violations, from_dependency
-from services.kit.logging import bind_request
 
 MAX_ID = 256
 MAX_MESSAGE = 100_000  # as SendMessage's content
@@ -43,18 +41,9 @@ def _not_found(schedule_id: str) -> NotFound:
 
 
 class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
-    def __init__(self, scheduler: Scheduler, guard: GatewayGuard):
-        self.scheduler, self.guard = scheduler, guard
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
         self.clients, self.agents = scheduler.clients, scheduler.agents
-
-    def _enter(self, context: Any) -> None:
-        """Authenticate and admit the caller, unless the guard did (gateway/guard.py PROTECTED_PREFIXES)."""
-        if auth.current.get(None) is not None:
-            return
-        principal = self.guard.authenticator.authenticate(tuple(context.invocation_metadata() or ()))
-        self.guard.limits.admit(principal.tenant_id)
-        auth.current.set(principal)
-        bind_request(tenant=principal.tenant_id)
 
     @property
     def store(self) -> Any:
@@ -165,7 +154,6 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         return str(created.session.session_id)
 
     async def CreateSchedule(self, request: api.CreateScheduleRequest, context: Any) -> api.CreateScheduleResponse:
-        self._enter(context)
         now = self.scheduler.clock()
         spec = api.ScheduleSpec()
         spec.CopyFrom(request.spec)
@@ -190,11 +178,9 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
     # ------------------------------------------------------------------ read
 
     async def GetSchedule(self, request: api.GetScheduleRequest, context: Any) -> api.GetScheduleResponse:
-        self._enter(context)
         return api.GetScheduleResponse(schedule=schedule_to_api(await self._get(request.schedule_id)))
 
     async def ListSchedules(self, request: api.ListSchedulesRequest, context: Any) -> api.ListSchedulesResponse:
-        self._enter(context)
         problems = Violations()
         problems.check(0 <= request.page_size <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
         problems.raise_if_any()
@@ -215,7 +201,6 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
     async def ListScheduleRuns(
         self, request: api.ListScheduleRunsRequest, context: Any
     ) -> api.ListScheduleRunsResponse:
-        self._enter(context)
         problems = Violations()
         problems.check(0 <= request.page_size <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
         problems.raise_if_any()
@@ -237,7 +222,6 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
     # ------------------------------------------------------------------ change
 
     async def PauseSchedule(self, request: api.PauseScheduleRequest, context: Any) -> api.PauseScheduleResponse:
-        self._enter(context)
 
         def pause(schedule: store_pb.StoredSchedule) -> None:
             schedule.paused = True
@@ -245,7 +229,6 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         return api.PauseScheduleResponse(schedule=schedule_to_api(await self._update(request.schedule_id, pause)))
 
     async def ResumeSchedule(self, request: api.ResumeScheduleRequest, context: Any) -> api.ResumeScheduleResponse:
-        self._enter(context)
         now = self.scheduler.clock()
 
         def resume(schedule: store_pb.StoredSchedule) -> None:
@@ -257,7 +240,6 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         return api.ResumeScheduleResponse(schedule=schedule_to_api(await self._update(request.schedule_id, resume)))
 
     async def DeleteSchedule(self, request: api.DeleteScheduleRequest, context: Any) -> api.DeleteScheduleResponse:
-        self._enter(context)
         try:
             schedule = await self._get(request.schedule_id)
         except NotFound:
@@ -270,6 +252,5 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         return api.DeleteScheduleResponse(deleted=reply.deleted)
 
     async def TriggerSchedule(self, request: api.TriggerScheduleRequest, context: Any) -> api.TriggerScheduleResponse:
-        self._enter(context)
         schedule = await self._get(request.schedule_id)
         return api.TriggerScheduleResponse(run=run_to_api(await self.scheduler.trigger(schedule)))

@@ -6,7 +6,14 @@ store that every replica shares; without it sessions live in this process's memo
 
 from __future__ import annotations
 
-from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc, webhooks_pb2, webhooks_pb2_grpc
+from cogmesh.sessions.v1 import (
+    schedules_pb2,
+    schedules_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    webhooks_pb2,
+    webhooks_pb2_grpc,
+)
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
@@ -15,6 +22,7 @@ from services.kit.redis_url import redact
 from services.kit.server import App, mount, run
 from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore
+from services.sessions.schedules import servicer as schedules
 from services.sessions.servicer import SessionsServicer
 from services.sessions.store import MemorySessionStore, SessionStore
 from services.sessions.webhooks import open_webhooks
@@ -51,13 +59,16 @@ async def build(settings: Settings, clients: Clients) -> App:
     store = await open_store(settings)
     webhooks = open_webhooks(settings, store)  # every outcome it logs is enqueued for webhooks
     servicer = SessionsServicer(webhooks.sessions)
+    schedule_store = schedules.open_store(settings)
+    schedule_servicer = schedules.ScheduleStoreServicer(schedule_store)
     return App(
         "sessions",
         [
             mount(servicer, sessions_pb2, sessions_pb2_grpc, "SessionsService"),
+            mount(schedule_servicer, schedules_pb2, schedules_pb2_grpc, "ScheduleStoreService"),
             mount(webhooks.servicer, webhooks_pb2, webhooks_pb2_grpc, "WebhookStoreService"),
         ],
-        on_close=[webhooks.close, store.close],
+        on_close=[webhooks.close, store.close, schedule_store.close],
         on_drained=[servicer.drain],
     )
 
