@@ -19,6 +19,13 @@ import pydantic
 
 from services.kit.llm import ModelError
 
+try:  # google-genai streams over aiohttp instead of httpx whenever aiohttp is installed
+    import aiohttp
+
+    _AIOHTTP_TRANSPORT: tuple[type[BaseException], ...] = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+except ImportError:  # pragma: no cover - aiohttp is optional
+    _AIOHTTP_TRANSPORT = ()
+
 # Phrases providers use when the prompt does not fit the context window.
 _CONTEXT_LENGTH_HINTS = (
     "context_length_exceeded",
@@ -91,7 +98,7 @@ def classify(provider: str, exc: BaseException) -> ModelError:
     cause = exc.__cause__ or exc.__context__
     if name == "APIConnectionError" and isinstance(cause, httpx2.TimeoutException):
         return ModelError(f"{provider} did not answer in time", kind="timeout", retryable=True)
-    if isinstance(exc, httpx2.TransportError) or name == "APIConnectionError":
+    if isinstance(exc, (httpx2.TransportError, *_AIOHTTP_TRANSPORT)) or name == "APIConnectionError":
         detail = str(cause or exc) or name
         return ModelError(f"connection to {provider} failed: {detail}", kind="provider_error", retryable=True)
     if isinstance(exc, json.JSONDecodeError | pydantic.ValidationError) or name == "UnknownApiResponseError":
