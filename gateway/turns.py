@@ -143,9 +143,13 @@ class Turns:
         deadline_s: float | None = None,
         strategy: sessions_pb2.MultitaskStrategy = sessions_pb2.MULTITASK_STRATEGY_REJECT,
         options: TurnOptions | None = None,
+        turn_id: str = "",
     ) -> tuple[str, int]:
-        """Take the lease, log the turn's acceptance, hand it to a runtime; returns (turn_id, seq before it)."""
-        turn_id = uuid.uuid4().hex
+        """Take the lease, log the turn's acceptance, hand it to a runtime; returns (turn_id, seq before it).
+
+        `turn_id` is new unless the caller derives one (a schedule's run, so a replica taking the
+        run over recognises the turn in the log)."""
+        turn_id = turn_id or uuid.uuid4().hex
         request = runtime_pb2.RunTurnRequest(
             tenant_id=tenant_id, session_id=session_id, turn_id=turn_id, content=content, model=model
         )

@@ -14,9 +14,9 @@ ABORTED and leave it. The holder then:
 
 A holder that goes away leaves its run's lease to lapse; any replica then takes the run
 over (again a versioned write) and goes on from the last step recorded. A run recorded with
-its session but no turn may have had its turn accepted just before its holder went: the
-new holder looks for that turn's `accepted` event (the run's message) in the log after the
-recorded seq and adopts it rather than start a second turn. A holder starts a turn only
+its session but no turn may have had its turn accepted just before its holder went: a run's
+turn id is derived from the run, so the new holder looks for that turn's `accepted` event in
+the log after the recorded seq and adopts it rather than start a second turn. A holder starts a turn only
 with most of its lease ahead of it, so it is never still starting one when another replica
 takes the run over (the turn start's own deadline is far below the lease).
 
@@ -297,7 +297,7 @@ class _Run:
                 await self._save()  # a start never outlives the lease it began under
             try:
                 turn_id, _ = await self.s.turns.start(
-                    self.stored.tenant_id, self.public.session_id, self.spec.message, ""
+                    self.stored.tenant_id, self.public.session_id, self.spec.message, "", turn_id=self._turn_id()
                 )
             except CogmeshError as exc:
                 if isinstance(exc, Unavailable):
@@ -344,21 +344,18 @@ class _Run:
         )
         return int(reply.last_seq)
 
+    def _turn_id(self) -> str:
+        return run_turn_id(self.stored.tenant_id, self.stored.schedule_id, self.stored.run_id)
+
     async def _accepted_turn(self) -> str:
-        """The turn whose `accepted` event carries the run's message, logged after the run's recorded seq."""
+        """The run's turn when its `accepted` event is in the log after the run's recorded seq."""
         read = sessions_pb2.ReadEventsRequest(
             tenant_id=self.stored.tenant_id, session_id=self.public.session_id, after_seq=self.stored.after_seq
         )
         try:
             async for batch in self.s.clients.sessions.ReadEvents(read, timeout=self.s.settings.call_timeout_s):
                 for event in batch.events:
-                    status = event.status if event.HasField("status") else None
-                    if (
-                        status is not None
-                        and status.state == events_pb2.TURN_STATE_QUEUED
-                        and status.text == "accepted"
-                        and status.content == self.spec.message
-                    ):
+                    if event.turn_id == self._turn_id() and event.HasField("status"):
                         return str(event.turn_id)
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -420,3 +417,8 @@ def schedule_to_api(schedule: store_pb.StoredSchedule) -> api.Schedule:
         public.last_fire_time.FromMilliseconds(schedule.last_fire_ms)
     public.create_time.FromMilliseconds(schedule.create_ms)
     return public
+
+
+def run_turn_id(tenant_id: str, schedule_id: str, run_id: str) -> str:
+    """A run's turn id: the same on every replica that holds the run."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"cogmesh-schedule-run:{tenant_id}/{schedule_id}/{run_id}").hex

@@ -28,7 +28,7 @@ from cogmesh.sessions.v1 import schedules_pb2 as store_pb
 from cogmesh.sessions.v1 import schedules_pb2_grpc as store_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from gateway import main as gateway_main
-from gateway.schedules.scheduler import Scheduler
+from gateway.schedules.scheduler import Scheduler, run_turn_id
 from services.kit.config import Settings
 from services.kit.server import RunningServer, start
 from services.suite.inprocess import Suite, start_suite
@@ -292,14 +292,9 @@ async def test_a_run_whose_holder_went_away_is_taken_over_and_its_accepted_turn_
         attempt=1,
     )
     await r.store().PutScheduleRun(store_pb.PutScheduleRunRequest(run=orphan))
-    events = [
-        e
-        async for m in r.gateway().SendMessage(
-            gateway_pb2.SendMessageRequest(session_id=session_id, content="nightly digest"), timeout=10
-        )
-        for e in m.events
-    ]
-    turn_id = events[0].turn_id
+    turn_id, _ = await scheduler_of(r.gateways[0]).turns.start(
+        TENANT, session_id, "nightly digest", "", turn_id=run_turn_id(TENANT, schedule.schedule_id, "orphan")
+    )
     assert stored.schedule.session_id == session_id
 
     await r.ticks()
