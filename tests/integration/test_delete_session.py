@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -28,14 +27,6 @@ HUNG_CALL_S = 60.0  # the policy call the turn is stuck in would end only after 
 
 def servicer(servers: dict[str, Any], name: str) -> Any:
     return servers[name].app.mounts[0].servicer
-
-
-async def until(condition: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
-    """Wait for `condition` to hold (checked every 10 ms), at most `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s:g}s: {what}"
-        await asyncio.sleep(0.01)
 
 
 async def caller_outcome(call: Any) -> tuple[list[events_pb2.RuntimeEvent], grpc.StatusCode | None]:

@@ -23,6 +23,7 @@ from services.kit.logging import Redactor, configure_logging, log, register_secr
 from services.kit.telemetry import configure_tracing
 from services.suite.inprocess import Suite, start_suite
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -99,6 +100,8 @@ async def test_turn_logs_are_json_lines_with_ids_and_no_secrets_or_prompt(authed
     configure_logging("test", Settings(log_level="debug"), stream=buffer)
     register_secret(FILE_KEY)
     turn_id = await run_turn(authed_suite)
+    # The runtime logs "turn ended" just after the turn's last event reached the caller.
+    await until(lambda: any(r.get("turn_id") == turn_id and r.get("event") == "turn ended" for r in lines(buffer)))
     emit_sensitive_lines()
 
     text = buffer.getvalue()
