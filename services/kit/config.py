@@ -239,7 +239,9 @@ class Settings(BaseSettings):
     webhook_retry_window_s: float = Field(
         86_400.0, gt=0, description="seconds a webhook delivery is retried before it is dead"
     )
-    webhook_poll_s: float = Field(1.0, gt=0, description="seconds between a sessions replica's looks for due deliveries")
+    webhook_poll_s: float = Field(
+        1.0, gt=0, description="seconds between a sessions replica's looks for due deliveries"
+    )
 
     memory_ttl_s: float = Field(0.0, ge=0, description="seconds a memory lives when its put names no TTL; 0: forever")
     memory_max_items: int = Field(10_000, gt=0, description="memories one namespace may hold")
