@@ -40,8 +40,9 @@ ALL = [
     "session_scopes",
     "edges",
 ]
-# Long runs with a command of their own (`python -m bench.soak`): collected, never run by default.
-COLLECTED_ONLY = ["soak"]
+# Runs with a command of their own (`python -m bench.soak`, `bench.schedules`: minutes of wall clock;
+# `bench.webhooks`): collected, never run by default.
+COLLECTED_ONLY = ["soak", "schedules", "webhooks"]
 # Small sizes that exercise every code path; the peer is left out (its venv install is minutes).
 QUICK = {
     "gateway": ["--subscribers", "1,4", "--words", "150", "--turns", "10"],
