@@ -19,9 +19,9 @@ from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway.a2a import mapping
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound, Violations, from_dependency
+from services.kit.protos import MAX_ID
 from services.lib import answers
 
-MAX_ID = 256
 # The field of AnswerInterruptRequest that answers each kind of pause.
 ANSWERED_BY = {answers.APPROVAL: "approval", answers.USER_INPUT: "user_input", answers.CLIENT_TOOL: "tool_result"}
 # The pauses an A2A message answers: it carries text (an approval's answer is a word), never a tool's result.

@@ -38,11 +38,10 @@ from services.kit.errors import (
 )
 from services.kit.event_log import Batch, EventLogReader
 from services.kit.logging import bind_request, log
-from services.kit.protos import dict_to_struct
+from services.kit.protos import MAX_ID, dict_to_struct
 from services.lib.models.watch import CatalogWatcher, resolve_held
 
 MAX_CONTENT = 100_000
-MAX_ID = 256
 _MODES = {
     "primary": resources_pb2.AGENT_MODE_PRIMARY,
     "subagent": resources_pb2.AGENT_MODE_SUBAGENT,

@@ -18,6 +18,7 @@ from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import webhooks_pb2
 from gateway.a2a.errors import ContentTypeNotSupported, InvalidParams, VersionNotSupported
 from services.kit.agents import AgentDefinition
+from services.kit.protos import MAX_ID
 
 PROTOCOL_VERSION = "1.0"
 GRPC_BINDING = "GRPC"
@@ -25,7 +26,6 @@ ANSWER_ARTIFACT = "answer"
 TEXT = "text/plain"
 _TEXT_MODES = {TEXT, "text/*", "*/*", "text"}
 MAX_CONTENT = 100_000  # as the gateway's SendMessage
-MAX_ID = 256
 TERMINAL_STATES = frozenset({a2a_pb2.TASK_STATE_COMPLETED, a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_CANCELED})
 _APPROVE = {"approve", "approved", "yes", "y", "ok"}
 _REJECT = {"reject", "rejected", "no", "n", "deny"}

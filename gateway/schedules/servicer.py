@@ -28,8 +28,8 @@ from services.kit import scope as scopes
 from services.kit.agents import UnknownAgentError
 from services.kit.clients import call
 from services.kit.errors import NotFound, Unavailable, Violations, from_dependency
+from services.kit.protos import MAX_ID
 
-MAX_ID = 256
 MAX_MESSAGE = 100_000  # as SendMessage's content
 MAX_DESCRIPTION = 1_000
 MAX_PAGE = 1000

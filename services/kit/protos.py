@@ -26,6 +26,9 @@ def now() -> timestamp_pb2.Timestamp:
     return stamp
 
 
+# The longest id a request may carry (session, turn, interrupt, schedule, webhook...), everywhere.
+MAX_ID = 256
+
 # The approval answers a turn knows. Every layer checks membership, never "not UNSPECIFIED":
 # a value from a newer or hostile client must be refused, not read as approval.
 APPROVAL_DECISIONS = frozenset(

@@ -17,7 +17,7 @@ from services.kit.config import Settings
 from services.kit.errors import InvalidArgument, Violations
 from services.kit.limits import MAX_ARGUMENT_DEPTH, json_depth
 from services.kit.llm import ChatModel
-from services.kit.protos import struct_to_dict
+from services.kit.protos import MAX_ID, struct_to_dict
 from services.runtime.assembly import TurnBuilder
 from services.runtime.budget import SessionCosts
 from services.runtime.context_link import SessionMemory
@@ -34,7 +34,6 @@ __all__ = ["RuntimeServicer", "builtin_tools"]
 
 MAX_CONTENT = 100_000
 MAX_MODEL_NAME = 256
-MAX_ID = 256
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from services.kit.errors import (
     Violations,
 )
 from services.kit.event_log import MAX_EVENTS_PER_APPEND
-from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct, now, struct_to_dict
+from services.kit.protos import APPROVAL_DECISIONS, MAX_ID, dict_to_struct, now, struct_to_dict
 from services.lib import answers
 from services.sessions import leases
 from services.sessions.append_stream import serve_appends
@@ -80,7 +80,6 @@ from services.sessions.store import SessionStore
 from services.sessions.watch import watch_events
 
 MAX_PAGE = 1000
-MAX_ID = 256
 # A stored message may hold a long reply: internal calls take up to COGMESH_MAX_MESSAGE_BYTES (64 MiB).
 MAX_MESSAGE_BYTES = 16 << 20
 MAX_DECISION_BYTES = 1 << 20

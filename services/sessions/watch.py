@@ -26,10 +26,10 @@ from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import CogmeshError, ResourceExhausted, Unavailable, Violations
 from services.kit.event_log import Batch
 from services.kit.logging import log
+from services.kit.protos import MAX_ID
 from services.sessions.model import SessionError
 from services.sessions.store import SessionStore
 
-MAX_ID = 256  # as every id of SessionsService
 DEFAULT_HEARTBEAT_MS = 15_000
 MAX_HEARTBEAT_MS = 600_000
 # Encoded responses waiting for the stream; past it every session's reader waits its turn.

@@ -35,12 +35,12 @@ from cogmesh.client.results import is_paused, voided
 from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.web.openai.errors import GatewayStatus, OpenAIError, from_gateway, invalid, is_paused_refusal
+from services.kit.protos import MAX_ID
 
 # Request headers that mean something to the gateway: the key, and the trace the call belongs to.
 FORWARDED_HEADERS = ("authorization", "traceparent", "tracestate")
 SESSION_HEADER = "x-cogmesh-session"
 _SEP = "\x1f"  # never in a session, turn or interrupt id
-MAX_ID = 256  # as the gateway's ids
 _APPROVE = re.compile(r"\s*approved?\s*[.!]?\s*", re.IGNORECASE)
 _REJECT = re.compile(r"\s*reject(?:ed)?\s*(?:[:\-—]\s*(?P<reason>.*?))?\s*[.!]?\s*", re.IGNORECASE | re.DOTALL)
 _EDIT = re.compile(r"\s*edit\s*:\s*(?P<arguments>\{.*\})\s*", re.IGNORECASE | re.DOTALL)

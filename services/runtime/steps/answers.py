@@ -17,17 +17,13 @@ from typing import Any
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from services.kit.limits import argument_depth_problem
-from services.kit.protos import dict_to_struct
+from services.kit.protos import APPROVAL_DECISIONS, dict_to_struct
 from services.runtime.steps.call import idempotency_key, run_now
 from services.runtime.steps.evict import bound_result
 from services.runtime.steps.state import CallState, Run, event, validate
 from services.runtime.turn import Decision
 
-ALLOWED_DECISIONS = [
-    events_pb2.APPROVAL_DECISION_APPROVE,
-    events_pb2.APPROVAL_DECISION_EDIT,
-    events_pb2.APPROVAL_DECISION_REJECT,
-]
+ALLOWED_DECISIONS = sorted(APPROVAL_DECISIONS)  # approve, edit, reject: every answer a turn knows
 
 
 async def settle(run: Run, item: CallState) -> AsyncIterator[events_pb2.RuntimeEvent]:

@@ -9,11 +9,11 @@ from cogmesh.sessions.v1 import schedules_pb2_grpc
 from services.kit.config import Settings
 from services.kit.errors import Violations
 from services.kit.logging import log
+from services.kit.protos import MAX_ID
 from services.kit.redis_url import redact
 from services.sessions.schedules.redis_store import RedisScheduleStore
 from services.sessions.schedules.store import MemoryScheduleStore, ScheduleStore, next_token, page_bounds
 
-MAX_ID = 256
 MAX_PAGE = 1000
 MAX_LIMIT = 10_000
 DEFAULT_LIMIT = 1000

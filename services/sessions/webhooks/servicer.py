@@ -22,6 +22,7 @@ from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1 import webhooks_pb2 as public
 from cogmesh.sessions.v1 import webhooks_pb2, webhooks_pb2_grpc
 from services.kit.errors import InvalidArgument, NotFound, Violations
+from services.kit.protos import MAX_ID
 from services.sessions.model import SessionError, SessionNotFound
 from services.sessions.store import SessionStore
 from services.sessions.webhooks import targets
@@ -33,7 +34,6 @@ from services.sessions.webhooks.store import WebhookStore
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
-MAX_ID = 256
 SECRET_LENGTH = (16, 256)
 
 KINDS = {
