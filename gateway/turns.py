@@ -52,6 +52,7 @@ from services.kit.errors import CogmeshError, FailedPrecondition, RateLimited, f
 from services.kit.event_log import ends_stream as ends_stream  # re-exported for the servicers
 from services.kit.event_log import is_paused as is_paused
 from services.kit.logging import bind_request, log
+from services.kit.protos import error_event
 
 _ERROR_KINDS = {
     grpc.StatusCode.UNAVAILABLE: events_pb2.ERROR_KIND_UNAVAILABLE,
@@ -97,11 +98,6 @@ def busy(exc: grpc.aio.AioRpcError) -> Busy | None:
 
 class Following(Exception):
     """Another caller is resuming the turn at this moment."""
-
-
-def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> events_pb2.RuntimeEvent:
-    error = events_pb2.TurnError(kind=kind, message=message, retryable=retryable)  # type: ignore[arg-type]
-    return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)
 
 
 @dataclass(frozen=True)

@@ -38,3 +38,9 @@ APPROVAL_DECISIONS = frozenset(
         events_pb2.APPROVAL_DECISION_REJECT,
     }
 )
+
+
+def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> events_pb2.RuntimeEvent:
+    """The error event that ends a turn."""
+    error = events_pb2.TurnError(kind=kind, message=message, retryable=retryable)  # type: ignore[arg-type]
+    return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)

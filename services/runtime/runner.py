@@ -40,7 +40,7 @@ from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgumen
 from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
-from services.kit.protos import dict_to_struct, struct_to_dict
+from services.kit.protos import dict_to_struct, error_event, struct_to_dict
 from services.lib.answers import decided, same
 from services.runtime.admission import Admission
 from services.runtime.append_channel import AppendChannel
@@ -91,11 +91,6 @@ def cancelled_event(turn_id: str) -> events_pb2.RuntimeEvent:
         turn_id=turn_id,
         error=events_pb2.TurnError(kind=events_pb2.ERROR_KIND_CANCELLED, message="turn cancelled on request"),
     )
-
-
-def error_event(turn_id: str, kind: int, message: str, retryable: bool) -> events_pb2.RuntimeEvent:
-    error = events_pb2.TurnError(kind=kind, message=message, retryable=retryable)  # type: ignore[arg-type]
-    return events_pb2.RuntimeEvent(turn_id=turn_id, error=error)
 
 
 def answer_json(
