@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -14,7 +12,6 @@ from cogmesh.gateway.v1 import gateway_pb2
 from services.kit import turn_options
 from services.kit.config import Settings, load_settings
 from services.kit.errors import InvalidArgument, NotFound, Violations
-from services.kit.streams import batched
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,28 +53,6 @@ def test_error_info_carries_reason_and_metadata() -> None:
     info = error_details_pb2.ErrorInfo()
     err.to_status().details[0].Unpack(info)
     assert info.reason == "SESSION_NOT_FOUND" and dict(info.metadata) == {"session_id": "x"}
-
-
-async def test_batched_groups_what_queued_and_keeps_order() -> None:
-    async def burst() -> AsyncIterator[int]:
-        for i in range(10):
-            yield i  # no await: everything queues before the consumer runs
-        await asyncio.sleep(0.01)
-        yield 10
-
-    batches = [b async for b in batched(burst(), max_batch=4)]
-    assert [x for b in batches for x in b] == list(range(11))
-    assert batches[0] == [0, 1, 2, 3] and batches[-1] == [10]
-
-
-async def test_batched_reraises_the_source_error() -> None:
-    async def failing() -> AsyncIterator[int]:
-        yield 1
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        async for _ in batched(failing()):
-            pass
 
 
 def test_turn_options_name_each_field_with_the_callers_prefix() -> None:
