@@ -41,7 +41,7 @@ from services.kit.errors import Unavailable
 from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, session_gone, tail
 from services.kit.logging import log
 from services.kit.redis_keys import SessionKeys, check_prefix
-from services.kit.redis_pool import POOL_SIZE, REDIS_ERRORS, Client, closed_under_us, pooled_client
+from services.kit.redis_pool import POOL_SIZE, REDIS_ERRORS, Client, closed_under_us, next_message, pooled_client
 from services.kit.redis_url import parse_redis_url
 
 T = TypeVar("T")
@@ -548,7 +548,7 @@ class ShardWatch:
     async def _read(self, shard: _Shard, pubsub: PubSub) -> set[str]:
         """The sessions with news: notices and confirmed subscriptions, as many as are there (one wait at most)."""
         news: set[str] = set()
-        message = await pubsub.get_message(timeout=BLOCK_MS / 1000)
+        message = await next_message(pubsub, BLOCK_MS / 1000)
         while message is not None:
             kind, channel = message["type"], message["channel"]
             session_id = self._by_channel.get(channel, "")
@@ -559,7 +559,7 @@ class ShardWatch:
                     news.add(session_id)
             if len(news) >= self._events.max_batch:
                 break
-            message = await pubsub.get_message(timeout=0)
+            message = await next_message(pubsub, 0)
         return news
 
     def _behind(self, session_id: str, data: Any) -> bool:

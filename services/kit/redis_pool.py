@@ -214,6 +214,20 @@ async def broadcast_subscription(client: Client, channel: str) -> PubSub:
     return pubsub
 
 
+async def next_message(pubsub: PubSub, wait_s: float, ignore_subscribe_messages: bool = False) -> Any:
+    """`pubsub.get_message`, except that a cancellation of the reading task is never lost.
+
+    Under load, redis-py (8.1) can swallow a cancel that lands in its pub/sub read and return
+    as if the wait ran out: a loop reading messages until cancelled then goes round for ever,
+    and whoever awaits the cancelled task waits with it (seen in the models service's follower).
+    """
+    message = await pubsub.get_message(ignore_subscribe_messages=ignore_subscribe_messages, timeout=wait_s)
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    return message
+
+
 async def publish(client: Client, channel: str, message: str) -> int:
     """PUBLISH; returns how many subscribers (see `broadcast_subscription`) heard it."""
     if isinstance(client, aioredis.RedisCluster):
@@ -243,7 +257,7 @@ async def follow_broadcast(
                 subscribed.set()
             backoff = 0.05
             while True:
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                message = await next_message(pubsub, 1.0, ignore_subscribe_messages=True)
                 if message is not None:
                     await handle(message["data"])
         except REDIS_ERRORS as exc:

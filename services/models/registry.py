@@ -39,7 +39,7 @@ from redis.asyncio.client import PubSub
 
 from services.kit.logging import log
 from services.kit.redis_keys import check_prefix, models_keys
-from services.kit.redis_pool import REDIS_ERRORS, Client, broadcast_subscription, publish
+from services.kit.redis_pool import REDIS_ERRORS, Client, broadcast_subscription, next_message, publish
 from services.lib.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
@@ -173,7 +173,7 @@ class RedisModelStore:
                     # Bounded from outside too: a read or ping stuck on a connection that went away
                     # without a word must not hold the follower; the subscription is made again.
                     async with asyncio.timeout(FOLLOW_PING_S + FOLLOW_STUCK_S):
-                        message = await pubsub.get_message(timeout=FOLLOW_PING_S)
+                        message = await next_message(pubsub, FOLLOW_PING_S)
                     if message is None:
                         async with asyncio.timeout(FOLLOW_STUCK_S):
                             await pubsub.ping()

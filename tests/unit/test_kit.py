@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
 import grpc
@@ -12,6 +14,7 @@ from cogmesh.gateway.v1 import gateway_pb2
 from services.kit import turn_options
 from services.kit.config import Settings, load_settings
 from services.kit.errors import InvalidArgument, NotFound, Violations
+from services.kit.redis_pool import next_message
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +88,26 @@ def test_a_valid_schema_is_checked_once_by_content() -> None:
     assert json.dumps(schema, sort_keys=True, separators=(",", ":")) in turn_options._validators
     with pytest.raises(turn_options.InvalidSchema, match="not a valid JSON Schema at properties/n/type"):
         turn_options.schema_validator({"type": "object", "properties": {"n": {"type": 7}}})
+
+
+async def test_a_cancel_swallowed_by_the_pubsub_read_still_ends_the_reader() -> None:
+    """redis-py can return from a pub/sub read as if its wait ran out when the reader was cancelled
+    in it; next_message ends the reader anyway (a loop reading until cancelled would go round)."""
+    entered = asyncio.Event()
+
+    class SwallowingPubSub:
+        async def get_message(self, **_: object) -> None:  # the signature of PubSub.get_message is not used
+            entered.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+            return None
+
+    async def reader() -> None:
+        while True:
+            await next_message(SwallowingPubSub(), 30.0)  # type: ignore[arg-type]
+
+    task = asyncio.create_task(reader())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import pytest
 import pytest_asyncio
 import redis
 import yaml
@@ -23,10 +22,6 @@ from services.models.registry import ModelRegistry, RedisModelStore
 from tests.support.redis_server import RedisServer, unique_prefix
 from tests.support.redis_topologies import RedisUnderTest
 
-# Known bug, open: on a busy machine (two CI runs of three) a follower sometimes stops hearing the
-# store's announcements after its connection is cut and these tests wait out their timeout; the
-# models service's recheck (every 60 s) bounds what it misses in production. Until it is found:
-KNOWN_HANG = "announcement follower can stop hearing after a dropped connection (open bug, see the note)"
 NEVER = 3600.0  # the recheck clock never comes round in these tests: only announcements count
 
 
@@ -112,7 +107,6 @@ async def client(any_redis: RedisUnderTest) -> AsyncIterator[Client]:
         await made.aclose()
 
 
-@pytest.mark.skip(reason=KNOWN_HANG)
 async def test_a_change_on_one_replica_reaches_the_other_without_a_poll(
     catalog_file: Path, client: Client, any_redis: RedisUnderTest
 ) -> None:
@@ -134,7 +128,6 @@ async def test_a_change_on_one_replica_reaches_the_other_without_a_poll(
         await two.close()
 
 
-@pytest.mark.skip(reason=KNOWN_HANG)
 async def test_a_change_made_while_the_subscription_was_lost_is_read_on_subscribing_again(
     catalog_file: Path, private_redis: RedisServer
 ) -> None:
