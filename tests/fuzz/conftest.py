@@ -31,6 +31,7 @@ from gateway.guard import GatewayGuard
 from gateway.servicer import GatewayServicer
 from services.kit.metrics import RPC_SECONDS
 from services.sessions.store import MemorySessionStore
+from services.sessions.webhooks.hooked import HookedSessionStore
 from services.suite.inprocess import Suite, start_suite
 from tests.integration.conftest import SUITE_SETTINGS
 
@@ -145,6 +146,8 @@ class Harness:
     def logged_sessions(self) -> set[str]:
         """Sessions whose event log the sessions service holds (it lives and goes with the session)."""
         store = self.suite.servers["sessions"].app.mounts[0].servicer.store
+        if isinstance(store, HookedSessionStore):  # webhooks: the memory store inside
+            store = store.wrapped
         assert isinstance(store, MemorySessionStore)
         return {session_id for session_id, entry in store._entries.items() if entry.log is not None}
 

@@ -48,6 +48,11 @@ class HookedSessionStore:
         self._store, self._hooks, self._clock = store, hooks, clock
         self._on_enqueued = on_enqueued
 
+    @property
+    def wrapped(self) -> SessionStore:
+        """The session store this one enqueues deliveries for."""
+        return self._store
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
