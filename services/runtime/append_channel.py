@@ -16,7 +16,6 @@ not take the stream (UNIMPLEMENTED) appends go unary for a while, then try again
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import itertools
 import time
@@ -28,6 +27,7 @@ from google.rpc import status_pb2
 from opentelemetry import trace
 
 from cogmesh.sessions.v1 import sessions_pb2
+from services.kit import tasks
 from services.kit.logging import log
 
 # How long appends go unary after sessions did not take the stream, before it is tried again.
@@ -191,6 +191,4 @@ class AppendChannel:
         stream.broken = stream.broken or rpc_error(grpc.StatusCode.CANCELLED, "the runtime is shutting down")
         stream.call.cancel()
         if stream.reader is not None:
-            stream.reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stream.reader
+            await tasks.stop([stream.reader], "closing the append stream")

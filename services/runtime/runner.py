@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 from cogmesh.common.v1 import events_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import lease_holders
+from services.kit import lease_holders, tasks
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, RateLimited, Unavailable
@@ -825,14 +825,10 @@ class TurnRunner:
             pending = {r.task for r in running if r.task is not None}
             started = time.monotonic()
             _, left = await asyncio.wait(pending, timeout=self.settings.handover_grace_s)
-            for task in left:
-                task.cancel()
-            await asyncio.gather(*left, return_exceptions=True)
+            await tasks.stop(left, "handing turns over")
             await self._hand_over(running)
             log.info("turns handed over", turns=len(running), waited_s=round(time.monotonic() - started, 3))
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._loops, return_exceptions=True)
+        await tasks.stop([*self._tasks, *self._loops], "stopping the runtime")
         await self.appends.close()
 
     async def _hand_over(self, turns: list[Running]) -> None:

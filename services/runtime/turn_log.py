@@ -31,7 +31,7 @@ import grpc
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import journal_kinds
+from services.kit import journal_kinds, tasks
 from services.kit.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
 from services.kit.logging import log
 from services.kit.metrics import TurnMeter
@@ -195,9 +195,7 @@ class TurnLog:
     async def close(self) -> None:
         if self.meter is not None:
             self.meter.end()
-        self._writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._writer
+        await tasks.stop([self._writer], "closing a turn's log")
         for listener in self.listeners:
             listener.put_nowait(None)
 

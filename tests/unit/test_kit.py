@@ -8,10 +8,11 @@ import grpc
 import pytest
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2
+from structlog.testing import capture_logs
 
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2
-from services.kit import turn_options
+from services.kit import tasks, turn_options
 from services.kit.config import Settings, load_settings
 from services.kit.errors import InvalidArgument, NotFound, Violations
 from services.kit.redis_pool import next_message
@@ -111,3 +112,25 @@ async def test_a_cancel_swallowed_by_the_pubsub_read_still_ends_the_reader() -> 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_stopping_tasks_leaves_one_that_ignores_its_cancel_behind_and_says_where() -> None:
+    stubborn_started, released = asyncio.Event(), asyncio.Event()
+
+    async def stubborn() -> None:
+        while not released.is_set():
+            stubborn_started.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await released.wait()
+
+    obedient = asyncio.create_task(asyncio.Event().wait())
+    stuck = asyncio.create_task(stubborn())
+    await stubborn_started.wait()
+    with capture_logs() as logs:
+        await tasks.stop([obedient, stuck], "the test", timeout_s=0.05)
+    assert obedient.cancelled() and not stuck.done()
+    (warning,) = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert warning["event"].startswith("the test: a task did not end")
+    assert "stubborn" in warning["at"]
+    released.set()
+    await stuck
