@@ -18,13 +18,19 @@ lease, including whether its turn is open (accepted, not ended or paused: its le
 waits, held, for a takeover instead of running out), who runs it and how often it was
 taken over. A turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
 `kind|seq|ms|state`), the order its turns were written in is `jt` (the hash names the last one,
-`jlast`, and counts the appends with an id, `ab`: the script that makes `jt` or `events:batches` knows).
+`jlast`, and its entry count, `jn`, so a journal write needs no read). The hash remembers the last
+appends with an id in a ring of fields `r0`..`r<n-1>` (`<last seq>|<append id>`, slot `ab` mod n, `ab`
+counting the appends with an id): the append script reads them with the hash's other fields, so
+telling a retried append costs no command. (Sessions written before the ring kept their ids in the
+sorted set `events:batches`; an append looks there while the ring is empty.)
 
-A session's keys all expire together, at the hash's `expires_at` (by Redis's clock). A turn's end or
-pause sets it (the TTL from then), as do writes outside a turn (`touch`); the turn's start and its
-writes leave it while it outlasts the lease by half the TTL or more, else set it to the lease's end
-plus the TTL (`keep`), and give a key they create the same expiry. The scripts read the hash's
-fields they need in one HMGET and write them in one HSET (`meta`, `put`, `flush`).
+A session is alive until the hash's `expires_at` (by Redis's clock): a turn's end or pause sets it (the
+TTL from then), as do writes outside a turn (`touch`); the turn's start and its writes leave it while it
+outlasts the lease by half the TTL or more, else set it to the lease's end plus the TTL (`keep`). Redis
+evicts the keys a little later: all at once, at `pexp` (kept in the hash), which `touch` moves to
+`expires_at` plus a tenth of the TTL only when `expires_at` has passed it, so an active session's keys are
+re-expired once per tenth of the TTL, not at every turn's end; a key a write creates gets `pexp` too. The
+scripts read the hash's fields they need in one HMGET and write them in one HSET (`meta`, `put`, `flush`).
 
 Replies are arrays whose first element is a status: "ok" or the name of a domain
 error. Every script is safe to run twice (the client retries once on a dropped
@@ -52,10 +58,11 @@ SESSION_KEYS = (
     *("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al"),
     *("events", "events:batches", "j", "jt", "events:dropped", "events:news"),
 )
-TRIM_BATCHES = 8  # an append script lets the oldest append ids go every this many appends
 
-# Keys that live and expire with the session (the tombstone and the channel do not).
-_DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "events:batches", "j", "jt")
+# Keys that live and expire with the session (the tombstone and the channel do not; `events:batches`, written
+# only before the ring of append ids, keeps the expiry it had).
+_DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "j", "jt")
+EXPIRY_SLACK = 10  # the keys outlive `expires_at` by up to TTL / EXPIRY_SLACK: re-expired once per that
 
 
 # A tenant's index and its scope indexes (services/kit/redis_keys.py TenantKeys: one slot). Not session
@@ -173,21 +180,26 @@ local S, M, G, C, CO, D, X, Q, W = K.s, K.m, K.g, K.c, K.co, K.d, K.x, K.q, K.w
 local EV, J, JT = K.events, K.j, K.jt
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + tonumber(ARGV[5])
-local BATCHES = K['events:batches']
-local TRIM_BATCHES = {TRIM_BATCHES}
+local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): read, never written
 
 -- The session hash's fields the scripts read, in one HMGET (`meta()`, loaded once per script); `put` writes
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
   'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc',
-  'deleg_turn', 'deleg_turns'}
+  'deleg_turn', 'deleg_turns', 'jn', 'pexp'}
 local H = nil
 local PENDING = {}
+local RING = 0  -- the ring of append ids `meta` also reads: the append script sets its size first
 local function meta()
   if not H then
     H = {}
-    local values = redis.call('HMGET', S, unpack(FIELDS))
-    for i, name in ipairs(FIELDS) do H[name] = values[i] end
+    local names = FIELDS
+    if RING > 0 then
+      names = {unpack(FIELDS)}
+      for i = 0, RING - 1 do table.insert(names, 'r' .. i) end
+    end
+    local values = redis.call('HMGET', S, unpack(names))
+    for i, name in ipairs(names) do H[name] = values[i] end
   end
   return H
 end
@@ -267,28 +279,40 @@ local NEW = {}
 -- outside a turn; a turn's start and its writes `keep` it.
 local function touch()
   local h = meta()
-  local named = h.ikey == '1' and redis.call('GET', K.i) == sid  -- the session its identity names
+  local function named()  -- the session its identity names
+    return h.ikey == '1' and redis.call('GET', K.i) == sid
+  end
   if ttl <= 0 then
     if h.expires_at == '0' then  -- already kept forever
       put('updated_at', now)
       flush()
       return
     end
-    put('updated_at', now, 'expires_at', 0)
+    put('updated_at', now, 'expires_at', 0, 'pexp', 0)
     flush()
     for _, k in ipairs({{DATA_KEYS}}) do redis.call('PERSIST', k) end
-    if named then redis.call('PERSIST', K.i) end
+    if named() then redis.call('PERSIST', K.i) end
     return
   end
   local exp = now + ttl
   local l = live_lease()
   if l and l.exp + ttl > exp then exp = l.exp + ttl end
   put('updated_at', now, 'expires_at', exp)
-  flush()
-  -- Redis expires by its own clock: the offset (tests only) moves the logical expiry, not Redis's.
+  -- Redis expires by its own clock: the offset (tests only) moves the logical expiry, not Redis's. The keys
+  -- keep the eviction time they have while it falls within a tenth of the TTL after `expires_at`.
   local at = exp - tonumber(ARGV[5])
-  for _, k in ipairs({{DATA_KEYS}}) do redis.call('PEXPIREAT', k, at) end
-  if named then redis.call('PEXPIREAT', K.i, at) end
+  local evict = tonumber(h.pexp or '0')
+  if evict >= at and evict <= at + math.floor(ttl / EXPIRY_SLACK) then
+    flush()
+    for _, k in ipairs(NEW) do redis.call('PEXPIREAT', k, evict) end
+    NEW = {}
+    return
+  end
+  evict = at + math.floor(ttl / EXPIRY_SLACK)
+  put('pexp', evict)
+  flush()
+  for _, k in ipairs({{DATA_KEYS}}) do redis.call('PEXPIREAT', k, evict) end
+  if named() then redis.call('PEXPIREAT', K.i, evict) end
   NEW = {}
 end
 
@@ -311,7 +335,8 @@ local function keep()
   put('updated_at', now)
   flush()
   if ttl > 0 then
-    local at = exp - tonumber(ARGV[5])
+    local at = tonumber(h.pexp or '0')
+    if at <= 0 then at = exp - tonumber(ARGV[5]) end  -- a session written before `pexp`
     for _, k in ipairs(NEW) do redis.call('PEXPIREAT', k, at) end
   end
   NEW = {}
@@ -430,7 +455,8 @@ local function log_events(turn, at, retention)
   local m = tonumber(ARGV[at + n + 1])
   local p = at + n + 2
   if m > 0 then
-    local count = tonumber(redis.call('HGET', J, turn) or '0')
+    local count = tonumber(meta().jn or '0')
+    if meta().jlast ~= turn or not meta().jn then count = tonumber(redis.call('HGET', J, turn) or '0') end
     local entries = {}
     for i = 0, m - 1 do
       local kind, position, state = ARGV[p + 3 * i], tonumber(ARGV[p + 3 * i + 1]), ARGV[p + 3 * i + 2]
@@ -440,6 +466,7 @@ local function log_events(turn, at, retention)
       table.insert(entries, kind .. '|' .. seq .. '|' .. now .. '|' .. state)
     end
     redis.call('HSET', J, turn, count, unpack(entries))
+    put('jn', count)
     -- The most recently written turn goes last (it is already, when it wrote the journal's last entry).
     if meta().jlast ~= turn then
       local jseq = tonumber(meta().jseq or '0') + 1
@@ -489,7 +516,7 @@ end
     .replace("{DATA_KEYS}", ", ".join(f"K[{name!r}]" for name in _DATA_KEYS))
     .replace("{KEYS_PER_SESSION}", str(len(SESSION_KEYS) + 1))
     .replace("JOURNALS_KEPT", str(JOURNALS_KEPT))
-    .replace("{TRIM_BATCHES}", str(TRIM_BATCHES))
+    .replace("EXPIRY_SLACK", str(EXPIRY_SLACK))
     .replace("DROPPED_TTL_S", str(DROPPED_TTL_S))
 )
 
@@ -684,23 +711,28 @@ return {'ok', queued, lease_reply('held', l)}
 APPEND_EVENTS = r"""
 local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10]),
   ARGV[11] == '1'
+if append_id ~= '' then RING = remember end  -- the ring of the last append ids comes with the hash's fields
 if not mine() then return {'not_found'} end
 local n = tonumber(ARGV[12])
--- The append id is recorded up front with the seq this append will end at (one ZADD NX, which also says
--- whether it was there: a retried append that landed), and let go again if the append is refused.
-local claimed = false
+-- A retried append that landed: its id is in the ring, with the seq it ended at. Only a landed append
+-- writes its id (at the end), so a refused one leaves nothing to let go.
 if append_id ~= '' then
-  if redis.call('ZADD', BATCHES, 'NX', last_seq() + n, append_id) == 0 then
-    return {'duplicate', tonumber(redis.call('ZSCORE', BATCHES, append_id)), message_count()}
+  local seen = false
+  for i = 0, remember - 1 do
+    local entry = H['r' .. i]
+    if entry then
+      seen = true
+      local seq, id = string.match(entry, '^(%d+)|(.*)$')
+      if id == append_id then return {'duplicate', tonumber(seq), message_count()} end
+    end
   end
-  claimed = true
-end
-local function refuse(reply)
-  if claimed then redis.call('ZREM', BATCHES, append_id) end
-  return reply
+  if not seen and meta().ab then  -- ids written before the ring
+    local seq = redis.call('ZSCORE', BATCHES, append_id)
+    if seq then return {'duplicate', tonumber(seq), message_count()} end
+  end
 end
 local l = live_lease()
-if not l or l.token ~= token then return refuse({'stale'}) end
+if not l or l.token ~= token then return {'stale'} end
 -- Where the messages and the pause start: past the events, journal entries and the session's changes.
 local m = tonumber(ARGV[13 + n])
 local at = 15 + n + 3 * m + 2 * tonumber(ARGV[14 + n + 3 * m])
@@ -713,15 +745,15 @@ if consume_id ~= '' then
   local until_ms, by = string.match(done or '', '^(%d+)|(%d+)$')
   if not (until_ms and tonumber(until_ms) > now and tonumber(by) == token) then  -- else this lease took it
     local stored = redis.call('HGET', C, consume_id)
-    if not stored then return refuse({'no_checkpoint'}) end
+    if not stored then return {'no_checkpoint'} end
     local owner = checkpoint_of(stored)['turn']
-    if owner ~= turn then return refuse({'other_turn', owner}) end
+    if owner ~= turn then return {'other_turn', owner} end
     consumed = {stored, redis.call('HGET', D, consume_id) or ''}
   end
 end
 if pause_id ~= '' then
-  if redis.call('HEXISTS', C, pause_id) == 1 then return refuse({'exists'}) end
-  if redis.call('HLEN', C) - redis.call('HLEN', D) >= max_pending then return refuse({'limit'}) end
+  if redis.call('HEXISTS', C, pause_id) == 1 then return {'exists'} end
+  if redis.call('HLEN', C) - redis.call('HLEN', D) >= max_pending then return {'limit'} end
 end
 local last = log_events(turn, 12, ARGV[#ARGV])
 local count = nil
@@ -739,12 +771,9 @@ if pause_id ~= '' then
   redis.call('ZADD', CO, redis.call('HINCRBY', S, 'ck_seq', 1), pause_id)
 end
 if append_id ~= '' then
-  -- `ab` counts the session's appends with an id: the first makes the key; the oldest ids are let go in
-  -- steps of TRIM_BATCHES (the script remembers at least `remember`, a few more between two trims).
+  -- `ab` counts the session's appends with an id; this one takes the ring's oldest slot.
   local appends = tonumber(meta().ab or '0') + 1
-  put('ab', appends)
-  if appends == 1 then table.insert(NEW, BATCHES) end
-  if appends % TRIM_BATCHES == 0 then redis.call('ZREMRANGEBYRANK', BATCHES, 0, -remember - 1) end
+  put('ab', appends, 'r' .. (appends % remember), last .. '|' .. append_id)
 end
 count = count or message_count()  -- before the flush below: a count read from the list is kept
 if release or pause_id ~= '' then
