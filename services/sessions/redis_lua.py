@@ -53,6 +53,18 @@ READS = frozenset(
 BARE = frozenset({"SCHEDULE", "DUE", "DUE_ALL", "RESCHEDULE"})
 READS = READS | {"DUE", "DUE_ALL"}
 
+# Scripts that read Redis's clock only when they need it (`clock()`); every other session script has it as `now`.
+CLOCK_ON_DEMAND = frozenset({"APPEND_EVENTS"})
+
+
+def source(name: str) -> str:
+    """The whole Lua source of the script `name`: its PREAMBLE (but for BARE ones), then its own."""
+    body = str(globals()[name])
+    if name in BARE:
+        return body
+    return PREAMBLE + ("" if name in CLOCK_ON_DEMAND else "local now = clock()\n") + body
+
+
 # The names (services/kit/redis_keys.py SessionKeys) of a session's keys, in KEYS order; the identity key follows.
 SESSION_KEYS = (
     *("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al"),
@@ -178,8 +190,16 @@ local K = keyset(0)
 local KEYS_PER_SESSION = {KEYS_PER_SESSION}
 local S, M, G, C, CO, D, X, Q, W = K.s, K.m, K.g, K.c, K.co, K.d, K.x, K.q, K.w
 local EV, J, JT = K.events, K.j, K.jt
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + tonumber(ARGV[5])
+-- Redis's clock (ms, plus the tests' offset), read when a script first needs it: every script but the append
+-- takes it as `now` at its start (redis_store.py); an append within its open turn needs none.
+local NOW = nil
+local function clock()
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
+  end
+  return NOW
+end
 local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): read, never written
 
 -- The session hash's fields the scripts read, in one HMGET (`meta()`, loaded once per script); `put` writes
@@ -232,7 +252,7 @@ local function alive(k)
   end
   if not owner then return false end
   local exp = tonumber(expires or '0')
-  return exp <= 0 or exp > now, owner
+  return exp <= 0 or exp > clock(), owner
 end
 
 local function mine()
@@ -246,7 +266,7 @@ end
 -- the store reads back the same (services/kit/lease_holders.py); the scripts compare it as it is.
 local function live_lease()
   local h = meta()
-  if h.lease_turn and h.lease_turn ~= '' and (tonumber(h.lease_exp) > now or h.lease_open == '1') then
+  if h.lease_turn and h.lease_turn ~= '' and (h.lease_open == '1' or tonumber(h.lease_exp) > clock()) then
     return {turn = h.lease_turn, resume = h.lease_resume or '', token = tonumber(h.lease_token),
       exp = tonumber(h.lease_exp),
       int_by = h.int_by or '', open = h.lease_open == '1', holder = h.holder or '',
@@ -279,6 +299,7 @@ local NEW = {}
 -- outside a turn; a turn's start and its writes `keep` it.
 local function touch()
   local h = meta()
+  local now = clock()
   local function named()  -- the session its identity names
     return h.ikey == '1' and redis.call('GET', K.i) == sid
   end
@@ -328,11 +349,13 @@ local function keep()
     touch()
     return
   end
-  if ttl > 0 and exp - math.max(l.exp, now) < ttl / 2 then
+  -- An open turn's lease outlives `now` unless the turn is being taken over: its end is what counts then.
+  local from = l.exp
+  if not l.open then from = math.max(l.exp, clock()) end
+  if ttl > 0 and exp - from < ttl / 2 then
     touch()
     return
   end
-  put('updated_at', now)
   flush()
   if ttl > 0 then
     local at = tonumber(h.pexp or '0')
@@ -355,7 +378,7 @@ end
 local function queue_head()
   local hearts = redis.call('HGETALL', W)
   for i = 1, #hearts, 2 do
-    if tonumber(hearts[i + 1]) <= now then
+    if tonumber(hearts[i + 1]) <= clock() then
       redis.call('HDEL', W, hearts[i])
       redis.call('ZREM', Q, hearts[i])
     end
@@ -382,7 +405,7 @@ local function view_of(k)
     if l then l_turn = l.turn end
   else
     local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp', 'lease_open')
-    if l[1] and l[1] ~= '' and (tonumber(l[2]) > now or l[3] == '1') then l_turn = l[1] end
+    if l[1] and l[1] ~= '' and (l[3] == '1' or tonumber(l[2]) > clock()) then l_turn = l[1] end
   end
   return {redis.call('HGETALL', k.s), redis.call('LLEN', k.m), l_turn, pending_ids(k.c, k.co, k.d)}
 end
@@ -463,7 +486,7 @@ local function log_events(turn, at, retention)
       count = count + 1
       local seq = first - 1 + math.min(position, n)
       table.insert(entries, turn .. '|' .. count)
-      table.insert(entries, kind .. '|' .. seq .. '|' .. now .. '|' .. state)
+      table.insert(entries, kind .. '|' .. seq .. '|' .. clock() .. '|' .. state)
     end
     redis.call('HSET', J, turn, count, unpack(entries))
     put('jn', count)
@@ -712,7 +735,11 @@ APPEND_EVENTS = r"""
 local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10]),
   ARGV[11] == '1'
 if append_id ~= '' then RING = remember end  -- the ring of the last append ids comes with the hash's fields
-if not mine() then return {'not_found'} end
+-- The caller's session, alive: within the open turn this append's token holds, that needs no clock (the turn's
+-- writes keep the session alive half a TTL past its lease, and a lapsed open lease is taken over long before).
+local h = meta()
+local within = h.lease_open == '1' and h.lease_turn ~= '' and tonumber(h.lease_token) == token
+if not (within and h.tenant_id == tenant) and not mine() then return {'not_found'} end
 local n = tonumber(ARGV[12])
 -- A retried append that landed: its id is in the ring, with the seq it ended at. Only a landed append
 -- writes its id (at the end), so a refused one leaves nothing to let go.
@@ -743,7 +770,7 @@ local consumed = nil  -- the checkpoint taken: {stored, decided}
 if consume_id ~= '' then
   local done = redis.call('HGET', X, consume_id .. ':meta')
   local until_ms, by = string.match(done or '', '^(%d+)|(%d+)$')
-  if not (until_ms and tonumber(until_ms) > now and tonumber(by) == token) then  -- else this lease took it
+  if not (until_ms and tonumber(until_ms) > clock() and tonumber(by) == token) then  -- else this lease took it
     local stored = redis.call('HGET', C, consume_id)
     if not stored then return {'no_checkpoint'} end
     local owner = checkpoint_of(stored)['turn']
@@ -762,12 +789,12 @@ if consumed then
   redis.call('HDEL', C, consume_id)
   redis.call('HDEL', D, consume_id)
   redis.call('ZREM', CO, consume_id)
-  redis.call('HSET', X, consume_id .. ':meta', (now + consume_ms) .. '|' .. token, consume_id .. ':c', consumed[1],
+  redis.call('HSET', X, consume_id .. ':meta', (clock() + consume_ms) .. '|' .. token, consume_id .. ':c', consumed[1],
     consume_id .. ':d', consumed[2])
   redis.call('PEXPIRE', X, consume_ms)
 end
 if pause_id ~= '' then
-  redis.call('HSET', C, pause_id, now .. '|' .. token .. '|' .. pause_blob)
+  redis.call('HSET', C, pause_id, clock() .. '|' .. token .. '|' .. pause_blob)
   redis.call('ZADD', CO, redis.call('HINCRBY', S, 'ck_seq', 1), pause_id)
 end
 if append_id ~= '' then

@@ -310,8 +310,7 @@ class RedisSessionStore:
     async def _eval(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         script = self._scripts.get(name)
         if script is None:
-            source = getattr(lua, name) if name in lua.BARE else lua.PREAMBLE + getattr(lua, name)
-            script = self._scripts[name] = self._redis.register_script(source)
+            script = self._scripts[name] = self._redis.register_script(lua.source(name))
         wait = None if name in lua.READS else self._wait
         if self._pipeline is None:
             if wait is not None:
