@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cogmesh.common.v1 import errors_pb2, resources_pb2
 from services.kit import scope as scopes
+from services.kit import yaml_config
 from services.kit.errors import NotFound, PermissionDenied, Unauthenticated, Violations
 
 
@@ -126,23 +126,18 @@ def hash_key(key: str) -> str:
 
 
 def load_keys(path: Path) -> dict[str, Principal]:
-    """Read the keys file; errors name the file and the field."""
-    try:
-        data = yaml.safe_load(path.read_text())
-        parsed = _KeysFile.model_validate(data)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read API keys file: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: invalid YAML: {exc}") from exc
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"{path}: {where}: {first['msg']}") from exc
+    """Read the keys file; ConfigError (a ValueError) names file, line and field of every problem."""
+    document = yaml_config.parse(yaml_config.read_text(path), str(path))
+    parsed = document.validate(_KeysFile)
     seen: dict[str, int] = {}
+    problems = []
     for index, entry in enumerate(parsed.keys):
         if entry.sha256 in seen:  # the later entry would silently replace the earlier one's tenant or pins
-            raise ValueError(f"{path}: keys.{index}.sha256: the same key as keys.{seen[entry.sha256]}")
-        seen[entry.sha256] = index
+            first = yaml_config.field_path(("keys", seen[entry.sha256]))
+            problems.append(document.problem(("keys", index, "sha256"), f"the same key as {first}"))
+        seen.setdefault(entry.sha256, index)
+    if problems:
+        raise yaml_config.ConfigError(problems)
     return {entry.sha256: entry.to_principal() for entry in parsed.keys}
 
 

@@ -163,7 +163,7 @@ def render() -> str:
         "The models service reads the folder and reloads it when a file in it changes, without a",
         "restart; every other service gets the agents from its catalogue snapshot",
         "([architecture.md](architecture.md#how-configuration-propagates)). A file",
-        "that does not validate is left out and logged with its file and field (`tools.0: ...`),",
+        "that does not validate is left out and logged with its file, line and field (`foo.yaml:3: tools[0]: ...`),",
         "and the other agents go on serving; unknown fields are errors, so a typo such as",
         "`temprature` is reported instead of ignored. The gateway's `ListAgents` lists the",
         "agents that are not `hidden`.",

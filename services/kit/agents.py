@@ -12,8 +12,9 @@ the models service), the tools and skills it may use, where its prompt files liv
 its subagents, the runtime engine, limits and budgets. ``system_prompt`` is inline
 text or ``{file: <path>}`` (relative to the agent file, ``.md`` optional), read at
 load time. ``AgentRegistry`` loads a folder; a broken file is reported in
-``AgentRegistry.errors`` (file and field) instead of preventing the other agents
-from loading.
+``AgentRegistry.errors`` (file, line and field) instead of preventing the other agents
+from loading. The YAML is read as every configuration file is (``services.kit.yaml_config``):
+only ``true`` and ``false`` are booleans.
 
 One process reads the folder: the models service (``load_agents``, a registry that
 reloads the folder when a file in it changes) puts every definition, as JSON, and
@@ -36,12 +37,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
 from services.kit.logging import log
 from services.kit.scope import KEY_PATTERN as SCOPE_KEY_PATTERN
+from services.kit.yaml_config import (
+    ConfigError,
+    ConfigProblem,
+    YamlDocument,
+    describe_error,
+    field_path,
+    parse,
+    read_text,
+)
 
 AGENT_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 AGENT_FILE_SUFFIXES = (".yaml", ".yml", ".md")
@@ -96,10 +105,10 @@ class AgentLimits(BaseModel):
         default=None, gt=0, description="Maximum model calls in a turn; unset: the runtime's 8."
     )
     max_tool_calls: int | None = Field(
-        default=None, ge=0, description="Maximum tool calls in a turn; unset: the runtime's 32."
+        default=None, ge=0, description="Maximum tool calls in a turn; unset: 8 (services/lib/policy/budget.py)."
     )
     max_mcp_calls: int | None = Field(
-        default=None, ge=0, description="Maximum MCP tool calls in a turn; unset: the runtime's 16."
+        default=None, ge=0, description="Maximum MCP tool calls in a turn; unset: 6 (services/lib/policy/budget.py)."
     )
     tool_timeout_s: float | None = Field(
         default=None, gt=0, description="Timeout of one tool call in seconds; unset: the runtime's 30."
@@ -305,6 +314,10 @@ class AgentDefinition(BaseModel):
     which pauses the turn; ``runtime`` picks the runtime engine; ``compaction``
     bounds the live transcript; ``memory`` configures the memory tools and the
     memory context pack.
+
+    As in every cogmesh configuration file, only ``true`` and ``false`` are booleans
+    (YAML 1.2): ``yes``, ``no``, ``on`` and ``off`` are text, so ``description: no`` is
+    the text "no". A boolean field still reads them as true or false.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -413,13 +426,23 @@ class AgentDefinition(BaseModel):
 
 @dataclass(frozen=True)
 class AgentLoadError:
-    """A problem with one agent file; ``str()`` gives ``"<file>: <message>"``."""
+    """A problem with one agent file; ``str()`` gives ``"<file>:<line>: <field>: <problem>"`` (the line when known).
+
+    ``message`` is ``"<field>: <problem>"``, or the problem alone when it concerns the whole file.
+    """
 
     path: Path
     message: str
+    line: int = 0  # 1-based; 0 when unknown
 
     def __str__(self) -> str:
-        return f"{self.path.name}: {self.message}"
+        where = f"{self.path.name}:{self.line}" if self.line else self.path.name
+        return f"{where}: {self.message}"
+
+    @classmethod
+    def of(cls, path: Path, problem: ConfigProblem) -> AgentLoadError:
+        message = f"{problem.field}: {problem.message}" if problem.field else problem.message
+        return cls(path, message, problem.line)
 
 
 class UnknownAgentError(LookupError):
@@ -467,18 +490,22 @@ class AgentRegistry:
         files = _agent_files(directory)
         definitions: dict[str, AgentDefinition] = {}
         origins: dict[str, Path] = {}
+        documents: dict[str, YamlDocument] = {}
         errors: builtins.list[AgentLoadError] = []
         for file in files:
             loaded = _load_file(file)
-            if not isinstance(loaded, AgentDefinition):
+            if isinstance(loaded, builtins.list):
                 errors.extend(loaded)
-            elif loaded.name in definitions:
-                first = origins[loaded.name].name
-                message = f"name: duplicate agent name {loaded.name!r}, already defined in {first}"
-                errors.append(AgentLoadError(file, message))
+                continue
+            definition, document = loaded
+            if definition.name in definitions:
+                first = origins[definition.name].name
+                duplicate = f"duplicate agent name {definition.name!r}, already defined in {first}"
+                errors.append(AgentLoadError.of(file, document.problem(("name",), duplicate)))
             else:
-                definitions[loaded.name] = loaded
-                origins[loaded.name] = file
+                definitions[definition.name] = definition
+                origins[definition.name] = file
+                documents[definition.name] = document
         # A subagent reference must name a loaded agent that may act as a subagent.
         for name, definition in definitions.items():
             for index, sub in enumerate(definition.subagents):
@@ -489,7 +516,7 @@ class AgentRegistry:
                     problem = f"agent {sub!r} has mode 'primary'; a subagent needs mode 'subagent' or 'all'"
                 else:
                     continue
-                errors.append(AgentLoadError(origins[name], f"subagents.{index}: {problem}"))
+                errors.append(AgentLoadError.of(origins[name], documents[name].problem(("subagents", index), problem)))
             # A handoff target answers the session's messages, so it must be able to own one.
             for index, target_name in enumerate(definition.handoffs):
                 target = definitions.get(target_name)
@@ -501,7 +528,7 @@ class AgentRegistry:
                     problem = "an agent cannot hand a session to itself"
                 else:
                     continue
-                errors.append(AgentLoadError(origins[name], f"handoffs.{index}: {problem}"))
+                errors.append(AgentLoadError.of(origins[name], documents[name].problem(("handoffs", index), problem)))
         return cls(definitions, errors)
 
     @classmethod
@@ -629,74 +656,79 @@ def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted(stats))
 
 
-def _read(path: Path) -> dict[str, Any] | AgentLoadError:
-    """The raw field mapping of a YAML file, or of a Markdown file's front matter plus body."""
+def _read(path: Path) -> tuple[dict[str, Any], YamlDocument] | AgentLoadError:
+    """The raw field mapping of a YAML file, or of a Markdown file's front matter plus body, and its document."""
     try:
-        text = path.read_text(encoding="utf-8")
-        body = None
+        text = read_text(path, path.name)
+        body, first_line = None, 1
         if path.suffix == ".md":
             lines = text.splitlines(keepends=True)
             if not lines or lines[0].strip() != "---":
-                return AgentLoadError(path, "no front matter: an agent Markdown file starts with a '---' YAML block")
+                return AgentLoadError(path, "no front matter: an agent Markdown file starts with a '---' YAML block", 1)
             end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
             if end is None:
-                return AgentLoadError(path, "front matter is not closed by a '---' line")
-            text, body = "".join(lines[1:end]), "".join(lines[end + 1 :]).strip()
-        raw = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        # PyYAML messages span several lines; keep each error on one line.
-        return AgentLoadError(path, "cannot read YAML: " + " ".join(str(exc).split()))
+                return AgentLoadError(path, "front matter is not closed by a '---' line", 1)
+            text, body, first_line = "".join(lines[1:end]), "".join(lines[end + 1 :]).strip(), 2
+        document = parse(text, path.name, first_line=first_line)
+    except ConfigError as exc:
+        return AgentLoadError.of(path, exc.problems[0])
+    raw = document.data
     if body is not None:
         raw = {} if raw is None else raw
         if isinstance(raw, dict):
             raw.setdefault("name", path.stem)
             if body:
                 if "system_prompt" in raw:
-                    return AgentLoadError(path, "system_prompt: given twice (front matter and Markdown body)")
+                    problem = document.problem(("system_prompt",), "given twice (front matter and Markdown body)")
+                    return AgentLoadError.of(path, problem)
                 raw["system_prompt"] = body
     if not isinstance(raw, dict):
-        return AgentLoadError(path, f"expected a mapping at top level, got {type(raw).__name__}")
-    return raw
+        return AgentLoadError.of(
+            path, document.problem((), f"expected a mapping at top level, got {type(raw).__name__}")
+        )
+    return raw, document
 
 
-def _resolve_prompt_file(path: Path, raw: dict[str, Any]) -> AgentLoadError | None:
+def _resolve_prompt_file(path: Path, raw: dict[str, Any], document: YamlDocument) -> AgentLoadError | None:
     """Replace ``system_prompt: {file: ...}`` by the file's text (relative to the agent file)."""
     prompt = raw.get("system_prompt")
     if not isinstance(prompt, dict):
         return None
     if set(prompt) != {"file"} or not isinstance(prompt["file"], str) or not prompt["file"].strip():
-        return AgentLoadError(path, "system_prompt: expected text or {file: <path>}")
+        return AgentLoadError.of(path, document.problem(("system_prompt",), "expected text or {file: <path>}"))
     candidate = path.parent / prompt["file"]
     if not candidate.is_file() and candidate.suffix != ".md":
         candidate = candidate.with_name(candidate.name + ".md")
     try:
         raw["system_prompt"] = candidate.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        return AgentLoadError(path, f"system_prompt.file: cannot read {candidate}: {getattr(exc, 'strerror', exc)}")
+        problem = f"cannot read {candidate}: {getattr(exc, 'strerror', exc)}"
+        return AgentLoadError.of(path, document.problem(("system_prompt", "file"), problem))
     return None
 
 
-def _load_file(path: Path) -> AgentDefinition | builtins.list[AgentLoadError]:
-    raw = _read(path)
-    if isinstance(raw, AgentLoadError):
-        return [raw]
-    problem = _resolve_prompt_file(path, raw)
+def _load_file(path: Path) -> tuple[AgentDefinition, YamlDocument] | builtins.list[AgentLoadError]:
+    read = _read(path)
+    if isinstance(read, AgentLoadError):
+        return [read]
+    raw, document = read
+    problem = _resolve_prompt_file(path, raw, document)
     if problem is not None:
         return [problem]
     try:
-        definition = AgentDefinition.model_validate(raw)
-    except ValidationError as exc:
-        return [AgentLoadError(path, _describe(error)) for error in exc.errors()]
+        definition = document.validate(AgentDefinition, raw)
+    except ConfigError as exc:
+        return [AgentLoadError.of(path, p) for p in exc.problems]
     if definition.prompts_dir is not None:
         # An absolute prompts_dir survives the join unchanged.
         prompts_dir = (path.parent / definition.prompts_dir).resolve()
         if not prompts_dir.is_dir():
-            return [AgentLoadError(path, f"prompts_dir: not a directory: {prompts_dir}")]
+            return [AgentLoadError.of(path, document.problem(("prompts_dir",), f"not a directory: {prompts_dir}"))]
         definition = definition.model_copy(update={"prompts_dir": prompts_dir})
     not_json = _json_problem(definition)
     if not_json is not None:
         return [AgentLoadError(path, not_json)]
-    return definition
+    return definition, document
 
 
 def agent_to_json(definition: AgentDefinition) -> str:
@@ -728,15 +760,17 @@ def _json_problem(definition: AgentDefinition) -> str | None:
     return None
 
 
-def agents_of_snapshot(agents: Iterable[tuple[str, str]], problems: Iterable[tuple[str, str]] = ()) -> AgentRegistry:
-    """The registry a catalogue snapshot carries: (name, definition JSON) and (file, problem) pairs.
+def agents_of_snapshot(
+    agents: Iterable[tuple[str, str]], problems: Iterable[tuple[str, str] | tuple[str, str, int]] = ()
+) -> AgentRegistry:
+    """The registry a catalogue snapshot carries: (name, definition JSON) pairs and (file, problem[, line]).
 
     Raises ValueError naming the first agent that does not load, or a name given twice:
     the holder then refuses the whole snapshot and keeps the last good one.
     """
     return AgentRegistry.from_definitions(
         (agent_from_json(name, text) for name, text in agents),
-        [AgentLoadError(Path(file), problem) for file, problem in problems],
+        [AgentLoadError(Path(file), problem, *line) for file, problem, *line in problems],
     )
 
 
@@ -776,12 +810,12 @@ class SnapshotAgentRegistry(AgentRegistry):
 
 def _log_errors(errors: Iterable[AgentLoadError]) -> None:
     for error in errors:
-        log.error("agent definition rejected", file=str(error.path), problem=error.message)
+        log.error("agent definition rejected", file=str(error.path), line=error.line, problem=error.message)
 
 
 def _describe(error: ErrorDetails) -> str:
-    location = ".".join(str(part) for part in error["loc"])
-    return f"{location}: {error['msg']}" if location else error["msg"]
+    location = field_path(error["loc"])
+    return f"{location}: {describe_error(error)}" if location else describe_error(error)
 
 
 def load_agents(agents_dir: Path | None) -> ReloadingAgentRegistry:

@@ -25,14 +25,16 @@ import os
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from services.kit import yaml_config
+from services.kit.yaml_config import ConfigError, ConfigProblem
 
 ProviderKind = Literal["openai", "anthropic", "google"]
 
 
-class ProviderConfigError(ValueError):
-    """The providers file is unreadable or invalid; the message names file and field."""
+class ProviderConfigError(ConfigError):
+    """The providers file is unreadable or invalid (each problem names file, line and field), or a key file is."""
 
 
 class ProviderConfig(BaseModel):
@@ -54,7 +56,8 @@ class ProviderConfig(BaseModel):
             try:
                 text = self.api_key_file.read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise ProviderConfigError(f"api_key_file {self.api_key_file}: {exc.strerror or exc}") from exc
+                problem = ConfigProblem(f"api_key_file {self.api_key_file}", 0, "", str(exc.strerror or exc))
+                raise ProviderConfigError([problem]) from exc
             if text:
                 return SecretStr(text)
         for name in self.api_key_env:
@@ -96,27 +99,22 @@ def load_providers(path: Path | None) -> dict[str, ProviderConfig]:
     providers = dict(BUILTIN_PROVIDERS)
     if path is None:
         return providers
+    problems: list[ConfigProblem] = []
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        parsed = _ProvidersFile.model_validate(raw)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProviderConfigError(f"{path}: cannot read: {' '.join(str(exc).split())}") from exc
-    except ValidationError as exc:
-        raise ProviderConfigError(f"{path}: {_describe(exc)}") from exc
-    for name, fields in parsed.providers.items():
-        base = providers.get(name)
-        merged = (base.model_dump(exclude_unset=False) if base else {}) | fields
-        if isinstance(merged.get("api_key_file"), str):
-            # A relative secret path is relative to the providers file.
-            merged["api_key_file"] = path.parent / str(merged["api_key_file"])
-        try:
-            providers[name] = ProviderConfig.model_validate(merged)
-        except ValidationError as exc:
-            raise ProviderConfigError(f"{path}: providers.{name}.{_describe(exc)}") from exc
+        document = yaml_config.parse(yaml_config.read_text(path), str(path))
+        parsed = document.validate(_ProvidersFile)
+        for name, fields in parsed.providers.items():
+            base = providers.get(name)
+            merged = (base.model_dump(exclude_unset=False) if base else {}) | fields
+            if isinstance(merged.get("api_key_file"), str):
+                # A relative secret path is relative to the providers file.
+                merged["api_key_file"] = path.parent / str(merged["api_key_file"])
+            try:
+                providers[name] = document.validate(ProviderConfig, merged, at=("providers", name))
+            except ConfigError as exc:
+                problems += exc.problems
+    except ConfigError as exc:
+        raise ProviderConfigError(exc.problems) from exc
+    if problems:
+        raise ProviderConfigError(problems)
     return providers
-
-
-def _describe(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    location = ".".join(str(part) for part in error["loc"])
-    return f"{location}: {error['msg']}" if location else error["msg"]

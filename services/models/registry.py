@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import RedisCluster
 from redis.asyncio.client import PubSub
 
 from services.kit.logging import log
 from services.kit.redis_keys import check_prefix, models_keys
 from services.kit.redis_pool import REDIS_ERRORS, Client, broadcast_subscription, next_message, publish
+from services.kit.yaml_config import ConfigError, parse, read_text_if_exists
 from services.lib.models.catalog import CatalogError, ModelCatalog, ModelSpec
 
 _ADDED = "<added models>"
@@ -74,6 +75,12 @@ def _spec_from_json(data: Any, where: str) -> ModelSpec:
         raise StoreError(f"{where}: invalid model: {exc.errors()[0]['msg']}") from exc
 
 
+class _AddedModelsFile(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # as before: only `models` is read
+
+    models: list[ModelSpec] = []
+
+
 class FileModelStore:
     """Added models as a YAML document ``{models: [...]}``, rewritten atomically on every change."""
 
@@ -85,19 +92,12 @@ class FileModelStore:
 
     async def load(self) -> list[ModelSpec]:
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot read: {exc}") from exc
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise StoreError(f"{self.path}: invalid YAML: {exc}") from exc
-        models = data.get("models", []) if isinstance(data, dict) else None
-        if not isinstance(models, list):
-            raise StoreError(f"{self.path}: expected a mapping with a 'models' list")
-        return [_spec_from_json(item, f"{self.path}: models[{i}]") for i, item in enumerate(models)]
+            text = read_text_if_exists(self.path)
+            if text is None:
+                return []
+            return parse(text, str(self.path)).validate(_AddedModelsFile).models
+        except ConfigError as exc:
+            raise StoreError(str(exc)) from exc
 
     async def save(self, spec: ModelSpec) -> None:
         async with self._lock:

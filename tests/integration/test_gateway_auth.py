@@ -143,7 +143,7 @@ def test_dev_mode_is_explicit_and_loopback_only(tmp_path: Path) -> None:
     assert authenticator(Settings(dev_mode=True, listen="[::1]:1")).dev_mode
     bad = tmp_path / "bad.yaml"
     bad.write_text("keys:\n  - {sha256: xyz, tenant: a, principal: b}\n")
-    with pytest.raises(SystemExit, match=r"bad.yaml: keys.0.sha256"):
+    with pytest.raises(SystemExit, match=r"bad.yaml:2: keys\[0\]\.sha256"):
         authenticator(Settings(api_keys_file=bad))
 
 

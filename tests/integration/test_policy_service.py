@@ -696,7 +696,7 @@ async def _until_status(stub: policy_pb2_grpc.PolicyServiceStub, condition: Any)
 
 async def test_a_bad_file_at_start_refuses_to_start(tmp_path: Path) -> None:
     write(tmp_path / "interceptors.yaml", "interceptors:\n  - type: Nope\n")
-    with pytest.raises(SystemExit, match=r"interceptors.yaml:2: interceptors.0: unknown type 'Nope'"):
+    with pytest.raises(SystemExit, match=r"interceptors.yaml:2: interceptors\[0\]: unknown type 'Nope'"):
         async with policy_server(tmp_path):
             pass
 

@@ -88,7 +88,7 @@ def test_bad_field_reports_file_and_field_path_and_keeps_other_files(
 
     assert registry.names() == ["good"]
     assert [str(e) for e in registry.errors] == [
-        "bad.yaml: config.temperature: Input should be less than or equal to 2"
+        "bad.yaml:3: config.temperature: Input should be less than or equal to 2"
     ]
     assert registry.errors[0].path == tmp_path / "bad.yaml"
 
@@ -96,15 +96,15 @@ def test_bad_field_reports_file_and_field_path_and_keeps_other_files(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("name: x\ntemprature: 1\n", "x.yaml: temprature: Extra inputs are not permitted"),
-        ("name: x\nconfig:\n  max_tokens: 0\n", "x.yaml: config.max_tokens: Input"),
-        ("name: x\ntools: [1]\n", "x.yaml: tools.0: Input should be a valid string"),
-        ("name: x\nmode: boss\n", "x.yaml: mode: Input should be"),
-        ("name: Bad Name\n", "x.yaml: name: String should match pattern"),
-        ("description: no name\n", "x.yaml: name: Field required"),
-        ("- a list\n", "x.yaml: expected a mapping at top level, got list"),
-        ("name: [unclosed\n", "x.yaml: cannot read YAML:"),
-        ("name: x\nprompts_dir: missing\n", "x.yaml: prompts_dir: not a directory:"),
+        ("name: x\ntemprature: 1\n", "x.yaml:2: temprature: Extra inputs are not permitted"),
+        ("name: x\nconfig:\n  max_tokens: 0\n", "x.yaml:3: config.max_tokens: Input"),
+        ("name: x\ntools: [a, 1]\n", "x.yaml:2: tools[1]: Input should be a valid string"),
+        ("name: x\nmode: boss\n", "x.yaml:2: mode: Input should be"),
+        ("name: Bad Name\n", "x.yaml:1: name: String should match pattern"),
+        ("description: no name\n", "x.yaml:1: name: Field required"),
+        ("- a list\n", "x.yaml:1: expected a mapping at top level, got list"),
+        ("name: [unclosed\n", "x.yaml:2: YAML syntax error:"),
+        ("name: x\nprompts_dir: missing\n", "x.yaml:2: prompts_dir: not a directory:"),
     ],
 )
 def test_invalid_files_are_reported(tmp_path: Path, text: str, expected: str) -> None:
@@ -215,11 +215,11 @@ def test_markdown_agent_front_matter_and_body(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("no front matter here\n", "x.md: no front matter"),
-        ("---\nmode: primary\n", "x.md: front matter is not closed"),
-        ("---\nsystem_prompt: a\n---\nbody\n", "x.md: system_prompt: given twice"),
-        ("---\nmode: boss\n---\nbody\n", "x.md: mode: Input should be"),
-        ("---\n- 1\n---\nbody\n", "x.md: expected a mapping"),
+        ("no front matter here\n", "x.md:1: no front matter"),
+        ("---\nmode: primary\n", "x.md:1: front matter is not closed"),
+        ("---\nsystem_prompt: a\n---\nbody\n", "x.md:2: system_prompt: given twice"),
+        ("---\ndescription: x\nmode: boss\n---\nbody\n", "x.md:3: mode: Input should be"),
+        ("---\n- 1\n---\nbody\n", "x.md:2: expected a mapping"),
     ],
 )
 def test_invalid_markdown_agents_are_reported(tmp_path: Path, text: str, expected: str) -> None:
@@ -244,8 +244,8 @@ def test_system_prompt_from_a_file(tmp_path: Path) -> None:
     assert registry.get("deploy").system_prompt == "You deploy things."
     assert registry.names() == ["deploy"]
     messages = sorted(str(e) for e in registry.errors)
-    assert messages[0].startswith("broken.yaml: system_prompt.file: cannot read")
-    assert messages[1] == "odd.yaml: system_prompt: expected text or {file: <path>}"
+    assert messages[0].startswith("broken.yaml:3: system_prompt.file: cannot read")
+    assert messages[1] == "odd.yaml:3: system_prompt: expected text or {file: <path>}"
 
 
 def test_new_fields_limits_budget_fallbacks_runtime(tmp_path: Path) -> None:
@@ -273,7 +273,10 @@ output_schema: {type: object, properties: {answer: {type: string}}}
     assert (agent.limits.max_iterations, agent.limits.max_tool_calls, agent.limits.on_tool_limit) == (4, 2, "error")
     assert (agent.budget.max_cost_usd, agent.budget.action, agent.budget.per_session) == (0.5, "warn", True)
     assert agent.output_schema == {"type": "object", "properties": {"answer": {"type": "string"}}}
-    assert sorted(str(e).split(":")[1].strip() for e in registry.errors) == ["budget.action", "limits.max_iterations"]
+    assert sorted(str(e) for e in registry.errors) == [
+        "bad.yaml:2: limits.max_iterations: Input should be greater than 0",
+        "bad.yaml:3: budget.action: Input should be 'error' or 'warn'",
+    ]
 
 
 def test_subagent_references_are_checked_and_modes_listed(tmp_path: Path) -> None:
@@ -285,8 +288,8 @@ def test_subagent_references_are_checked_and_modes_listed(tmp_path: Path) -> Non
     registry = AgentRegistry.load_dir(tmp_path)
 
     assert [str(e) for e in registry.errors] == [
-        "lead.yaml: subagents.1: agent 'boss' has mode 'primary'; a subagent needs mode 'subagent' or 'all'",
-        "lead.yaml: subagents.2: unknown agent 'ghost'",
+        "lead.yaml:2: subagents[1]: agent 'boss' has mode 'primary'; a subagent needs mode 'subagent' or 'all'",
+        "lead.yaml:2: subagents[2]: unknown agent 'ghost'",
     ]
     assert [a.name for a in registry.primaries()] == ["boss", "both", "lead"]
     assert [a.name for a in registry.subagents()] == ["both", "helper"]
@@ -304,7 +307,9 @@ def test_hot_reload_picks_up_new_changed_and_removed_files(tmp_path: Path) -> No
     registry.reload_now()
     assert registry.get("a").description == "second version"
     assert registry.names() == ["a", "b"]
-    assert [str(e) for e in registry.errors] == ["c.yaml: config.temperature: Input should be less than or equal to 2"]
+    assert [str(e) for e in registry.errors] == [
+        "c.yaml:2: config.temperature: Input should be less than or equal to 2"
+    ]
 
     (tmp_path / "b.md").unlink()
     registry.reload_now()

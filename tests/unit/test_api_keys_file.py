@@ -50,5 +50,5 @@ def test_a_key_listed_twice_is_refused_naming_both_entries(tmp_path: Path) -> No
         f"{{sha256: {hash_key('other')}, tenant: acme, principal: other}}",
         f"{{sha256: {same}, tenant: acme, principal: backend}}",
     )
-    with pytest.raises(ValueError, match=r"keys\.2\.sha256: the same key as keys\.0"):
+    with pytest.raises(ValueError, match=r"keys.yaml:4: keys\[2\]\.sha256: the same key as keys\[0\]"):
         load_keys(path)

@@ -259,7 +259,7 @@ def test_spec_defaults_match_the_interceptors() -> None:
         ("SafeGate", "allow: [x]", "allow: Extra inputs are not permitted"),
         ("RoleGate", "role_key: ''", "role_key: String should have at least 1 character"),
         ("role_gate", "by_role: [admin]", "by_role: Input should be a valid dictionary"),
-        ("LoggingInterceptor", "phases: [pre_sleep]", "phases.0: Input should be"),
+        ("LoggingInterceptor", "phases: [pre_sleep]", "phases[0]: Input should be"),
         ("logging", "level: loud", "level: Input should be"),
         ("HITLInterceptor", "tools: []", "tools: List should have at least 1 item"),
         ("hitl", "description: ''", "description: String should have at least 1 character"),
@@ -271,7 +271,7 @@ def test_config_errors_name_the_field(tmp_path: Path, kind: str, field: str, exp
     with pytest.raises(ConfigRejected) as caught:
         load_config(tmp_path, 1)
     errors = [str(e) for e in caught.value.errors]
-    assert any(e.startswith("interceptors.yaml:") and f"interceptors.0.{expected}" in e for e in errors), errors
+    assert any(f"interceptors.yaml:3: interceptors[0].{expected}" in e for e in errors), errors
 
 
 # --------------------------------------------------------------------------- through the engine

@@ -225,8 +225,8 @@ async def test_active_skill_offers_all_tools_of_its_mcp_server() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("servers:\n  a:\n    transport: stdio\n", "servers.a: Value error, transport 'stdio' needs 'command'"),
-        ("servers:\n  a__b:\n    transport: http\n    url: http://x\n", "single '_'"),
+        ("servers:\n  a:\n    transport: stdio\n", "tools.yaml:3: servers.a: transport 'stdio' needs 'command'"),
+        ("servers:\n  a__b:\n    transport: http\n    url: http://x\n", "tools.yaml:2: servers: server name 'a__b'"),
         ("servers:\n  a:\n    transport: smoke\n", "servers.a.transport"),
         ("servers:\n  a:\n    transport: grpc\n    address: x\n    retries: 9\n", "servers.a.retries"),
     ],

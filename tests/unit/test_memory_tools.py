@@ -63,10 +63,10 @@ def test_a_session_without_the_scope_key_is_told_which_one() -> None:
 
 def test_bad_templates_are_rejected_at_load_naming_file_and_field(tmp_path: Path) -> None:
     cases = {
-        "slash.yaml": ("namespace: ['{end_user}', 'a/b']", "memory.namespace.1: "),
-        "key.yaml": ("namespace: ['{End-User}']", "memory.namespace.0: "),
-        "partial.yaml": ("namespace: ['user-{end_user}']", "memory.namespace.0: "),
-        "empty_label.yaml": ("namespace: ['']", "memory.namespace.0: "),
+        "slash.yaml": ("namespace: ['{end_user}', 'a/b']", "memory.namespace[1]: "),
+        "key.yaml": ("namespace: ['{End-User}']", "memory.namespace[0]: "),
+        "partial.yaml": ("namespace: ['user-{end_user}']", "memory.namespace[0]: "),
+        "empty_label.yaml": ("namespace: ['']", "memory.namespace[0]: "),
         "no_labels.yaml": ("namespace: []", "memory.namespace: "),
         "too_many.yaml": (f"namespace: {['x'] * 9}", "memory.namespace: "),
         "same_tools.yaml": ("save_tool: remember\n  search_tool: remember", "memory: "),
@@ -86,7 +86,7 @@ def test_bad_templates_are_rejected_at_load_naming_file_and_field(tmp_path: Path
     errors = {error.path.name: str(error) for error in registry.errors}
     assert set(errors) == set(cases), errors
     for file, (_, where) in cases.items():
-        assert errors[file].startswith(f"{file}: {where}"), errors[file]
+        assert errors[file].startswith(f"{file}:3: {where}"), errors[file]  # line 3: where `memory` starts
     assert "'{End-User}'" in errors["key.yaml"] and "scope key" in errors["key.yaml"]
     good = registry.get("good").memory
     assert good.scope_keys == ["project", "end_user"] and good.tool_names() == ("remember", "recall")

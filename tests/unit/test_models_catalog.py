@@ -328,8 +328,8 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_bad_yaml_reports_position(tmp_path: Path) -> None:
     error = _error(tmp_path, "default_model: a\nmodels: [\n  {id: a\n")
-    assert error.field is None
-    assert "invalid YAML at line" in str(error)
+    assert error.field is None and error.line == 4  # the end of the file, where a '}' was expected
+    assert "models.yaml:4: YAML syntax error" in str(error)
 
 
 def test_empty_file(tmp_path: Path) -> None:
@@ -339,7 +339,7 @@ def test_empty_file(tmp_path: Path) -> None:
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     error = _error(tmp_path, ["not", "a", "mapping"])
     assert error.field is None
-    assert "dictionary" in error.problem
+    assert error.problem == "expected a mapping at top level, got list"
 
 
 def test_missing_field_names_its_path(tmp_path: Path) -> None:
@@ -347,7 +347,9 @@ def test_missing_field_names_its_path(tmp_path: Path) -> None:
     del broken["provider"]
     error = _error(tmp_path, _catalog_doc(_model("a"), broken))
     assert error.field == "models[1].provider"
-    assert str(error) == f"{tmp_path / 'models.yaml'}: models[1].provider: field required"
+    # A missing field is placed at its parent: the line where models[1] starts.
+    items = [n for n, line in enumerate((tmp_path / "models.yaml").read_text().splitlines(), 1) if line[:2] == "- "]
+    assert str(error) == f"{tmp_path / 'models.yaml'}:{items[1]}: models[1].provider: Field required"
 
 
 def test_all_schema_errors_are_reported(tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ async def test_broken_edit_keeps_the_last_good_catalogue(catalog_file: Path) -> 
     break_file(catalog_file)
 
     assert await registry.catalog() is good
-    assert "invalid YAML" in registry.last_error
+    assert "YAML syntax error" in registry.last_error
 
     write_catalog(catalog_file, spec("fixed"))
     assert (await registry.catalog()).default_model.id == "fixed"

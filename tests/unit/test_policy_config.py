@@ -71,44 +71,45 @@ def test_missing_and_empty_files_mean_defaults(tmp_path: Path) -> None:
         (
             "interceptors.yaml",
             "interceptors:\n  - type: BudgetGuard\n    model_calls: 5\n  - type: RateLimiter\n    window_seconds: -1\n",
-            "interceptors.yaml:5: interceptors.1.window_seconds: Input should be greater than 0",
+            "interceptors.yaml:5: interceptors[1].window_seconds: Input should be greater than 0",
         ),
         (
             "interceptors.yaml",
             "interceptors:\n  - type: TokenLimiter\n    message: hi\n",
-            "interceptors.yaml:2: interceptors.0.max_tokens: Field required",
+            "interceptors.yaml:2: interceptors[0].max_tokens: Field required",
         ),
         (
             "interceptors.yaml",
             "interceptors:\n  - type: RateLimiter\n    scope: user\n",
-            "interceptors.yaml:3: interceptors.0.scope: must be agent, session, tenant, global or scope:<key>",
+            "interceptors.yaml:3: interceptors[0].scope: must be agent, session, tenant, global or scope:<key>",
         ),
         (
             "interceptors.yaml",
             "interceptors:\n  - type: Nope\n",
-            "interceptors.yaml:2: interceptors.0: unknown type 'Nope'; expected one of: BudgetGuard, PIIShield",
+            "interceptors.yaml:2: interceptors[0]: unknown type 'Nope'; expected one of: BudgetGuard, PIIShield",
         ),
         (
             "interceptors.yaml",
             "agents:\n  default:\n    roles:\n      coach:\n"
             "        - type: PIIShield\n          patterns: [email, dna]\n",
-            "interceptors.yaml:6: agents.default.roles.coach.0.patterns.1: Input should be",
+            "interceptors.yaml:6: agents.default.roles.coach[0].patterns[1]: Input should be",
         ),
         (
             "interceptors.yaml",
             "interceptors:\n  - type: ConversationGate\n    stages: {4: [a]}\n",
-            "interceptors.yaml:3: interceptors.0.stages: must include stage 0",
+            "interceptors.yaml:3: interceptors[0].stages: must include stage 0",
         ),
         (
             "interceptors.yaml",
             "interceptors:\n  - type: ContentFilter\n    blocked_patterns: ['(unclosed']\n",
-            "interceptors.yaml:3: interceptors.0.blocked_patterns: pattern 0 ('(unclosed') is not a regular expression",
+            "interceptors.yaml:3: interceptors[0].blocked_patterns: pattern 0 ('(unclosed') is not a regular"
+            " expression",
         ),
         (
             "interceptors.yaml",
             "interceptors:\n  - type: custom\n"
             "    entry_point: tests.unit.test_policy_config:Shout\n    options: {volume: 11}\n",
-            "interceptors.yaml:2: interceptors.0: tests.unit.test_policy_config:Shout(**options) failed: TypeError",
+            "interceptors.yaml:2: interceptors[0]: tests.unit.test_policy_config:Shout(**options) failed: TypeError",
         ),
         (
             "interceptors.yaml",
@@ -123,27 +124,27 @@ def test_missing_and_empty_files_mean_defaults(tmp_path: Path) -> None:
         (
             "policy.yaml",
             "hooks:\n  - event: PreToolUse\n    local: tests.unit.nowhere:hook\n",
-            "policy.yaml:3: hooks.0.local: cannot import module 'tests.unit.nowhere'",
+            "policy.yaml:3: hooks[0].local: cannot import module 'tests.unit.nowhere'",
         ),
         (
             "policy.yaml",
             "hooks:\n  - event: Stop\n    matcher: Bash\n    remote: 127.0.0.1:7000\n",
-            "policy.yaml:3: hooks.0.matcher: Stop hooks take no matcher",
+            "policy.yaml:3: hooks[0].matcher: Stop hooks take no matcher",
         ),
         (
             "policy.yaml",
             "hooks:\n  - event: PreToolUse\n    matcher: '(['\n    remote: 127.0.0.1:7000\n",
-            "policy.yaml:3: hooks.0.matcher: not a regular expression",
+            "policy.yaml:3: hooks[0].matcher: not a regular expression",
         ),
         (
             "policy.yaml",
             "hooks:\n  - event: PreToolUse\n    remote: 'not an address'\n",
-            "policy.yaml:3: hooks.0.remote: 'not an address' is not a host:port address",
+            "policy.yaml:3: hooks[0].remote: 'not an address' is not a host:port address",
         ),
         (
             "policy.yaml",
             "hooks:\n  - event: PreToolUse\n    timeout_ms: 100\n",
-            "policy.yaml:2: hooks.0: give exactly one of `local`",
+            "policy.yaml:2: hooks[0]: give exactly one of `local`",
         ),
         (
             "policy.yaml",
@@ -194,7 +195,7 @@ def test_reload_takes_good_changes_and_keeps_the_last_good_config(tmp_path: Path
     assert store.current.version == 2
     assert store.current.interceptors.interceptors[0].model_calls == 7  # type: ignore[union-attr]
     assert [str(e) for e in store.errors] == [
-        "interceptors.yaml:3: interceptors.0.model_calls: Input should be greater than or equal to 0"
+        "interceptors.yaml:3: interceptors[0].model_calls: Input should be greater than or equal to 0"
     ]
     assert store.reload_if_changed() == "unchanged"  # the same bad file is not re-read
 

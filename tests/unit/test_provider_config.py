@@ -66,7 +66,7 @@ def test_file_overrides_builtin_fields_and_adds_providers(tmp_path: Path) -> Non
         ("providers:\n  openai:\n    timeout_s: -1\n", "providers.openai.timeout_s"),
         ("providers:\n  openai:\n    api_key: sk-inline\n", "providers.openai.api_key"),
         ("provider: {}\n", "provider"),
-        ("providers: [\n", "cannot read"),
+        ("providers: [\n", "providers.yaml:2: YAML syntax error"),
     ],
 )
 def test_invalid_file_names_the_field(tmp_path: Path, text: str, expected: str) -> None:

@@ -178,5 +178,5 @@ def test_a_bad_override_names_its_field(tmp_path: Path, override: str, field: st
     config.write_text(
         f"servers:\n  a:\n    transport: grpc\n    address: x:1\n    tool_overrides:\n      charge: {override}\n"
     )
-    with pytest.raises(ToolServersError, match=f"tools.yaml: {field}: "):
+    with pytest.raises(ToolServersError, match=f"tools.yaml:6: {field}: "):
         load_tool_servers(config)

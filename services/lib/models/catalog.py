@@ -16,12 +16,11 @@ Names are matched case-insensitively after stripping surrounding whitespace.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,6 +33,9 @@ from pydantic import (
     field_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
+
+from services.kit import yaml_config
+from services.kit.yaml_config import ConfigError, ConfigProblem
 
 __all__ = [
     "DEFAULT_CATALOG_PATH",
@@ -113,19 +115,22 @@ class CatalogFile(_Frozen):
     models: list[ModelSpec] = Field(min_length=1)
 
 
-class CatalogError(ValueError):
+class CatalogError(ConfigError):
     """The catalogue file is unreadable or invalid.
 
     ``field`` is the dotted path of the offending value (``models[3].provider``),
-    or None when the problem concerns the file as a whole.
+    or None when the problem concerns the file as a whole; ``line`` its line in the
+    file (0: not known). ``more`` are the file's other problems, in the message too.
     """
 
-    def __init__(self, source: str, problem: str, field: str | None = None) -> None:
-        location = f"{source}: {field}" if field else source
-        super().__init__(f"{location}: {problem}")
+    def __init__(
+        self, source: str, problem: str, field: str | None = None, *, line: int = 0, more: Iterable[ConfigProblem] = ()
+    ) -> None:
+        super().__init__([ConfigProblem(source, line, field or "", problem), *more])
         self.source = source
         self.field = field
         self.problem = problem
+        self.line = line
 
 
 class UnknownModelError(LookupError):
@@ -152,20 +157,9 @@ class Resolution:
         return f"no alias, model id or id prefix matches {self.requested!r}; using the default model {self.model.id!r}"
 
 
-def _format_loc(loc: Sequence[int | str]) -> str:
-    # ("models", 3, "provider") -> "models[3].provider"
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else part
-    return path
-
-
 def _format_error(error: ErrorDetails) -> tuple[str | None, str]:
     message = error["msg"]
-    return _format_loc(error["loc"]) or None, message[:1].lower() + message[1:]
+    return yaml_config.field_path(error["loc"]) or None, message[:1].lower() + message[1:]
 
 
 def format_validation_error(exc: ValidationError) -> list[tuple[str, str]]:
@@ -238,32 +232,25 @@ class ModelCatalog:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> ModelCatalog:
+        """Load a catalogue file; CatalogError names file, line and field (every schema problem at once)."""
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CatalogError(source, f"cannot read catalogue file: {exc}") from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.MarkedYAMLError as exc:
-            # PyYAML's own message quotes "<unicode string>"; the position is
-            # what a human needs.
-            mark = exc.problem_mark
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise CatalogError(source, f"invalid YAML{where}: {exc.problem}") from exc
-        except yaml.YAMLError as exc:
-            raise CatalogError(source, f"invalid YAML: {exc}") from exc
-        if data is None:
+            document = yaml_config.parse(yaml_config.read_text(Path(path), source), source)
+        except ConfigError as exc:
+            raise _catalog_error(exc) from exc
+        if document.data is None:
             raise CatalogError(source, "catalogue file is empty")
         try:
-            parsed = CatalogFile.model_validate(data)
-        except ValidationError as exc:
-            errors = [_format_error(error) for error in exc.errors()]
-            field, problem = errors[0]
-            # Report every schema error at once so a broken file is fixed in one pass.
-            extra = "".join(f"; {f}: {p}" if f else f"; {p}" for f, p in errors[1:])
-            raise CatalogError(source, problem + extra, field) from exc
-        return cls(parsed.models, parsed.default_model, source=source)
+            parsed = document.validate(CatalogFile)
+        except ConfigError as exc:
+            raise _catalog_error(exc) from exc
+        try:
+            return cls(parsed.models, parsed.default_model, source=source)
+        except CatalogError as exc:
+            if exc.field is None:
+                raise
+            line = document.locate(yaml_config.loc_of(exc.field))[0]
+            raise CatalogError(source, exc.problem, exc.field, line=line) from exc
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -339,3 +326,8 @@ class ModelCatalog:
     def describe(self, name: str, *, strict: bool = False) -> str:
         """Description of the model ``name`` resolves to (same rules as resolve)."""
         return self.resolve(name, strict=strict).model.description
+
+
+def _catalog_error(error: ConfigError) -> CatalogError:
+    first, *more = error.problems
+    return CatalogError(first.file, first.message, first.field or None, line=first.line, more=more)

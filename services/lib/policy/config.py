@@ -20,25 +20,26 @@ import importlib
 import re
 import string
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_core import ErrorDetails
 
+from services.kit import yaml_config
 from services.kit.logging import log
+from services.kit.yaml_config import ConfigProblem
+from services.lib.policy.budget import DEFAULT_MAX_MCP_CALLS, DEFAULT_MAX_TOOL_CALLS
 from services.lib.policy.interceptors.base import Interceptor
 
 POLICY_FILE = "policy.yaml"
@@ -90,8 +91,8 @@ class ToolsSection(_Strict):
 class BudgetSection(_Strict):
     """0 means unlimited."""
 
-    max_tool_calls: int = Field(8, ge=0)
-    max_mcp_calls: int = Field(6, ge=0)
+    max_tool_calls: int = Field(DEFAULT_MAX_TOOL_CALLS, ge=0)
+    max_mcp_calls: int = Field(DEFAULT_MAX_MCP_CALLS, ge=0)
     timeout_per_call_ms: int = Field(30_000, gt=0)
 
 
@@ -463,75 +464,19 @@ class RoleRouterFile(RouterSection):
 # --------------------------------------------------------------------------- loading
 
 
-@dataclass(frozen=True)
-class ConfigError:
-    file: str
-    line: int  # 1-based; 0 when unknown
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+# One problem of a policy file (file, line, field, message): the name the policy API gives it.
+ConfigError = ConfigProblem
 
 
-class ConfigRejected(Exception):
-    def __init__(self, errors: Sequence[ConfigError]):
-        self.errors = list(errors)
-        super().__init__("; ".join(str(e) for e in self.errors))
+class ConfigRejected(yaml_config.ConfigError):
+    """Policy files that do not read, parse or validate; ``errors`` lists every problem."""
 
-
-def _child(node: yaml.Node, key: str) -> yaml.Node | None:
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            if isinstance(k, yaml.ScalarNode) and k.value == key:
-                child: yaml.Node = v
-                return child
-    return None
-
-
-def _locate(root: yaml.Node, loc: Sequence[int | str]) -> tuple[int, str]:
-    """(1-based line, dotted field path) of pydantic's error location.
-
-    The line is that of the deepest node that exists (a missing field points at its
-    parent). A discriminated union puts the tag (the item's `type`) into the
-    location; it is not a key of the file, so it is left out of the path.
-    """
-    node: yaml.Node | None = root
-    line = root.start_mark.line + 1
-    path: list[str] = []
-    for part in loc:
-        if node is None:
-            path.append(str(part))
-            continue
-        type_node = _child(node, "type")
-        if isinstance(part, str) and isinstance(type_node, yaml.ScalarNode) and type_node.value == part:
-            continue
-        path.append(str(part))
-        if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-            node = node.value[part]
-        else:
-            node = _child(node, str(part))
-        if node is not None:
-            line = node.start_mark.line + 1
-    return line, ".".join(path)
+    @property
+    def errors(self) -> list[ConfigProblem]:
+        return self.problems
 
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: only true/false. Under YAML 1.1 `on`, `off`,
-    `yes` and `no` are booleans, which would turn Failover's `on:` key into True."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
 
 
 def load_file(path: Path, model: type[M]) -> M:
@@ -543,45 +488,26 @@ def load_file(path: Path, model: type[M]) -> M:
 def _read(path: Path) -> str | None:
     """The file's text; None when it does not exist."""
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigRejected([ConfigError(path.name, 0, "", f"cannot read: {exc}")]) from exc
+        return yaml_config.read_text_if_exists(path, path.name)
+    except yaml_config.ConfigError as exc:
+        raise ConfigRejected(exc.problems) from exc
 
 
 def parse_text(name: str, text: str, model: type[M]) -> M:
     """Parse and validate the text of file `name`: the same rules whether it comes from the folder or a snapshot."""
     try:
-        root = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 0
-        problem = " ".join(f"{exc.context or ''} {exc.problem or ''}".split())
-        raise ConfigRejected([ConfigError(name, line, "", f"YAML syntax error: {problem}")]) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigRejected([ConfigError(name, 0, "", f"YAML error: {' '.join(str(exc).split())}")]) from exc
-    if data is None:
-        return model()
-    if not isinstance(data, dict):
-        raise ConfigRejected([ConfigError(name, 1, "", f"expected a mapping at top level, got {type(data).__name__}")])
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        errors = []
-        for error in exc.errors():
-            line, path_ = _locate(root, error["loc"]) if root is not None else (0, "")
-            errors.append(ConfigError(name, line, path_, _message(error)))
-        raise ConfigRejected(errors) from exc
+        return yaml_config.parse(text, name).validate(model, describe=_message)
+    except yaml_config.ConfigError as exc:
+        raise ConfigRejected(exc.problems) from exc
 
 
 def _message(error: ErrorDetails) -> str:
     if error["type"] == "union_tag_invalid":
+        # Each interceptor type has a CamelCase and a snake_case tag: list the CamelCase ones.
         tags = [t.strip(" '") for t in str(error.get("ctx", {}).get("expected_tags", "")).split(",")]
         known = ", ".join(t for t in tags if t[:1].isupper() or t == "custom")
         return f"unknown type {error.get('ctx', {}).get('tag')!r}; expected one of: {known}"
-    return error["msg"].removeprefix("Value error, ")
+    return yaml_config.describe_error(error)
 
 
 @dataclass(frozen=True)
@@ -615,7 +541,7 @@ def digest_of(texts: Mapping[str, str]) -> str:
 def read_texts(directory: Path) -> dict[str, str]:
     """The texts of the configuration files present in `directory`, each read once."""
     texts: dict[str, str] = {}
-    errors: list[ConfigError] = []
+    errors: list[ConfigProblem] = []
     for name in FILES:
         try:
             text = _read(directory / name)

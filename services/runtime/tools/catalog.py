@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Literal
 
 import mcp
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from services.kit import yaml_config
 from services.runtime.tools.base import MCP_PREFIX, Tool, ToolUnavailable
 from services.runtime.tools.breaker import BreakerRegistry
 from services.runtime.tools.mcp_client import McpServer
@@ -52,8 +52,8 @@ SERVER_NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9-]|_(?!_))*$"  # no "__": it separate
 LISTING_TTL_S = 60.0
 
 
-class ToolServersError(ValueError):
-    """The tool servers file is unreadable or invalid; the message names file and field."""
+class ToolServersError(yaml_config.ConfigError):
+    """The tool servers file is unreadable or invalid; each problem names file, line and field."""
 
 
 MAX_RETRIES, MAX_BASE_DELAY_S = 5, 60.0
@@ -111,28 +111,22 @@ class ToolServersFile(BaseModel):
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     servers: dict[str, ToolServerConfig] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _names(self) -> ToolServersFile:
-        for name in self.servers:
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, servers: dict[str, ToolServerConfig]) -> dict[str, ToolServerConfig]:
+        for name in servers:
             if not re.match(SERVER_NAME_PATTERN, name):
                 raise ValueError(f"server name {name!r} must be lower-case letters, digits, '-' or single '_'")
-        return self
+        return servers
 
 
 def load_tool_servers(path: Path | None) -> ToolServersFile:
     if path is None:
         return ToolServersFile()
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        return ToolServersFile.model_validate(raw)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ToolServersError(f"{path}: cannot read: {' '.join(str(exc).split())}") from exc
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        location = ".".join(str(part) for part in error["loc"])
-        raise ToolServersError(
-            f"{path}: {location}: {error['msg']}" if location else f"{path}: {error['msg']}"
-        ) from exc
+        return yaml_config.load(path, ToolServersFile)
+    except yaml_config.ConfigError as exc:
+        raise ToolServersError(exc.problems) from exc
 
 
 ToolServer = McpServer | RemoteToolServer
