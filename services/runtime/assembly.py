@@ -34,6 +34,7 @@ from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound
 from services.kit.llm import ChatMessage, ChatModel, ToolSchema
 from services.kit.protos import struct_to_dict
+from services.lib.policy.domain import PHASE_FROM_PROTO, PHASE_TO_PROTO
 from services.runtime.budget import CostBudget, CostTracker, Limits, SessionCosts
 from services.runtime.context_link import (
     GET_TOOL_RESPONSE,
@@ -49,8 +50,6 @@ from services.runtime.local_context import LocalContext
 from services.runtime.model_catalog import ModelCatalogLink
 from services.runtime.phases import Phase
 from services.runtime.policy_link import (
-    FROM_PHASES,
-    PHASES,
     PolicyLink,
     begin_turn,
     message_from_proto,
@@ -480,7 +479,7 @@ class TurnBuilder:
         if request.HasField("session_usage"):
             usage = request.session_usage
             seed = CostTracker(usage.input_tokens, usage.output_tokens, usage.cost_usd)
-        phases = frozenset(FROM_PHASES[p] for p in begin.phases if p in FROM_PHASES)
+        phases = frozenset(PHASE_FROM_PROTO[p] for p in begin.phases if p in PHASE_FROM_PROTO)
         meta = {
             "tenant": tenant,
             "session": session_id,
@@ -488,7 +487,7 @@ class TurnBuilder:
             "content": request.content,
             "role": role,
             "skills": role_skills,
-            "phases": sorted(PHASES[p] for p in phases),
+            "phases": sorted(PHASE_TO_PROTO[p] for p in phases),
             "tool_names": list(offered),
             "client_tools": client_specs,
             "runtime": engine.name,
@@ -626,7 +625,7 @@ class TurnBuilder:
         wanted = meta.get("tool_names")
         offered = {n: t for n, t in tools.items() if wanted is None or n in wanted}
         notices = [("tool_server", problem) for problem in problems]
-        phases = frozenset(FROM_PHASES[p] for p in meta["phases"] if p in FROM_PHASES)
+        phases = frozenset(PHASE_FROM_PROTO[p] for p in meta["phases"] if p in PHASE_FROM_PROTO)
         turn = self._turn(
             request.turn_id,
             agent,
@@ -740,7 +739,7 @@ class TurnBuilder:
         if subagents:
             offered[TASK_TOOL] = task_tool(subagents)
         scope.role_id = str(meta.get("role", ""))
-        phases = frozenset(FROM_PHASES[p] for p in meta.get("phases", []) if p in FROM_PHASES)
+        phases = frozenset(PHASE_FROM_PROTO[p] for p in meta.get("phases", []) if p in PHASE_FROM_PROTO)
         policy = PolicyLink(self.clients, scope, phases, is_subagent=True)
         notices = [("tool_server", problem) for problem in problems]
         if recall_problem:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from services.lib.policy.budget import DEFAULT_MAX_MCP_CALLS, DEFAULT_MAX_TOOL_CALLS
+
 BudgetStatus = Literal["ok", "warning", "exceeded"]
 
 
@@ -13,8 +15,9 @@ class Limits:
     """Bounds of one turn; reaching one ends the turn with a typed error or a finalize notice."""
 
     max_iterations: int = 8
-    max_tool_calls: int = 32
-    max_mcp_calls: int = 16
+    # The tool budget's defaults, the policy's too (services/lib/policy/budget.py says who enforces what).
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
+    max_mcp_calls: int = DEFAULT_MAX_MCP_CALLS
     tool_timeout_s: float = 30.0
     max_parallel_tools: int = 4
     max_wall_clock_s: float = 300.0
@@ -22,7 +25,11 @@ class Limits:
 
 
 class ToolBudget:
-    """Counts a turn's tool calls against `max_tool_calls` and, for MCP tools, `max_mcp_calls`."""
+    """The runtime's side of the tool budget: counts a turn's calls against its limits.
+
+    `max_tool_calls` counts every call, `max_mcp_calls` MCP tools' (0 allows none). The
+    policy's cap is checked apart, at PRE_ACT (services/lib/policy/budget.py).
+    """
 
     def __init__(self, max_tool_calls: int, max_mcp_calls: int) -> None:
         self.max_tool_calls = max_tool_calls

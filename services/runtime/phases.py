@@ -16,22 +16,16 @@ may end the turn with a final answer (`stop_kind` 0) or a typed error.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.kit.llm import ChatMessage, ToolCallRequest, ToolSchema
 
+# The policy's enum, so a phase means the same on both sides (its proto table is there too).
+from services.lib.policy.domain import Phase
 
-class Phase(enum.Enum):
-    PRE_RUN = "pre_run"
-    PRE_THINK = "pre_think"
-    POST_THINK = "post_think"
-    PRE_ACT = "pre_act"
-    POST_ACT = "post_act"
-    POST_RUN = "post_run"
-    ON_ERROR = "on_error"
+__all__ = ["Intercept", "Interceptor", "Phase", "PhaseContext", "merge", "run_phase"]
 
 
 @dataclass

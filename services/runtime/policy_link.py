@@ -26,19 +26,10 @@ from services.kit.clients import Clients, call
 from services.kit.errors import Unavailable
 from services.kit.llm import ChatMessage, ToolCallRequest, ToolSchema
 from services.kit.protos import dict_to_struct, struct_to_dict
+from services.lib.policy.domain import PHASE_TO_PROTO
 from services.runtime.phases import Intercept, Phase, PhaseContext
 from services.runtime.turn import Verdict
 
-PHASES = {
-    Phase.PRE_RUN: policy_pb2.PHASE_PRE_RUN,
-    Phase.PRE_THINK: policy_pb2.PHASE_PRE_THINK,
-    Phase.POST_THINK: policy_pb2.PHASE_POST_THINK,
-    Phase.PRE_ACT: policy_pb2.PHASE_PRE_ACT,
-    Phase.POST_ACT: policy_pb2.PHASE_POST_ACT,
-    Phase.POST_RUN: policy_pb2.PHASE_POST_RUN,
-    Phase.ON_ERROR: policy_pb2.PHASE_ON_ERROR,
-}
-FROM_PHASES = {value: phase for phase, value in PHASES.items()}
 # The loop's model failure kinds -> the policy's ModelFailure.kind.
 FAILURE_KINDS = {"rate_limited": "rate_limit", "timeout": "timeout", "context_length": "context_length"}
 _ROLES = {
@@ -50,7 +41,8 @@ _ROLES = {
 _FROM_ROLES = {v: k for k, v in _ROLES.items()}
 
 
-def message_to_proto(message: ChatMessage) -> messages_pb2.Message:
+def message_to_proto(message: ChatMessage, turn_id: str = "") -> messages_pb2.Message:
+    """The loop's message on the wire (for the policy, the context service and the session's store)."""
     return messages_pb2.Message(
         role=_ROLES[message.role],
         content=message.content,
@@ -60,6 +52,7 @@ def message_to_proto(message: ChatMessage) -> messages_pb2.Message:
         ],
         tool_call_id=message.tool_call_id,
         name=message.name,
+        turn_id=turn_id,
     )
 
 
@@ -181,7 +174,7 @@ class PolicyLink:
     async def run_phase(self, context: PhaseContext) -> Intercept:
         phase = context.phase
         request = policy_pb2.RunInterceptorsRequest(
-            phase=PHASES[phase],
+            phase=PHASE_TO_PROTO[phase],
             scope=self.scope,
             context=self._turn_context(context, phase in (Phase.PRE_RUN, Phase.PRE_THINK)),
         )

@@ -48,11 +48,12 @@ from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBui
 from services.runtime.context_link import Memory, SessionMemory
 from services.runtime.engines import Engine
 from services.runtime.journal import ANSWER, TAKEOVER, replay
+from services.runtime.policy_link import message_to_proto
 from services.runtime.steps.state import decode_snapshot
 from services.runtime.structured import OutputSpec
 from services.runtime.turn import Decision, ResumePoint, Turn
 from services.runtime.turn_log import HandedOver, TurnLog, TurnLost, fit_end_event
-from services.runtime.turn_store import TurnStore, decision_from, message_to_proto
+from services.runtime.turn_store import TurnStore, decision_from
 
 
 @dataclass

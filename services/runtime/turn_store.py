@@ -26,7 +26,6 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError, Violations
-from services.kit.llm import ChatMessage
 from services.kit.logging import log
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.lib import answers
@@ -34,12 +33,6 @@ from services.runtime.assembly import CommandTurn
 from services.runtime.context_link import Memory, SessionMemory
 from services.runtime.turn import Decision, Turn
 
-_TO_ROLE = {
-    "user": messages_pb2.ROLE_USER,
-    "assistant": messages_pb2.ROLE_ASSISTANT,
-    "tool": messages_pb2.ROLE_TOOL,
-    "system": messages_pb2.ROLE_SYSTEM,
-}
 _CHECKPOINT_FIELD = {
     "approval_required": "approval",
     "user_input_requested": "user_input",
@@ -86,20 +79,6 @@ async def send_idempotent(rpc: Callable[..., Awaitable[_T]], request: Any, budge
             failure = exc
         pause = min(pause * 2, _RESEND_MAX_S)
     raise failure
-
-
-def message_to_proto(message: ChatMessage, turn_id: str) -> messages_pb2.Message:
-    return messages_pb2.Message(
-        role=_TO_ROLE[message.role],
-        content=message.content,
-        tool_calls=[
-            messages_pb2.ToolCall(id=c.id, name=c.name, arguments=dict_to_struct(c.arguments))
-            for c in message.tool_calls
-        ],
-        tool_call_id=message.tool_call_id,
-        name=message.name,
-        turn_id=turn_id,
-    )
 
 
 class TurnStore:

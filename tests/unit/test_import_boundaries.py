@@ -4,17 +4,22 @@ Every module under services/<name>/ (except kit, the boot kit, lib, the librarie
 control plane and a data plane share, and suite, which wires all services into one
 process) may import from services.kit, services.lib and its own package, but not
 from services.<other>. A library imports only services.kit and services.lib.
+The gateway (gateway/, the public edge) is a service too: it imports services.kit,
+services.lib and itself, and no service but suite imports it; the exceptions that
+exist today are listed below, so a new one fails here.
 Imports anywhere in a module count, including function-local and TYPE_CHECKING ones.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
+GATEWAY = SERVICES.parent / "gateway"
 SHARED = {"kit", "lib"}  # importable by every service
 EXEMPT = SHARED | {"suite"}
 
@@ -117,3 +122,77 @@ def test_the_check_resolves_absolute_relative_and_package_imports() -> None:
         "services.sessions",
         "services.models",
     }
+
+
+# --------------------------------------------------------------------------- the gateway
+
+# Known crossings between the gateway and a service's package: (importing file, imported module).
+# Move the shared code to services/lib and drop the line; a new crossing is not to be added here.
+GATEWAY_IMPORTS_OF_SERVICES = {
+    ("gateway/webhooks/servicer.py", "services.sessions.webhooks.model"),  # parse_delivery_id
+}
+SERVICE_IMPORTS_OF_GATEWAY = {
+    ("services/sessions/webhooks/a2a.py", "gateway.a2a.mapping"),  # TaskRef, TaskView
+}
+
+
+def _crossings(root: Path, crosses: Callable[[str], bool]) -> set[tuple[str, str]]:
+    """(file, module) of every import under ``root`` that ``crosses`` says leaves its side (``from a import b``: a)."""
+    found: set[tuple[str, str]] = set()
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        for _, module in _imported_modules(source, _package(path)):
+            if crosses(module):
+                found.add((path.relative_to(SERVICES.parent).as_posix(), module))
+    # `from a import b` yields a and a.b: keep the module named in the statement.
+    return {(file, module) for file, module in found if (file, module.rsplit(".", 1)[0]) not in found}
+
+
+def _service_package(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) >= 2 and parts[0] == "services" and parts[1] not in SHARED
+
+
+def test_the_gateway_imports_only_the_kit_the_libraries_and_itself() -> None:
+    found = _crossings(GATEWAY, _service_package)
+    new = sorted(found - GATEWAY_IMPORTS_OF_SERVICES)
+    assert not new, "gateway imports a service's package; share the code through services/lib:\n  " + "\n  ".join(
+        f"{file} imports {module}" for file, module in new
+    )
+    assert found >= GATEWAY_IMPORTS_OF_SERVICES, (
+        f"gone, drop them from GATEWAY_IMPORTS_OF_SERVICES: {sorted(GATEWAY_IMPORTS_OF_SERVICES - found)}"
+    )
+
+
+def test_no_service_but_suite_imports_the_gateway() -> None:
+    found: set[tuple[str, str]] = set()
+    for name in sorted(_service_names() - {"suite"}):
+        found |= _crossings(SERVICES / name, lambda module: module.split(".")[0] == "gateway")
+    new = sorted(found - SERVICE_IMPORTS_OF_GATEWAY)
+    assert not new, "a service imports the gateway; share the code through services/lib:\n  " + "\n  ".join(
+        f"{file} imports {module}" for file, module in new
+    )
+    assert found >= SERVICE_IMPORTS_OF_GATEWAY, (
+        f"gone, drop them from SERVICE_IMPORTS_OF_GATEWAY: {sorted(SERVICE_IMPORTS_OF_GATEWAY - found)}"
+    )
+
+
+def test_the_gateway_check_catches_each_spelling() -> None:
+    source = "\n".join(
+        [
+            "import services.runtime.llm",
+            "from services.context import builder",
+            "from services import sessions",
+            "from services.kit.clients import Clients",
+            "from services.lib.models.watch import CatalogWatcher",
+            "from gateway import auth",
+            "from ..a2a import mapping",
+            "def later():",
+            "    from services.policy.api import x",
+        ]
+    )
+    package = _package(GATEWAY / "webhooks" / "probe.py")
+    assert package == ["gateway", "webhooks"]
+    imported = _imported_modules(source, package)
+    assert {line for line, module in imported if _service_package(module)} == {1, 2, 3, 9}
+    assert "gateway.a2a.mapping" in {module for _, module in imported}  # its own package: allowed

@@ -1,13 +1,17 @@
-"""Failover, the CircuitBreaker interceptor and the seed's breaker state machine."""
+"""Failover, the CircuitBreaker interceptor and the breaker state machine the policy and the runtime share."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from services.kit.metrics import CIRCUIT_STATES
 from services.lib.policy.domain import ModelFailure, Phase, Scope, TurnContext
 from services.lib.policy.interceptors import Action, Chain, CircuitBreaker, Failover
 from services.lib.policy.resilience import CircuitBreaker as Breaker
 from services.lib.policy.resilience import CircuitBreakerRegistry, CircuitState
+from services.runtime.tools.breaker import BreakerRegistry
 
 
 class Clock:
@@ -27,7 +31,7 @@ def ctx(**fields: Any) -> TurnContext:
 
 def test_breaker_opens_after_threshold_and_probes_after_cooldown() -> None:
     clock = Clock()
-    cb = Breaker(failure_threshold=3, cooldown_seconds=30.0, clock=clock)
+    cb = Breaker(failure_threshold=3, cooldown_s=30.0, clock=clock)
     assert cb.state is CircuitState.CLOSED and cb.allow_request()
     cb.record_failure()
     cb.record_failure()
@@ -56,7 +60,7 @@ def test_failed_probe_reopens_and_success_resets_the_count() -> None:
     assert cb.allow_request()
     cb.record_failure()
     assert cb.state is CircuitState.OPEN
-    assert cb.retry_in() == 10
+    assert cb.retry_in_s() == 10
     clock.now = 20
     assert cb.state is CircuitState.HALF_OPEN
 
@@ -74,12 +78,48 @@ def test_a_lost_probe_does_not_block_forever() -> None:
 
 
 def test_registry_gives_one_breaker_per_server() -> None:
-    registry = CircuitBreakerRegistry(failure_threshold=1, cooldown_seconds=60.0)
+    registry = CircuitBreakerRegistry(failure_threshold=1, cooldown_s=60.0)
     a = registry.get("finuslugi-mcp")
     assert registry.get("finuslugi-mcp") is a
     a.record_failure()
     assert not a.allow_request()
     assert registry.get("other").allow_request()
+
+
+def test_a_threshold_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="failure_threshold must be >= 1, got 0"):
+        Breaker(failure_threshold=0)
+
+
+def test_retry_in_counts_down_only_while_open() -> None:
+    clock = Clock()
+    cb = Breaker(1, 30.0, clock)
+    clock.now = 100
+    assert cb.retry_in_s() == 0  # closed: nothing to wait for
+    cb.record_failure()
+    clock.now = 110
+    assert cb.retry_in_s() == 20
+    clock.now = 130
+    assert cb.retry_in_s() == 0 and cb.state is CircuitState.HALF_OPEN
+
+
+def test_the_runtime_registry_gives_a_server_its_own_settings_on_the_shared_breaker() -> None:
+    clock = Clock()
+    registry = BreakerRegistry(failure_threshold=3, cooldown_s=30, clock=clock)
+    registry.configure("fragile", failure_threshold=1, cooldown_s=5)
+    fragile, sturdy = registry.get("fragile"), registry.get("sturdy")
+    assert isinstance(fragile, Breaker) and registry.get("fragile") is fragile
+    fragile.record_failure()
+    sturdy.record_failure()
+    assert (fragile.state, sturdy.state) == (CircuitState.OPEN, CircuitState.CLOSED)
+    clock.now = 5
+    assert fragile.state is CircuitState.HALF_OPEN
+    assert [name for name, _ in registry.items()] == ["fragile", "sturdy"]
+
+
+def test_metrics_export_every_state_the_breaker_has() -> None:
+    # BreakerCollector reports `state.value` against this list: a new state must be added there.
+    assert tuple(state.value for state in CircuitState) == CIRCUIT_STATES
 
 
 # --------------------------------------------------------------------------- interceptor

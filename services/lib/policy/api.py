@@ -19,7 +19,7 @@ from services.kit.protos import dict_to_struct, struct_to_dict
 from services.lib.policy import wire
 from services.lib.policy.commands import CommandResult
 from services.lib.policy.config import ConfigError, ConfigRejected, ConfigStore, PolicyConfig, digest_of
-from services.lib.policy.domain import MODEL_FAILURE_KINDS, Phase, Scope
+from services.lib.policy.domain import MODEL_FAILURE_KINDS, PHASE_FROM_PROTO, PHASE_TO_PROTO, Phase, Scope
 from services.lib.policy.engine import PolicyEngine, RoleResolution, ToolCallCheck, ToolCallDecision
 
 MAX_NAME = 256
@@ -162,7 +162,7 @@ class PolicyAPI:
         self, request: policy_pb2.RunInterceptorsRequest, context: Any = None
     ) -> policy_pb2.RunInterceptorsResponse:
         problems = Violations()
-        phase = wire.PHASES.get(request.phase)
+        phase = PHASE_FROM_PROTO.get(request.phase)
         problems.check(phase is not None, "phase", "must be one of the seven phases (PHASE_PRE_RUN .. PHASE_ON_ERROR)")
         _check_scope(problems, request.scope)
         _check_context(problems, request.context, "context")
@@ -211,7 +211,7 @@ class PolicyAPI:
             blocked=start.blocked,
             block_reason=start.block_reason,
             tool_names=start.tool_names,
-            phases=sorted(wire.PHASE_VALUES[p] for p in start.phases),
+            phases=sorted(PHASE_TO_PROTO[p] for p in start.phases),
             config_version=start.config_version,
             events=wire.events_to(start.notices, scope),
         )

@@ -1,10 +1,24 @@
-"""ToolBudget: caps tool calls per turn, with a separate cap for MCP tools."""
+"""How many tool calls one turn may make, and the policy's check of it.
+
+Two layers limit a turn's tool calls, with one set of defaults (below):
+- the runtime enforces the turn's limits (the agent's `limits`, the request's TurnLimits;
+  services/runtime/budget.py): it counts the calls, refuses those over the limit itself
+  and then finalizes the turn or ends it (`on_tool_limit`);
+- the policy (this ToolBudget, from policy.yaml's `budget`) is the operator's cap over
+  every agent, checked at PRE_ACT against the counts the runtime reports: a call over it
+  is denied (rule tool_budget). 0 means unlimited here.
+With the defaults on both sides the runtime's limit is the one a turn reaches.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from services.lib.policy.tool_policy import MCP_PREFIX
+
+# Per turn, unless the agent, the request or the policy sets other limits.
+DEFAULT_MAX_TOOL_CALLS = 8
+DEFAULT_MAX_MCP_CALLS = 6
 
 
 def is_mcp(tool_name: str) -> bool:
@@ -19,8 +33,8 @@ class ToolBudget:
     and `ToolBudget.at(...)` rebuilds the budget from them.
     """
 
-    max_tool_calls: int = 8
-    max_mcp_calls: int = 6
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
+    max_mcp_calls: int = DEFAULT_MAX_MCP_CALLS
     timeout_per_call_ms: int = 30_000
     total_calls: int = 0
     mcp_calls: int = 0

@@ -1,5 +1,8 @@
 """Plain values the policy service's domain code works on (no gRPC types).
 
+`Phase` is also the runtime's (services/runtime/phases.py); its table to and from the
+proto's cogmesh.policy.v1.Phase is here, the only one.
+
 `Scope` says where a decision happens, `TurnContext` what the runtime knows about
 the turn, `Notice` is something the client should see (the servicer turns it into
 a status or native_notice event).
@@ -12,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cogmesh.policy.v1 import policy_pb2
+
 
 class Phase(enum.Enum):
     """The seven points of the agent loop where interceptors run."""
@@ -23,6 +28,20 @@ class Phase(enum.Enum):
     POST_ACT = "post_act"
     POST_RUN = "post_run"
     ON_ERROR = "on_error"
+
+
+# The one table between this enum and the proto's (services/runtime uses it too).
+PHASE_TO_PROTO: Mapping[Phase, policy_pb2.Phase] = {
+    Phase.PRE_RUN: policy_pb2.PHASE_PRE_RUN,
+    Phase.PRE_THINK: policy_pb2.PHASE_PRE_THINK,
+    Phase.POST_THINK: policy_pb2.PHASE_POST_THINK,
+    Phase.PRE_ACT: policy_pb2.PHASE_PRE_ACT,
+    Phase.POST_ACT: policy_pb2.PHASE_POST_ACT,
+    Phase.POST_RUN: policy_pb2.PHASE_POST_RUN,
+    Phase.ON_ERROR: policy_pb2.PHASE_ON_ERROR,
+}
+# PHASE_UNSPECIFIED (and a value a newer peer sends) is missing: callers refuse or skip it.
+PHASE_FROM_PROTO: Mapping[policy_pb2.Phase, Phase] = {value: phase for phase, value in PHASE_TO_PROTO.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.policy.v1 import policy_pb2
 from services.kit.protos import dict_to_struct, now, struct_to_dict
-from services.lib.policy.domain import ModelFailure, Msg, Notice, Phase, Scope, ToolCallRef, ToolInfo, TurnContext
+from services.lib.policy.domain import ModelFailure, Msg, Notice, Scope, ToolCallRef, ToolInfo, TurnContext
 from services.lib.policy.interceptors.base import Action, PhaseOutcome
 
 ROLE_NAMES = {
@@ -18,16 +18,6 @@ ROLE_NAMES = {
 }
 ROLE_VALUES = {name: value for value, name in ROLE_NAMES.items()}
 
-PHASES = {
-    policy_pb2.PHASE_PRE_RUN: Phase.PRE_RUN,
-    policy_pb2.PHASE_PRE_THINK: Phase.PRE_THINK,
-    policy_pb2.PHASE_POST_THINK: Phase.POST_THINK,
-    policy_pb2.PHASE_PRE_ACT: Phase.PRE_ACT,
-    policy_pb2.PHASE_POST_ACT: Phase.POST_ACT,
-    policy_pb2.PHASE_POST_RUN: Phase.POST_RUN,
-    policy_pb2.PHASE_ON_ERROR: Phase.ON_ERROR,
-}
-PHASE_VALUES = {phase: value for value, phase in PHASES.items()}
 
 ACTIONS = {
     Action.OK: policy_pb2.INTERCEPT_ACTION_OK,

@@ -73,7 +73,7 @@ class CircuitBreaker(Interceptor):
         self.breakers = breakers
         self.tools = None if tools is None else frozenset(tools)
         self.failure_threshold = breakers.failure_threshold
-        self.reset_timeout = breakers.cooldown_seconds
+        self.reset_timeout = breakers.cooldown_s
 
     def _key(self, ctx: TurnContext) -> str | None:
         if self.tools is not None and ctx.tool_name not in self.tools:
@@ -89,7 +89,7 @@ class CircuitBreaker(Interceptor):
             return InterceptResult.ok()
         return InterceptResult.skip(
             f"circuit open for tool {ctx.tool_name!r} after {breaker.failures} consecutive failures; "
-            f"retry in {breaker.retry_in():.1f}s"
+            f"retry in {breaker.retry_in_s():.1f}s"
         )
 
     async def post_act(self, ctx: TurnContext) -> InterceptResult:
