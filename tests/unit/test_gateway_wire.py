@@ -9,7 +9,7 @@ import grpc
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.servicer import encoded
+from gateway.streams import encoded
 from services.kit.event_log import Batch, SessionLog, tail, wire_entry
 from services.kit.server import ObservabilityInterceptor
 

@@ -1,0 +1,171 @@
+"""The gateway's request checks, made before anything is asked of another service.
+
+Each RPC's fields are checked at once, every problem named (BadRequest violations, as the
+caller spelled the field). `Names` then checks what only another service knows: a runtime
+engine, a model, a client tool clashing with the agent's own, before a turn takes the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from cogmesh.common.v1 import errors_pb2, turns_pb2
+from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.models.v1 import models_pb2
+from cogmesh.runtime.v1 import runtime_pb2
+from cogmesh.sessions.v1 import sessions_pb2
+from gateway import answers
+from gateway.sessions import Sessions
+from services.kit import scope as scopes
+from services.kit import turn_options
+from services.kit.agents import AgentRegistry, UnknownAgentError
+from services.kit.clients import Clients, call
+from services.kit.errors import InvalidArgument, NotFound, Violations, from_dependency
+from services.kit.protos import MAX_ID
+from services.lib.models.watch import CatalogWatcher, resolve_held
+
+MAX_CONTENT = 100_000
+
+
+def check_id(value: str, problems: Violations, field: str) -> None:
+    problems.check(len(value) <= MAX_ID, field, f"must be at most {MAX_ID} characters")
+
+
+def check_session_id(value: str, problems: Violations, field: str = "session_id") -> None:
+    problems.require(value, field)
+    check_id(value, problems, field)
+
+
+def check_message(request: gateway_pb2.SendMessageRequest, problems: Violations, prefix: str = "") -> None:
+    """A message's own fields (SendMessage, or a Converse frame's under `prefix`)."""
+    problems.require(request.content, f"{prefix}content")
+    problems.check(len(request.content) <= MAX_CONTENT, f"{prefix}content", f"must be at most {MAX_CONTENT} characters")
+    check_id(request.model, problems, f"{prefix}model")
+    problems.check(
+        request.multitask_strategy in turns_pb2.MultitaskStrategy.values(),
+        f"{prefix}multitask_strategy",
+        f"unknown value {request.multitask_strategy}",
+    )
+    # The turn's options: the runtime's own rules (limits, budget, output schema, client tools).
+    turn_options.check(request, problems, prefix)
+
+
+# --------------------------------------------------------------------------- one function per RPC
+
+
+def session_request(session_id: str) -> None:
+    """GetSession, DeleteSession and Subscribe: the session named."""
+    problems = Violations()
+    check_session_id(session_id, problems)
+    problems.raise_if_any()
+
+
+def create_session(request: gateway_pb2.CreateSessionRequest) -> None:
+    problems = Violations()
+    for name in ("agent", "user_id", "topic_id"):
+        check_id(getattr(request, name), problems, name)
+    problems.raise_if_any()
+
+
+def list_sessions(request: gateway_pb2.ListSessionsRequest) -> None:
+    problems = Violations()
+    scopes.check(request.scope_filter, "scope_filter", problems)
+    problems.raise_if_any()
+
+
+def send_message(request: gateway_pb2.SendMessageRequest) -> None:
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    check_message(request, problems)
+    problems.raise_if_any()
+
+
+def resolve_approval(request: gateway_pb2.ResolveApprovalRequest) -> sessions_pb2.CheckpointDecision:
+    """The decision to record (gateway/answers.py says what fits)."""
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    decision = answers.resolve_approval(request, problems)
+    problems.raise_if_any()
+    return decision
+
+
+def answer_interrupt(request: gateway_pb2.AnswerInterruptRequest) -> tuple[str, sessions_pb2.CheckpointDecision]:
+    """The answer field set, and the decision to record."""
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    given, decision = answers.answer_interrupt(request, problems)
+    problems.raise_if_any()
+    return given, decision
+
+
+def cancel_turn(request: gateway_pb2.CancelTurnRequest) -> None:
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    check_id(request.turn_id, problems, "turn_id")
+    problems.raise_if_any()
+
+
+# --------------------------------------------------------------------------- names other services know
+
+
+class Names:
+    """Names that only another service knows, checked before the turn takes the lease.
+
+    A runtime engine the runtime does not have is INVALID_ARGUMENT naming `runtime`. A named
+    model is resolved strictly, as the runtime resolves it (a turn's model is never replaced
+    by the default), so one the catalogue lacks is NOT_FOUND (MODEL_NOT_FOUND) naming the
+    field. A client tool named like one of the session's agent's tools is INVALID_ARGUMENT
+    naming it. A model is checked against the catalogue snapshot the gateway holds (pushed on every
+    change), engines by asking the runtime each time.
+    """
+
+    def __init__(
+        self, clients: Clients, agents: AgentRegistry, sessions: Sessions, catalog: CatalogWatcher | None
+    ) -> None:
+        self.clients, self.agents, self.sessions, self.catalog = clients, agents, sessions, catalog
+
+    async def check(self, tenant: str, request: gateway_pb2.SendMessageRequest, prefix: str = "") -> None:
+        checks = []
+        if request.runtime:
+            checks.append(self._runtime(request.runtime, f"{prefix}runtime"))
+        if request.model.strip():
+            checks.append(self._model(request.model, f"{prefix}model"))
+        if request.client_tools:
+            checks.append(self._client_tools(tenant, request, prefix))
+        failures = [r for r in await asyncio.gather(*checks, return_exceptions=True) if isinstance(r, BaseException)]
+        failures.sort(key=lambda exc: not isinstance(exc, InvalidArgument))  # bad input first, then not found
+        if failures:
+            raise failures[0]
+
+    async def _runtime(self, name: str, field: str) -> None:
+        reply = await call("runtime", self.clients.runtime.ListRuntimes, runtime_pb2.ListRuntimesRequest())
+        known = [engine.name for engine in reply.runtimes]
+        if name not in known:
+            raise InvalidArgument([(field, f"unknown runtime {name!r}; known runtimes: {', '.join(known)}")])
+
+    async def _client_tools(self, tenant: str, request: gateway_pb2.SendMessageRequest, prefix: str) -> None:
+        session = await self.sessions.visible(tenant, request.session_id)
+        try:
+            agent = self.agents.get(session.active_agent or session.agent)  # a handoff's agent answers
+        except UnknownAgentError:
+            return  # the runtime refuses the turn of an agent gone from the registry, naming it
+        problems = Violations()
+        turn_options.client_tool_clashes(request.client_tools, agent.tools, problems, prefix)
+        problems.raise_if_any()
+
+    async def _model(self, name: str, field: str) -> None:
+        request = models_pb2.ResolveModelRequest(name=name, strict=True)
+        try:
+            # The snapshot held answers as ResolveModel would (services/lib/models); the service until one is held.
+            if self.catalog is None or resolve_held(self.catalog, request) is None:
+                await self.clients.models.ResolveModel(request)
+        except (NotFound, grpc.aio.AioRpcError) as exc:
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise from_dependency(exc, "models") from exc
+            raise NotFound(
+                f"{field}: model {name!r} is not in the catalogue (no alias, model id or id prefix matches)",
+                reason=errors_pb2.ERROR_REASON_MODEL_NOT_FOUND,
+                metadata={"field": field, "model": name},
+            ) from exc
