@@ -20,6 +20,16 @@ T = TypeVar("T")
 
 JsonObject = dict[str, Any]
 
+# Limits and timings every store keeps alike (tests/contract holds each store to them).
+MAX_GOALS = 100  # per session
+MAX_PENDING_CHECKPOINTS = 100  # per session
+WAITER_TTL_S = 5.0  # a queued turn that stops polling for this long (its replica died) loses its place
+REMEMBERED_APPENDS = 32  # a retried append is recognised among the session's last this many
+JOURNALS_KEPT = 8  # journals of ended turns a session keeps (an open or paused turn's is always kept)
+CONSUMED_TTL_S = 300.0  # how long a consumed checkpoint answers a retried ConsumeCheckpoint
+INTERRUPT_BASE = 0.0  # queue scores: INTERRUPT waiters sort before every ENQUEUE waiter
+ENQUEUE_BASE = float(1 << 40)
+
 
 class Strategy(enum.Enum):
     """What a turn does when another one holds the session's lease."""

@@ -7,8 +7,9 @@ turns each domain error into the status a client sees: a foreign tenant's sessio
 NOT_FOUND like a missing one, a busy session FAILED_PRECONDITION naming the running turn,
 an unreachable store UNAVAILABLE with retryable=true.
 
-A new RPC is a store method plus a row in RPCS (tests/unit/test_sessions_tables.py fails
-while an RPC of the proto, or a domain error, has no row).
+A new RPC is a store method, a row in RPCS and a two-line method on SessionsServicer that
+answers from it (tests/unit/test_sessions_tables.py fails while an RPC of the proto, or a
+domain error, has no row, or an RPC no method).
 """
 
 from __future__ import annotations
@@ -1212,8 +1213,8 @@ RPCS: dict[str, Rpc] = {
 
 
 class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
-    """Answers every unary RPC of SessionsService from its row of RPCS (the methods are added below),
-    and ReadEvents, the one stream, here."""
+    """Answers each unary RPC of SessionsService from its row of RPCS (`_answer`: the checks, the store
+    call and the domain error's status, in one place), and the streams with methods of their own."""
 
     def __init__(self, store: SessionStore):
         self.store = store
@@ -1224,11 +1225,119 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
     async def drain(self) -> None:
         self.draining.set()
 
+    async def _answer(self, name: str, request: Message, context: Any) -> Message:
+        return await RPCS[name].handle(self.store, request, context)
+
+    # sessions
+
+    async def CreateSession(self, request: sessions_pb2.CreateSessionRequest, context: Any) -> Message:
+        return await self._answer("CreateSession", request, context)
+
+    async def GetSession(self, request: sessions_pb2.GetSessionRequest, context: Any) -> Message:
+        return await self._answer("GetSession", request, context)
+
+    async def LookupSession(self, request: sessions_pb2.LookupSessionRequest, context: Any) -> Message:
+        return await self._answer("LookupSession", request, context)
+
+    async def ListSessions(self, request: sessions_pb2.ListSessionsRequest, context: Any) -> Message:
+        return await self._answer("ListSessions", request, context)
+
+    async def UpdateSession(self, request: sessions_pb2.UpdateSessionRequest, context: Any) -> Message:
+        return await self._answer("UpdateSession", request, context)
+
+    async def DeleteSession(self, request: sessions_pb2.DeleteSessionRequest, context: Any) -> Message:
+        return await self._answer("DeleteSession", request, context)
+
+    async def CloseAllSessions(self, request: sessions_pb2.CloseAllSessionsRequest, context: Any) -> Message:
+        return await self._answer("CloseAllSessions", request, context)
+
+    # messages
+
+    async def AppendMessages(self, request: sessions_pb2.AppendMessagesRequest, context: Any) -> Message:
+        return await self._answer("AppendMessages", request, context)
+
+    async def ListMessages(self, request: sessions_pb2.ListMessagesRequest, context: Any) -> Message:
+        return await self._answer("ListMessages", request, context)
+
+    # the turn lease
+
+    async def AcquireTurnLease(self, request: sessions_pb2.AcquireTurnLeaseRequest, context: Any) -> Message:
+        return await self._answer("AcquireTurnLease", request, context)
+
+    async def ReleaseTurnLease(self, request: sessions_pb2.ReleaseTurnLeaseRequest, context: Any) -> Message:
+        return await self._answer("ReleaseTurnLease", request, context)
+
+    async def RenewTurnLease(self, request: sessions_pb2.RenewTurnLeaseRequest, context: Any) -> Message:
+        return await self._answer("RenewTurnLease", request, context)
+
+    async def GetTurnLease(self, request: sessions_pb2.GetTurnLeaseRequest, context: Any) -> Message:
+        return await self._answer("GetTurnLease", request, context)
+
+    # summary, goals, phase
+
+    async def UpdateSummary(self, request: sessions_pb2.UpdateSummaryRequest, context: Any) -> Message:
+        return await self._answer("UpdateSummary", request, context)
+
+    async def SaveGoal(self, request: sessions_pb2.SaveGoalRequest, context: Any) -> Message:
+        return await self._answer("SaveGoal", request, context)
+
+    async def ListGoals(self, request: sessions_pb2.ListGoalsRequest, context: Any) -> Message:
+        return await self._answer("ListGoals", request, context)
+
+    async def SetPhase(self, request: sessions_pb2.SetPhaseRequest, context: Any) -> Message:
+        return await self._answer("SetPhase", request, context)
+
+    # checkpoints of paused turns
+
+    async def WriteCheckpoint(self, request: sessions_pb2.WriteCheckpointRequest, context: Any) -> Message:
+        return await self._answer("WriteCheckpoint", request, context)
+
+    async def GetCheckpoint(self, request: sessions_pb2.GetCheckpointRequest, context: Any) -> Message:
+        return await self._answer("GetCheckpoint", request, context)
+
+    async def ListCheckpoints(self, request: sessions_pb2.ListCheckpointsRequest, context: Any) -> Message:
+        return await self._answer("ListCheckpoints", request, context)
+
+    async def DecideCheckpoint(self, request: sessions_pb2.DecideCheckpointRequest, context: Any) -> Message:
+        return await self._answer("DecideCheckpoint", request, context)
+
+    async def ConsumeCheckpoint(self, request: sessions_pb2.ConsumeCheckpointRequest, context: Any) -> Message:
+        return await self._answer("ConsumeCheckpoint", request, context)
+
+    async def AnswerPause(self, request: sessions_pb2.AnswerPauseRequest, context: Any) -> Message:
+        return await self._answer("AnswerPause", request, context)
+
+    # the event log and the turns' journals
+
+    async def AppendEvents(self, request: sessions_pb2.AppendEventsRequest, context: Any) -> Message:
+        return await self._answer("AppendEvents", request, context)
+
+    async def GetEventLogState(self, request: sessions_pb2.GetEventLogStateRequest, context: Any) -> Message:
+        return await self._answer("GetEventLogState", request, context)
+
+    async def GetJournal(self, request: sessions_pb2.GetJournalRequest, context: Any) -> Message:
+        return await self._answer("GetJournal", request, context)
+
+    async def RenewTurnLeases(self, request: sessions_pb2.RenewTurnLeasesRequest, context: Any) -> Message:
+        return await self._answer("RenewTurnLeases", request, context)
+
+    async def ClaimOrphanedTurns(self, request: sessions_pb2.ClaimOrphanedTurnsRequest, context: Any) -> Message:
+        return await self._answer("ClaimOrphanedTurns", request, context)
+
+    async def InterruptTurn(self, request: sessions_pb2.InterruptTurnRequest, context: Any) -> Message:
+        return await self._answer("InterruptTurn", request, context)
+
+    # rehydration
+
+    async def GetRehydrationPayload(self, request: sessions_pb2.GetRehydrationPayloadRequest, context: Any) -> Message:
+        return await self._answer("GetRehydrationPayload", request, context)
+
+    # the streams
+
     async def AppendEventsStream(
         self, requests: AsyncIterator[sessions_pb2.AppendEventsStreamRequest], context: Any
     ) -> AsyncIterator[sessions_pb2.AppendEventsStreamResponse]:
-        append = RPCS["AppendEvents"]
-        async for result in serve_appends(requests, lambda r: append.handle(self.store, r, context), self.draining):
+        async for result in serve_appends(requests, lambda r: self._answer("AppendEvents", r, context), self.draining):
             yield result
 
     async def WatchEvents(
@@ -1257,16 +1366,3 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
 _EMPTY = sessions_pb2.ReadEventsResponse()
 # RPCs answered by a method of their own, not a row of RPCS.
 STREAMS = frozenset({"ReadEvents", "AppendEventsStream", "WatchEvents"})
-
-
-def _method(name: str, rpc: Rpc) -> Callable[[SessionsServicer, Any, Any], Awaitable[Message]]:
-    async def method(self: SessionsServicer, request: Any, context: Any) -> Message:
-        return await rpc.handle(self.store, request, context)
-
-    method.__name__ = name
-    method.__qualname__ = f"{SessionsServicer.__qualname__}.{name}"
-    return method
-
-
-for _name, _rpc in RPCS.items():
-    setattr(SessionsServicer, _name, _method(_name, _rpc))

@@ -22,6 +22,14 @@ from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal,
 from services.kit.protos import now as proto_now
 from services.lib.answers import misfit
 from services.sessions.model import (
+    CONSUMED_TTL_S,
+    ENQUEUE_BASE,
+    INTERRUPT_BASE,
+    JOURNALS_KEPT,
+    MAX_GOALS,
+    MAX_PENDING_CHECKPOINTS,
+    REMEMBERED_APPENDS,
+    WAITER_TTL_S,
     Acquired,
     Appended,
     AppendResult,
@@ -74,15 +82,6 @@ __all__ = [
     "SessionStore",
     "StaleLease",
 ]
-
-MAX_GOALS = 100  # per session
-MAX_PENDING_CHECKPOINTS = 100  # per session
-WAITER_TTL_S = 5.0  # a queued turn that stops polling for this long (its replica died) loses its place
-REMEMBERED_APPENDS = 32  # a retried append is recognised among the session's last this many
-JOURNALS_KEPT = 8  # journals of ended turns a session keeps (an open or paused turn's is always kept)
-CONSUMED_TTL_S = 300.0  # how long a consumed checkpoint answers a retried ConsumeCheckpoint
-INTERRUPT_BASE = 0.0  # queue scores: INTERRUPT waiters sort before every ENQUEUE waiter
-ENQUEUE_BASE = float(1 << 40)
 
 
 class SessionStore(Protocol):

@@ -16,6 +16,8 @@ import pytest
 
 from services.sessions import leases
 from services.sessions.model import (
+    MAX_GOALS,
+    REMEMBERED_APPENDS,
     Acquired,
     CheckpointConflict,
     CheckpointExists,
@@ -33,7 +35,7 @@ from services.sessions.model import (
     Strategy,
 )
 from services.sessions.redis_store import RedisSessionStore
-from services.sessions.store import MAX_GOALS, REMEMBERED_APPENDS, MemorySessionStore, SessionStore
+from services.sessions.store import MemorySessionStore, SessionStore
 from tests.support.redis_topologies import REDIS_TOPOLOGIES, redis_for
 
 MakeStore = Callable[..., Awaitable[SessionStore]]

@@ -29,6 +29,7 @@ from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import CogmeshError, InvalidArgument, NotFound, OutOfRange
 from services.sessions import leases
 from services.sessions.model import (
+    JOURNALS_KEPT,
     Acquired,
     Appended,
     CheckpointExists,
@@ -45,7 +46,7 @@ from services.sessions.model import (
 )
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.servicer import SessionsServicer, status_of
-from services.sessions.store import JOURNALS_KEPT, MemorySessionStore, SessionStore
+from services.sessions.store import MemorySessionStore, SessionStore
 from tests.support.redis_topologies import REDIS_TOPOLOGIES, redis_for
 
 ACME, GLOBEX = "acme", "globex"
