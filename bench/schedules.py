@@ -4,8 +4,10 @@ The suite runs in this process (memory stores, one runtime, two gateways: both s
 race for every tick, as replicas do). --schedules cron schedules fire every minute, spread
 over its seconds (`* * * * * S`, S = i mod 60: about 17 ticks a second); after --minutes
 minutes every run of a tick that fell in the window is read back. Drift is a run's
-`start_time` (its turn accepted) minus its tick: the scheduler's tick (COGMESH_SCHEDULER_TICK_S,
-1 s) plus the claim and the turn's start. The burst row puts every schedule on the same
+`start_time` (its turn accepted) minus its tick: the claim and the turn's start (a scheduler
+sleeps until the earliest next fire time it read, not for a whole COGMESH_SCHEDULER_TICK_S; the
+second gateway learns of the schedules, all made through the first, at its first look, within
+30 s). The burst row puts every schedule on the same
 second of the minute (`* * * * * 0`): 1,000 turns asked for at once.
 
     python -m bench.schedules [--schedules 1000] [--minutes 2] [--no-burst]

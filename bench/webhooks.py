@@ -6,7 +6,8 @@ to a local aiohttp receiver in this process (private targets allowed for the ben
 Each turn is "hello" to the built-in model. The latency of a delivery is its arrival at
 the receiver minus the create_time of the turn's final event (stamped by the runtime when
 the turn ended; the same machine's clock): the append to the log, the enqueue, the
-dispatcher's claim and the signed POST. Turns run one at a time, then 16 at once.
+dispatcher's take of the queue (woken by the enqueue: no claim) and the signed POST. Turns
+run one at a time, then 16 at once.
 
     python -m bench.webhooks [--turns 200] [--concurrency 1,16]
 """

@@ -1,10 +1,14 @@
 """The scheduler every gateway replica runs: it claims due ticks exactly once and drives each run.
 
-Every `scheduler_tick_s` it asks the store for the schedules whose next fire time has come
-and, for each, writes the schedule with its next fire time moved past now, under the
-version it read, adding the tick's run (id: the tick's milliseconds) in the same write. Of
-the replicas that saw the tick due, the one whose write lands holds the run; the others get
-ABORTED and leave it. The holder then:
+It looks at the store when the earliest time it knows of comes: a schedule's next fire time
+or a run's lease expiry, as its last look read them (the lowest of each index), or one it
+created or resumed itself; and at least every `look_s` (what another replica wrote since).
+Between looks it only compares its clock with that time, every `scheduler_tick_s`: an idle
+suite costs the store a look per `look_s`, not per tick. A look asks for the schedules whose
+next fire time has come and, for each, writes the schedule with its next fire time moved past
+now, under the version it read, adding the tick's run (id: the tick's milliseconds) in the
+same write. Of the replicas that saw the tick due, the one whose write lands holds the run;
+the others get ABORTED and leave it. The holder then:
 
 1. picks the run's session (a new one, made now, or the schedule's own) and records it with
    the seq its log ends at, under a lease (`scheduler_lease_s`, renewed while it works);
@@ -72,6 +76,13 @@ def ms(t: float) -> int:
     return math.floor(t * 1000 + 0.5)
 
 
+def look_interval(tick_s: float, lease_s: float, grace_s: float) -> float:
+    """The longest a scheduler goes without looking at the store. At most the lease: a run recorded
+    by another replica after a look cannot lapse before the next look sees its expiry. At most half
+    the grace: a tick whose replica died meanwhile is still run on time. At least a tick."""
+    return max(tick_s, min(lease_s, grace_s / 2))
+
+
 def spec_of(schedule: store_pb.StoredSchedule) -> api.ScheduleSpec:
     return api.ScheduleSpec.FromString(schedule.spec)
 
@@ -96,10 +107,14 @@ class Scheduler:
         self.tick_s = settings.scheduler_tick_s
         self.lease_s = settings.scheduler_lease_s
         self.grace_s = settings.scheduler_grace_s
+        self.look_s = look_interval(self.tick_s, self.lease_s, self.grace_s)
         self._starts = asyncio.Semaphore(STARTS_AT_ONCE)
         self._loop: asyncio.Task[None] | None = None
         self._runs: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # the runs this replica drives
-        self.ticks = 0  # looks taken: tests wait on it
+        self._next_look = -math.inf  # clock time of the next look at the store: at once on start
+        self._wake = asyncio.Event()  # the next look moved earlier: sleep again for the new time
+        self.ticks = 0  # passes of the loop (a look when one was due): tests wait on it
+        self.looks = 0  # looks at the store
 
     @property
     def store(self) -> schedules_pb2_grpc.ScheduleStoreServiceStub:
@@ -119,26 +134,62 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def expect(self, fire_ms: int) -> None:
+        """A schedule created or resumed here fires at `fire_ms`: look then, whatever the last look saw."""
+        if fire_ms and fire_ms / 1000 < self._next_look:
+            self._next_look = fire_ms / 1000
+            self._wake.set()
+
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.tick_s)
-            try:
-                await self.tick()
-                self.ticks += 1
-            except (CogmeshError, grpc.aio.AioRpcError) as exc:
-                log.warning("scheduler tick failed; trying again next tick", error=str(exc))
+            wait = min(self.tick_s, self._next_look - self.clock())
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+            self._wake.clear()
+            if self.clock() >= self._next_look:
+                try:
+                    await self.tick()
+                except (CogmeshError, grpc.aio.AioRpcError) as exc:
+                    log.warning("scheduler look failed; trying again next tick", error=str(exc))
+                    self._next_look = min(self._next_look, self.clock() + self.tick_s)
+            self.ticks += 1
 
     async def tick(self) -> None:
-        """Claim every due tick, then take over every run whose holder's lease lapsed."""
+        """Claim every due tick, take over every run whose holder's lease lapsed, and note when to look next."""
         now = self.clock()
-        due = await self.store.ListDueSchedules(store_pb.ListDueSchedulesRequest(due_ms=ms(now), limit=DUE_BATCH))
-        await asyncio.gather(*(self._claim(schedule, now) for schedule in due.schedules))
-        stale = await self.store.ListStaleScheduleRuns(
-            store_pb.ListStaleScheduleRunsRequest(now_ms=ms(now), limit=DUE_BATCH)
-        )
-        for run in stale.runs:
-            if (run.tenant_id, run.schedule_id, run.run_id) not in self._runs:
-                await self._take_over(run)
+        self.looks += 1
+        self._next_look = math.inf  # times expected while this look runs lower it
+        horizon = ms(now + self.look_s)
+        first_due = await self._first_due(horizon)
+        if first_due is not None and first_due <= ms(now):
+            due = await self.store.ListDueSchedules(store_pb.ListDueSchedulesRequest(due_ms=ms(now), limit=DUE_BATCH))
+            await asyncio.gather(*(self._claim(schedule, now) for schedule in due.schedules))
+            first_due = await self._first_due(horizon)  # past the ticks just claimed
+        first_stale = await self._first_stale(horizon)
+        if first_stale is not None and first_stale <= ms(now):
+            stale = await self.store.ListStaleScheduleRuns(
+                store_pb.ListStaleScheduleRunsRequest(now_ms=ms(now), limit=DUE_BATCH)
+            )
+            for run in stale.runs:
+                if (run.tenant_id, run.schedule_id, run.run_id) not in self._runs:
+                    await self._take_over(run)
+            first_stale = await self._first_stale(horizon)
+        following = min((t / 1000 for t in (first_due, first_stale) if t is not None), default=now + self.look_s)
+        if following <= now:
+            # Still due after this look: more than a batch, or a run held here whose lease lapsed. Next tick.
+            following = now + self.tick_s
+        self._next_look = min(self._next_look, following)
+
+    async def _first_due(self, until_ms: int) -> int | None:
+        """The earliest next fire time up to `until_ms` of any schedule (one index read when none is)."""
+        reply = await self.store.ListDueSchedules(store_pb.ListDueSchedulesRequest(due_ms=until_ms, limit=1))
+        return int(reply.schedules[0].next_fire_ms) if reply.schedules else None
+
+    async def _first_stale(self, until_ms: int) -> int | None:
+        """The earliest lease expiry up to `until_ms` of any run not ended."""
+        reply = await self.store.ListStaleScheduleRuns(store_pb.ListStaleScheduleRunsRequest(now_ms=until_ms, limit=1))
+        return int(reply.runs[0].lease_expire_ms) if reply.runs else None
 
     # ------------------------------------------------------------------ claiming
 

@@ -173,6 +173,7 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
             schedule.session_id = await self._session(spec)
         schedule.spec = spec.SerializeToString()
         reply = await call("sessions", self.store.CreateSchedule, store_pb.CreateScheduleRequest(schedule=schedule))
+        self.scheduler.expect(reply.schedule.next_fire_ms)  # other replicas see it at their next look
         return api.CreateScheduleResponse(schedule=schedule_to_api(reply.schedule))
 
     # ------------------------------------------------------------------ read
@@ -237,7 +238,9 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
             schedule.paused = False
             schedule.next_fire_ms = ms(following) if following is not None else 0
 
-        return api.ResumeScheduleResponse(schedule=schedule_to_api(await self._update(request.schedule_id, resume)))
+        resumed = await self._update(request.schedule_id, resume)
+        self.scheduler.expect(resumed.next_fire_ms)
+        return api.ResumeScheduleResponse(schedule=schedule_to_api(resumed))
 
     async def DeleteSchedule(self, request: api.DeleteScheduleRequest, context: Any) -> api.DeleteScheduleResponse:
         try:

@@ -57,9 +57,11 @@ async def open_store(settings: Settings) -> SessionStore:
 
 async def build(settings: Settings, clients: Clients) -> App:
     store = await open_store(settings)
-    webhooks = open_webhooks(settings, store)  # every outcome it logs is enqueued for webhooks
+    # One Redis pool for the process: the schedules and webhooks stores share the session store's.
+    shared = store.client if isinstance(store, RedisSessionStore) else None
+    webhooks = open_webhooks(settings, store, client=shared)  # every outcome it logs is enqueued for webhooks
     servicer = SessionsServicer(webhooks.sessions)
-    schedule_store = schedules.open_store(settings)
+    schedule_store = schedules.open_store(settings, client=shared)
     schedule_servicer = schedules.ScheduleStoreServicer(schedule_store)
     return App(
         "sessions",
@@ -68,7 +70,7 @@ async def build(settings: Settings, clients: Clients) -> App:
             mount(schedule_servicer, schedules_pb2, schedules_pb2_grpc, "ScheduleStoreService"),
             mount(webhooks.servicer, webhooks_pb2, webhooks_pb2_grpc, "WebhookStoreService"),
         ],
-        on_close=[webhooks.close, store.close, schedule_store.close],
+        on_close=[webhooks.close, schedule_store.close, store.close],  # the pool's owner last
         on_drained=[servicer.drain],
     )
 

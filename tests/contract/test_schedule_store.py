@@ -147,3 +147,48 @@ async def test_redis_indexes_put_themselves_right_after_a_lost_step(request: pyt
             assert await store._redis.zscore(store._due, store._member("acme", "s1")) == 5000  # ...and put right
         finally:
             await store.close()
+
+
+async def test_the_first_due_read_past_early_entries_finds_the_earliest(request: pytest.FixtureRequest) -> None:
+    """A scheduler reads the first due schedule (limit 1) to know when to look next: an early entry
+    in front (a lost step) is put right and read past, not taken for the whole answer."""
+    with redis_for(request, "standalone") as redis:
+        store = RedisScheduleStore(pooled_client(redis.url, 2.0), redis.prefix)
+        try:
+            early = await store.create(schedule("acme", "early", 1000))
+            early.next_fire_ms = 9000
+            await store.update(early, None)
+            await store.create(schedule("acme", "next", 3000))
+            await store._redis.zadd(store._due, {store._member("acme", "early"): 1000})  # the lost step
+            assert [s.schedule_id for s in await store.due(5000, 1)] == ["next"]
+            assert await store._redis.zscore(store._due, store._member("acme", "early")) == 9000
+            await store.put_run(run("acme", "next", 1, lease_ms=9000))
+            await store.put_run(run("acme", "next", 2, lease_ms=4000))
+            await store._redis.zadd(store._stale, {store._member("acme", "next", "1"): 100})
+            assert [r.run_id for r in await store.stale(5000, 1)] == ["2"]
+        finally:
+            await store.close()
+
+
+async def test_a_store_on_a_shared_client_leaves_it_open(request: pytest.FixtureRequest) -> None:
+    """The sessions process may hand its one Redis client to the schedule store: closing the store
+    must not close the client its owner still uses (a store on a client of its own closes it)."""
+    with redis_for(request, "standalone") as redis:
+        client = pooled_client(redis.url, 2.0)
+        close = client.aclose
+        closed: list[bool] = []
+
+        async def counted() -> None:
+            closed.append(True)
+
+        client.aclose = counted  # type: ignore[method-assign]
+        try:
+            store = RedisScheduleStore(client, redis.prefix, owns_client=False)
+            await store.create(schedule("acme", "s1", 1000))
+            await store.close()
+            assert closed == []
+            assert [s.schedule_id for s in await store.due(1000, 10)] == ["s1"]
+            await RedisScheduleStore(client, redis.prefix).close()
+            assert closed == [True]
+        finally:
+            await close()

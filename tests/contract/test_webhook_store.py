@@ -72,16 +72,16 @@ async def test_webhooks_are_stored_listed_matched_and_deleted(store: WebhookStor
 async def test_a_queue_is_sent_in_order_one_at_a_time(store: WebhookStore) -> None:
     await store.enqueue([delivery(5), delivery(7)])
     await store.enqueue([delivery(5)])  # the same event again: one delivery
-    assert await store.claim(10, LEASE_S, now=9.0) == []  # not due yet
-    assert await store.claim(10, LEASE_S, now=10.0) == [QUEUE]
-    assert await store.claim(10, LEASE_S, now=11.0) == []  # claimed: kept from other claimers
+    assert (await store.claim(10, LEASE_S, now=9.0)).queues == []  # not due yet
+    assert (await store.claim(10, LEASE_S, now=10.0)).queues == [QUEUE]
+    assert (await store.claim(10, LEASE_S, now=11.0)).queues == []  # claimed: kept from other claimers
     taken = await store.take(QUEUE, "a", LEASE_S, now=11.0)
     assert isinstance(taken, Taken) and taken.delivery.seq == 5
     assert await store.take(QUEUE, "b", LEASE_S, now=11.0) is None  # another taker: leased
     # The head fails and is retried at 20: the next one waits behind it.
     assert await store.settle(QUEUE, "a", taken.delivery, Attempt(11.0, status=500, error="500", retry_at=20.0))
-    assert await store.claim(10, LEASE_S, now=15.0) == []
-    assert await store.claim(10, LEASE_S, now=20.0) == [QUEUE]
+    assert (await store.claim(10, LEASE_S, now=15.0)).queues == []
+    assert (await store.claim(10, LEASE_S, now=20.0)).queues == [QUEUE]
     again = await store.take(QUEUE, "b", LEASE_S, now=20.0)
     assert isinstance(again, Taken) and (again.delivery.seq, again.delivery.attempts) == (5, 1)
     assert await store.settle(QUEUE, "b", again.delivery, Attempt(20.0, status=204, delivered=True))
@@ -90,7 +90,7 @@ async def test_a_queue_is_sent_in_order_one_at_a_time(store: WebhookStore) -> No
     assert not await store.settle(QUEUE, "other", following.delivery, Attempt(21.0, delivered=True))  # not its lease
     assert await store.settle(QUEUE, "b", following.delivery, Attempt(21.0, error="refused"))  # dead
     assert await store.take(QUEUE, "b", LEASE_S, now=22.0) is None
-    assert await store.claim(10, LEASE_S, now=1e9) == []  # an empty queue leaves the schedule
+    assert (await store.claim(10, LEASE_S, now=1e9)).queues == []  # an empty queue leaves the schedule
 
     states = {d.seq: (d.state, d.attempts) for d in (await store.deliveries("t1", "", "", None, "", 10)).items}
     assert states == {5: (State.DELIVERED, 2), 7: (State.DEAD, 1)}
@@ -98,7 +98,7 @@ async def test_a_queue_is_sent_in_order_one_at_a_time(store: WebhookStore) -> No
     assert [d.seq for d in dead] == [7]
     redone = await store.redeliver("t1", dead[0].delivery_id, now=30.0)
     assert (redone.state, redone.attempts) == (State.PENDING, 0)
-    assert await store.claim(10, LEASE_S, now=30.0) == [QUEUE]
+    assert (await store.claim(10, LEASE_S, now=30.0)).queues == [QUEUE]
     back = await store.take(QUEUE, "c", LEASE_S, now=30.0)
     assert isinstance(back, Taken) and back.delivery.seq == 7
 
@@ -108,7 +108,7 @@ async def test_a_takers_lease_runs_out_and_the_head_is_sent_again(store: Webhook
     await store.claim(10, LEASE_S, now=0.0)
     assert isinstance(await store.take(QUEUE, "dead-replica", 0.05, now=0.0), Taken)
     # The taker died mid-attempt: its claim and lease run out; another takes the same head.
-    assert await store.claim(10, LEASE_S, now=LEASE_S + 1) == [QUEUE]
+    assert (await store.claim(10, LEASE_S, now=LEASE_S + 1)).queues == [QUEUE]
     async with asyncio.timeout(5):  # Redis expires the lease on its own clock (PX)
         while not isinstance(taken := await store.take(QUEUE, "next", LEASE_S, now=LEASE_S + 1), Taken):  # noqa: ASYNC110
             await asyncio.sleep(0.01)
@@ -118,8 +118,21 @@ async def test_a_takers_lease_runs_out_and_the_head_is_sent_again(store: Webhook
 async def test_a_head_not_due_puts_the_queue_back_for_its_time(store: WebhookStore) -> None:
     await store.enqueue([delivery(1, at=50.0)])
     assert await store.take(QUEUE, "a", LEASE_S, now=10.0) == Later(50.0)
-    assert await store.claim(10, LEASE_S, now=49.0) == []
-    assert await store.claim(10, LEASE_S, now=50.0) == [QUEUE]
+    assert (await store.claim(10, LEASE_S, now=49.0)).queues == []
+    assert (await store.claim(10, LEASE_S, now=50.0)).queues == [QUEUE]
+
+
+async def test_a_claim_tells_when_the_schedule_is_next_due(store: WebhookStore) -> None:
+    """What a dispatcher sleeps until when nothing is due now: the schedule's earliest entry."""
+    assert (await store.claim(10, LEASE_S, now=0.0)).next_at is None  # an empty schedule
+    other = Queue("t1", "wh_1", "s2")
+    await store.enqueue([delivery(1, at=10.0), delivery(1, session_id="s2", at=20.0)])
+    nothing = await store.claim(10, LEASE_S, now=9.0)
+    assert (nothing.queues, nothing.next_at) == ([], 10.0)
+    first = await store.claim(10, LEASE_S, now=10.0)
+    assert (first.queues, first.next_at) == ([QUEUE], 20.0)
+    second = await store.claim(10, LEASE_S, now=20.0)
+    assert (second.queues, second.next_at) == ([other], 10.0 + LEASE_S)  # the first claim's lease ends first
 
 
 async def test_deliveries_page_newest_first(store: WebhookStore) -> None:
@@ -130,3 +143,28 @@ async def test_deliveries_page_newest_first(store: WebhookStore) -> None:
     assert [d.seq for d in second.items] == [3, 2, 1]
     with pytest.raises(NotFound):
         await store.redeliver("t2", first.items[0].delivery_id, now=1.0)
+
+
+async def test_a_store_on_a_shared_client_leaves_it_open(request: pytest.FixtureRequest) -> None:
+    """The sessions process may hand its one Redis client to the webhook store (and on to the schedule
+    store): closing the store must not close the client its owner still uses."""
+    with redis_for(request, "standalone") as redis:
+        client = pooled_client(redis.url, 2.0)
+        close = client.aclose
+        closed: list[bool] = []
+
+        async def counted() -> None:
+            closed.append(True)
+
+        client.aclose = counted  # type: ignore[method-assign]
+        try:
+            store = RedisWebhookStore(client, redis.prefix, owns_client=False)
+            assert store.client is client
+            await store.enqueue([delivery(1, at=0.0)])
+            await store.close()
+            assert closed == []
+            assert (await store.claim(10, LEASE_S, now=0.0)).queues == [QUEUE]
+            await RedisWebhookStore(client, redis.prefix).close()
+            assert closed == [True]
+        finally:
+            await close()

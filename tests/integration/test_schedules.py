@@ -306,6 +306,64 @@ async def test_a_run_whose_holder_went_away_is_taken_over_and_its_accepted_turn_
     assert await accepted_turns(r, session_id) == [turn_id]  # adopted, not started again
 
 
+# --------------------------------------------------------------------------- looks at the store
+
+
+async def test_schedulers_look_at_the_store_only_when_something_can_be_due(replicas: Replicas) -> None:
+    """Idle, a scheduler's ticks only read its clock; it looks at the store when a time it knows of comes
+    (a schedule made through it) and at least every look_s (what other replicas wrote)."""
+    r = replicas
+    first, second = (scheduler_of(g) for g in r.gateways)
+    assert first.look_s == SETTINGS.scheduler_lease_s  # under half the grace
+    await r.ticks()
+    looks = (first.looks, second.looks)
+    await r.ticks(20)
+    assert (first.looks, second.looks) == looks  # nothing due, no lease to lapse: no store call
+    r.clock.now = T0 + first.look_s
+    await until(lambda: first.looks > looks[0] and second.looks > looks[1])
+    await r.ticks(2)  # those looks are over
+    looks = (first.looks, second.looks)
+
+    spec = api.ScheduleSpec(message="once")
+    spec.at.FromSeconds(int(T0 + first.look_s + 2))  # before either's next bounded look
+    schedule = await create(r, spec)  # through the first gateway: it looks when the schedule fires
+    r.clock.now = T0 + first.look_s + 2
+    (run,) = await ended_runs(r, schedule.schedule_id, 1)
+    assert run.trigger == api.SCHEDULE_RUN_TRIGGER_CLOCK
+    assert run.outcome == api.SCHEDULE_RUN_OUTCOME_COMPLETED, run.error
+    assert second.looks == looks[1]  # the other replica sees the schedule at its next bounded look
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_a_schedule_fires_on_time_with_a_tick_an_hour_long(kind: str, request: pytest.FixtureRequest) -> None:
+    """On the real clock, with hour-long ticks: creating a schedule wakes its gateway's scheduler, which
+    sleeps until the schedule fires rather than until its next tick."""
+    settings = SETTINGS.model_copy(update={"scheduler_tick_s": 3600.0})
+    if kind == "redis":
+        update = {"redis_url": request.getfixturevalue("redis_url"), "redis_key_prefix": f"schedidle{id(request)}:"}
+        settings = settings.model_copy(update=update)
+    suite = await start_suite(settings)
+    channel = grpc.aio.insecure_channel(suite.gateway_address)
+    try:
+        await until(lambda: scheduler_of(suite.servers["gateway"]).looks >= 1)  # the look at start
+        stub = schedules_pb2_grpc.ScheduleServiceStub(channel)
+        spec = api.ScheduleSpec(message="soon")
+        spec.at.FromMilliseconds(int((time.time() + 1) * 1000))
+        created = await stub.CreateSchedule(api.CreateScheduleRequest(spec=spec), timeout=5)
+        request_runs = api.ListScheduleRunsRequest(schedule_id=created.schedule.schedule_id)
+
+        async def ended() -> list[api.ScheduleRun] | None:
+            runs = list((await stub.ListScheduleRuns(request_runs, timeout=5)).runs)
+            return runs if runs and runs[0].outcome >= api.SCHEDULE_RUN_OUTCOME_COMPLETED else None
+
+        (run,) = await until_async(ended)
+        assert run.trigger == api.SCHEDULE_RUN_TRIGGER_CLOCK
+        assert run.outcome == api.SCHEDULE_RUN_OUTCOME_COMPLETED, run.error
+    finally:
+        await channel.close()
+        await suite.stop(0)
+
+
 # --------------------------------------------------------------------------- the API
 
 

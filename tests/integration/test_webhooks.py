@@ -223,3 +223,27 @@ async def test_private_targets_are_refused_unless_allowed(tmp_path: Path) -> Non
             ((name, why),) = status_details(caught.value)[1]
             assert name == "url" and what in why, why
         assert env.receiver.seen == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_deliveries_and_retries_come_without_a_periodic_look(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The dispatcher sends what its replica enqueued at once, and a retry at its time: neither waits for
+    a look at the schedule (here an hour apart, far beyond the wait for the POSTs)."""
+    settings: dict[str, Any] = FAST | {"webhook_poll_s": 3600.0}
+    if kind == "redis":
+        key = tmp_path / "key"
+        key.write_text("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+        settings |= {
+            "redis_url": request.getfixturevalue("redis_url"),
+            "redis_key_prefix": f"whidle{id(request)}:",
+            "webhook_secrets_key_file": key,
+        }
+    async with webhook_suite(**settings) as env:
+        session_id = await new_session(env.gateway)
+        await create(env, "/prompt", session_id=session_id, event_kinds=[webhooks_pb2.WEBHOOK_EVENT_KIND_FINAL])
+        env.receiver.failures["/prompt"] = 1
+        await turn(env, session_id, "hello")
+        bodies = await env.receiver.wait("/prompt", 2)
+        assert [b["attempt"] for b in bodies] == [1, 2] and bodies[0]["delivery_id"] == bodies[1]["delivery_id"]

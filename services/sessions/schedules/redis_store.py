@@ -37,6 +37,7 @@ from services.sessions.schedules.store import (
 )
 
 T = TypeVar("T")
+FIX_ROUNDS = 10  # reads of an index past entries put right, per query: a `limit` of 1 still finds the first
 
 # KEYS: rec, runs, runver, order. ARGV: record.
 _CREATE = """
@@ -102,8 +103,10 @@ def _tenant_hash(tenant_id: str) -> str:
 
 
 class RedisScheduleStore:
-    def __init__(self, client: Client, prefix: str = "cogmesh:"):
+    def __init__(self, client: Client, prefix: str = "cogmesh:", owns_client: bool = True):
+        """`owns_client` False: the client is shared (another store's pool) and closed by its owner."""
         self._redis = client
+        self._owns_client = owns_client
         self._prefix = check_prefix(prefix)
         self._due = f"{prefix}{{schedules-due}}:due"
         self._stale = f"{prefix}{{schedules-runs}}:stale"
@@ -267,17 +270,26 @@ class RedisScheduleStore:
         return True
 
     async def due(self, due_ms: int, limit: int) -> list[pb.StoredSchedule]:
-        members: list[Any] = await self._call(self._redis.zrangebyscore(self._due, "-inf", due_ms, start=0, num=limit))
-        found = []
-        for member in members:
-            tenant_id, schedule_id = json.loads(member)
-            schedule = await self._read(tenant_id, schedule_id)
-            if schedule is not None and is_due(schedule, due_ms):
-                found.append(schedule)
-            elif schedule is None:
-                await self._call(self._redis.zrem(self._due, member))
-            else:  # an early entry (a step lost): put it right from the record
-                await self._index_schedule(schedule, earlier_only=False)
+        found: list[pb.StoredSchedule] = []
+        for _ in range(FIX_ROUNDS):
+            # Entries found stay in front of the range; those put right leave it: read on past them.
+            members: list[Any] = await self._call(
+                self._redis.zrangebyscore(self._due, "-inf", due_ms, start=len(found), num=limit - len(found))
+            )
+            fixed = 0
+            for member in members:
+                tenant_id, schedule_id = json.loads(member)
+                schedule = await self._read(tenant_id, schedule_id)
+                if schedule is not None and is_due(schedule, due_ms):
+                    found.append(schedule)
+                    continue
+                fixed += 1
+                if schedule is None:
+                    await self._call(self._redis.zrem(self._due, member))
+                else:  # an early entry (a step lost): put it right from the record
+                    await self._index_schedule(schedule, earlier_only=False)
+            if not fixed or len(found) >= limit:
+                break
         return found
 
     async def put_run(self, run: pb.StoredScheduleRun) -> pb.StoredScheduleRun:
@@ -307,20 +319,27 @@ class RedisScheduleStore:
         return await self._read_runs(tenant_id, schedule_id, run_ids), total
 
     async def stale(self, now_ms: int, limit: int) -> list[pb.StoredScheduleRun]:
-        members: list[Any] = await self._call(
-            self._redis.zrangebyscore(self._stale, "-inf", now_ms, start=0, num=limit)
-        )
-        found = []
-        for member in members:
-            tenant_id, schedule_id, run_id = json.loads(member)
-            runs = await self._read_runs(tenant_id, schedule_id, [run_id])
-            if runs and is_stale(runs[0], now_ms):
-                found.append(runs[0])
-            elif not runs:  # its schedule deleted, or the run trimmed
-                await self._call(self._redis.zrem(self._stale, member))
-            else:
-                await self._index_run(runs[0], earlier_only=False)
+        found: list[pb.StoredScheduleRun] = []
+        for _ in range(FIX_ROUNDS):
+            members: list[Any] = await self._call(
+                self._redis.zrangebyscore(self._stale, "-inf", now_ms, start=len(found), num=limit - len(found))
+            )
+            fixed = 0
+            for member in members:
+                tenant_id, schedule_id, run_id = json.loads(member)
+                runs = await self._read_runs(tenant_id, schedule_id, [run_id])
+                if runs and is_stale(runs[0], now_ms):
+                    found.append(runs[0])
+                    continue
+                fixed += 1
+                if not runs:  # its schedule deleted, or the run trimmed
+                    await self._call(self._redis.zrem(self._stale, member))
+                else:
+                    await self._index_run(runs[0], earlier_only=False)
+            if not fixed or len(found) >= limit:
+                break
         return found
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        if self._owns_client:
+            await self._redis.aclose()

@@ -10,6 +10,7 @@ from services.kit.config import Settings
 from services.kit.errors import Violations
 from services.kit.logging import log
 from services.kit.protos import MAX_ID
+from services.kit.redis_pool import Client
 from services.kit.redis_url import redact
 from services.sessions.schedules.redis_store import RedisScheduleStore
 from services.sessions.schedules.store import MemoryScheduleStore, ScheduleStore, next_token, page_bounds
@@ -19,11 +20,16 @@ MAX_LIMIT = 10_000
 DEFAULT_LIMIT = 1000
 
 
-def open_store(settings: Settings) -> ScheduleStore:
-    """Redis when COGMESH_REDIS_URL is set (the sessions' own Redis, same key prefix), else memory."""
+def open_store(settings: Settings, client: Client | None = None) -> ScheduleStore:
+    """Redis when COGMESH_REDIS_URL is set (the sessions' own Redis, same key prefix), else memory.
+
+    `client`: a Redis client already open on that URL (another store's) to share rather than open a
+    pool of its own; its owner closes it."""
     if not settings.redis_url:
         return MemoryScheduleStore()
-    log.info("schedule store", kind="redis", url=redact(settings.redis_url))
+    log.info("schedule store", kind="redis", url=redact(settings.redis_url), shared_client=client is not None)
+    if client is not None:
+        return RedisScheduleStore(client, settings.redis_key_prefix, owns_client=False)
     return RedisScheduleStore.from_url(settings.redis_url, settings.redis_key_prefix, settings.redis_timeout_s)
 
 

@@ -8,6 +8,7 @@ the dispatcher task, and the WebhookStoreService servicer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from services.kit.config import Settings
 from services.sessions.store import SessionStore
@@ -17,6 +18,9 @@ from services.sessions.webhooks.secrets import Sealer
 from services.sessions.webhooks.servicer import WebhookStoreServicer
 from services.sessions.webhooks.store import MemoryWebhookStore, WebhookStore
 
+if TYPE_CHECKING:
+    from services.kit.redis_pool import Client  # redis loads only where the Redis store is used
+
 
 @dataclass
 class Webhooks:
@@ -24,6 +28,7 @@ class Webhooks:
     sessions: SessionStore  # the session store that enqueues what it logs
     dispatcher: Dispatcher
     servicer: WebhookStoreServicer
+    redis: Client | None = None  # the Redis client of the store, for another store to share (None: memory)
 
     async def close(self) -> None:
         await self.dispatcher.close()
@@ -41,12 +46,19 @@ def policy_of(settings: Settings) -> Policy:
     )
 
 
-def open_webhooks(settings: Settings, sessions: SessionStore) -> Webhooks:
+def open_webhooks(settings: Settings, sessions: SessionStore, client: Client | None = None) -> Webhooks:
+    """`client`: a Redis client already open on COGMESH_REDIS_URL to share (its owner closes it), else
+    the store opens a pool of its own."""
     store: WebhookStore
+    redis: Client | None = None
     if settings.redis_url:
         from services.sessions.webhooks.redis_store import RedisWebhookStore
 
-        store = RedisWebhookStore.from_url(settings.redis_url, settings.redis_key_prefix, settings.redis_timeout_s)
+        if client is not None:
+            found = RedisWebhookStore(client, settings.redis_key_prefix, owns_client=False)
+        else:
+            found = RedisWebhookStore.from_url(settings.redis_url, settings.redis_key_prefix, settings.redis_timeout_s)
+        store, redis = found, found.client
     else:
         store = MemoryWebhookStore()
     sealer = Sealer.from_file(settings.webhook_secrets_key_file, ephemeral=not settings.redis_url)
@@ -55,4 +67,4 @@ def open_webhooks(settings: Settings, sessions: SessionStore) -> Webhooks:
     hooked = HookedSessionStore(sessions, store, on_enqueued=dispatcher.wake)
     servicer = WebhookStoreServicer(store, sessions, sealer, policy, on_enqueued=dispatcher.wake)
     dispatcher.start()
-    return Webhooks(store, hooked, dispatcher, servicer)
+    return Webhooks(store, hooked, dispatcher, servicer, redis)

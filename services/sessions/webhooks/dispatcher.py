@@ -1,8 +1,11 @@
 """Sends deliveries: claims due queues, POSTs each head signed, records how it went.
 
-Runs in every sessions replica. A replica wakes at once when it enqueued something
-itself, and otherwise looks for due queues every `poll_s` (another replica's enqueues,
-retries coming due, queues whose dispatcher died). An attempt is a POST with the JSON
+Runs in every sessions replica. A replica sends what it enqueued itself at once, with no
+look at the schedule. It looks at the schedule (a claim) when the earliest time it knows of
+comes: a retry or a deferred head of its own, the schedule's earliest entry as its last
+look saw it; and at least every `idle_s` (what another replica scheduled since, queues whose
+dispatcher died). Between looks it only compares its clock with that time, every `poll_s`:
+an idle replica costs the store a look per `idle_s`. An attempt is a POST with the JSON
 body, no redirects followed, to the address the SSRF check approved; a 2xx answer
 delivers it; anything else is retried after an exponential backoff with jitter until
 `retry_window_s` has passed since the delivery was made (or redelivered), then it is
@@ -16,6 +19,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
 import random
 import time
 import uuid
@@ -33,10 +37,13 @@ from services.sessions.store import SessionStore
 from services.sessions.webhooks import targets
 from services.sessions.webhooks.model import Attempt, Delivery, Format, Queue, Webhook
 from services.sessions.webhooks.secrets import Sealer
-from services.sessions.webhooks.store import Taken, WebhookStore
+from services.sessions.webhooks.store import Later, Taken, WebhookStore
 
 USER_AGENT = "cogmesh-webhooks/1"
 MAX_ERROR = 300  # characters of a failure kept in the delivery log
+# The longest a replica goes without a look at the schedule: how late it sees work another replica
+# scheduled and then left (it died). A look at the 16 schedule slots is 16 Redis reads.
+IDLE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,8 @@ class Policy:
     retry_first_s: float = 1.0
     retry_max_s: float = 3600.0
     retry_window_s: float = 86_400.0
-    poll_s: float = 1.0
+    poll_s: float = 1.0  # how often the loop compares its clock with its next look; a failed look's retry
+    idle_s: float = IDLE_S
     concurrency: int = 64
 
     @property
@@ -102,6 +110,8 @@ class Dispatcher:
         self._draining: set[Queue] = set()  # queues a drain of this replica is on
         self._again: set[Queue] = set()  # of those, queues asked for since their drain began
         self._task: asyncio.Task[None] | None = None
+        self._next_look = -math.inf  # clock time of the next look at the schedule: at once on start
+        self.looks = 0  # looks at the schedule: tests wait on it
         self._http = httpx.AsyncClient(
             follow_redirects=False,
             timeout=httpx.Timeout(policy.timeout_s),
@@ -111,13 +121,25 @@ class Dispatcher:
         )
 
     def wake(self, queues: Iterable[Queue] = ()) -> None:
-        """Send these queues now (this replica enqueued to them: no claim round), then look for more."""
+        """Send these queues now (this replica enqueued to them: no claim round). A queue there is no
+        room for yet, or a wake naming none, brings the next look forward to now."""
+        queues = list(queues)
+        waiting = False
         for queue in queues:
             if queue in self._draining:
                 self._again.add(queue)
             elif len(self._running) < self._policy.concurrency:
                 self._spawn(queue)
-        self._wake.set()
+            else:
+                waiting = True
+        if waiting or not queues:
+            self._look_at(self._clock())
+
+    def _look_at(self, at: float) -> None:
+        """Something is due at `at`: look at the schedule then, if not sooner."""
+        if at < self._next_look:
+            self._next_look = at
+            self._wake.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="webhook-dispatcher")
@@ -134,29 +156,40 @@ class Dispatcher:
 
     async def _run(self) -> None:
         while True:
+            wait = min(self._policy.poll_s, self._next_look - self._clock())
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
+            if self._clock() < self._next_look:
+                continue
             try:
-                claimed = await self._claim()
+                await self._look()
             except (CogmeshError, SessionError, OSError) as exc:
                 log.warning("webhook dispatcher cannot claim deliveries", error=str(exc))
-                claimed = 0
-            if claimed:
-                continue  # there may be more due: look again before sleeping
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._policy.poll_s)
+                self._look_at(self._clock() + self._policy.poll_s)
 
-    async def _claim(self) -> int:
-        free = self._policy.concurrency - len(self._running)
-        if free <= 0:
+    async def _look(self) -> None:
+        """Claim the due queues there is room for and send them; note when the next is due."""
+        self._next_look = math.inf  # times noted while this look runs lower it
+        if len(self._running) >= self._policy.concurrency:
             await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
-            return 1
-        queues = await self._hooks.claim(free, self._policy.lease_s, self._clock())
-        for queue in queues:
+        free = self._policy.concurrency - len(self._running)
+        now = self._clock()
+        claimed = await self._hooks.claim(free, self._policy.lease_s, now)
+        self.looks += 1
+        for queue in claimed.queues:
             if queue in self._draining:
                 self._again.add(queue)  # its drain may be past the new head: it looks once more
             else:
                 self._spawn(queue)
-        return len(queues)
+        if len(claimed.queues) >= free:
+            following = now  # there may be more due: look again before sleeping
+        else:
+            following = min(claimed.next_at if claimed.next_at is not None else math.inf, now + self._policy.idle_s)
+            if following <= now:  # due yet not claimed (another claimer's race): a little later
+                following = now + self._policy.poll_s
+        self._look_at(following)
 
     def _spawn(self, queue: Queue) -> None:
         self._draining.add(queue)
@@ -182,15 +215,19 @@ class Dispatcher:
         try:
             while True:
                 got = await self._hooks.take(queue, holder, self._policy.lease_s, self._clock())
+                if isinstance(got, Later):
+                    self._look_at(got.at)  # the store put the queue back in the schedule for then
                 if not isinstance(got, Taken):
                     return
                 attempt = await self._attempt(got.delivery)
                 if not await self._hooks.settle(queue, holder, got.delivery, attempt):
                     return
                 if not attempt.delivered and attempt.retry_at is not None:
-                    return  # the store scheduled the retry
+                    self._look_at(attempt.retry_at)  # the store scheduled the retry: claimed then
+                    return
         except (CogmeshError, SessionError, OSError) as exc:
             log.warning("webhook queue left for later", webhook_id=queue.webhook_id, error=str(exc))
+            self._look_at(self._clock() + self._policy.poll_s)
 
     async def _attempt(self, delivery: Delivery) -> Attempt:
         try:

@@ -40,6 +40,14 @@ class Taken:
 
 
 @dataclass(frozen=True)
+class Claimed:
+    """The queues a claim took, and when the schedule's earliest queue is due after it (None: it is empty)."""
+
+    queues: list[Queue]
+    next_at: float | None = None
+
+
+@dataclass(frozen=True)
 class Later:
     """The head is not due before `at` (the queue was put back in the schedule for then)."""
 
@@ -68,8 +76,8 @@ class WebhookStore(Protocol):
         """Add each delivery unless it is there already (same webhook, session and seq)."""
         ...
 
-    async def claim(self, limit: int, lease_s: float, now: float) -> list[Queue]:
-        """Up to `limit` due queues, each kept from other claimers for `lease_s`."""
+    async def claim(self, limit: int, lease_s: float, now: float) -> Claimed:
+        """Up to `limit` due queues, each kept from other claimers for `lease_s`; and when the next is due."""
         ...
 
     async def take(self, queue: Queue, holder: str, lease_s: float, now: float) -> Taken | Later | None:
@@ -168,11 +176,11 @@ class MemoryWebhookStore:
             if len(log) > DELIVERY_LOG_MAX:
                 self._forget(d.tenant_id, next(iter(log)))
 
-    async def claim(self, limit: int, lease_s: float, now: float) -> list[Queue]:
+    async def claim(self, limit: int, lease_s: float, now: float) -> Claimed:
         due = [q for q, at in self._due.items() if at <= now][:limit]
         for q in due:
             self._due[q] = now + lease_s
-        return due
+        return Claimed(due, min(self._due.values(), default=None))
 
     async def take(self, queue: Queue, holder: str, lease_s: float, now: float) -> Taken | Later | None:
         q = self._queues.get(queue)
