@@ -48,7 +48,11 @@ class Batch(list[events_pb2.RuntimeEvent]):
 
 def wire_entry(event: events_pb2.RuntimeEvent) -> bytes:
     """`event` encoded as one entry of a field-1 `repeated RuntimeEvent` (tag, length, bytes)."""
-    payload = event.SerializeToString()
+    return field_one(event.SerializeToString())
+
+
+def field_one(payload: bytes) -> bytes:
+    """An encoded message as one entry of a field-1 repeated message field (tag, length, bytes)."""
     size, prefix = len(payload), bytearray(b"\x0a")
     while size > 0x7F:
         prefix.append(size & 0x7F | 0x80)

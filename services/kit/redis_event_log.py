@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
 from cogmesh.common.v1 import events_pb2
+from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import Unavailable
 from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, session_gone, tail
 from services.kit.logging import log
@@ -59,17 +60,56 @@ def _seq(entry_id: Any) -> int:
     return int(text.split("-", 1)[0])
 
 
-def decode_entries(entries: Any) -> Batch:
-    """Stream entries (id, {b'e': payload}) to events carrying their seq; `drop`'s marker is no event."""
+def decode_entries(entries: Any, after: int = 0, stop: int | None = None) -> Batch:
+    """Stream entries to the events after seq `after` (and up to `stop`), carrying their seqs.
+
+    An entry is one append's events, its id the last one's seq: a lone event in field `e`, several as
+    StoredEvents in field `b` (their count in `n`). `drop`'s marker is no event.
+    """
     batch = Batch()
     for entry_id, fields in entries:
-        payload = fields.get(b"e")
-        if payload is None:
+        last = _seq(entry_id)
+        lone = fields.get(b"e")
+        if lone is not None:
+            if after < last and (stop is None or last <= stop):
+                event = events_pb2.RuntimeEvent.FromString(lone)
+                event.seq = last
+                batch.append(event)
             continue
-        event = events_pb2.RuntimeEvent.FromString(payload)
-        event.seq = _seq(entry_id)
-        batch.append(event)
+        several = fields.get(b"b")
+        if several is None:
+            continue
+        events = sessions_pb2.StoredEvents.FromString(several).events
+        for seq, event in enumerate(events, last - len(events) + 1):
+            if after < seq and (stop is None or seq <= stop):
+                event.seq = seq
+                batch.append(event)
     return batch
+
+
+async def read_range(redis: Any, stream: str, after: int, stop: int, count: int | None = None) -> Batch:
+    """The events after seq `after` up to `stop` (from at most `count` entries, and the one after them).
+
+    The entries whose ids fall in the range hold all of it but the part of the entry that holds `stop` and
+    ends after it (an entry's id is its last event's seq): that one is read on its own.
+    """
+    entries = await redis.xrange(stream, f"{after + 1}-0", f"{stop}-0", count=count)
+    batch = decode_entries(entries, after, stop)
+    reached = batch[-1].seq if batch else after
+    if reached < stop and (count is None or len(entries) < count):
+        batch += decode_entries(await redis.xrange(stream, f"{reached + 1}-0", "+", count=1), reached, stop)
+    return batch
+
+
+def first_seq(entry: Any) -> int:
+    """The seq of the first event a stream entry holds (see decode_entries)."""
+    entry_id, fields = entry
+    count = fields.get(b"n")
+    return _seq(entry_id) - (int(count) - 1 if count else 0)
+
+
+def is_drop_marker(entry: Any) -> bool:
+    return b"dropped" in entry[1]
 
 
 @dataclass
@@ -106,11 +146,10 @@ class _LogKeys:
 
 def _deliver(follower: _Follower, entries: Any) -> None:
     """Add the entries after the mirror's last seq to it; `drop`'s marker closes it."""
-    fresh = [entry for entry in entries if _seq(entry[0]) > follower.mirror.last_seq]
-    events = decode_entries(fresh)
+    events = decode_entries(entries, follower.mirror.last_seq)
     if events:
         follower.mirror.add(events)
-    if len(events) < len(fresh):  # `drop`'s marker: the session is gone
+    if any(is_drop_marker(entry) for entry in entries):  # the session is gone
         follower.mirror.close()
 
 
@@ -175,12 +214,12 @@ class RedisEventLog:
         if gone:
             raise session_gone(session_id)
         last = int(value or 0)
-        return last, _seq(head[0][0]) if head else last + 1
+        return last, first_seq(head[0]) if head else last + 1
 
     async def ends_with_turn_end(self, session_id: str) -> bool:
         entries = await self._redis_call("read", self._redis.xrevrange(self._keys(session_id).stream, count=1))
         ended = decode_entries(entries)
-        return not ended or is_terminal(ended[0])  # empty, or dropped (its marker): nothing runs
+        return not ended or is_terminal(ended[-1])  # empty, or dropped (its marker): nothing runs
 
     async def drop(self, session_id: str) -> None:
         """End this process's readers of a deleted session at once (the sessions service wrote its marker)."""
@@ -205,10 +244,9 @@ class RedisEventLog:
                 if follower.mirror.closed:
                     raise session_gone(session_id)
                 stop = min(cursor + self.max_batch, follower.mirror.first_seq - 1)
-                entries = await self._redis_call(
-                    "replay", self._redis.xrange(self._keys(session_id).stream, f"{cursor + 1}-0", f"{stop}-0")
+                batch = await self._redis_call(
+                    "replay", read_range(self._redis, self._keys(session_id).stream, cursor, stop)
                 )
-                batch = decode_entries(entries)
                 if not batch or batch[0].seq != cursor + 1:
                     check_cursor(session_id, cursor, batch[0].seq if batch else last + 1, last)  # trimmed under us
                 cursor = batch[-1].seq
@@ -242,10 +280,9 @@ class RedisEventLog:
                 return
             stream, events = self._keys(session_id).stream, Batch()
             while (want := start + len(events)) <= stop:
-                entries = await self._redis_call(
-                    "replay", self._redis.xrange(stream, f"{want}-0", f"{stop}-0", count=REPLAY_CHUNK)
+                chunk = await self._redis_call(
+                    "replay", read_range(self._redis, stream, want - 1, stop, count=REPLAY_CHUNK)
                 )
-                chunk = decode_entries(entries)
                 if not chunk or chunk[0].seq != want:
                     return  # trimmed meanwhile: the reader's own replay tells it
                 events += chunk

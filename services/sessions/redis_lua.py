@@ -12,8 +12,9 @@ sessions lives in slots of its own and is kept by the store between scripts: a
 tenant's index of sessions and its scope indexes, and the index of open turns (`open_turn_bucket`) that
 ClaimOrphanedTurns searches.
 
-The session's event log is a stream whose entry ids are `<seq>-0` (field `e`: the
-serialized RuntimeEvent without its seq); the hash keeps the last seq (`eseq`) and the
+The session's event log is a stream with one entry per append, whose id is `<seq>-0` of its last
+event (field `e`: a lone serialized RuntimeEvent without its seq; or `n` events as a StoredEvents in
+field `b`, their seqs running up to the id); the hash keeps the last seq (`eseq`) and the
 lease, including whether its turn is open (accepted, not ended or paused: its lease
 waits, held, for a takeover instead of running out), who runs it and how often it was
 taken over. A turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
@@ -41,7 +42,7 @@ acquire by the same turn, a consume with the same token all answer as the first 
 from __future__ import annotations
 
 from services.kit.redis_event_log import DROPPED_TTL_S
-from services.sessions.store import JOURNALS_KEPT
+from services.sessions.model import JOURNALS_KEPT
 
 # Scripts that write nothing (no WAIT after them; services/kit/redis_pool.py ReplicaWait).
 READS = frozenset(
@@ -74,6 +75,7 @@ SESSION_KEYS = (
 # Keys that live and expire with the session (the tombstone and the channel do not; `events:batches`, written
 # only before the ring of append ids, keeps the expiry it had).
 _DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "j", "jt")
+ENTRY_EVENTS = 32  # events per stream entry at most: a reader that needs one entry's first seq reads no more
 EXPIRY_SLACK = 10  # the keys outlive `expires_at` by up to TTL / EXPIRY_SLACK: re-expired once per that
 
 
@@ -462,21 +464,35 @@ local function forget_journals(turns)
   end
 end
 
--- Log events and journal entries read from ARGV[at]: n, n payloads, m, m x (kind, position, state), then
--- what the events change in the session: e, e x (name, value) (model.effects_of: 'active_agent', 'plan', and
--- 'delegated', which counts the turn in `deleg_turns` once). Returns the last seq and the index of the ARGV
--- after them. The session's fields it sets go out with the script's next `flush`; the keys it creates are in NEW.
+-- Log events and journal entries read from ARGV[at]: n, then the events as k stream entries (k, then k x (a
+-- lone event's payload, or up to ENTRY_EVENTS events' StoredEvents encoding), each entry's id its last event's
+-- seq), m, m x (kind, position, state), then what the events change in the session: e, e x (name, value)
+-- (model.effects_of: 'active_agent', 'plan', and 'delegated', which counts the turn in `deleg_turns` once).
+-- Returns the last seq and the index of the ARGV after them (`after_log`). The session's fields it sets go out
+-- with the script's next `flush`; the keys it creates are in NEW.
+local function after_log(at)
+  local k = tonumber(ARGV[at + 1])
+  local q = at + 3 + k + 3 * tonumber(ARGV[at + 2 + k])
+  return q + 1 + 2 * tonumber(ARGV[q])
+end
+
 local function log_events(turn, at, retention)
-  local n = tonumber(ARGV[at])
+  local n, k = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local first = last_seq() + 1
-  if n > 0 and first == 1 then table.insert(NEW, EV) end  -- the session's first event makes its stream
-  for i = 1, n do
-    redis.call('XADD', EV, 'MAXLEN', retention, (first + i - 1) .. '-0', 'e', ARGV[at + i])
-  end
   local last = first + n - 1
+  if n > 0 and first == 1 then table.insert(NEW, EV) end  -- the session's first event makes its stream
+  for i = 1, k do
+    local size = math.min(ENTRY_EVENTS, n - (i - 1) * ENTRY_EVENTS)
+    local id = (first - 1 + (i - 1) * ENTRY_EVENTS + size) .. '-0'
+    if size == 1 then
+      redis.call('XADD', EV, 'MAXLEN', retention, id, 'e', ARGV[at + 1 + i])
+    else
+      redis.call('XADD', EV, 'MAXLEN', retention, id, 'n', size, 'b', ARGV[at + 1 + i])
+    end
+  end
   if n > 0 then put('eseq', last) end
-  local m = tonumber(ARGV[at + n + 1])
-  local p = at + n + 2
+  local m = tonumber(ARGV[at + 2 + k])
+  local p = at + 3 + k
   if m > 0 then
     local count = tonumber(meta().jn or '0')
     if meta().jlast ~= turn or not meta().jn then count = tonumber(redis.call('HGET', J, turn) or '0') end
@@ -540,6 +556,7 @@ end
     .replace("{KEYS_PER_SESSION}", str(len(SESSION_KEYS) + 1))
     .replace("JOURNALS_KEPT", str(JOURNALS_KEPT))
     .replace("EXPIRY_SLACK", str(EXPIRY_SLACK))
+    .replace("ENTRY_EVENTS", str(ENTRY_EVENTS))
     .replace("DROPPED_TTL_S", str(DROPPED_TTL_S))
 )
 
@@ -651,7 +668,7 @@ if not l and (head == '' or head == turn) then
   local token = redis.call('HINCRBY', S, 'last_token', 1)
   local start, last, open = last_seq(), 0, ''
   local pending = pending_ids(C, CO, D)
-  local opening = tonumber(ARGV[13]) > 0 or tonumber(ARGV[14 + tonumber(ARGV[13])]) > 0
+  local opening = tonumber(ARGV[13]) > 0 or tonumber(ARGV[15 + tonumber(ARGV[14])]) > 0
   if opening and #pending == 0 then  -- a paused turn still waits for its answer: nothing opens
     local retention = ARGV[#ARGV]
     last = log_events(turn, 13, retention)
@@ -740,7 +757,6 @@ if append_id ~= '' then RING = remember end  -- the ring of the last append ids 
 local h = meta()
 local within = h.lease_open == '1' and h.lease_turn ~= '' and tonumber(h.lease_token) == token
 if not (within and h.tenant_id == tenant) and not mine() then return {'not_found'} end
-local n = tonumber(ARGV[12])
 -- A retried append that landed: its id is in the ring, with the seq it ended at. Only a landed append
 -- writes its id (at the end), so a refused one leaves nothing to let go.
 if append_id ~= '' then
@@ -761,8 +777,7 @@ end
 local l = live_lease()
 if not l or l.token ~= token then return {'stale'} end
 -- Where the messages and the pause start: past the events, journal entries and the session's changes.
-local m = tonumber(ARGV[13 + n])
-local at = 15 + n + 3 * m + 2 * tonumber(ARGV[14 + n + 3 * m])
+local at = after_log(12)
 local k = tonumber(ARGV[at])
 local pause_id, pause_blob, max_pending = ARGV[at + k + 1], ARGV[at + k + 2], tonumber(ARGV[at + k + 3] or '0')
 local consume_id, consume_ms = ARGV[at + k + 4], tonumber(ARGV[at + k + 5] or '0')
@@ -824,15 +839,20 @@ for n = 1, count do table.insert(fields, turn .. '|' .. n) end
 return {'ok', redis.call('HMGET', J, unpack(fields))}
 """
 
-# The log's last seq, its first retained entry's id and its last entry (the store decodes it).
+# The log's last seq, its first retained seq (as an entry id) and its last entry's fields (the store decodes them).
 LOG_STATE = r"""
 if not mine() then return {'not_found'} end
 local head = redis.call('XRANGE', EV, '-', '+', 'COUNT', 1)
 local tail = redis.call('XREVRANGE', EV, '+', '-', 'COUNT', 1)
-local first, last_entry = '', ''
-if #head > 0 then first = head[1][1] end
-if #tail > 0 then last_entry = tail[1][2][2] end
-return {'ok', last_seq(), first, last_entry}
+local first, last_fields = '', {}
+if #head > 0 then  -- an entry of several events starts `n - 1` before its id
+  first = head[1][1]
+  if head[1][2][1] == 'n' then
+    first = (tonumber(string.match(first, '^(%d+)')) - tonumber(head[1][2][2]) + 1) .. '-0'
+  end
+end
+if #tail > 0 then last_fields = tail[1][2] end
+return {'ok', last_seq(), first, last_fields}
 """
 
 # ARGV: holder, lease ms. Not a tenant's call: the runtime replica asks for any orphaned turn. Claims the

@@ -40,12 +40,11 @@ from typing import Any, TypeVar
 from redis import exceptions as rex
 from redis.commands.core import AsyncScript
 
-from cogmesh.common.v1 import events_pb2
 from services.kit import lease_holders
 from services.kit import scope as scopes
-from services.kit.event_log import Batch, check_cursor, is_terminal
+from services.kit.event_log import Batch, check_cursor, field_one, is_terminal
 from services.kit.protos import now as proto_now
-from services.kit.redis_event_log import DROP_WAKE_S, RedisEventLog, decode_entries
+from services.kit.redis_event_log import DROP_WAKE_S, RedisEventLog, decode_entries, read_range
 from services.kit.redis_keys import (
     SessionKeys,
     TenantKeys,
@@ -68,6 +67,13 @@ from services.kit.redis_pool import (
 from services.lib.answers import misfit
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
+    CONSUMED_TTL_S,
+    ENQUEUE_BASE,
+    INTERRUPT_BASE,
+    MAX_GOALS,
+    MAX_PENDING_CHECKPOINTS,
+    REMEMBERED_APPENDS,
+    WAITER_TTL_S,
     Acquired,
     Appended,
     AppendResult,
@@ -106,15 +112,6 @@ from services.sessions.model import (
     Summary,
     active_goal,
     effects_of,
-)
-from services.sessions.store import (
-    CONSUMED_TTL_S,
-    ENQUEUE_BASE,
-    INTERRUPT_BASE,
-    MAX_GOALS,
-    MAX_PENDING_CHECKPOINTS,
-    REMEMBERED_APPENDS,
-    WAITER_TTL_S,
 )
 
 T = TypeVar("T")
@@ -867,7 +864,7 @@ class RedisSessionStore:
     # ----------------------------------------------------------------- the event log and journals
 
     def _log_args(self, session_id: str, new: NewEvents) -> list[Any]:
-        """The events (stamped, serialized without their seq, which the script assigns), journal
+        """The events (stamped, serialized without their seq, which the script assigns; one argument), journal
         entries and what the events change in the session (model.effects_of), as the scripts'
         log_events reads them."""
         stamp = proto_now()
@@ -888,7 +885,10 @@ class RedisSessionStore:
             changes += ["plan", effects.plan]
         if effects.delegated:
             changes += ["delegated", "1"]
-        return [len(payloads), *payloads, len(new.journal), *entries, len(changes) // 2, *changes]
+        # A stream entry per ENTRY_EVENTS events: a lone event as it is, several as their StoredEvents encoding.
+        chunks = [payloads[i : i + lua.ENTRY_EVENTS] for i in range(0, len(payloads), lua.ENTRY_EVENTS)]
+        logged = [c[0] if len(c) == 1 else b"".join(field_one(p) for p in c) for c in chunks]
+        return [len(payloads), len(logged), *logged, len(new.journal), *entries, len(changes) // 2, *changes]
 
     @staticmethod
     def _stamped(new: NewEvents | None, last_seq: int) -> None:
@@ -984,8 +984,7 @@ class RedisSessionStore:
         stream = SessionKeys(self._prefix, session_id).key("events")
         while after_seq < state.last_seq:
             stop = min(after_seq + MAX_REPLAY_BATCH, state.last_seq)
-            entries: Any = await self._call(self._redis.xrange(stream, f"{after_seq + 1}-0", f"{stop}-0"))
-            batch = decode_entries(entries)
+            batch = await self._call(read_range(self._redis, stream, after_seq, stop))
             if not batch or batch[0].seq != after_seq + 1:  # trimmed or deleted meanwhile
                 state = await self.log_state(tenant_id, session_id)
                 check_cursor(session_id, after_seq, state.first_seq, state.last_seq)
@@ -995,12 +994,13 @@ class RedisSessionStore:
 
     async def log_state(self, tenant_id: str, session_id: str) -> LogState:
         reply = await self._run("LOG_STATE", tenant_id, session_id)
-        last, first_id, last_payload = int(reply[1]), _s(reply[2]), reply[3]
+        last, first_id, last_fields = int(reply[1]), _s(reply[2]), reply[3]
         if not last:
             return LogState(1, 0, True)
         first = int(first_id.split("-", 1)[0]) if first_id else last + 1
-        ended = not last_payload or is_terminal(events_pb2.RuntimeEvent.FromString(last_payload))
-        return LogState(first, last, ended)
+        fields = dict(zip(last_fields[::2], last_fields[1::2], strict=True))
+        tail = decode_entries([(f"{last}-0", fields)])  # empty: the drop's marker
+        return LogState(first, last, not tail or is_terminal(tail[-1]))
 
     async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]:
         reply = await self._run("JOURNAL", tenant_id, session_id, turn_id)
@@ -1077,6 +1077,11 @@ class RedisSessionStore:
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:
         reply = await self._run("INTERRUPT_TURN", tenant_id, session_id, turn_id, by)
         return self._lease(reply) if len(reply) > 1 else None
+
+    @property
+    def client(self) -> Client:
+        """The store's Redis client, which the schedules and webhooks stores of this process share."""
+        return self._redis
 
     async def close(self) -> None:
         if self._events is not None:

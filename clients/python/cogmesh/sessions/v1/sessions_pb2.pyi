@@ -960,3 +960,9 @@ class AnswerPauseResponse(_message.Message):
     start_seq: int
     entries: _containers.RepeatedCompositeFieldContainer[JournalEntry]
     def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., lease_token: _Optional[int] = ..., start_seq: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ...) -> None: ...
+
+class StoredEvents(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
