@@ -179,7 +179,7 @@ class Settings(BaseSettings):
         "handed over to another runtime replica where it stands",
     )
     delta_flush_ms: float = Field(
-        50.0,
+        100.0,
         ge=0,
         description="a running turn appends assistant deltas to the event log at most this often (the first "
         "delta after a pause, and every other event, at once); 0: each delta at once",
@@ -240,7 +240,10 @@ class Settings(BaseSettings):
         86_400.0, gt=0, description="seconds a webhook delivery is retried before it is dead"
     )
     webhook_poll_s: float = Field(
-        1.0, gt=0, description="seconds between a sessions replica's looks for due deliveries"
+        1.0,
+        gt=0,
+        description="seconds between a sessions replica's checks of its clock against its next look for due "
+        "deliveries (no Redis call); also the retry after a failed look",
     )
 
     memory_ttl_s: float = Field(0.0, ge=0, description="seconds a memory lives when its put names no TTL; 0: forever")
@@ -281,7 +284,11 @@ class Settings(BaseSettings):
         None, description="folder of the built web console; default: gateway/web/console/dist (`make console`)"
     )
     scheduler_tick_s: float = Field(
-        1.0, gt=0, description="seconds between a gateway scheduler's looks for due schedules and runs to check"
+        1.0,
+        gt=0,
+        description="seconds between a gateway scheduler's checks of its clock against its next look at the store "
+        "(no store call); it looks when a schedule fires or a run's lease lapses, and at least every "
+        "min(lease, grace / 2)",
     )
     scheduler_lease_s: float = Field(
         30.0, gt=0, description="seconds a gateway holds a schedule run unrenewed before another replica takes it over"

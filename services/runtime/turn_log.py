@@ -9,8 +9,9 @@ so a streaming reply costs an append per window instead of one per token.
 
 A step is recorded before the next one starts. When a side effect follows (a tool
 call, an approved call, a subagent's step) `record` returns only once the entry is
-stored; otherwise it returns at once and the entry goes with the next append, in
-order, since redoing a model step after a crash needs nothing it would have saved.
+stored; otherwise it returns at once and the entry goes with the next append (an
+event's, or the window's end), in order, since redoing a model step after a crash
+needs nothing it would have saved.
 
 Each append carries an id of its own, so one resent after its reply was lost is not
 stored twice. A sessions service that is away is waited for up to `outage_s`; after
@@ -164,8 +165,8 @@ class TurnLog:
         self._entries.append(journal_kinds.entry(kind, payload, position=len(self._events)))
         self._queued += 1
         self._wake.set()
-        self._urgent.set()
         if kind in DURABLE or self.handing_over:
+            self._urgent.set()
             await self._until(self._queued)
         if self.handing_over:
             raise HandedOver()

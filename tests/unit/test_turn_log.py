@@ -245,7 +245,10 @@ async def test_deltas_within_flush_s_wait_for_company(
     assert texts(sessions.stored[4]) == ["e"]
 
     log.emit(delta("f"))
-    await log.record(K.MODEL, state(1, ["q"], []))  # a step's record goes at once too, with the held delta
+    await log.record(K.MODEL, state(1, ["q"], []))  # no side effect follows this step: its record waits too
+    await idle()
+    assert len(sessions.calls) == 5, "a step's record without a side effect after it is held with the delta"
+    loop_clock.advance(3600.0)
     await sessions.until_stored(6)
     assert (texts(sessions.stored[5]), kinds(sessions.stored[5:])) == (["f"], ["model"])
 
