@@ -16,6 +16,7 @@ not take the stream (UNIMPLEMENTED) appends go unary for a while, then try again
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import itertools
 import time
@@ -32,6 +33,8 @@ from services.kit.logging import log
 
 # How long appends go unary after sessions did not take the stream, before it is tried again.
 UNARY_FOR_S = 60.0
+# How long a write that found the stream ended waits for its reader to learn why (the call's status).
+STATUS_WAIT_S = 5.0
 _tracer = trace.get_tracer("cogmesh.runtime.appends")
 _SPAN = "/cogmesh.sessions.v1.SessionsService/AppendEventsStream"
 _SPAN_ATTRIBUTES = {
@@ -132,8 +135,16 @@ class AppendChannel:
                     if stream.broken is None:
                         await stream.call.write(sessions_pb2.AppendEventsStreamRequest(call_id=call_id, append=request))
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
-                # The stream ended under the write; its reader says why (and fails `answer`).
-                self._broke(stream, exc if isinstance(exc, grpc.aio.AioRpcError) else None)
+                # The stream ended under the write; its reader says why (and fails `answer`). A write that
+                # learnt no status waits for the reader's: UNIMPLEMENTED, say, which decides that appends go
+                # unary (under load, many writers found the refused stream ended before its reader did).
+                if isinstance(exc, grpc.aio.AioRpcError):
+                    self._broke(stream, exc)
+                else:
+                    if stream.reader is not None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(stream.reader), STATUS_WAIT_S)
+                    self._broke(stream, None)
             if stream.broken is not None and not answer.done():
                 raise _StreamBroke(stream.broken)
             try:

@@ -39,7 +39,11 @@ def test_a_child_stops_when_its_supervisor_is_killed() -> None:
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     try:
-        cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        deadline = time.monotonic() + WAIT_S
+        # Empty while the launcher execs the service (seen on a loaded machine): wait for it to be there.
+        while not (cmdline := Path(f"/proc/{child}/cmdline").read_bytes()) and not gone(child):
+            assert time.monotonic() < deadline, "the launcher's command line stayed empty"
+            time.sleep(0.05)
         assert b"http.server" in cmdline and not gone(child)
         parent.kill()
         parent.wait()
