@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from services.kit import lua
 from services.kit.config import Settings
 from services.kit.errors import Unavailable
 from services.kit.redis_keys import check_prefix, memory_keys, memory_registry
@@ -59,145 +60,16 @@ TOMB_MAX = 1_000  # deletions remembered per namespace before the oldest half is
 PURGE_BATCH = 200  # expired memories one script call removes
 IDLE_GRACE_MS = 86_400_000  # a namespace of expiring memories outlives its last one by this
 
-_PREAMBLE = f"""
-local ITEMS, META, LOG, EXP, TOMB = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-
-local function body_size(record)
-  local start = string.match(record, '^%d+|%d+|%d+|()')
-  return #record - start + 1
-end
-
-local function bump()
-  if redis.call('HEXISTS', META, 'epoch') == 0 then redis.call('HSET', META, 'epoch', now) end
-  return redis.call('HINCRBY', META, 'ver', 1)
-end
-
-local function forget_oldest_deletions()
-  local old = redis.call('ZRANGE', TOMB, 0, {TOMB_MAX // 2 - 1}, 'WITHSCORES')
-  for i = 1, #old, 2 do
-    redis.call('ZREM', LOG, old[i])
-    redis.call('ZREM', TOMB, old[i])
-  end
-  redis.call('HSET', META, 'floor', old[#old])
-end
-
-local function drop(key)
-  local old = redis.call('HGET', ITEMS, key)
-  if not old then return false end
-  redis.call('HDEL', ITEMS, key)
-  redis.call('HINCRBY', META, 'bytes', -body_size(old))
-  if redis.call('ZREM', EXP, key) == 0 then redis.call('HINCRBY', META, 'perm', -1) end
-  local ver = bump()
-  redis.call('ZADD', LOG, ver, key)
-  redis.call('ZADD', TOMB, ver, key)
-  if redis.call('ZCARD', TOMB) > {TOMB_MAX} then forget_oldest_deletions() end
-  return true
-end
-
-local function purge()
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', EXP, '-inf', now, 'LIMIT', 0, {PURGE_BATCH})) do drop(key) end
-end
-
--- Memories without a TTL keep the namespace; once every one expires, so does the namespace.
-local function keep_alive()
-  if tonumber(redis.call('HGET', META, 'perm') or '0') > 0 then
-    for _, k in ipairs(KEYS) do redis.call('PERSIST', k) end
-    return
-  end
-  local last = redis.call('ZRANGE', EXP, -1, -1, 'WITHSCORES')
-  local until_ms = now + {IDLE_GRACE_MS}
-  if #last > 0 then until_ms = tonumber(last[2]) + {IDLE_GRACE_MS} end
-  for _, k in ipairs(KEYS) do redis.call('PEXPIREAT', k, until_ms) end
-end
-"""
-
-# ARGV: key, body, ttl_ms, max_items, max_bytes -> {"ok", created, record} | {"items"|"bytes", current}
-_PUT = (
-    _PREAMBLE
-    + """
-purge()
-local key, body, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local old = redis.call('HGET', ITEMS, key)
-local created, old_size = now, 0
-if old then
-  created = tonumber(string.match(old, '^(%d+)|'))
-  old_size = body_size(old)
-end
-local count = redis.call('HLEN', ITEMS)
-if not old and count >= tonumber(ARGV[4]) then return {'items', count} end
-local bytes = tonumber(redis.call('HGET', META, 'bytes') or '0')
-if bytes - old_size + #body > tonumber(ARGV[5]) then return {'bytes', bytes} end
-local expire = 0
-if ttl > 0 then expire = now + ttl end
-local record = created .. '|' .. now .. '|' .. expire .. '|' .. body
-local had_ttl = old and redis.call('ZSCORE', EXP, key)
-redis.call('HSET', ITEMS, key, record)
-redis.call('HINCRBY', META, 'bytes', #body - old_size)
-if expire > 0 then
-  redis.call('ZADD', EXP, expire, key)
-  if old and not had_ttl then redis.call('HINCRBY', META, 'perm', -1) end
-else
-  redis.call('ZREM', EXP, key)
-  if not old or had_ttl then redis.call('HINCRBY', META, 'perm', 1) end
-end
-redis.call('ZADD', LOG, bump(), key)
-redis.call('ZREM', TOMB, key)
-keep_alive()
-if old then return {'ok', 0, record} end
-return {'ok', 1, record}
-"""
+# The scripts: services/memory/lua/*.lua (each file's opening comments say what its ARGV hold and it returns),
+# each run after preamble.lua.
+_LUA = lua.load(
+    "services.memory",
+    TOMB_MAX=TOMB_MAX,
+    TOMB_FORGET_LAST=TOMB_MAX // 2 - 1,  # forgets the oldest half of the deletions
+    PURGE_BATCH=PURGE_BATCH,
+    IDLE_GRACE_MS=IDLE_GRACE_MS,
 )
-
-# ARGV: key -> record, or "" when missing or expired
-_GET = (
-    _PREAMBLE
-    + """
-local record = redis.call('HGET', ITEMS, ARGV[1])
-if not record then return '' end
-local expire = tonumber(string.match(record, '^%d+|%d+|(%d+)|'))
-if expire > 0 and expire <= now then return '' end
-return record
-"""
-)
-
-# ARGV: key -> 1 deleted, 0 missing
-_DELETE = (
-    _PREAMBLE
-    + """
-purge()
-local deleted = drop(ARGV[1])
-keep_alive()
-if deleted then return 1 end
-return 0
-"""
-)
-
-# ARGV: epoch, version known to the caller, most changes to return
-# -> {"ok"|"reload", epoch, version, now, count, key1, record1, key2, record2...} ("" record: deleted)
-_SYNC = (
-    _PREAMBLE
-    + """
-purge()
-local meta = redis.call('HMGET', META, 'epoch', 'ver', 'floor')
-local epoch, ver, floor = meta[1] or '', tonumber(meta[2] or '0'), tonumber(meta[3] or '0')
-local since = tonumber(ARGV[2])
-local head = {'reload', epoch, ver, now, redis.call('HLEN', ITEMS)}
-if epoch ~= ARGV[1] or since < floor or since > ver then return head end
-local changed = redis.call('ZRANGEBYSCORE', LOG, '(' .. since, '+inf', 'LIMIT', 0, tonumber(ARGV[3]) + 1)
-if #changed > tonumber(ARGV[3]) then return head end
-head[1] = 'ok'
-for _, key in ipairs(changed) do
-  table.insert(head, key)
-  table.insert(head, redis.call('HGET', ITEMS, key) or '')
-end
-return head
-"""
-)
-
-# -> number of live memories (expired ones purged first)
-_COUNT = _PREAMBLE + "purge()\nreturn redis.call('HLEN', ITEMS)\n"
+_PUT, _GET, _DELETE, _SYNC, _COUNT = (_LUA["preamble"] + _LUA[n] for n in ("put", "get", "delete", "sync", "count"))
 
 
 def _s(value: Any) -> str:

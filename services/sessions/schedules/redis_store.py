@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from redis import exceptions as rex
 
 from cogmesh.sessions.v1 import schedules_pb2 as pb
+from services.kit import lua
 from services.kit.errors import Unavailable
 from services.kit.redis_keys import check_prefix
 from services.kit.redis_pool import UNAVAILABLE_ERRORS, Client, pooled_client
@@ -39,63 +40,10 @@ from services.sessions.schedules.store import (
 T = TypeVar("T")
 FIX_ROUNDS = 10  # reads of an index past entries put right, per query: a `limit` of 1 still finds the first
 
-# KEYS: rec, runs, runver, order. ARGV: record.
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'ver', 1)
-return 1
-"""
-
-# KEYS: rec, runs, runver, order. ARGV: expected version, record, run id ('' for none), run, fire ms, kept.
-# Returns {status, version, run added (0/1)}; status 1 written, 0 conflict, -1 no such schedule.
-_UPDATE = """
-local ver = redis.call('HGET', KEYS[1], 'ver')
-if not ver then return {-1, 0, 0} end
-if tonumber(ver) ~= tonumber(ARGV[1]) then return {0, tonumber(ver), 0} end
-local new = tonumber(ver) + 1
-redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'ver', new)
-local added = 0
-if ARGV[3] ~= '' and redis.call('HSETNX', KEYS[3], ARGV[3], 1) == 1 then
-  redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
-  redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
-  added = 1
-  local extra = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[6])
-  if extra > 0 then
-    local old = redis.call('ZRANGE', KEYS[4], 0, extra - 1)
-    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, extra - 1)
-    redis.call('HDEL', KEYS[2], unpack(old))
-    redis.call('HDEL', KEYS[3], unpack(old))
-  end
-end
-return {1, new, added}
-"""
-
-# KEYS: rec, runs, runver, order. ARGV: expected version, run id, run, fire ms, kept.
-# Returns {status, version}: 1 written, 0 conflict, -1 no such schedule.
-_PUT_RUN = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
-local ver = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
-if ver ~= tonumber(ARGV[1]) then return {0, ver} end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[2], ver + 1)
-redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
-local extra = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[5])
-if extra > 0 then
-  local old = redis.call('ZRANGE', KEYS[4], 0, extra - 1)
-  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, extra - 1)
-  redis.call('HDEL', KEYS[2], unpack(old))
-  redis.call('HDEL', KEYS[3], unpack(old))
-end
-return {1, ver + 1}
-"""
-
-# KEYS: rec, runs, runver, order. Returns the run ids it had, or false when there was no schedule.
-_DELETE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local runs = redis.call('HKEYS', KEYS[3])
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-return runs
-"""
+# The scripts: services/sessions/schedules/lua/*.lua (each file's opening comments say what its KEYS and ARGV
+# hold and it returns).
+_LUA = lua.load("services.sessions.schedules")
+_CREATE, _UPDATE, _PUT_RUN, _DELETE = _LUA["create"], _LUA["update"], _LUA["put_run"], _LUA["delete"]
 
 
 def _tenant_hash(tenant_id: str) -> str:

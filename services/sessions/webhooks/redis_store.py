@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from redis.commands.core import AsyncScript
 
+from services.kit import lua
 from services.kit.errors import NotFound, Unavailable
 from services.kit.redis_pool import UNAVAILABLE_ERRORS, Client, pooled_client
 from services.sessions.webhooks.model import (
@@ -46,75 +47,11 @@ SCHEDULE_BUCKETS = 16
 QUEUE_TTL_MS = 8 * 86_400_000  # a queue's keys outlive the longest retry window by a day
 SCAN_BATCHES = 20  # a filtered page of deliveries reads at most this many batches of the log
 
-CREATE = """
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
-redis.call('SADD', KEYS[5], ARGV[1])
-return 1
-"""
-DELETE = """
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('SREM', KEYS[4], ARGV[1])
-return 1
-"""
-ENQUEUE = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
-"""
-LOG_ADD = """
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1])
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[2]) + 1))
-end
-return 1
-"""
-CLAIM = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[3], member) end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {due, first[2] or ''}
-"""
-TAKE = """
-local held = redis.call('GET', KEYS[3])
-if held and held ~= ARGV[1] then return {'busy'} end
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if not head then
-  redis.call('DEL', KEYS[3])
-  return {'empty'}
-end
-local record = redis.call('HGET', KEYS[1], head)
-if not record then
-  redis.call('ZREM', KEYS[2], head)
-  return {'later', ARGV[2]}
-end
-local next_at = cjson.decode(record)['next_at']
-if next_at > tonumber(ARGV[2]) then return {'later', string.format('%.6f', next_at)} end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
-return {'head', record}
-"""
-SETTLE = """
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then return {'lost'} end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-if ARGV[4] == '1' then redis.call('ZREM', KEYS[2], ARGV[2]) end
-redis.call('DEL', KEYS[3])
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if not head then return {'empty'} end
-local record = redis.call('HGET', KEYS[1], head)
-if not record then return {'next', '0'} end
-return {'next', string.format('%.6f', cjson.decode(record)['next_at'])}
-"""
-REDELIVER = """
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
-"""
+# The scripts: services/sessions/webhooks/lua/*.lua (each file's opening comments say what its KEYS and ARGV
+# hold and it returns).
+_LUA = lua.load("services.sessions.webhooks")
+CREATE, DELETE, ENQUEUE, LOG_ADD = _LUA["create"], _LUA["delete"], _LUA["enqueue"], _LUA["log_add"]
+CLAIM, TAKE, SETTLE, REDELIVER = _LUA["claim"], _LUA["take"], _LUA["settle"], _LUA["redeliver"]
 
 
 def _tag(value: str) -> str:

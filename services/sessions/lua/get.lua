@@ -1,0 +1,4 @@
+-- GET: the session's view.
+
+if not mine() then return {'not_found'} end
+return {'ok', view()}
