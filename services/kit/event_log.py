@@ -2,7 +2,7 @@
 
 The sessions service writes every session's log (SessionsService.AppendEvents and
 AppendEventsStream, under the turn's lease): in its memory (services/sessions/store.py, a
-`SessionLog` per session) or on Redis Streams (services/sessions/redis_lua.py). Readers
+`SessionLog` per session) or on Redis Streams (services/sessions/lua/append_events.lua). Readers
 follow it with `tail`: the memory store's ReadEvents and WatchEvents, and each gateway's
 mirror of the sessions it serves (gateway/remote_event_log.py from one WatchEvents stream,
 services/kit/redis_event_log.py from Redis).

@@ -1,9 +1,10 @@
 """Reading a session's event log on Redis Streams, for every gateway replica and the sessions service.
 
-The sessions service writes the log (services/sessions/redis_lua.py: APPEND_EVENTS,
-under the turn's lease); this module reads it. Each session is a stream whose entry
-ids are `<seq>-0` (field `e`: the event without its seq), so a cursor maps straight to
-a stream id; the session's hash keeps the last seq. Reads replay from Redis, then tail
+The sessions service writes the log (services/sessions/lua/append_events.lua, under the
+turn's lease); this module reads it. Each session is a stream with an entry per append
+whose id is `<seq>-0` of its last event (field `e`: a lone event without its seq; or
+field `b`: up to 32 of them as a StoredEvents, their count in `n`), so a cursor maps to
+the entry that holds it; the session's hash keeps the last seq. Reads replay from Redis, then tail
 a local in-memory mirror that this process fills for every session it watches, with
 one blocking read per Redis shard: on a standalone Redis (or Sentinel), one XREAD of
 every watched stream, woken early by a stream of the process's own when a session is
