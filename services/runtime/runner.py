@@ -1,7 +1,7 @@
 """The turns this replica runs, each in a task of its own that outlives the RPC that started it.
 
-A turn comes three ways: started (StartTurn, RunTurn), resumed with the answer it
-waited for (ContinueTurn, ResumeTurn), or taken over from another replica that
+A turn comes three ways: started (StartTurn), resumed with the answer it
+waited for (ContinueTurn), or taken over from another replica that
 stopped while running it (ClaimOrphanedTurns). Whichever way, it runs the same:
 its events and the journal of its steps go to the session's event log through
 its `TurnLog`, and its end (or pause) is appended together with its messages and
@@ -23,7 +23,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from cogmesh.sessions.v1 import sessions_pb2
 from services.kit import lease_holders, tasks
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, RateLimited, Unavailable
+from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, RateLimited
 from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
@@ -119,10 +119,6 @@ _ERROR_KINDS = {
     grpc.StatusCode.DEADLINE_EXCEEDED: events_pb2.ERROR_KIND_DEADLINE_EXCEEDED,
     grpc.StatusCode.RESOURCE_EXHAUSTED: events_pb2.ERROR_KIND_RATE_LIMITED,
 }
-# A request the turn cannot run with: answered to the caller of StartTurn, who logs the turn's end.
-REQUEST_ERRORS = frozenset(
-    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
-)
 
 
 def failure_event(turn_id: str, exc: CogmeshError) -> events_pb2.RuntimeEvent:
@@ -219,34 +215,13 @@ class TurnRunner:
         self,
         request: runtime_pb2.RunTurnRequest,
         output: OutputSpec | None,
-        answer_errors: bool = False,
         grant: sessions_pb2.TurnStart | None = None,
     ) -> Running:
-        """Take the turn and run it in the background; built first when the caller wants its errors
-        (`answer_errors`: RunTurn), else at once (StartTurn: the caller learns where it runs, and the
-        turn's failures, even to build, are logged as its end)."""
+        """Take the turn and build and run it in the background: the caller learns where it runs, and
+        the turn's failures, even to build, are logged as its end."""
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
-        how = "RunTurn" if answer_errors else "StartTurn"
-        running = self._track(how, request.tenant_id, request.session_id, request.turn_id, request.lease_token)
-        if not answer_errors:
-            self._spawn(running, self._build_and_run(running, request, output, grant))
-            return running
-        try:
-            start = await self._build(running, request, output, grant)
-        except CogmeshError as exc:
-            if exc.code in REQUEST_ERRORS:
-                await self._forget(running)
-                raise
-            # A dependency down or slow: this turn is taken, so it ends here, saying which.
-            self._spawn(running, self._end_now(running, failure_event(request.turn_id, exc)))
-            return running
-        except BaseException:
-            await self._forget(running)
-            raise
-        if isinstance(start, events_pb2.RuntimeEvent):  # cancelled, or past its deadline, while it was built
-            self._spawn(running, self._end_now(running, start))
-        else:
-            self._spawn(running, self._run_new(running, start, request))
+        running = self._track("StartTurn", request.tenant_id, request.session_id, request.turn_id, request.lease_token)
+        self._spawn(running, self._build_and_run(running, request, output, grant))
         return running
 
     async def _build(
@@ -285,9 +260,7 @@ class TurnRunner:
         else:
             await self._run_new(running, start, request)
 
-    async def resume(
-        self, request: runtime_pb2.ResumeTurnRequest, decision: Any, abandon: bool, how: str = "ContinueTurn"
-    ) -> Running:
+    async def resume(self, request: runtime_pb2.ResumeTurnRequest, decision: Any, abandon: bool) -> Running:
         """Go on with the paused turn in the background, with the answer recorded.
 
         A caller that answered through sessions' AnswerPause sends what it returned (`paused`: the decided
@@ -322,7 +295,7 @@ class TurnRunner:
         # The next state is recorded as a change from this one when the journal has it (not an older inline checkpoint).
         previous = state if journaled else None
         running = self._track(
-            how, request.tenant_id, request.session_id, request.turn_id, request.lease_token, previous
+            "ContinueTurn", request.tenant_id, request.session_id, request.turn_id, request.lease_token, previous
         )
         deadline = self.deadline_of(request)
         try:
@@ -843,35 +816,3 @@ class TurnRunner:
         )
         with contextlib.suppress(grpc.aio.AioRpcError):  # not handed over: their leases lapse instead
             await self.clients.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)
-
-
-async def relay(running: Running) -> AsyncIterator[list[events_pb2.RuntimeEvent]]:
-    """A running turn's events as they are logged (with their seq), in batches, until its end.
-
-    A turn that could not log its end (its lease taken over, sessions away) ends the relay with
-    the reason as a status: what was not logged did not happen."""
-    queue: asyncio.Queue[events_pb2.RuntimeEvent | None] = asyncio.Queue()
-    running.log.listeners.append(queue)
-    try:
-        while True:
-            event = await queue.get()
-            if event is None:
-                lost = running.log.failure
-                if lost is not None:
-                    raise (Unavailable(str(lost)) if lost.retryable else FailedPrecondition(str(lost)))
-                return
-            batch = [event]
-            while not queue.empty():
-                more = queue.get_nowait()
-                if more is None:
-                    yield batch
-                    return
-                batch.append(more)
-            yield batch
-            if any(e.WhichOneof("payload") in ("final", "error") for e in batch) or any(
-                e.HasField("status") and e.status.state == events_pb2.TURN_STATE_PAUSED for e in batch
-            ):
-                return
-    finally:
-        with contextlib.suppress(ValueError):
-            running.log.listeners.remove(queue)

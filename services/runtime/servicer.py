@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
@@ -24,7 +24,7 @@ from services.runtime.context_link import SessionMemory
 from services.runtime.engines import RuntimeRegistry, default_registry
 from services.runtime.local_context import LocalContext
 from services.runtime.providers.registry import ProviderRegistry
-from services.runtime.runner import Running, TurnRunner, relay
+from services.runtime.runner import TurnRunner
 from services.runtime.structured import OutputSpec
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog
@@ -42,13 +42,11 @@ def prefixed(prefix: str) -> Iterator[None]:
     try:
         yield
     except InvalidArgument as exc:
-        if not prefix:
-            raise
         raise InvalidArgument([(prefix + field, why) for field, why in exc.violations]) from None
 
 
 def validate_run_turn(request: runtime_pb2.RunTurnRequest) -> OutputSpec | None:
-    """Every field problem of a RunTurn request at once; returns the parsed output schema.
+    """Every field problem of a turn to start at once; returns the parsed output schema.
 
     The turn's options follow services/kit/turn_options.py, the rules the gateway applies too.
     """
@@ -70,7 +68,7 @@ def validate_run_turn(request: runtime_pb2.RunTurnRequest) -> OutputSpec | None:
 
 
 def validate_resume(request: runtime_pb2.ResumeTurnRequest) -> str:
-    """Field problems of a ResumeTurn request; returns which answer it carries ("" for none)."""
+    """Field problems of a resume; returns which answer it carries ("" for none)."""
     problems = Violations()
     for name in ("tenant_id", "session_id", "turn_id", "interrupt_id"):
         problems.require(getattr(request, name), name)
@@ -136,13 +134,6 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         self.store = TurnStore(clients, self.memory, self.builder.resolve)
         self.runner = TurnRunner(clients, settings or Settings(), self.builder, self.store, self.memory)
 
-    async def RunTurn(
-        self, request: runtime_pb2.RunTurnRequest, context: Any
-    ) -> AsyncIterator[runtime_pb2.RunTurnResponse]:
-        output = validate_run_turn(request)
-        async for batch in relay(await self.runner.start(request, output, answer_errors=True)):
-            yield runtime_pb2.RunTurnResponse(events=batch)
-
     async def StartTurn(self, request: runtime_pb2.StartTurnRequest, context: Any) -> runtime_pb2.StartTurnResponse:
         with prefixed("turn."):
             output = validate_run_turn(request.turn)
@@ -151,27 +142,16 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         await self.runner.start(request.turn, output, grant=request.start if request.HasField("start") else None)
         return runtime_pb2.StartTurnResponse(holder=self.runner.address)
 
-    async def ResumeTurn(
-        self, request: runtime_pb2.ResumeTurnRequest, context: Any
-    ) -> AsyncIterator[runtime_pb2.ResumeTurnResponse]:
-        running = await self._resume(request, how="ResumeTurn")
-        async for batch in relay(running):
-            yield runtime_pb2.ResumeTurnResponse(events=batch)
-
     async def ContinueTurn(
         self, request: runtime_pb2.ContinueTurnRequest, context: Any
     ) -> runtime_pb2.ContinueTurnResponse:
-        await self._resume(request.resume, "resume.")
-        return runtime_pb2.ContinueTurnResponse(holder=self.runner.address)
-
-    async def _resume(
-        self, request: runtime_pb2.ResumeTurnRequest, prefix: str = "", how: str = "ContinueTurn"
-    ) -> Running:
-        with prefixed(prefix):
-            answer = validate_resume(request)
+        resume = request.resume
+        with prefixed("resume."):
+            answer = validate_resume(resume)
         abandon = answer == "abandon"
-        decision = decision_of(request, answer) if answer and not abandon else None
-        return await self.runner.resume(request, decision, abandon, how)
+        decision = decision_of(resume, answer) if answer and not abandon else None
+        await self.runner.resume(resume, decision, abandon)
+        return runtime_pb2.ContinueTurnResponse(holder=self.runner.address)
 
     async def CancelTurn(self, request: runtime_pb2.CancelTurnRequest, context: Any) -> runtime_pb2.CancelTurnResponse:
         problems = Violations()

@@ -114,7 +114,6 @@ class TurnLog:
         self.message_count = 0
         self.handing_over = False  # set on shutdown: the turn stops once its next step is stored
         self.failure: TurnLost | None = None
-        self.listeners: list[asyncio.Queue[events_pb2.RuntimeEvent | None]] = []
         self._state = previous_state  # the last state recorded, for the next entry's delta
         self._events: list[events_pb2.RuntimeEvent] = []
         self._entries: list[sessions_pb2.JournalEntry] = []
@@ -197,8 +196,6 @@ class TurnLog:
         if self.meter is not None:
             self.meter.end()
         await tasks.stop([self._writer], "closing a turn's log")
-        for listener in self.listeners:
-            listener.put_nowait(None)
 
     def adopt(self, lease_token: int) -> None:
         """Go on under a new token: this replica claimed its own lapsed lease, or another handed it back."""
@@ -262,7 +259,6 @@ class TurnLog:
                 self._signal()
                 if self.meter is not None:
                     self.meter.logged(events)
-                self._deliver(events)
                 if request.release_lease or request.HasField("pause"):
                     return
         except TurnLost as lost:
@@ -298,17 +294,6 @@ class TurnLog:
     def _signal(self) -> None:
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
-
-    def _deliver(self, events: list[events_pb2.RuntimeEvent]) -> None:
-        """Hand the events just logged, with their seq, to whoever follows the turn here (RunTurn)."""
-        if not self.listeners or not events:
-            return
-        first = self.last_seq - len(events) + 1
-        for offset, event in enumerate(events):
-            event.seq, event.session_id = first + offset, self.session_id
-        for listener in self.listeners:
-            for event in events:
-                listener.put_nowait(event)
 
     def _take(self) -> tuple[sessions_pb2.AppendEventsRequest, list[events_pb2.RuntimeEvent], int] | None:
         """The next append: what is queued, up to the caps of one append (a backlog, say while sessions

@@ -201,12 +201,12 @@ def test_contract_checks_catch_missing_probes_limits_and_open_policies(
 
 def test_route_checks_catch_a_stream_with_a_mesh_timeout_or_retries(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = copy.deepcopy(rendered["overlays/istio"])
-    service = objects(docs, "VirtualService")["runtime"]
-    service["spec"]["http"][-1]["timeout"] = "30s"  # the catch-all carries RunTurn
+    service = objects(docs, "VirtualService")["gateway"]
+    service["spec"]["http"][-1]["timeout"] = "30s"  # the catch-all carries SendMessage
     reads = objects(copy.deepcopy(rendered["overlays/linkerd"]), "GRPCRoute")["sessions-reads"]
     reads["spec"]["rules"][0]["matches"][0]["method"]["method"] = "NoSuchRead"
     problems = validate.check_mesh_routes([service, reads])
-    assert any("RunTurn lands in route streams-and-others" in p for p in problems)
+    assert any("SendMessage lands in route streams-and-others" in p for p in problems)
     assert any("NoSuchRead" in p for p in problems)
 
 

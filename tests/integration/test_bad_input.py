@@ -20,7 +20,7 @@ from google.protobuf import field_mask_pb2, json_format, struct_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
-from cogmesh.common.v1 import errors_pb2, messages_pb2
+from cogmesh.common.v1 import errors_pb2, messages_pb2, resources_pb2
 from cogmesh.common.v1 import events_pb2 as E
 from cogmesh.common.v1 import turns_pb2 as T
 from cogmesh.context.v1 import context_pb2
@@ -29,7 +29,9 @@ from cogmesh.models.v1 import models_pb2
 from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.suite.inprocess import Suite
 from tests.integration.conftest import DOMAIN, SUITE_SETTINGS, TIMEOUT_S, new_session, send, status_details
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -65,8 +67,6 @@ class Env:
 
     session_id: str  # a gateway session with one finished turn, idle
     last_seq: int  # seq of that session's last event
-    ghost_session_id: str  # a sessions-service session whose agent does not exist; HELD_TURN holds its lease
-    ghost_lease: int
     held_session_id: str  # a gateway session whose lease HELD_TURN holds (no turn runs)
     held_lease: int
 
@@ -781,32 +781,6 @@ CASES: list[Any] = [
         "reuse_existing",
     ),
     # ------------------------------------------------------------------ RuntimeService
-    bad("runtime", "RunTurn", R.RunTurnRequest(), "tenant_id", "session_id", "turn_id", "content", "lease_token"),
-    bad("runtime", "RunTurn", lambda env: run_turn(env, content=BIG_CONTENT), "content"),
-    bad("runtime", "RunTurn", lambda env: run_turn(env, lease_token=0), "lease_token"),
-    missing("runtime", "RunTurn", lambda env: run_turn(env, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
-    Case(
-        "runtime",
-        "RunTurn",
-        lambda env: run_turn(env),  # env.session_id is idle: this turn does not hold its lease
-        grpc.StatusCode.FAILED_PRECONDITION,
-        reason="TURN_NOT_FOUND",
-    ),
-    missing(
-        "runtime",
-        "RunTurn",
-        lambda env: run_turn(env, session_id=env.ghost_session_id, turn_id=HELD_TURN, lease_token=env.ghost_lease),
-        "AGENT_NOT_FOUND",
-    ),
-    Case(
-        "runtime",
-        "RunTurn",
-        lambda env: run_turn(
-            env, session_id=env.held_session_id, turn_id=HELD_TURN, lease_token=env.held_lease, model="gpt-4o"
-        ),
-        grpc.StatusCode.FAILED_PRECONDITION,
-    ),
-    bad("runtime", "RunTurn", lambda env: run_turn(env, model=LONG_ID), "model"),
     bad("runtime", "CancelTurn", R.CancelTurnRequest(), "session_id", "turn_id"),
     bad("runtime", "AdoptTurn", R.AdoptTurnRequest(), "session_id", "turn_id", "lease_token"),
     ok(
@@ -826,6 +800,10 @@ CASES: list[Any] = [
         "turn.lease_token",
     ),
     bad("runtime", "StartTurn", lambda env: R.StartTurnRequest(turn=run_turn(env, model=LONG_ID)), "turn.model"),
+    bad(
+        "runtime", "StartTurn", lambda env: R.StartTurnRequest(turn=run_turn(env, content=BIG_CONTENT)), "turn.content"
+    ),
+    bad("runtime", "StartTurn", lambda env: R.StartTurnRequest(turn=run_turn(env, lease_token=0)), "turn.lease_token"),
     bad(
         "runtime",
         "ContinueTurn",
@@ -847,24 +825,6 @@ CASES: list[Any] = [
         "TURN_NOT_FOUND",
     ),
     ok("runtime", "ListRuntimes", R.ListRuntimesRequest(), lambda r: r.default_runtime == "cogmesh"),
-    missing(  # no turn of this session is paused at interrupt "i"
-        "runtime",
-        "ResumeTurn",
-        lambda env: R.ResumeTurnRequest(
-            tenant_id=TENANT, session_id=env.session_id, turn_id="t", interrupt_id="i", lease_token=1
-        ),
-        "TURN_NOT_FOUND",
-    ),
-    bad(
-        "runtime",
-        "ResumeTurn",
-        R.ResumeTurnRequest(),
-        "tenant_id",
-        "session_id",
-        "turn_id",
-        "interrupt_id",
-        "lease_token",
-    ),
     bad("gateway", "ResolveApproval", G.ResolveApprovalRequest(), "session_id", "interrupt_id", "decision"),
     missing(
         "gateway",
@@ -998,18 +958,8 @@ async def env(gateway: Any, sessions: Any) -> Env:
     session_id = await new_session(gateway)
     events = await send(gateway, session_id, "hello")
     assert events[-1].WhichOneof("payload") == "final"
-    ghost = await sessions.CreateSession(
-        sessions_pb2.CreateSessionRequest(tenant_id=TENANT, agent="ghost-agent"), timeout=TIMEOUT_S
-    )
     held_session_id = await new_session(gateway)
-    return Env(
-        session_id,
-        events[-1].seq,
-        ghost.session.session_id,
-        await hold(ghost.session.session_id),
-        held_session_id,
-        await hold(held_session_id),
-    )
+    return Env(session_id, events[-1].seq, held_session_id, await hold(held_session_id))
 
 
 async def invoke(stub: Any, method: pb_descriptor.MethodDescriptor, request: Message) -> Any:
@@ -1076,30 +1026,85 @@ async def test_every_error_row_is_an_error_with_details() -> None:
             assert case.check is not None, case
 
 
-async def test_run_turn_with_a_stale_lease_token_stores_nothing(stubs: dict[str, Any], env: Env) -> None:
-    """The turn id holds the lease but the fencing token is wrong: rejected, or ended by a non-retryable error."""
-    request = run_turn(env, session_id=env.held_session_id, turn_id=HELD_TURN, lease_token=env.held_lease + 100)
+# ---------------------------------------------------------------------- turns the runtime cannot run
+# StartTurn answers field errors; what it finds wrong as it builds the turn (in the background) ends
+# the turn in the session's log, and a turn whose writes the log refuses leaves no trace.
 
-    async def collect() -> list[Any]:
-        events: list[Any] = []
-        async for response in stubs["runtime"].RunTurn(request, timeout=TIMEOUT_S):
-            events.extend(response.events)
-        return events
 
-    try:
-        events = await asyncio.wait_for(collect(), TIMEOUT_S)
-    except grpc.aio.AioRpcError as err:  # rejecting up front is right too
-        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
-    else:
-        kinds = [e.WhichOneof("payload") for e in events]
-        assert kinds[-1] == "error"
-        assert "final" not in kinds
-        assert events[-1].error.retryable is False, "retrying with the same stale token can never succeed"
-    stored = await stubs["sessions"].GetSession(
-        sessions_pb2.GetSessionRequest(tenant_id=TENANT, session_id=env.held_session_id), timeout=TIMEOUT_S
+async def _start_and_let_go(suite: Suite, stubs: dict[str, Any], request: runtime_pb2.RunTurnRequest) -> None:
+    """StartTurn takes the turn; then wait until the runtime is done with it (built, ended or dropped)."""
+    reply = await stubs["runtime"].StartTurn(runtime_pb2.StartTurnRequest(turn=request), timeout=TIMEOUT_S)
+    assert reply.holder, "StartTurn names the replica that took the turn"
+    runner = suite.servers["runtime"].app.mounts[0].servicer.runner
+    key = (request.session_id, request.turn_id)
+    await until(lambda: key not in runner._running, "the runtime is done with the turn")
+
+
+async def _stored(stubs: dict[str, Any], session_id: str) -> tuple[resources_pb2.Session, int]:
+    """The session as stored, and the last seq of its event log."""
+    reply = await stubs["sessions"].GetSession(
+        sessions_pb2.GetSessionRequest(tenant_id=TENANT, session_id=session_id), timeout=TIMEOUT_S
     )
-    assert stored.session.message_count == 0
-    assert stored.session.active_turn_id == HELD_TURN
+    log = await stubs["sessions"].GetEventLogState(
+        sessions_pb2.GetEventLogStateRequest(tenant_id=TENANT, session_id=session_id), timeout=TIMEOUT_S
+    )
+    return reply.session, log.last_seq
+
+
+async def test_a_turn_with_a_stale_lease_token_stores_nothing(suite: Suite, stubs: dict[str, Any], env: Env) -> None:
+    """The turn id holds the lease but the fencing token is wrong: the log refuses every write of it."""
+    request = run_turn(env, session_id=env.held_session_id, turn_id=HELD_TURN, lease_token=env.held_lease + 100)
+    await _start_and_let_go(suite, stubs, request)
+    session, last_seq = await _stored(stubs, env.held_session_id)
+    assert (session.message_count, last_seq) == (0, 0)
+    assert session.active_turn_id == HELD_TURN, "the lease's holder keeps it"
+
+
+async def test_a_turn_without_the_lease_stores_nothing(suite: Suite, stubs: dict[str, Any], env: Env) -> None:
+    before, _ = await _stored(stubs, env.session_id)
+    await _start_and_let_go(suite, stubs, run_turn(env))  # env.session_id is idle: no lease is held
+    session, last_seq = await _stored(stubs, env.session_id)
+    assert (session.message_count, last_seq) == (before.message_count, env.last_seq)
+    assert session.active_turn_id == ""
+
+
+async def test_a_turn_of_an_unknown_session_creates_nothing(suite: Suite, stubs: dict[str, Any], env: Env) -> None:
+    await _start_and_let_go(suite, stubs, run_turn(env, session_id=UNKNOWN_ID))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _stored(stubs, UNKNOWN_ID)
+    assert caught.value.code() == NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("agent", "model", "named"),
+    [
+        pytest.param("ghost-agent", "", "ghost-agent", id="agent-gone"),
+        pytest.param("default", "gpt-4o", "gpt-4o", id="model-without-its-provider"),
+    ],
+)
+async def test_a_turn_the_runtime_cannot_build_ends_naming_why(
+    suite: Suite, stubs: dict[str, Any], env: Env, agent: str, model: str, named: str
+) -> None:
+    created = await stubs["sessions"].CreateSession(
+        sessions_pb2.CreateSessionRequest(tenant_id=TENANT, agent=agent), timeout=TIMEOUT_S
+    )
+    session_id = created.session.session_id
+    lease = await stubs["sessions"].AcquireTurnLease(
+        sessions_pb2.AcquireTurnLeaseRequest(tenant_id=TENANT, session_id=session_id, turn_id=HELD_TURN),
+        timeout=TIMEOUT_S,
+    )
+    request = run_turn(env, session_id=session_id, turn_id=HELD_TURN, lease_token=lease.lease_token, model=model)
+    await _start_and_let_go(suite, stubs, request)
+    read = stubs["sessions"].ReadEvents(
+        sessions_pb2.ReadEventsRequest(tenant_id=TENANT, session_id=session_id), timeout=TIMEOUT_S
+    )
+    events = [event async for reply in read for event in reply.events]
+    assert [e.WhichOneof("payload") for e in events] == ["error"], events
+    error = events[0].error
+    assert (error.kind, error.retryable) == (E.ERROR_KIND_INVALID_REQUEST, False), error
+    assert named in error.message
+    session, _ = await _stored(stubs, session_id)
+    assert (session.message_count, session.active_turn_id) == (0, ""), "its end freed the session"
 
 
 # ---------------------------------------------------------------------- bad per-turn options (issue 14, item 8)

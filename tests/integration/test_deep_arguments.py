@@ -183,12 +183,13 @@ async def test_an_edit_nested_too_deep(env: Env) -> None:
         lease_token=1,
         approval=runtime_pb2.ApprovalAnswer(decision=events_pb2.APPROVAL_DECISION_EDIT, edited_arguments=edited),
     )
-    error = await rpc_error(stream(env.stubs["runtime"].ResumeTurn(resume, timeout=TIMEOUT_S)))
+    continued = runtime_pb2.ContinueTurnRequest(resume=resume)
+    error = await rpc_error(env.stubs["runtime"].ContinueTurn(continued, timeout=TIMEOUT_S))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     _, violations = status_details(error)
     assert violations == [
         (
-            "approval.edited_arguments",
+            "resume.approval.edited_arguments",
             f"must be nested at most {MAX_ARGUMENT_DEPTH} levels deep, not {MAX_ARGUMENT_DEPTH + 1}",
         )
     ]

@@ -17,9 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from cogmesh.common.v1 import events_pb2
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
-from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit.clients import Clients, call, ready_budget_s
 from services.kit.config import Settings
 from services.kit.errors import Unavailable
@@ -37,19 +35,16 @@ class FakeModels(models_pb2_grpc.ModelsServiceServicer):
     async def AddModel(self, request: Any, context: Any) -> models_pb2.AddModelResponse:  # a write: never retried
         return models_pb2.AddModelResponse()
 
-
-class FakeRuntime(runtime_pb2_grpc.RuntimeServiceServicer):
-    async def RunTurn(self, request: Any, context: Any) -> AsyncIterator[runtime_pb2.RunTurnResponse]:
-        left = context.time_remaining()  # the call's deadline as the server sees it
-        text = "done" if request.turn_id != "t3" else str(left)
-        final = events_pb2.RuntimeEvent(turn_id=request.turn_id, final=events_pb2.FinalResult(text=text))
-        yield runtime_pb2.RunTurnResponse(events=[final])
+    async def WatchCatalog(self, request: Any, context: Any) -> AsyncIterator[models_pb2.WatchCatalogResponse]:
+        """A server stream of one message; asked for "deadline", it says the call's deadline as seen here."""
+        left = context.time_remaining()
+        version = str(left) if request.known_version == "deadline" else "v1"
+        yield models_pb2.WatchCatalogResponse(snapshot=models_pb2.CatalogSnapshot(version=version))
 
 
 async def serve(port: int) -> grpc.aio.Server:
     server = grpc.aio.server()
     models_pb2_grpc.add_ModelsServiceServicer_to_server(FakeModels(), server)  # type: ignore[no-untyped-call]
-    runtime_pb2_grpc.add_RuntimeServiceServicer_to_server(FakeRuntime(), server)  # type: ignore[no-untyped-call]
     assert server.add_insecure_port(f"127.0.0.1:{port}") == port
     await server.start()
     return server
@@ -80,15 +75,15 @@ async def refuse_until_backed_off(port: int, attempts: int = BACKOFF_ATTEMPTS) -
 
 
 def clients_of(address: str, call_timeout_s: float = CALL_TIMEOUT_S) -> Clients:
-    return Clients(Settings(models_addr=address, runtime_addr=address, call_timeout_s=call_timeout_s))
+    return Clients(Settings(models_addr=address, call_timeout_s=call_timeout_s))
 
 
 async def first_calls(clients: Clients) -> list[Any]:
     """A read (retried by the channel), a write (never retried) and a server stream, at once."""
 
-    async def stream() -> list[events_pb2.RuntimeEvent]:
-        turn = clients.runtime.RunTurn(runtime_pb2.RunTurnRequest(turn_id="t1"))
-        return [event async for response in turn for event in response.events]
+    async def stream() -> list[str]:
+        watch = clients.models.WatchCatalog(models_pb2.WatchCatalogRequest())
+        return [response.snapshot.version async for response in watch]
 
     return list(
         await asyncio.gather(
@@ -111,11 +106,11 @@ async def test_the_first_calls_after_a_peer_restart_wait_for_the_reconnect() -> 
         server = await serve(port)  # back, SERVING, while the channel still backs off
 
         started = time.monotonic()
-        providers, _, events = await first_calls(clients)
+        providers, _, versions = await first_calls(clients)
         waited = time.monotonic() - started
 
         assert providers.providers == ["local"]
-        assert [e.final.text for e in events] == ["done"]
+        assert versions == ["v1"]
         assert waited < ready_budget_s(RESTART_CALL_TIMEOUT_S, RESTART_CALL_TIMEOUT_S)  # the reconnect, not a give-up
     finally:
         await clients.close()
@@ -145,8 +140,7 @@ async def test_a_peer_that_stays_down_is_reported_unavailable_by_name_within_hal
         # A server stream waits the same way, and a call that gave up leaves no mark on the channel...
         started = time.monotonic()
         with pytest.raises(grpc.aio.AioRpcError) as failed:
-            turn = clients.runtime.RunTurn(runtime_pb2.RunTurnRequest(turn_id="t2"))
-            await turn.read()
+            await clients.models.WatchCatalog(models_pb2.WatchCatalogRequest()).read()
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
         assert budget_s * 0.9 <= time.monotonic() - started < budget_s + 2.0
 
@@ -160,13 +154,13 @@ async def test_a_peer_that_stays_down_is_reported_unavailable_by_name_within_hal
 
 
 async def test_ready_waits_for_a_restarted_peer_and_gives_up_on_a_down_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Clients.ready (the gateway calls it before RunTurn) is the same wait, with the caller's bound."""
+    """Clients.ready is the same wait, with the caller's bound."""
     port = free_port()
     address = f"127.0.0.1:{port}"
     server = await serve(port)
     clients = clients_of(address)
     try:
-        assert await clients.ready("runtime", 1.0)
+        assert await clients.ready("models", 1.0)
         # Waits are counted where they happen, not timed: the channel's wait for READY.
         channel = clients._channels[address]
         waits = 0
@@ -181,18 +175,18 @@ async def test_ready_waits_for_a_restarted_peer_and_gives_up_on_a_down_one(monke
         await server.stop(None)
         await refuse_until_backed_off(port)
         server = await serve(port)
-        assert await clients.ready("runtime", CALL_TIMEOUT_S)
+        assert await clients.ready("models", CALL_TIMEOUT_S)
         assert waits == 1  # the restarted peer was waited for
 
         await server.stop(None)
         await refuse_until_backed_off(port, attempts=1)
         started = time.monotonic()
-        assert not await clients.ready("runtime", 0.5)
+        assert not await clients.ready("models", 0.5)
         assert time.monotonic() - started >= 0.45  # it waited its whole bound before giving up
         assert waits == 2
-        assert not await clients.ready("runtime", CALL_TIMEOUT_S)  # it just gave up: no second wait...
+        assert not await clients.ready("models", CALL_TIMEOUT_S)  # it just gave up: no second wait...
         with pytest.raises(grpc.aio.AioRpcError) as failed:
-            await clients.runtime.RunTurn(runtime_pb2.RunTurnRequest(turn_id="t4")).read()  # ...nor a call's
+            await clients.models.WatchCatalog(models_pb2.WatchCatalogRequest()).read()  # ...nor a call's
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
         assert waits == 2
     finally:
@@ -204,11 +198,11 @@ async def test_a_stream_without_a_timeout_gets_the_turn_deadline() -> None:
     """The kit's default deadline reaches server-streaming calls too (COGMESH_TURN_TIMEOUT_S)."""
     port = free_port()
     server = await serve(port)
-    clients = Clients(Settings(runtime_addr=f"127.0.0.1:{port}", turn_timeout_s=77))
+    clients = Clients(Settings(models_addr=f"127.0.0.1:{port}", turn_timeout_s=77))
     try:
-        turn = clients.runtime.RunTurn(runtime_pb2.RunTurnRequest(turn_id="t3"))
-        events = [event async for response in turn for event in response.events]
-        assert 70 < float(events[0].final.text) <= 77
+        watch = clients.models.WatchCatalog(models_pb2.WatchCatalogRequest(known_version="deadline"))
+        (version,) = [response.snapshot.version async for response in watch]
+        assert 70 < float(version) <= 77
     finally:
         await clients.close()
         await server.stop(None)

@@ -445,9 +445,10 @@ async def test_an_unknown_decision_is_refused_at_every_layer_and_never_approves(
         lease_token=1,
         approval=runtime_pb2.ApprovalAnswer(decision=5),  # type: ignore[arg-type]
     )
-    error = await rpc_error(stream(env.stubs["runtime"].ResumeTurn(resume, timeout=TIMEOUT_S)))
+    continued = runtime_pb2.ContinueTurnRequest(resume=resume)
+    error = await rpc_error(env.stubs["runtime"].ContinueTurn(continued, timeout=TIMEOUT_S))
     _, violations = status_details(error)
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and violations[0][0] == "approval.decision"
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and violations[0][0] == "resume.approval.decision"
 
     # Nothing ran: the calculator was never called and the turn still waits for a real answer.
     assert "tool_call_finished" not in kinds(await whole_log(env, session_id))

@@ -289,7 +289,7 @@ async def test_list_agents_shows_modes_and_hot_reloads(env: Env) -> None:
         (env.agents_dir / "fresh.md").unlink()
 
 
-# --------------------------------------------------------------------------- RunTurn directly
+# --------------------------------------------------------------------------- StartTurn directly
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -322,11 +322,24 @@ def run_request(leased: tuple[str, str, int], **fields: Any) -> runtime_pb2.RunT
     return runtime_pb2.RunTurnRequest(**(base | fields))
 
 
-async def run_direct(env: Env, request: runtime_pb2.RunTurnRequest) -> list[events_pb2.RuntimeEvent]:
-    async def collect() -> list[events_pb2.RuntimeEvent]:
-        return [e async for r in env.stubs["runtime"].RunTurn(request) for e in r.events]
+async def start_turn(env: Env, request: runtime_pb2.RunTurnRequest) -> None:
+    await env.stubs["runtime"].StartTurn(runtime_pb2.StartTurnRequest(turn=request), timeout=TIMEOUT_S)
 
-    return await asyncio.wait_for(collect(), TIMEOUT_S)
+
+async def run_direct(env: Env, request: runtime_pb2.RunTurnRequest) -> list[events_pb2.RuntimeEvent]:
+    """The turn started as the gateway starts it (StartTurn), its events read from the session's log
+    until the turn's end frees the session."""
+    await start_turn(env, request)
+    subscribe = gateway_pb2.SubscribeRequest(session_id=request.session_id, stop_when_idle=True)
+    return [e async for r in env.gateway.Subscribe(subscribe, timeout=TIMEOUT_S) for e in r.events]
+
+
+def refused(events: list[events_pb2.RuntimeEvent]) -> events_pb2.TurnError:
+    """The error a turn the runtime could not build ended with, its only event."""
+    assert [payload(e) for e in events] == ["error"], events
+    error = events[-1].error
+    assert error.kind == events_pb2.ERROR_KIND_INVALID_REQUEST and not error.retryable, error
+    return error
 
 
 async def test_structured_output_with_one_repair(env: Env, leased: tuple[str, str, int]) -> None:
@@ -361,41 +374,44 @@ async def test_turn_limits_from_the_request(env: Env, leased: tuple[str, str, in
 
 
 @pytest.mark.parametrize(
-    ("fields", "code", "expected"),
+    ("fields", "expected"),
     [
-        ({"runtime": "warp"}, grpc.StatusCode.INVALID_ARGUMENT, "runtime"),
-        (
-            {"limits": runtime_pb2.TurnLimits(max_iterations=-1)},
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "limits.max_iterations",
-        ),
-        (
-            {"cost_budget": runtime_pb2.CostBudget(max_cost_usd=-1)},
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "cost_budget.max_cost_usd",
-        ),
-        ({"model": "no-such-model"}, grpc.StatusCode.NOT_FOUND, "MODEL_NOT_FOUND"),
+        ({"limits": runtime_pb2.TurnLimits(max_iterations=-1)}, "turn.limits.max_iterations"),
+        ({"cost_budget": runtime_pb2.CostBudget(max_cost_usd=-1)}, "turn.cost_budget.max_cost_usd"),
     ],
 )
 async def test_bad_turn_requests_name_the_problem(
-    env: Env, leased: tuple[str, str, int], fields: dict[str, Any], code: Any, expected: str
+    env: Env, leased: tuple[str, str, int], fields: dict[str, Any], expected: str
 ) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run_direct(env, run_request(leased, **fields))
-    assert caught.value.code() == code
-    info, violations = status_details(caught.value)
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        assert expected in [field for field, _ in violations]
-    else:
-        assert info is not None and info.reason == expected
+        await start_turn(env, run_request(leased, **fields))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    _, violations = status_details(caught.value)
+    assert expected in [field for field, _ in violations]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"runtime": "warp"}, "unknown runtime 'warp'"),
+        ({"model": "no-such-model"}, "no-such-model"),
+    ],
+)
+async def test_names_found_unknown_while_the_turn_is_built_end_it(
+    env: Env, leased: tuple[str, str, int], fields: dict[str, Any], expected: str
+) -> None:
+    """Found after StartTurn answered: the turn's end names the problem. (The gateway asks first:
+    test_bad_input.py's unknown-runtime row and test_an_unknown_model_is_not_found_before_the_turn_starts.)"""
+    error = refused(await run_direct(env, run_request(leased, **fields)))
+    assert expected in error.message
 
 
 async def test_invalid_output_schema_and_client_tools(env: Env, leased: tuple[str, str, int]) -> None:
     bad_schema = json_format.ParseDict({"type": "banana"}, runtime_pb2.RunTurnRequest().output_schema)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run_direct(env, run_request(leased, output_schema=bad_schema))
+        await start_turn(env, run_request(leased, output_schema=bad_schema))
     _, violations = status_details(caught.value)
-    assert violations and violations[0][0] == "output_schema" and "banana" in violations[0][1]
+    assert violations and violations[0][0] == "turn.output_schema" and "banana" in violations[0][1]
 
     bad_tools = [
         messages_pb2.ToolSpec(name="pick file"),
@@ -408,38 +424,35 @@ async def test_invalid_output_schema_and_client_tools(env: Env, leased: tuple[st
         ),
     ]
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run_direct(env, run_request(leased, client_tools=bad_tools))
+        await start_turn(env, run_request(leased, client_tools=bad_tools))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     _, violations = status_details(caught.value)
     assert [field for field, _ in violations] == [
-        "client_tools[0].name",
-        "client_tools[3].name",
-        "client_tools[4].parameters",
+        "turn.client_tools[0].name",
+        "turn.client_tools[3].name",
+        "turn.client_tools[4].parameters",
     ]
 
-    # A name the agent already uses is refused once the agent's tools are known.
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await run_direct(env, run_request(leased, client_tools=[messages_pb2.ToolSpec(name="calculator")]))
-    _, violations = status_details(caught.value)
-    assert violations == [("client_tools[0].name", "'calculator' is already one of the agent's tools")]
+    # A name the agent already uses is refused once the agent's tools are known: the turn ends with it.
+    events = await run_direct(env, run_request(leased, client_tools=[messages_pb2.ToolSpec(name="calculator")]))
+    assert "'calculator' is already one of the agent's tools" in refused(events).message
 
 
-async def test_resume_turn_of_an_unknown_interrupt_is_not_found(env: Env, leased: tuple[str, str, int]) -> None:
+async def test_continue_turn_of_an_unknown_interrupt_is_not_found(env: Env, leased: tuple[str, str, int]) -> None:
     session_id, turn_id, token = leased
-    request = runtime_pb2.ResumeTurnRequest(
+    resume = runtime_pb2.ResumeTurnRequest(
         tenant_id=SUITE_SETTINGS.tenant_id, session_id=session_id, turn_id=turn_id, interrupt_id="i1", lease_token=token
     )
+    request = runtime_pb2.ContinueTurnRequest(resume=resume)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async for _ in env.stubs["runtime"].ResumeTurn(request, timeout=TIMEOUT_S):
-            pass
+        await env.stubs["runtime"].ContinueTurn(request, timeout=TIMEOUT_S)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     info, _ = status_details(caught.value)
     assert info is not None and info.reason == "TURN_NOT_FOUND"
 
-    request.ClearField("lease_token")
-    request.user_input = ""
+    request.resume.ClearField("lease_token")
+    request.resume.user_input = ""
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async for _ in env.stubs["runtime"].ResumeTurn(request, timeout=TIMEOUT_S):
-            pass
+        await env.stubs["runtime"].ContinueTurn(request, timeout=TIMEOUT_S)
     _, violations = status_details(caught.value)
-    assert [field for field, _ in violations] == ["lease_token", "user_input"]
+    assert [field for field, _ in violations] == ["resume.lease_token", "resume.user_input"]

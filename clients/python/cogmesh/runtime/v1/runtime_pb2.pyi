@@ -91,12 +91,6 @@ class SessionUsage(_message.Message):
     output_tokens: int
     def __init__(self, cost_usd: _Optional[float] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
 
-class RunTurnResponse(_message.Message):
-    __slots__ = ("events",)
-    EVENTS_FIELD_NUMBER: _ClassVar[int]
-    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
-    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
-
 class CancelTurnRequest(_message.Message):
     __slots__ = ("session_id", "turn_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -198,12 +192,6 @@ class ResumeTurnRequest(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     paused: _sessions_pb2.AnswerPauseResponse
     def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., interrupt_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., approval: _Optional[_Union[ApprovalAnswer, _Mapping]] = ..., user_input: _Optional[str] = ..., tool_result: _Optional[_Union[ClientToolResult, _Mapping]] = ..., abandon: _Optional[bool] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., paused: _Optional[_Union[_sessions_pb2.AnswerPauseResponse, _Mapping]] = ...) -> None: ...
-
-class ResumeTurnResponse(_message.Message):
-    __slots__ = ("events",)
-    EVENTS_FIELD_NUMBER: _ClassVar[int]
-    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
-    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
 
 class ApprovalAnswer(_message.Message):
     __slots__ = ("decision", "edited_arguments", "reason", "decided_by")

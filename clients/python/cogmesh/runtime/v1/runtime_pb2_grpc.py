@@ -40,11 +40,6 @@ class RuntimeServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.RunTurn = channel.unary_stream(
-                '/cogmesh.runtime.v1.RuntimeService/RunTurn',
-                request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnRequest.SerializeToString,
-                response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnResponse.FromString,
-                _registered_method=True)
         self.StartTurn = channel.unary_unary(
                 '/cogmesh.runtime.v1.RuntimeService/StartTurn',
                 request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnRequest.SerializeToString,
@@ -70,11 +65,6 @@ class RuntimeServiceStub:
                 request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesResponse.FromString,
                 _registered_method=True)
-        self.ResumeTurn = channel.unary_stream(
-                '/cogmesh.runtime.v1.RuntimeService/ResumeTurn',
-                request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ResumeTurnRequest.SerializeToString,
-                response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ResumeTurnResponse.FromString,
-                _registered_method=True)
 
 
 class RuntimeServiceServicer:
@@ -86,28 +76,37 @@ class RuntimeServiceServicer:
     stopped (ClaimOrphanedTurns).
     """
 
-    def RunTurn(self, request, context):
-        """RunTurn runs one turn like StartTurn and also streams its events to the
-        caller, as logged (with seq). The stream ends after final, error or a
-        pause; a caller that goes away does not stop the turn.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def StartTurn(self, request, context):
         """StartTurn takes a turn to run in the background and answers once this
         replica runs it. Its events go to the session's event log
         (SessionsService.AppendEvents), so the turn does not depend on its caller:
-        watchers read the log. Request errors are answered here, like RunTurn's.
+        watchers read the log. Field errors of the request are answered here;
+        what is found wrong while the turn is built (its agent, its model, a
+        client tool named like one of the agent's) ends the turn in the log with
+        an error event.
+
+        A turn pauses when a tool call needs a human's approval (the agent's
+        interrupt_on), when the model calls ask_user, or when it calls a
+        client-side tool: the runtime writes a checkpoint, logs
+        approval_required, user_input_requested or client_tool_call, then a status
+        event with TURN_STATE_PAUSED, freeing the lease in the same write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ContinueTurn(self, request, context):
-        """ContinueTurn resumes a paused turn like ResumeTurn, in the background like
-        StartTurn.
+        """ContinueTurn goes on with a paused turn from its checkpoint, with the
+        answer it waited for (an approval decision, the user's input or a client
+        tool's result), in the background like StartTurn: the rest of its events,
+        which end with final, error or another pause, go to the session's log.
+        Any replica can resume any paused turn: the checkpoint (sessions service)
+        holds everything the turn needs. The caller takes the lease again to
+        resume; the answer is recorded with DecideCheckpoint (here when the request
+        carries it) and the checkpoint is consumed, so exactly one resume happens.
+        An unknown or already resumed interrupt is NOT_FOUND (reason
+        TURN_NOT_FOUND); an answer that does not fit the request is
+        INVALID_ARGUMENT.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,37 +138,9 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ResumeTurn(self, request, context):
-        """ResumeTurn continues a paused turn from its checkpoint with the answer it
-        waited for (an approval decision, the user's input or a client tool's
-        result) and streams the rest of its events, which end with final, error,
-        or another pause. Any replica can resume any paused turn: the checkpoint
-        (sessions service) holds everything the turn needs.
-
-        A turn pauses when a tool call needs a human's approval (the agent's
-        interrupt_on), when the model calls ask_user, or when it calls a
-        client-side tool: the runtime writes a checkpoint, emits
-        approval_required, user_input_requested or client_tool_call, then a status
-        event with TURN_STATE_PAUSED, and ends the RunTurn (or ResumeTurn) stream.
-        The caller releases the lease; to resume it takes the lease again and
-        calls ResumeTurn. The answer is recorded with DecideCheckpoint (here when
-        the request carries it) and the checkpoint is consumed, so exactly one
-        resume happens. An unknown or already resumed interrupt is NOT_FOUND
-        (reason TURN_NOT_FOUND); an answer that does not fit the request is
-        INVALID_ARGUMENT.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_RuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'RunTurn': grpc.unary_stream_rpc_method_handler(
-                    servicer.RunTurn,
-                    request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnRequest.FromString,
-                    response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnResponse.SerializeToString,
-            ),
             'StartTurn': grpc.unary_unary_rpc_method_handler(
                     servicer.StartTurn,
                     request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.StartTurnRequest.FromString,
@@ -195,11 +166,6 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesRequest.FromString,
                     response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesResponse.SerializeToString,
             ),
-            'ResumeTurn': grpc.unary_stream_rpc_method_handler(
-                    servicer.ResumeTurn,
-                    request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ResumeTurnRequest.FromString,
-                    response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ResumeTurnResponse.SerializeToString,
-            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'cogmesh.runtime.v1.RuntimeService', rpc_method_handlers)
@@ -216,33 +182,6 @@ class RuntimeService:
     replica can go on with a turn from its journal after the replica running it
     stopped (ClaimOrphanedTurns).
     """
-
-    @staticmethod
-    def RunTurn(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/cogmesh.runtime.v1.RuntimeService/RunTurn',
-            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnRequest.SerializeToString,
-            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.RunTurnResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def StartTurn(request,
@@ -369,33 +308,6 @@ class RuntimeService:
             '/cogmesh.runtime.v1.RuntimeService/ListRuntimes',
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesRequest.SerializeToString,
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ResumeTurn(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/cogmesh.runtime.v1.RuntimeService/ResumeTurn',
-            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ResumeTurnRequest.SerializeToString,
-            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ResumeTurnResponse.FromString,
             options,
             channel_credentials,
             insecure,
