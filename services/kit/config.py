@@ -84,8 +84,8 @@ class Settings(BaseSettings):
     max_connection_age_grace_s: float = Field(
         30.0,
         ge=0,
-        description="then its calls get this long before they are cut (streams resume by seq); the runtime "
-        "waits at least turn_timeout_s, since a cut RunTurn would end its turn",
+        description="then its calls get this long before they are cut (every stream resumes: by seq, or is "
+        "opened again)",
     )
     runtime_workers: int = Field(
         0, ge=0, description="runtime processes `cogmesh up` runs, each on its own port; 0: one per core, at least 2"

@@ -4,10 +4,11 @@ RPC metrics come from the server interceptor (server.py) for every service: late
 histograms by method and status, active streams, stream messages sent. The domain
 metrics are read off the wire where the wire already says everything:
 
-* events carried by server streams (runtime `RunTurn`: produced; gateway
-  `SendMessage`/`Subscribe`: delivered), by payload kind; `rate()` gives events/s;
-* turn latency by outcome, and tokens, cost and calls by model, from the events of
-  the runtime's `RunTurn`/`ResumeTurn` streams (each model call's `usage` event);
+* events by payload kind: logged by the runtime's turns (TurnMeter: `grpc_method` is
+  StartTurn, ContinueTurn or takeover) and delivered by the gateway's `SendMessage`/
+  `Subscribe` streams; `rate()` gives events/s;
+* turn latency by outcome, and tokens, cost and calls by model, from the events the
+  runtime's turns log (each model call's `usage` event);
 * policy denials by rule and deciding layer, from `CheckToolCall(s)` decisions;
 * the OpenTelemetry GenAI client metrics of each model call, recorded by the runtime
   (services/runtime/genai_telemetry.py): `gen_ai.client.token.usage` and
@@ -206,7 +207,7 @@ class RpcRecorder:
 class TurnMeter:
     """The metrics of one turn as its events are logged: events by kind, model calls, tokens, cost, duration.
 
-    `how` names the way the turn came to this replica (StartTurn, RunTurn, ContinueTurn, ResumeTurn,
+    `how` names the way the turn came to this replica (StartTurn, ContinueTurn,
     takeover), as the `grpc_method` label of its events.
     """
 

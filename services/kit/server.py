@@ -34,7 +34,7 @@ HEALTH = health.SERVICE_NAME
 _HEALTH_PREFIX = f"/{HEALTH}/"
 
 
-def server_options(settings: Settings, streams_resume: bool = True, public: bool = False) -> list[tuple[str, Any]]:
+def server_options(settings: Settings, public: bool = False) -> list[tuple[str, Any]]:
     """Keepalive matched to the suite's clients (clients.channel_options) and a maximum connection age.
 
     Clients ping every keepalive_time_s, with or without calls; the server accepts pings down to
@@ -42,9 +42,9 @@ def server_options(settings: Settings, streams_resume: bool = True, public: bool
     clients outside the suite), so it never answers too_many_pings. After max_connection_age_s
     (gRPC adds +-10% jitter, so replicas do not all reconnect at once) the server sends GOAWAY:
     new calls open a new connection, re-resolving a dns: address and reaching replicas that
-    came up. Calls on the old connection get max_connection_age_grace_s, then are cut: streams
-    that resume by seq (Subscribe, SendMessage) come back on any replica. A server whose
-    streams cannot resume (the runtime's RunTurn) waits at least a whole turn instead.
+    came up. Calls on the old connection get max_connection_age_grace_s, then are cut: every
+    stream of the suite resumes (Subscribe and SendMessage by seq on any replica; a runtime's
+    append stream and a watch of the catalogue or of sessions' logs are opened again).
     """
     keepalive_ms = int(settings.keepalive_time_s * 1000)
     options: list[tuple[str, Any]] = [
@@ -58,12 +58,9 @@ def server_options(settings: Settings, streams_resume: bool = True, public: bool
     if not public:  # peers send tool results, journals and long replies; clients keep gRPC's 4 MiB
         options.append(("grpc.max_receive_message_length", settings.max_message_bytes))
     if settings.max_connection_age_s > 0:
-        grace_s = settings.max_connection_age_grace_s
-        if not streams_resume:
-            grace_s = max(grace_s, settings.turn_timeout_s)
         options += [
             ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
-            ("grpc.max_connection_age_grace_ms", int(grace_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
         ]
     return options
 
@@ -104,9 +101,6 @@ class App:
     # Run when the drain ends, before calls in flight get their grace period: e.g. end streams
     # whose clients resume them on another replica, rather than hold the stop until the grace ends.
     on_drained: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Whether a stream cut by the maximum connection age can be resumed by its client; the
-    # runtime's cannot (a cut RunTurn ends its turn), so its old connections wait for them.
-    streams_resume: bool = True
 
 
 Build = Callable[[Settings, Clients], Awaitable[App]]
@@ -381,7 +375,7 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
         *app.interceptors,
     ]
     server = grpc.aio.server(
-        interceptors=interceptors, options=server_options(settings, app.streams_resume, app.public)
+        interceptors=interceptors, options=server_options(settings, app.public)
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,6 +1,6 @@
 """The per-turn options a client may set, and the rules they must follow.
 
-SendMessage (gateway) and RunTurn (runtime) carry the same options: `runtime`, `limits`,
+SendMessage (gateway) and StartTurn (runtime, in its RunTurnRequest) carry the same options: `runtime`, `limits`,
 `cost_budget`, `output_schema` and `client_tools`. The gateway applies these rules before
 it takes the session's lease, so bad options are INVALID_ARGUMENT with field violations
 instead of a turn that starts and fails; the runtime applies the same ones to whoever

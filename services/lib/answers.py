@@ -4,7 +4,7 @@ answers are the same.
 A paused turn waits for one of three things, named by its checkpoint's request
 (sessions.v1.Checkpoint): an approval, the user's input, or a client-side tool's result. An
 answer is recorded as a sessions.v1.CheckpointDecision. The gateway (its API and A2A), the
-sessions service (AnswerPause) and the runtime (ResumeTurn) build, check and compare answers
+sessions service (AnswerPause) and the runtime (ContinueTurn) build, check and compare answers
 with these functions, so an answer means the same wherever it arrives.
 """
 

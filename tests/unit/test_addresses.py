@@ -68,12 +68,10 @@ def test_servers_accept_the_pings_the_clients_send() -> None:
     assert client["grpc.keepalive_timeout_ms"] == server["grpc.keepalive_timeout_ms"] == 5_000
 
 
-def test_connection_age_spares_streams_that_cannot_resume() -> None:
+def test_connection_age_and_its_grace_come_from_the_settings() -> None:
     settings = Settings(max_connection_age_s=120, max_connection_age_grace_s=10, turn_timeout_s=300)
-    resumable = dict(server_options(settings))
-    assert (resumable["grpc.max_connection_age_ms"], resumable["grpc.max_connection_age_grace_ms"]) == (120_000, 10_000)
-    runtime = dict(server_options(settings, streams_resume=False))
-    assert runtime["grpc.max_connection_age_grace_ms"] == 300_000  # a RunTurn lasts at most a turn
+    options = dict(server_options(settings))
+    assert (options["grpc.max_connection_age_ms"], options["grpc.max_connection_age_grace_ms"]) == (120_000, 10_000)
     assert "grpc.max_connection_age_ms" not in dict(server_options(Settings(max_connection_age_s=0)))
 
 
