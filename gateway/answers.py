@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import grpc
 from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from cogmesh.common.v1 import errors_pb2, events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway.a2a import mapping
-from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound, Violations, from_dependency
+from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, NotFound, Violations
 from services.kit.protos import MAX_ID
 from services.lib import answers
 
@@ -72,33 +71,26 @@ def from_a2a(kind: str, text: str) -> sessions_pb2.CheckpointDecision | None:
     return sessions_pb2.CheckpointDecision(text=text)
 
 
-def _details(exc: grpc.aio.AioRpcError) -> tuple[error_details_pb2.ErrorInfo, list[tuple[str, str]]]:
+def _details(exc: DependencyError) -> tuple[error_details_pb2.ErrorInfo, list[tuple[str, str]]]:
     """The ErrorInfo (empty when none) and the field violations of a failed call."""
-    info, violations = error_details_pb2.ErrorInfo(), []
-    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            detail.Unpack(info)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            violations += [(v.field, v.description) for v in bad.field_violations]
-    return info, violations
+    info = exc.error_info or error_details_pb2.ErrorInfo()
+    bad = exc.details_of(error_details_pb2.BadRequest)
+    return info, [(v.field, v.description) for request in bad for v in request.field_violations]
 
 
-def resuming(exc: grpc.aio.AioRpcError) -> str:
+def resuming(exc: DependencyError) -> str:
     """The paused turn another attempt is resuming right now (AnswerPause's busy answer), else ""."""
-    if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+    if exc.status_code != grpc.StatusCode.FAILED_PRECONDITION:
         return ""
     info, _ = _details(exc)
     return info.metadata.get("turn_id", "") if info.metadata.get("resuming") == "true" else ""
 
 
-def refusal(exc: grpc.aio.AioRpcError, session_id: str, interrupt_id: str, given: str) -> CogmeshError:
+def refusal(exc: DependencyError, session_id: str, interrupt_id: str, given: str) -> CogmeshError | None:
     """Sessions' refusal of an answer (AnswerPause) as the caller's error; `given` names the caller's field
-    that carried the answer."""
+    that carried the answer. None: no refusal of this answer in particular (`exc` is the caller's answer)."""
     info, violations = _details(exc)
-    code, where = exc.code(), {"session_id": session_id, "interrupt_id": interrupt_id}
+    code, where = exc.status_code, {"session_id": session_id, "interrupt_id": interrupt_id}
     if code == grpc.StatusCode.NOT_FOUND and info.reason == "TURN_NOT_FOUND":
         return NotFound(
             f"no paused turn of session {session_id!r} waits for interrupt {interrupt_id!r} "
@@ -112,4 +104,4 @@ def refusal(exc: grpc.aio.AioRpcError, session_id: str, interrupt_id: str, given
         return FailedPrecondition(
             f"interrupt {interrupt_id!r} was already answered differently; the first answer wins", metadata=where
         )
-    return from_dependency(exc, "sessions")
+    return None

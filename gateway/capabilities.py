@@ -14,14 +14,12 @@ import asyncio
 import importlib.metadata
 from collections.abc import Sequence
 
-import grpc
-
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2
-from services.kit.clients import Clients, call
+from services.kit.clients import Clients
 from services.kit.config import Settings
-from services.kit.errors import from_dependency
+from services.kit.dependencies import PolicyClient, RuntimeClient
 from services.lib.policy.config import (
     INTERCEPTORS_FILE,
     ConfigRejected,
@@ -85,20 +83,18 @@ def _supported(capabilities: runtime_pb2.RuntimeCapabilities) -> list[str]:
 
 
 async def _runtimes(clients: Clients) -> list[runtime_pb2.RuntimeEngine]:
-    reply = await call("runtime", clients.runtime.ListRuntimes, runtime_pb2.ListRuntimesRequest())
+    reply = await RuntimeClient.of(clients).ListRuntimes(runtime_pb2.ListRuntimesRequest())
     return list(reply.runtimes)
 
 
 async def _interceptors(clients: Clients, settings: Settings) -> list[str]:
     """Names of the interceptors the policy snapshot configures (top level, per agent, per role), in order."""
-    stream = clients.policy.WatchPolicy(policy_pb2.WatchPolicyRequest(), timeout=settings.call_timeout_s)
+    stream = PolicyClient.of(clients).WatchPolicy(policy_pb2.WatchPolicyRequest(), timeout=settings.call_timeout_s)
     try:
         first = await stream.read()
-    except grpc.aio.AioRpcError as exc:
-        raise from_dependency(exc, "policy") from exc
     finally:
         stream.cancel()
-    if first is grpc.aio.EOF:
+    if first is None:
         return []
     text = next((f.content for f in first.snapshot.files if f.path == INTERCEPTORS_FILE), "")
     try:

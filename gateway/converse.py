@@ -23,7 +23,7 @@ from gateway.messages import Messages
 from gateway.sessions import Sessions
 from gateway.turns import Turns
 from gateway.validation import Names
-from services.kit.errors import CogmeshError, InvalidArgument, Violations, from_dependency
+from services.kit.errors import CogmeshError, InvalidArgument, Violations
 from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import bind_request, log
 
@@ -141,8 +141,6 @@ class Conversations:
             turn_id = await self._act(tenant, session_id, kind, frame, time_remaining())
         except CogmeshError as exc:
             return gateway_pb2.ConverseResponse(rejected=rejection(frame.frame_id, exc))
-        except grpc.aio.AioRpcError as exc:
-            return gateway_pb2.ConverseResponse(rejected=rejection(frame.frame_id, from_dependency(exc, "upstream")))
         except Exception as exc:  # noqa: BLE001 - one bad frame must not end the conversation
             log.error("converse frame failed", frame=kind, exc_info=exc)
             failure = CogmeshError(f"internal error handling a {kind} frame; see server logs")

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.rpc import status_pb2
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients
-from services.kit.errors import CogmeshError, from_dependency
+from services.kit.dependencies import Exchange, SessionsClient
+from services.kit.errors import CogmeshError, DependencyError, from_dependency_status
 from services.kit.event_log import Batch, SessionLog, session_gone, tail
 from services.kit.logging import log
 
@@ -44,7 +44,6 @@ _RECONNECT = frozenset(
 _REOPEN = _RECONNECT | {grpc.StatusCode.CANCELLED}
 RETRY_S = 0.2
 MAX_RETRY_S = 2.0
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 @dataclass(eq=False)
@@ -70,21 +69,24 @@ def _remove(key: tuple[str, str]) -> sessions_pb2.WatchEventsRequest:
     return sessions_pb2.WatchEventsRequest(remove=sessions_pb2.WatchedSession(tenant_id=key[0], session_id=key[1]))
 
 
-async def _send(call: Any, requests: asyncio.Queue[sessions_pb2.WatchEventsRequest | None]) -> None:
+async def _send(
+    call: Exchange[sessions_pb2.WatchEventsRequest, sessions_pb2.WatchEventsResponse],
+    requests: asyncio.Queue[sessions_pb2.WatchEventsRequest | None],
+) -> None:
     """Write the adds and removes queued for a watch stream, until None."""
     try:
         while (request := await requests.get()) is not None:
             await call.write(request)
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+    except (DependencyError, asyncio.InvalidStateError, grpc.aio.UsageError):
         return  # the stream ended: its reader says why
 
 
-def _broke(error: grpc.aio.AioRpcError) -> bool:
+def _broke(error: DependencyError) -> bool:
     """The watch stream ended for reasons of its own, not of what it carries: open it again."""
     # grpc reports a stream that ended while a request was being written (a replica draining as
     # a mirror is added) as this INTERNAL instead of the stream's status.
-    return error.code() in _REOPEN or (
-        error.code() == grpc.StatusCode.INTERNAL and error.details() == "Internal error from Core"
+    return error.status_code in _REOPEN or (
+        error.status_code == grpc.StatusCode.INTERNAL and error.status_message == "Internal error from Core"
     )
 
 
@@ -101,14 +103,6 @@ def _continuing(log: SessionLog, events: Sequence[events_pb2.RuntimeEvent]) -> S
     return events[start - events[0].seq :]
 
 
-def _status_error(raw: bytes) -> grpc.aio.AioRpcError:
-    """A session's watch status (google.rpc.Status bytes) as the error its ReadEvents would have raised."""
-    status = status_pb2.Status.FromString(raw)
-    code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
-    trailing = grpc.aio.Metadata(("grpc-status-details-bin", raw))
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details=status.message)
-
-
 def _batch(response: sessions_pb2.ReadEventsResponse, raw: bytes) -> Batch:
     """The response's events, with its bytes as their wire form (events are field 1 there and in every
     gateway response, so these bytes are a ready SubscribeResponse)."""
@@ -122,6 +116,7 @@ class RemoteEventLog:
         self, clients: Clients, tenant_of: Any, retention: int, max_lag: int, max_batch: int, fanout_rate: float
     ) -> None:
         self.clients = clients
+        self.sessions = SessionsClient.of(clients)
         self.tenant_of = tenant_of  # the tenant of the RPC asking (the log is read as that tenant)
         self.retention, self.max_lag, self.max_batch, self.fanout_rate = retention, max_lag, max_batch, fanout_rate
         self._mirrors: dict[tuple[str, str], _Mirror] = {}  # (tenant, session) -> its mirror
@@ -131,13 +126,9 @@ class RemoteEventLog:
         self.streams_opened = 0
 
     async def state(self, session_id: str) -> sessions_pb2.GetEventLogStateResponse:
-        try:
-            reply: sessions_pb2.GetEventLogStateResponse = await self.clients.sessions.GetEventLogState(
-                sessions_pb2.GetEventLogStateRequest(tenant_id=self.tenant_of(), session_id=session_id)
-            )
-            return reply
-        except grpc.aio.AioRpcError as exc:
-            raise from_dependency(exc, "sessions") from exc
+        return await self.sessions.GetEventLogState(
+            sessions_pb2.GetEventLogStateRequest(tenant_id=self.tenant_of(), session_id=session_id)
+        )
 
     async def last_seq(self, session_id: str) -> int:
         return int((await self.state(session_id)).last_seq)
@@ -183,7 +174,7 @@ class RemoteEventLog:
 
     async def _replay(self, tenant: str, session_id: str, cursor: int, stop: int) -> AsyncIterator[Batch]:
         request = sessions_pb2.ReadEventsRequest(tenant_id=tenant, session_id=session_id, after_seq=cursor)
-        stream = self.clients.sessions.ReadEvents(request)
+        stream = self.sessions.ReadEvents(request)
         try:
             async for response in stream:
                 batch = Batch(e for e in response.events if e.seq <= stop)
@@ -191,8 +182,6 @@ class RemoteEventLog:
                     yield batch
                 if not batch or batch[-1].seq >= stop:
                     return
-        except grpc.aio.AioRpcError as exc:
-            raise from_dependency(exc, "sessions") from exc
         finally:
             stream.cancel()
 
@@ -244,29 +233,29 @@ class RemoteEventLog:
                     requests.put_nowait(_add(key, mirror.log.last_seq))
                 self._requests = requests
                 self.streams_opened += 1
-                call = self.clients.sessions.WatchEvents()
+                call = self.sessions.WatchEvents()
                 writer: asyncio.Task[None] | None = None
                 try:
                     # The replica answers the first request with an empty response; the adds are written
                     # after it, so an older replica's UNIMPLEMENTED is not hidden (see _broke).
                     with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.UsageError):  # read() says why
                         await call.write(sessions_pb2.WatchEventsRequest(heartbeat_ms=UPSTREAM_HEARTBEAT_MS))
-                    while (response := await call.read()) is not grpc.aio.EOF:
+                    while (response := await call.read()) is not None:
                         if writer is None:
                             writer = asyncio.create_task(_send(call, requests), name="log-watch-requests")
                         else:
                             delay = RETRY_S
                         self._route(response)
                     log.warning("event log watch from sessions ended; reopening")
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                except DependencyError as exc:
+                    if exc.status_code == grpc.StatusCode.UNIMPLEMENTED:
                         log.info("sessions has no WatchEvents: each session's log is read on a stream of its own")
                         self._read_per_session()
                         return
                     if _broke(exc):
-                        log.warning("event log watch from sessions broke; reopening", error=exc.details())
+                        log.warning("event log watch from sessions broke; reopening", error=exc.status_message)
                     else:
-                        self._fail_all(from_dependency(exc, "sessions"))
+                        self._fail_all(exc)
                 finally:
                     self._requests = None
                     if writer is not None:
@@ -295,14 +284,16 @@ class RemoteEventLog:
 
     def _watch_failed(self, key: tuple[str, str], mirror: _Mirror, status: bytes) -> None:
         """A session left the watch with `status`: add it again later if that may pass, else close its mirror."""
-        error = _status_error(status)
-        if error.code() in _RECONNECT:
-            log.warning("event log watch of a session broke; adding it again", session_id=key[1], error=error.details())
+        error = from_dependency_status(status, "sessions")
+        if error.status_code in _RECONNECT:
+            log.warning(
+                "event log watch of a session broke; adding it again", session_id=key[1], error=error.status_message
+            )
             asyncio.get_running_loop().call_later(_jittered(mirror.retry_s), self._add_again, key, mirror)
             mirror.retry_s = min(mirror.retry_s * 2, MAX_RETRY_S)
             return
-        gone = error.code() == grpc.StatusCode.NOT_FOUND
-        mirror.failure = session_gone(key[1]) if gone else from_dependency(error, "sessions")
+        gone = error.status_code == grpc.StatusCode.NOT_FOUND
+        mirror.failure = session_gone(key[1]) if gone else error
         mirror.log.close()
 
     def _add_again(self, key: tuple[str, str], mirror: _Mirror) -> None:
@@ -332,21 +323,17 @@ class RemoteEventLog:
                     follow=True,
                     heartbeat_ms=UPSTREAM_HEARTBEAT_MS,
                 )
-                async for response in self.clients.sessions.ReadEvents(request):
+                async for response in self.sessions.ReadEvents(request):
                     if response.events:
                         mirror.log.add(list(response.events))
                         cursor = mirror.log.last_seq
                 return
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() in _RECONNECT:
-                    log.warning("event log stream from sessions broke; reconnecting", error=exc.details())
+            except DependencyError as exc:
+                if exc.status_code in _RECONNECT:
+                    log.warning("event log stream from sessions broke; reconnecting", error=exc.status_message)
                     await asyncio.sleep(RETRY_S)
                     continue
-                mirror.failure = (
-                    session_gone(session_id)
-                    if exc.code() == grpc.StatusCode.NOT_FOUND
-                    else from_dependency(exc, "sessions")
-                )
+                mirror.failure = session_gone(session_id) if exc.status_code == grpc.StatusCode.NOT_FOUND else exc
                 mirror.log.close()
                 return
 

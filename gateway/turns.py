@@ -39,16 +39,16 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, turns_pb2
-from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
+from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import answers, auth, contract
 from services.kit import addresses, journal_kinds, turn_options
-from services.kit.clients import Clients, call
+from services.kit.clients import Clients
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, RateLimited, from_dependency
+from services.kit.dependencies import RuntimeClient, SessionsClient
+from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, RateLimited
 from services.kit.event_log import ends_stream as ends_stream  # re-exported for the servicers
 from services.kit.event_log import is_paused as is_paused
 from services.kit.logging import bind_request, log
@@ -76,24 +76,17 @@ class Busy:
     details: str
 
 
-def busy(exc: grpc.aio.AioRpcError) -> Busy | None:
+def busy(exc: DependencyError) -> Busy | None:
     """The refusal of StartTurn by a busy replica (RESOURCE_EXHAUSTED naming its admission cause), else None:
     any other RESOURCE_EXHAUSTED (a message too large, say) would be refused by every replica alike."""
-    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+    if exc.status_code != grpc.StatusCode.RESOURCE_EXHAUSTED:
         return None
-    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
-    info, delay = None, 0.0
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            retry = error_details_pb2.RetryInfo()
-            detail.Unpack(retry)
-            delay = retry.retry_delay.ToNanoseconds() / 1e9
+    info = exc.error_info
     if info is None or not info.metadata.get("admission"):
         return None
-    return Busy(info.metadata.get("holder", ""), delay, exc.details() or "")
+    retries = exc.details_of(error_details_pb2.RetryInfo)
+    delay = retries[-1].retry_delay.ToNanoseconds() / 1e9 if retries else 0.0
+    return Busy(info.metadata.get("holder", ""), delay, exc.status_message)
 
 
 class Following(Exception):
@@ -124,6 +117,7 @@ class TurnOptions:
 class Turns:
     def __init__(self, settings: Settings, clients: Clients) -> None:
         self.settings, self.clients = settings, clients
+        self.sessions, self.runtime = SessionsClient.of(clients), RuntimeClient.of(clients)
         self.lease_ttl_s = settings.turn_lease_ttl_s
         self._holders: dict[str, tuple[str, str]] = {}  # session -> (turn, runtime address), as StartTurn said
         self._background: set[asyncio.Task[Any]] = set()
@@ -172,12 +166,8 @@ class Turns:
             entries=[journal_kinds.entry(journal_kinds.REQUEST, request.SerializeToString())],
             start_messages=turn_options.HISTORY_MESSAGES,  # the runtime starts from what the grant read
         )
-        lease = await call(
-            "sessions",
-            lambda r: self.clients.sessions.AcquireTurnLease(
-                r, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
-            ),
-            acquire,
+        lease = await self.sessions.AcquireTurnLease(
+            acquire, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
         )
         request.lease_token = lease.lease_token
         if lease.pending_interrupt_ids and not lease.last_seq:
@@ -211,7 +201,7 @@ class Turns:
             append_id=f"{request.turn_id}:gateway:{purpose}",
             release_lease=release,
         )
-        await call("sessions", self.clients.sessions.AppendEvents, append)
+        await self.sessions.AppendEvents(append)
 
     async def _refuse_if_paused(self, tenant_id: str, session_id: str, token: int) -> None:
         """A paused turn waits for its answer: give the lease back and say which interrupt it waits for."""
@@ -219,7 +209,7 @@ class Turns:
         if checkpoint is None:
             return  # answered in the meantime: the lease is ours to use
         release = sessions_pb2.ReleaseTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id, lease_token=token)
-        await asyncio.shield(call("sessions", self.clients.sessions.ReleaseTurnLease, release))
+        await asyncio.shield(self.sessions.ReleaseTurnLease(release))
         raise paused_error(session_id, checkpoint)
 
     def _timeout(self, deadline_s: float | None) -> float:
@@ -248,7 +238,7 @@ class Turns:
                 reply, refusals = await self._start_anywhere(
                     runtime_pb2.StartTurnRequest(turn=request, start=start), max(deadline - loop.time(), 0.0)
                 )
-            except grpc.aio.AioRpcError as exc:
+            except DependencyError as exc:
                 await self._not_started(request, exc)
                 return
             if reply is not None:
@@ -283,8 +273,8 @@ class Turns:
         names, once: (the reply, or None when every replica refused; the refusals). Any other failure raises."""
         refusals: list[Busy] = []
         try:
-            return await self.clients.runtime.StartTurn(turn, timeout=timeout_s), refusals
-        except grpc.aio.AioRpcError as exc:
+            return await self.runtime.StartTurn(turn, timeout=timeout_s), refusals
+        except DependencyError as exc:
             refused = busy(exc)
             if refused is None:
                 raise
@@ -292,24 +282,25 @@ class Turns:
         replicas = await addresses.resolve(self.settings.runtime_addr)
         others = [address for address in replicas if address != refused.holder][: len(replicas) - 1]
         for address in others:
-            stub = self.clients.stub_at(address, runtime_pb2_grpc.RuntimeServiceStub)
+            replica = RuntimeClient.at(self.clients, address)
             try:
-                return await stub.StartTurn(turn, timeout=timeout_s, wait_for_ready=False), refusals
-            except grpc.aio.AioRpcError as exc:
+                return await replica.StartTurn(turn, timeout=timeout_s, wait_for_ready=False), refusals
+            except DependencyError as exc:
                 refused = busy(exc)
                 if refused is None:
                     raise
                 refusals.append(refused)
         return None, refusals
 
-    async def _not_started(self, request: runtime_pb2.RunTurnRequest, exc: grpc.aio.AioRpcError) -> None:
+    async def _not_started(self, request: runtime_pb2.RunTurnRequest, exc: DependencyError) -> None:
         """StartTurn failed: undecided (left to a takeover, the caller told it waits), or the turn's end."""
-        if exc.code() in _UNDECIDED:
+        code = exc.status_code
+        if code in _UNDECIDED:
             # The turn is accepted and journaled: a runtime replica takes it over once its lease lapses
             # (the runtime may even have it: a second StartTurn could run it twice under one token).
-            log.warning("no runtime took the turn now; it will be taken over", code=exc.code().name)
+            log.warning("no runtime took the turn now; it will be taken over", code=code.name)
             text = (
-                f"no runtime answered ({exc.code().name}: {exc.details()}); the turn runs as soon as a runtime "
+                f"no runtime answered ({code.name}: {exc.status_message}); the turn runs as soon as a runtime "
                 f"replica takes it over, within about {self.lease_ttl_s:g}s of one being up"
             )
             notice = events_pb2.NativeNotice(kind="waiting_for_runtime", text=text)
@@ -318,8 +309,8 @@ class Turns:
                     "waiting", request, [events_pb2.RuntimeEvent(turn_id=request.turn_id, native_notice=notice)]
                 )
             return
-        kind = _ERROR_KINDS.get(exc.code(), events_pb2.ERROR_KIND_INTERNAL)
-        end = error_event(request.turn_id, kind, f"runtime: {exc.code().name}: {exc.details()}", False)
+        kind = _ERROR_KINDS.get(code, events_pb2.ERROR_KIND_INTERNAL)
+        end = error_event(request.turn_id, kind, f"runtime: {code.name}: {exc.status_message}", False)
         try:
             await self._append("refused", request, [end], release=True)
         except CogmeshError as failure:  # the lease lapses; a takeover meets the same refusal and logs it
@@ -351,9 +342,9 @@ class Turns:
         until = loop.time() + wait_s
         while True:
             try:
-                reply = await self.clients.sessions.RenewTurnLeases(renew, timeout=self.settings.call_timeout_s)
-            except grpc.aio.AioRpcError as exc:  # the lease outlives a missed renewal; if not, a runtime claims it
-                log.warning("could not renew a waiting turn's lease", code=exc.code().name)
+                reply = await self.sessions.RenewTurnLeases(renew, timeout=self.settings.call_timeout_s)
+            except DependencyError as exc:  # the lease outlives a missed renewal; if not, a runtime claims it
+                log.warning("could not renew a waiting turn's lease", code=exc.status_code.name)
             else:
                 outcome = reply.leases[0] if reply.leases else None
                 if outcome is None or not outcome.held:
@@ -422,15 +413,18 @@ class Turns:
             ttl_seconds=int(self.lease_ttl_s),
         )
         try:
-            paused = await self.clients.sessions.AnswerPause(answer)
-        except grpc.aio.AioRpcError as exc:
+            paused = await self.sessions.AnswerPause(answer)
+        except DependencyError as exc:
             followed = answers.resuming(exc)
             if followed and not abandon:
                 # Another answer (on any replica) is resuming this very turn: follow it.
                 return followed, await self._last_seq(tenant_id, session_id)
             if followed:
                 raise Following(followed) from exc
-            raise answers.refusal(exc, session_id, interrupt_id, given) from exc
+            refused = answers.refusal(exc, session_id, interrupt_id, given)
+            if refused is None:
+                raise
+            raise refused from exc
         turn_id = paused.checkpoint.turn_id
         request = runtime_pb2.ResumeTurnRequest(
             tenant_id=tenant_id,
@@ -445,52 +439,42 @@ class Turns:
         timeout_s = self._timeout(deadline_s)
         request.deadline.FromNanoseconds(int((time.time() + timeout_s) * 1e9))
         try:
-            reply = await self.clients.runtime.ContinueTurn(
-                runtime_pb2.ContinueTurnRequest(resume=request), timeout=timeout_s
-            )
+            reply = await self.runtime.ContinueTurn(runtime_pb2.ContinueTurnRequest(resume=request), timeout=timeout_s)
         except BaseException as exc:
             # Refused: the turn is still paused, and the lease goes back at once. Undecided (no answer,
             # the call cut): the runtime may have recorded the answer, which a takeover goes on with
             # once the lease lapses, so it is not given back under it.
-            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _UNDECIDED:
+            if isinstance(exc, DependencyError) and exc.status_code not in _UNDECIDED:
                 release = sessions_pb2.ReleaseTurnLeaseRequest(
                     tenant_id=tenant_id, session_id=session_id, lease_token=paused.lease_token
                 )
-                with contextlib.suppress(grpc.aio.AioRpcError):  # else it lapses: the turn stays paused
-                    await asyncio.shield(self.clients.sessions.ReleaseTurnLease(release))
-            if isinstance(exc, grpc.aio.AioRpcError):
-                raise from_dependency(exc, "runtime") from exc
+                with contextlib.suppress(DependencyError):  # else it lapses: the turn stays paused
+                    await asyncio.shield(self.sessions.ReleaseTurnLease(release))
             raise
         self._holders[session_id] = (turn_id, reply.holder)
         log.info("turn resumed", session_id=session_id, turn_id=turn_id, interrupt_id=interrupt_id, abandon=abandon)
         return turn_id, int(paused.start_seq)
 
     async def _lease(self, tenant_id: str, session_id: str) -> sessions_pb2.TurnLease:
-        reply = await call(
-            "sessions",
-            self.clients.sessions.GetTurnLease,
-            sessions_pb2.GetTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id),
+        reply = await self.sessions.GetTurnLease(
+            sessions_pb2.GetTurnLeaseRequest(tenant_id=tenant_id, session_id=session_id)
         )
-        return reply.lease  # type: ignore[no-any-return]
+        return reply.lease
 
     async def _last_seq(self, tenant_id: str, session_id: str) -> int:
-        reply = await call(
-            "sessions",
-            self.clients.sessions.GetEventLogState,
-            sessions_pb2.GetEventLogStateRequest(tenant_id=tenant_id, session_id=session_id),
+        reply = await self.sessions.GetEventLogState(
+            sessions_pb2.GetEventLogStateRequest(tenant_id=tenant_id, session_id=session_id)
         )
         return int(reply.last_seq)
 
     async def paused(self, tenant_id: str, session_id: str, turn_id: str = "") -> sessions_pb2.Checkpoint | None:
         """The checkpoint a paused turn of the session (the given one, or any) waits on."""
-        reply = await call(
-            "sessions",
-            self.clients.sessions.ListCheckpoints,
-            sessions_pb2.ListCheckpointsRequest(tenant_id=tenant_id, session_id=session_id),
+        reply = await self.sessions.ListCheckpoints(
+            sessions_pb2.ListCheckpointsRequest(tenant_id=tenant_id, session_id=session_id)
         )
         for checkpoint in reply.checkpoints:
             if not turn_id or checkpoint.turn_id == turn_id:
-                return checkpoint  # type: ignore[no-any-return]
+                return checkpoint
         return None
 
     # ------------------------------------------------------------------ cancel
@@ -506,12 +490,10 @@ class Turns:
         if running and (not turn_id or turn_id == running):
             if await self._cancel_at(session_id, running, lease.holder):
                 return running
-            interrupted = await call(
-                "sessions",
-                self.clients.sessions.InterruptTurn,
+            interrupted = await self.sessions.InterruptTurn(
                 sessions_pb2.InterruptTurnRequest(
                     tenant_id=tenant_id, session_id=session_id, turn_id=running, requested_by="cancel"
-                ),
+                )
             )
             return str(interrupted.turn_id)
         if not abandon_paused:
@@ -535,14 +517,13 @@ class Turns:
         address = holder or (known[1] if known and known[0] == turn_id else "")
         if not address:
             return False
-        stub = self.clients.stub_at(address, runtime_pb2_grpc.RuntimeServiceStub)
         try:
-            reply = await stub.CancelTurn(
+            reply = await RuntimeClient.at(self.clients, address).CancelTurn(
                 runtime_pb2.CancelTurnRequest(session_id=session_id, turn_id=turn_id),
                 timeout=self.settings.call_timeout_s,
             )
-        except grpc.aio.AioRpcError as exc:
-            log.warning("could not reach the runtime running the turn", holder=address, code=exc.code().name)
+        except DependencyError as exc:
+            log.warning("could not reach the runtime running the turn", holder=address, code=exc.status_code.name)
             return False
         return bool(reply.cancelled)
 

@@ -33,10 +33,10 @@ from gateway.a2a.errors import (
 )
 from gateway.a2a.mapping import SendInput, TaskRef, TaskView
 from gateway.turns import Turns
-from gateway.webhooks.servicer import WebhookStore
 from services.kit.agents import AgentDefinition, AgentRegistry
-from services.kit.clients import Clients, call
+from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.dependencies import SessionsClient, WebhookStoreClient
 from services.kit.errors import CogmeshError, NotFound
 from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import bind_request
@@ -75,6 +75,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         card_url: str,
     ):
         self.settings, self.clients, self.agents, self.events, self.turns = settings, clients, agents, events, turns
+        self.sessions, self.webhooks = SessionsClient.of(clients), WebhookStoreClient.of(clients)
         self.secured = secured
         self.card_url = card_url  # the gRPC address the card advertises
         self.version = _version()
@@ -108,11 +109,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
     async def _session(self, tenant: str, session_id: str) -> resources_pb2.Session:
         """The session if this tenant owns it and its agent is exposed; else NOT_FOUND (no leak)."""
-        reply = await call(
-            "sessions",
-            self.clients.sessions.GetSession,
-            sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id),
-        )
+        reply = await self.sessions.GetSession(sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id))
         if reply.session.agent not in {a.name for a in self._exposed()}:
             raise auth.session_not_found(session_id)
         return auth.current.get().check_sees(reply.session)
@@ -184,15 +181,13 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             session_id = session.session_id  # a paused turn there makes the driver refuse, naming it
         else:
             agent = self._pick_agent(given.agent)
-            reply = await call(
-                "sessions",
-                self.clients.sessions.CreateSession,
+            reply = await self.sessions.CreateSession(
                 sessions_pb2.CreateSessionRequest(
                     tenant_id=tenant,
                     agent=agent.name,
                     role_id=agent.default_role,
                     scope=auth.current.get().pinned_scope,
-                ),
+                )
             )
             session_id = reply.session.session_id
         turn_id, start_seq = await self.turns.start(tenant, session_id, given.content, "", deadline_s)
@@ -367,16 +362,11 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
     # Push notifications: webhooks of the A2A format, one per config, narrowed to the task's turn.
 
-    def _webhooks(self) -> WebhookStore:
-        return WebhookStore(self.clients)
-
     async def _push_configs(self, tenant: str, ref: TaskRef) -> list[webhooks_pb2.StoredWebhook]:
         configs: list[webhooks_pb2.StoredWebhook] = []
         token = ""
         while True:
-            reply = await call(
-                "sessions",
-                self._webhooks().stub.ListWebhooks,
+            reply = await self.webhooks.ListWebhooks(
                 webhooks_pb2.ListWebhooksRequest(
                     tenant_id=tenant,
                     session_id=ref.session_id,
@@ -384,7 +374,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
                     format=webhooks_pb2.WEBHOOK_FORMAT_A2A,
                     page_size=500,
                     page_token=token,
-                ),
+                )
             )
             configs += [h for h in reply.webhooks if h.a2a.task_id == ref.task_id]
             token = reply.next_page_token
@@ -415,7 +405,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             ),
         )
         try:
-            reply = await call("sessions", self._webhooks().stub.CreateWebhook, request)
+            reply = await self.webhooks.CreateWebhook(request)
         except CogmeshError as exc:
             if exc.code != grpc.StatusCode.INVALID_ARGUMENT:
                 raise
@@ -464,9 +454,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self._check_task(request.tenant, principal.tenant_id, request.task_id)
         ref = await self._task_ref(principal.tenant_id, request.task_id)
         found = await self._push_config(principal.tenant_id, ref, request.id)
-        await call(
-            "sessions",
-            self._webhooks().stub.DeleteWebhook,
-            webhooks_pb2.DeleteWebhookRequest(tenant_id=principal.tenant_id, webhook_id=found.webhook.webhook_id),
+        await self.webhooks.DeleteWebhook(
+            webhooks_pb2.DeleteWebhookRequest(tenant_id=principal.tenant_id, webhook_id=found.webhook.webhook_id)
         )
         return empty_pb2.Empty()

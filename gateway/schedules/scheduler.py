@@ -46,14 +46,15 @@ import grpc
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import schedules_pb2 as api
 from cogmesh.sessions.v1 import schedules_pb2 as store_pb
-from cogmesh.sessions.v1 import schedules_pb2_grpc, sessions_pb2
+from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.schedules import timing
 from gateway.turns import Turns
 from services.kit.agents import AgentRegistry, UnknownAgentError
-from services.kit.clients import Clients, call
+from services.kit.clients import Clients
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, Unavailable
+from services.kit.dependencies import ScheduleStoreClient, SessionsClient
+from services.kit.errors import CogmeshError, DependencyError, Unavailable
 from services.kit.event_log import EventLogReader, ends_stream, is_paused
 from services.kit.logging import bind_request, log
 
@@ -103,6 +104,8 @@ class Scheduler:
     ) -> None:
         self.settings, self.clients, self.agents, self.events, self.turns = settings, clients, agents, events, turns
         self.clock = clock
+        self.store = ScheduleStoreClient.of(clients)
+        self.sessions = SessionsClient.of(clients)
         self.holder = f"gateway-{uuid.uuid4().hex[:12]}"
         self.tick_s = settings.scheduler_tick_s
         self.lease_s = settings.scheduler_lease_s
@@ -115,10 +118,6 @@ class Scheduler:
         self._wake = asyncio.Event()  # the next look moved earlier: sleep again for the new time
         self.ticks = 0  # passes of the loop (a look when one was due): tests wait on it
         self.looks = 0  # looks at the store
-
-    @property
-    def store(self) -> schedules_pb2_grpc.ScheduleStoreServiceStub:
-        return self.clients.stub_at(self.settings.sessions_addr, schedules_pb2_grpc.ScheduleStoreServiceStub)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -150,7 +149,7 @@ class Scheduler:
             if self.clock() >= self._next_look:
                 try:
                     await self.tick()
-                except (CogmeshError, grpc.aio.AioRpcError) as exc:
+                except CogmeshError as exc:
                     log.warning("scheduler look failed; trying again next tick", error=str(exc))
                     self._next_look = min(self._next_look, self.clock() + self.tick_s)
             self.ticks += 1
@@ -211,8 +210,8 @@ class Scheduler:
             claimed.last_fire_ms = ms(latest)
         try:
             reply = await self.store.UpdateSchedule(store_pb.UpdateScheduleRequest(schedule=claimed, run=run))
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
+        except DependencyError as exc:
+            if exc.status_code in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
                 return  # another replica claimed the tick, or the schedule is gone
             raise
         if run is None:
@@ -245,9 +244,9 @@ class Scheduler:
         """A run now, outside the clock: recorded, then driven here."""
         now = self.clock()
         run = self._new_run(schedule, ms(now), f"m{uuid.uuid4().hex[:16]}", api.SCHEDULE_RUN_TRIGGER_MANUAL, now)
-        reply = await call("sessions", self.store.PutScheduleRun, store_pb.PutScheduleRunRequest(run=run))
+        reply = await self.store.PutScheduleRun(store_pb.PutScheduleRunRequest(run=run))
         self._drive(reply.run, schedule)
-        return reply.run  # type: ignore[no-any-return]
+        return reply.run
 
     async def _take_over(self, run: store_pb.StoredScheduleRun) -> None:
         taken = store_pb.StoredScheduleRun()
@@ -259,8 +258,8 @@ class Scheduler:
             schedule = await self.store.GetSchedule(
                 store_pb.GetScheduleRequest(tenant_id=run.tenant_id, schedule_id=run.schedule_id)
             )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
+        except DependencyError as exc:
+            if exc.status_code in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
                 return  # another replica took it first, or the schedule is gone
             raise
         log.info("schedule run taken over", schedule_id=run.schedule_id, run_id=run.run_id, previous=run.holder)
@@ -294,7 +293,7 @@ class _Run:
                 await self._watch()
         except LostRun:
             log.info("schedule run held elsewhere now", run_id=self.stored.run_id)
-        except (CogmeshError, grpc.aio.AioRpcError) as exc:
+        except CogmeshError as exc:
             # Left to its lease: once it lapses, a replica takes the run over from its last recorded step.
             log.warning("schedule run interrupted; it is taken over once its lease lapses", error=str(exc))
 
@@ -308,8 +307,8 @@ class _Run:
             record.lease_expire_ms = ms(self.s.clock() + self.s.lease_s)
         try:
             reply = await self.s.store.PutScheduleRun(store_pb.PutScheduleRunRequest(run=record))
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
+        except DependencyError as exc:
+            if exc.status_code in (grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND):
                 raise LostRun from exc
             raise
         self.stored = reply.run
@@ -374,24 +373,20 @@ class _Run:
             agent = self.s.agents.get(self.spec.agent or "default")
         except UnknownAgentError as exc:
             raise CogmeshError(f"agent {self.spec.agent!r} is no longer known: {exc}") from exc
-        reply = await call(
-            "sessions",
-            self.s.clients.sessions.CreateSession,
+        reply = await self.s.sessions.CreateSession(
             sessions_pb2.CreateSessionRequest(
                 tenant_id=self.stored.tenant_id,
                 user_id=self.spec.user_id,
                 agent=agent.name,
                 role_id=agent.default_role,
                 scope=self.spec.scope,
-            ),
+            )
         )
         return str(reply.session.session_id)
 
     async def _last_seq(self, session_id: str) -> int:
-        reply = await call(
-            "sessions",
-            self.s.clients.sessions.GetEventLogState,
-            sessions_pb2.GetEventLogStateRequest(tenant_id=self.stored.tenant_id, session_id=session_id),
+        reply = await self.s.sessions.GetEventLogState(
+            sessions_pb2.GetEventLogStateRequest(tenant_id=self.stored.tenant_id, session_id=session_id)
         )
         return int(reply.last_seq)
 
@@ -404,12 +399,12 @@ class _Run:
             tenant_id=self.stored.tenant_id, session_id=self.public.session_id, after_seq=self.stored.after_seq
         )
         try:
-            async for batch in self.s.clients.sessions.ReadEvents(read, timeout=self.s.settings.call_timeout_s):
+            async for batch in self.s.sessions.ReadEvents(read, timeout=self.s.settings.call_timeout_s):
                 for event in batch.events:
                     if event.turn_id == self._turn_id() and event.HasField("status"):
                         return str(event.turn_id)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        except DependencyError as exc:
+            if exc.status_code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise
             return ""  # the session or its log is gone: nothing was started there that can be followed
         return ""
@@ -422,17 +417,24 @@ class _Run:
         turn_id = self.public.turn_id
         reading = self.s.events.read(self.public.session_id, int(self.stored.after_seq), heartbeat_s)
         try:
-            async for batch in reading:
+            while True:
+                try:
+                    batch = await anext(reading)
+                except StopAsyncIteration:
+                    return
+                except CogmeshError as exc:  # the log's failure (the store's, in _save, is drive's to log)
+                    if isinstance(exc, Unavailable):
+                        raise
+                    await self._end(
+                        api.SCHEDULE_RUN_OUTCOME_FAILED, f"the turn's events could not be read: {exc.message}"
+                    )
+                    return
                 for event in batch or ():
                     if event.turn_id == turn_id and ends_stream(event):
                         await self._outcome(event)
                         return
                 if self._lease_left() < self.s.lease_s / 2:
                     await self._save()
-        except CogmeshError as exc:
-            if isinstance(exc, Unavailable):
-                raise
-            await self._end(api.SCHEDULE_RUN_OUTCOME_FAILED, f"the turn's events could not be read: {exc.message}")
         finally:
             with contextlib.suppress(Exception):
                 await reading.aclose()  # type: ignore[attr-defined]

@@ -26,8 +26,8 @@ from gateway.schedules import timing
 from gateway.schedules.scheduler import Scheduler, ms, run_to_api, schedule_to_api, spec_of
 from services.kit import scope as scopes
 from services.kit.agents import UnknownAgentError
-from services.kit.clients import call
-from services.kit.errors import NotFound, Unavailable, Violations, from_dependency
+from services.kit.dependencies import ScheduleStoreClient, SessionsClient
+from services.kit.errors import DependencyError, NotFound, Unavailable, Violations
 from services.kit.protos import MAX_ID
 
 MAX_MESSAGE = 100_000  # as SendMessage's content
@@ -44,9 +44,10 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
     def __init__(self, scheduler: Scheduler):
         self.scheduler = scheduler
         self.clients, self.agents = scheduler.clients, scheduler.agents
+        self.sessions = SessionsClient.of(self.clients)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> ScheduleStoreClient:
         return self.scheduler.store
 
     async def _get(self, schedule_id: str) -> store_pb.StoredSchedule:
@@ -59,13 +60,13 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         request = store_pb.GetScheduleRequest(tenant_id=principal.tenant_id, schedule_id=schedule_id)
         try:
             reply = await self.store.GetSchedule(request)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
+        except DependencyError as exc:
+            if exc.status_code == grpc.StatusCode.NOT_FOUND:
                 raise _not_found(schedule_id) from exc
-            raise from_dependency(exc, "sessions") from exc
+            raise
         if not scopes.holds(spec_of(reply.schedule).scope, principal.pinned_scope):
             raise _not_found(schedule_id)
-        return reply.schedule  # type: ignore[no-any-return]
+        return reply.schedule
 
     async def _update(
         self, schedule_id: str, change: Callable[[store_pb.StoredSchedule], None]
@@ -75,13 +76,13 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
             change(schedule)
             try:
                 reply = await self.store.UpdateSchedule(store_pb.UpdateScheduleRequest(schedule=schedule))
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.ABORTED:
+            except DependencyError as exc:
+                if exc.status_code == grpc.StatusCode.ABORTED:
                     continue  # a tick was claimed meanwhile: read it again
-                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                if exc.status_code == grpc.StatusCode.NOT_FOUND:
                     raise _not_found(schedule_id) from exc
-                raise from_dependency(exc, "sessions") from exc
-            return reply.schedule  # type: ignore[no-any-return]
+                raise
+            return reply.schedule
         raise Unavailable(f"schedule {schedule_id!r} kept changing under this call; try again")
 
     # ------------------------------------------------------------------ create
@@ -132,24 +133,20 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         """A continuing schedule's session: the caller's one it names, or a new one."""
         principal = auth.current.get()
         if spec.session_id:
-            reply = await call(
-                "sessions",
-                self.clients.sessions.GetSession,
-                sessions_pb2.GetSessionRequest(tenant_id=principal.tenant_id, session_id=spec.session_id),
+            reply = await self.sessions.GetSession(
+                sessions_pb2.GetSessionRequest(tenant_id=principal.tenant_id, session_id=spec.session_id)
             )
             principal.check_sees(reply.session)
             return spec.session_id
         agent = self.agents.get(spec.agent or "default")
-        created = await call(
-            "sessions",
-            self.clients.sessions.CreateSession,
+        created = await self.sessions.CreateSession(
             sessions_pb2.CreateSessionRequest(
                 tenant_id=principal.tenant_id,
                 user_id=spec.user_id,
                 agent=agent.name,
                 role_id=agent.default_role,
                 scope=spec.scope,
-            ),
+            )
         )
         return str(created.session.session_id)
 
@@ -172,7 +169,7 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         if spec.session_mode == api.SCHEDULE_SESSION_MODE_CONTINUE:
             schedule.session_id = await self._session(spec)
         schedule.spec = spec.SerializeToString()
-        reply = await call("sessions", self.store.CreateSchedule, store_pb.CreateScheduleRequest(schedule=schedule))
+        reply = await self.store.CreateSchedule(store_pb.CreateScheduleRequest(schedule=schedule))
         self.scheduler.expect(reply.schedule.next_fire_ms)  # other replicas see it at their next look
         return api.CreateScheduleResponse(schedule=schedule_to_api(reply.schedule))
 
@@ -186,12 +183,10 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         problems.check(0 <= request.page_size <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
         problems.raise_if_any()
         principal = auth.current.get()
-        reply = await call(
-            "sessions",
-            self.store.ListSchedules,
+        reply = await self.store.ListSchedules(
             store_pb.ListSchedulesRequest(
                 tenant_id=principal.tenant_id, page_size=request.page_size, page_token=request.page_token
-            ),
+            )
         )
         # A key with pinned scope values sees its own schedules only (a page may then hold fewer).
         mine = [s for s in reply.schedules if scopes.holds(spec_of(s).scope, principal.pinned_scope)]
@@ -206,15 +201,13 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         problems.check(0 <= request.page_size <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
         problems.raise_if_any()
         schedule = await self._get(request.schedule_id)
-        reply = await call(
-            "sessions",
-            self.store.ListScheduleRuns,
+        reply = await self.store.ListScheduleRuns(
             store_pb.ListScheduleRunsRequest(
                 tenant_id=schedule.tenant_id,
                 schedule_id=schedule.schedule_id,
                 page_size=request.page_size,
                 page_token=request.page_token,
-            ),
+            )
         )
         return api.ListScheduleRunsResponse(
             runs=[run_to_api(r) for r in reply.runs], next_page_token=reply.next_page_token
@@ -247,10 +240,8 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
             schedule = await self._get(request.schedule_id)
         except NotFound:
             return api.DeleteScheduleResponse(deleted=False)
-        reply = await call(
-            "sessions",
-            self.store.DeleteSchedule,
-            store_pb.DeleteScheduleRequest(tenant_id=schedule.tenant_id, schedule_id=schedule.schedule_id),
+        reply = await self.store.DeleteSchedule(
+            store_pb.DeleteScheduleRequest(tenant_id=schedule.tenant_id, schedule_id=schedule.schedule_id)
         )
         return api.DeleteScheduleResponse(deleted=reply.deleted)
 

@@ -13,7 +13,8 @@ import grpc
 
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients
-from services.kit.errors import from_dependency
+from services.kit.dependencies import SessionsClient
+from services.kit.errors import DependencyError
 from services.kit.protos import struct_to_dict
 from services.lib.context.api import recalled_text
 from services.lib.context.rehydration import RehydrationPayload
@@ -39,22 +40,20 @@ def payload_from_proto(reply: sessions_pb2.GetRehydrationPayloadResponse) -> Reh
 
 
 async def load_payload(clients: Clients, tenant: str, session_id: str, last_n: int) -> RehydrationPayload:
+    sessions = SessionsClient.of(clients)
     try:
-        reply = await clients.sessions.GetRehydrationPayload(
+        reply = await sessions.GetRehydrationPayload(
             sessions_pb2.GetRehydrationPayloadRequest(tenant_id=tenant, session_id=session_id, last_n=last_n)
         )
         return payload_from_proto(reply)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-            raise from_dependency(exc, "sessions") from exc
+    except DependencyError as exc:
+        if exc.status_code != grpc.StatusCode.UNIMPLEMENTED:
+            raise
     # An older sessions service: session state and messages only.
-    try:
-        got = await clients.sessions.GetSession(sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id))
-        listed = await clients.sessions.ListMessages(
-            sessions_pb2.ListMessagesRequest(tenant_id=tenant, session_id=session_id, last_n=last_n)
-        )
-    except grpc.aio.AioRpcError as exc:
-        raise from_dependency(exc, "sessions") from exc
+    got = await sessions.GetSession(sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id))
+    listed = await sessions.ListMessages(
+        sessions_pb2.ListMessagesRequest(tenant_id=tenant, session_id=session_id, last_n=last_n)
+    )
     return RehydrationPayload(
         role_id=got.session.role_id,
         active_skill_ids=tuple(got.session.active_skill_ids),
@@ -69,7 +68,7 @@ async def store_summary(
 ) -> bool:
     """Write the rolling summary; False when the sessions service has no UpdateSummary."""
     try:
-        await clients.sessions.UpdateSummary(
+        await SessionsClient.of(clients).UpdateSummary(
             sessions_pb2.UpdateSummaryRequest(
                 tenant_id=tenant,
                 session_id=session_id,
@@ -78,8 +77,8 @@ async def store_summary(
                 lease_token=lease_token,
             )
         )
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+    except DependencyError as exc:
+        if exc.status_code == grpc.StatusCode.UNIMPLEMENTED:
             return False
-        raise from_dependency(exc, "sessions") from exc
+        raise
     return True

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -143,37 +143,124 @@ class Violations:
             raise InvalidArgument(self.items)
 
 
-def from_dependency(err: grpc.aio.AioRpcError, dependency: str) -> CogmeshError:
-    """Map a failed call to another cogmesh service onto this service's answer."""
-    code = err.code()
-    details = err.details() or code.name
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-        return Unavailable(
-            f"{dependency} service unavailable: {details}", metadata={"dependency": dependency, "retryable": "true"}
-        )
-    # Client errors of the dependency are the caller's too; anything else is ours (INTERNAL).
-    passthrough = {
+_D = TypeVar("_D", bound=Message)
+
+
+class DependencyError(CogmeshError):
+    """A call to another service of the suite failed (services/kit/dependencies.py raises only this).
+
+    `code` and `to_status()` are this service's answer when nothing handles it (see
+    `from_dependency`); what the dependency answered is kept for callers that decide on it:
+    `status_code`, `status_message`, `status` (its google.rpc.Status with every detail: ErrorInfo,
+    BadRequest, RetryInfo..., None when it sent none), `error_info`, `error_reason`, `details_of`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        dependency: str,
+        status_code: grpc.StatusCode,
+        status_message: str,
+        status: status_pb2.Status | None,
+        reason: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ):
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.dependency = dependency
+        self.status_code = status_code
+        self.status_message = status_message
+        self.status = status
+
+    def details_of(self, kind: type[_D]) -> list[_D]:
+        """The dependency's status details of one type (e.g. error_details_pb2.BadRequest)."""
+        found = []
+        for packed in self.status.details if self.status is not None else ():
+            if packed.Is(kind.DESCRIPTOR):
+                detail = kind()
+                packed.Unpack(detail)
+                found.append(detail)
+        return found
+
+    @property
+    def error_info(self) -> error_details_pb2.ErrorInfo | None:
+        infos = self.details_of(error_details_pb2.ErrorInfo)
+        return infos[0] if infos else None
+
+    @property
+    def error_reason(self) -> str:
+        """The dependency's ErrorInfo reason (e.g. "TURN_NOT_FOUND"); "" when it gave none."""
+        info = self.error_info
+        return info.reason if info is not None else ""
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+# Client errors of the dependency are the caller's too; anything else is ours (INTERNAL).
+_PASSTHROUGH = frozenset(
+    {
         grpc.StatusCode.INVALID_ARGUMENT,
         grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.OUT_OF_RANGE,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
+)
+
+
+def from_dependency(err: grpc.aio.AioRpcError, dependency: str) -> DependencyError:
+    """Map a failed call to another cogmesh service onto this service's answer."""
     status = rpc_status.from_call(err)  # type: ignore[arg-type]
-    return _PassThrough(code if code in passthrough else grpc.StatusCode.INTERNAL, details, status)
+    return _dependency_error(err.code(), err.details() or "", status, dependency)
 
 
-class _PassThrough(CogmeshError):
+def from_dependency_status(raw: bytes, dependency: str) -> DependencyError:
+    """`from_dependency` for a status a dependency sent as a message (google.rpc.Status bytes), not as a call's end."""
+    status = status_pb2.Status.FromString(raw)
+    return _dependency_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message, status, dependency)
+
+
+def _dependency_error(
+    code: grpc.StatusCode, message: str, status: status_pb2.Status | None, dependency: str
+) -> DependencyError:
+    details = message or code.name
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return _DependencyUnavailable(
+            f"{dependency} service unavailable: {details}",
+            metadata={"dependency": dependency, "retryable": "true"},
+            dependency=dependency,
+            status_code=code,
+            status_message=message,
+            status=status,
+        )
+    answer = code if code in _PASSTHROUGH else grpc.StatusCode.INTERNAL
+    return _PassThrough(answer, details, dependency=dependency, status_code=code, status_message=message, status=status)
+
+
+class _DependencyUnavailable(DependencyError, Unavailable):
+    """The dependency could not answer: this service is unavailable for the call (retryable)."""
+
+
+class _PassThrough(DependencyError):
     """Re-raises a dependency's status (code, message, details) unchanged."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, status: status_pb2.Status | None):
-        super().__init__(message)
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        dependency: str,
+        status_code: grpc.StatusCode,
+        status_message: str,
+        status: status_pb2.Status | None,
+    ):
+        super().__init__(
+            message, dependency=dependency, status_code=status_code, status_message=status_message, status=status
+        )
         self.code = code
-        self._status = status
 
     def to_status(self) -> status_pb2.Status:
-        if self._status is not None:
-            return self._status
+        if self.status is not None:
+            return self.status
         return super().to_status()
 
 

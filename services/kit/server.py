@@ -374,9 +374,7 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
         ErrorMappingInterceptor(),
         *app.interceptors,
     ]
-    server = grpc.aio.server(
-        interceptors=interceptors, options=server_options(settings, app.public)
-    )
+    server = grpc.aio.server(interceptors=interceptors, options=server_options(settings, app.public))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for mount in app.mounts:

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
+from services.kit.errors import DependencyError, from_dependency
 from services.kit.logging import log
 
 S = TypeVar("S")  # what a watcher holds: the applied snapshot
@@ -173,10 +174,12 @@ class SnapshotWatcher(Generic[S, M]):
                     delay = RETRY_MIN_S
             except asyncio.CancelledError:
                 raise
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            except DependencyError as exc:
+                if exc.status_code == grpc.StatusCode.DEADLINE_EXCEEDED:
                     continue  # the periodic renewal (or a WATCH_RENEW_S wait for a service that never came)
-                log.debug("snapshot watch broken", snapshot=self.name, code=exc.code().name, details=exc.details())
+                log.debug(
+                    "snapshot watch broken", snapshot=self.name, code=exc.status_code.name, details=exc.status_message
+                )
             except Exception as exc:  # noqa: BLE001 - a bug must not end the watch for good
                 log.warning("snapshot watch failed", snapshot=self.name, error=repr(exc))
             # Jittered backoff, so replicas do not all come back at the same instant.
@@ -185,15 +188,18 @@ class SnapshotWatcher(Generic[S, M]):
 
 
 def stream_of(
-    rpc_of: Callable[[], Callable[..., Any]], request_of: Callable[[str], Any]
+    rpc_of: Callable[[], Callable[..., Any]], request_of: Callable[[str], Any], dependency: str = "upstream"
 ) -> Callable[[str], AsyncIterator[Any]]:
-    """`open_stream` for a server-streaming stub method (`rpc_of()` returns it, so channels open on first use)."""
+    """`open_stream` for a server-streaming method (`rpc_of()` returns it, so channels open on first use):
+    a typed client's (services/kit/dependencies.py), or a stub's, whose failure becomes a DependencyError here."""
 
     async def open_stream(known_version: str) -> AsyncIterator[Any]:
         call = rpc_of()(request_of(known_version), wait_for_ready=True, timeout=WATCH_RENEW_S)
         try:
             async for reply in call:
                 yield reply
+        except grpc.aio.AioRpcError as exc:
+            raise from_dependency(exc, dependency) from exc
         finally:
             call.cancel()
 

@@ -27,8 +27,9 @@ import grpc
 
 from cogmesh.context.v1 import context_pb2
 from services.kit.agents import AgentDefinition
-from services.kit.clients import Clients, call
-from services.kit.errors import CogmeshError, from_dependency
+from services.kit.clients import Clients
+from services.kit.dependencies import ContextClient
+from services.kit.errors import CogmeshError, DependencyError
 from services.kit.llm import ChatMessage, ToolSchema
 from services.runtime.policy_link import message_from_proto, message_to_proto
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
@@ -117,9 +118,9 @@ class ContextLink:
             lease_token=self.lease_token,
         )
         try:
-            reply = await self.clients.context.CompactHistory(request)
-        except grpc.aio.AioRpcError as exc:
-            raise CompactionFailed(f"context service: {exc.code().name}: {exc.details()}") from exc
+            reply = await ContextClient.of(self.clients).CompactHistory(request)
+        except DependencyError as exc:
+            raise CompactionFailed(f"context service: {exc.status_code.name}: {exc.status_message}") from exc
         if not reply.compacted:
             return None
         prompt = None
@@ -148,17 +149,17 @@ def archive_tool(clients: Clients, tenant_id: str, session_id: str, page_chars: 
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ToolError(f"offset must be a whole number >= 0, not {offset!r}")
         try:
-            reply = await clients.context.GetToolResponse(
+            reply = await ContextClient.of(clients).GetToolResponse(
                 context_pb2.GetToolResponseRequest(
                     tenant_id=tenant_id, session_id=session_id, execution_id=execution_id, offset=offset, max_chars=page
                 )
             )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
+        except DependencyError as exc:
+            if exc.status_code == grpc.StatusCode.NOT_FOUND:
                 raise ToolError(f"no archived tool result {execution_id!r} in this session") from exc
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise ToolError(exc.details() or "invalid execution_id") from exc
-            raise ToolUnavailable(str(from_dependency(exc, "context"))) from exc
+            if exc.status_code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise ToolError(exc.status_message or "invalid execution_id") from exc
+            raise ToolUnavailable(str(exc)) from exc
         if not reply.next_offset and offset == 0:
             return str(reply.content)
         end = reply.next_offset or reply.total_chars
@@ -173,12 +174,10 @@ def result_archiver(clients: Clients, tenant_id: str, session_id: str) -> Callab
     """Keeps a whole tool result in the context service's archive; returns its execution id."""
 
     async def archive(tool_name: str, call_id: str, content: str) -> str:
-        reply = await call(
-            "context",
-            clients.context.ArchiveToolResult,
+        reply = await ContextClient.of(clients).ArchiveToolResult(
             context_pb2.ArchiveToolResultRequest(
                 tenant_id=tenant_id, session_id=session_id, tool_name=tool_name, tool_call_id=call_id, content=content
-            ),
+            )
         )
         return str(reply.execution_id)
 

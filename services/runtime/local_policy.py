@@ -32,6 +32,8 @@ from cogmesh.policy.v1 import policy_pb2
 from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.dependencies import PolicyClient
+from services.kit.errors import DependencyError
 from services.kit.logging import log
 from services.kit.metrics import POLICY_DENIALS
 from services.kit.snapshots import WATCH_RENEW_S, SnapshotWatcher
@@ -124,15 +126,15 @@ class LocalPolicy:
         return "local, tool call checks remote" if held.remote else "local"
 
     async def _open(self, known_version: str) -> AsyncIterator[policy_pb2.WatchPolicyResponse]:
-        stream = self.clients.policy.WatchPolicy(
+        stream = PolicyClient.of(self.clients).WatchPolicy(
             policy_pb2.WatchPolicyRequest(known_version=known_version), wait_for_ready=True, timeout=WATCH_RENEW_S
         )
         try:
             async for message in stream:
                 self.service_version = message.snapshot.version
                 yield message
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED and not self._said_unimplemented:
+        except DependencyError as exc:
+            if exc.status_code == grpc.StatusCode.UNIMPLEMENTED and not self._said_unimplemented:
                 self._said_unimplemented = True
                 log.info("policy decisions: the policy service has no WatchPolicy (older version); asking it each time")
             raise

@@ -31,12 +31,13 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cogmesh.common.v1 import events_pb2
-from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
+from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit import lease_holders, tasks
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, RateLimited
+from services.kit.dependencies import RuntimeClient, SessionsClient
+from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, RateLimited
 from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
@@ -140,6 +141,7 @@ class TurnRunner:
         self, clients: Clients, settings: Settings, builder: TurnBuilder, store: TurnStore, memory: SessionMemory
     ) -> None:
         self.clients, self.settings, self.builder, self.store, self.memory = clients, settings, builder, store, memory
+        self.sessions = SessionsClient.of(clients)
         self.appends = AppendChannel(clients.sessions)  # every turn's log writes, on one stream
         self.address = ""  # host:port other replicas reach this one at; set once the server is bound
         self.accepting = True
@@ -417,17 +419,17 @@ class TurnRunner:
         """Ask the replica that held the lapsed lease whether it still runs the turn (it then goes on under
         the claim's token): True, False (it does not, or it is gone), or None when the answer is unclear
         (a timeout: it may have adopted the token, so taking the turn over now could let two write)."""
-        stub = self.clients.stub_at(claimed.previous_holder, runtime_pb2_grpc.RuntimeServiceStub)
+        holder = RuntimeClient.at(self.clients, claimed.previous_holder)
         request = runtime_pb2.AdoptTurnRequest(
             session_id=claimed.session_id, turn_id=turn_id, lease_token=claimed.lease_token
         )
         try:  # no waiting for a connection: a holder that is gone refuses at once
-            reply = await stub.AdoptTurn(request, timeout=self.settings.call_timeout_s, wait_for_ready=False)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:  # the usual takeover: its runtime is gone
+            reply = await holder.AdoptTurn(request, timeout=self.settings.call_timeout_s, wait_for_ready=False)
+        except DependencyError as exc:
+            if exc.status_code == grpc.StatusCode.UNAVAILABLE:  # the usual takeover: its runtime is gone
                 log.info("the turn's last runtime is gone: taking the turn over", holder=claimed.previous_holder)
                 return False
-            log.warning("no clear answer from the turn's last runtime: its lease decides", code=exc.code().name)
+            log.warning("no clear answer from the turn's last runtime: its lease decides", code=exc.status_code.name)
             return None
         if reply.adopted:
             log.warning(
@@ -700,9 +702,9 @@ class TurnRunner:
             )
             sent = clock()
             try:
-                reply = await self.clients.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)
-            except grpc.aio.AioRpcError as exc:  # the leases outlive a few missed renewals
-                log.warning("could not renew the running turns' leases", code=exc.code().name)
+                reply = await self.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)
+            except DependencyError as exc:  # the leases outlive a few missed renewals
+                log.warning("could not renew the running turns' leases", code=exc.status_code.name)
                 # Still due (admission sees it ever later); tried again sooner than a whole interval.
                 await asyncio.sleep(every / 4)
                 continue
@@ -771,13 +773,13 @@ class TurnRunner:
                 wait = self.settings.takeover_poll_s
                 continue
             try:
-                reply = await self.clients.sessions.ClaimOrphanedTurns(
+                reply = await self.sessions.ClaimOrphanedTurns(
                     sessions_pb2.ClaimOrphanedTurnsRequest(holder=self.address, max_turns=claims, ttl_seconds=ttl),
                     timeout=self.settings.call_timeout_s,
                 )
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    log.warning("could not look for turns to take over", code=exc.code().name)
+            except DependencyError as exc:
+                if exc.status_code != grpc.StatusCode.UNAVAILABLE:
+                    log.warning("could not look for turns to take over", code=exc.status_code.name)
                 wait = self.takeover_poll_after(wait, False)
                 continue
             wait = self.takeover_poll_after(wait, bool(reply.turns))
@@ -814,5 +816,5 @@ class TurnRunner:
                 for r in turns
             ]
         )
-        with contextlib.suppress(grpc.aio.AioRpcError):  # not handed over: their leases lapse instead
-            await self.clients.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)
+        with contextlib.suppress(DependencyError):  # not handed over: their leases lapse instead
+            await self.sessions.RenewTurnLeases(request, timeout=self.settings.call_timeout_s)

@@ -24,8 +24,9 @@ from google.protobuf import field_mask_pb2
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.clients import Clients, call
-from services.kit.errors import CogmeshError, Violations
+from services.kit.clients import Clients
+from services.kit.dependencies import SessionsClient
+from services.kit.errors import CogmeshError, DependencyError, Violations
 from services.kit.logging import log
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.lib import answers
@@ -59,24 +60,24 @@ async def send_idempotent(rpc: Callable[..., Awaitable[_T]], request: Any, budge
     deadline = loop.time() + budget_s
     try:
         return await rpc(request, timeout=budget_s)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+    except DependencyError as exc:
+        if exc.status_code != grpc.StatusCode.UNAVAILABLE:
             raise
         failure = exc
     pause = _RESEND_FIRST_S
     while deadline - loop.time() > pause:
         log.warning(
-            "resending an idempotent write to sessions", request=type(request).__name__, after=failure.details()
+            "resending an idempotent write to sessions", request=type(request).__name__, after=failure.status_message
         )
         await asyncio.sleep(pause * (0.5 + random.random() / 2))
         try:
             return await rpc(request, timeout=deadline - loop.time(), wait_for_ready=True)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        except DependencyError as again:
+            if again.status_code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 break  # no connection within the budget: what the connection attempts said is the answer
-            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+            if again.status_code != grpc.StatusCode.UNAVAILABLE:
                 raise
-            failure = exc
+            failure = again
         pause = min(pause * 2, _RESEND_MAX_S)
     raise failure
 
@@ -84,6 +85,7 @@ async def send_idempotent(rpc: Callable[..., Awaitable[_T]], request: Any, budge
 class TurnStore:
     def __init__(self, clients: Clients, memory: SessionMemory, resolve: Callable[[str], Awaitable[Any]]) -> None:
         self.clients, self.memory, self.resolve = clients, memory, resolve
+        self.sessions = SessionsClient.of(clients)
 
     def checkpoint_of(self, turn: Turn) -> sessions_pb2.Checkpoint:
         """What a paused turn waits for, as the session's checkpoint (its state is in the turn's journal)."""
@@ -103,7 +105,7 @@ class TurnStore:
             lease_token=request.lease_token,
             request_id=f"{request.turn_id}:final",
         )
-        reply = await send_idempotent(self.clients.sessions.AppendMessages, append, self.clients.call_timeout_s)
+        reply = await send_idempotent(self.sessions.AppendMessages, append, self.clients.call_timeout_s)
         return int(reply.message_count)
 
     async def apply_command(self, start: CommandTurn, request: runtime_pb2.RunTurnRequest) -> list[str]:
@@ -128,21 +130,19 @@ class TurnStore:
                 paths.append("runtime_config")
         if paths:
             update.update_mask.CopyFrom(field_mask_pb2.FieldMask(paths=paths))
-            await call("sessions", self.clients.sessions.UpdateSession, update)
+            await self.sessions.UpdateSession(update)
         return notices
 
     async def reset(self, request: runtime_pb2.RunTurnRequest, message_count: int) -> None:
         """/reset: an empty summary that covers every stored message, so the next turn starts afresh."""
-        await call(
-            "sessions",
-            self.clients.sessions.UpdateSummary,
+        await self.sessions.UpdateSummary(
             sessions_pb2.UpdateSummaryRequest(
                 tenant_id=request.tenant_id,
                 session_id=request.session_id,
                 text="",
                 covered_message_count=message_count,
                 lease_token=request.lease_token,
-            ),
+            )
         )
         self.memory.put(request.session_id, Memory("", message_count, message_count))
 
@@ -151,38 +151,32 @@ class TurnStore:
     ) -> sessions_pb2.Checkpoint:
         """The paused turn's checkpoint, after recording the answer when the request brings one."""
         if decision is not None:
-            decided = await call(
-                "sessions",
-                self.clients.sessions.DecideCheckpoint,
+            decided = await self.sessions.DecideCheckpoint(
                 sessions_pb2.DecideCheckpointRequest(
                     tenant_id=request.tenant_id,
                     session_id=request.session_id,
                     interrupt_id=request.interrupt_id,
                     decision=decision,
-                ),
+                )
             )
-            return decided.checkpoint  # type: ignore[no-any-return]
-        found = await call(
-            "sessions",
-            self.clients.sessions.GetCheckpoint,
+            return decided.checkpoint
+        found = await self.sessions.GetCheckpoint(
             sessions_pb2.GetCheckpointRequest(
                 tenant_id=request.tenant_id, session_id=request.session_id, interrupt_id=request.interrupt_id
-            ),
+            )
         )
-        return found.checkpoint  # type: ignore[no-any-return]
+        return found.checkpoint
 
     async def consume(self, request: runtime_pb2.ResumeTurnRequest, allow_undecided: bool) -> None:
         """Take the checkpoint, fenced by the resuming turn's lease, so exactly one resume happens."""
-        await call(
-            "sessions",
-            self.clients.sessions.ConsumeCheckpoint,
+        await self.sessions.ConsumeCheckpoint(
             sessions_pb2.ConsumeCheckpointRequest(
                 tenant_id=request.tenant_id,
                 session_id=request.session_id,
                 interrupt_id=request.interrupt_id,
                 lease_token=request.lease_token,
                 allow_undecided=allow_undecided,
-            ),
+            )
         )
 
 

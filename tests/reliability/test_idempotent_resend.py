@@ -9,11 +9,15 @@ from typing import Any
 import grpc
 import pytest
 
+from services.kit.errors import DependencyError, from_dependency
 from services.runtime.turn_store import send_idempotent
 
 
-def failed(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+def failed(code: grpc.StatusCode, details: str) -> DependencyError:
+    """A failed call as the typed sessions client raises it."""
+    return from_dependency(
+        grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details), "sessions"
+    )
 
 
 class FakeCall:
@@ -52,20 +56,20 @@ async def test_a_write_whose_connection_dropped_twice_is_resent_until_it_goes_th
 )
 async def test_only_unavailable_is_resent(code: grpc.StatusCode) -> None:
     rpc = FakeCall(failed(code, "no"), "stored")
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
+    with pytest.raises(DependencyError) as caught:
         await send_idempotent(rpc, object(), budget_s=3.0)
-    assert caught.value.code() == code
+    assert caught.value.status_code == code
     assert len(rpc.attempts) == 1
 
 
 async def test_sessions_down_ends_within_the_budget_with_the_last_unavailable() -> None:
     rpc = FakeCall(failed(grpc.StatusCode.UNAVAILABLE, "Connection refused"))
     started = time.monotonic()
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
+    with pytest.raises(DependencyError) as caught:
         await send_idempotent(rpc, object(), budget_s=0.8)
     assert time.monotonic() - started < 0.8 + 0.5
-    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert caught.value.details() == "Connection refused"
+    assert caught.value.status_code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.status_message == "Connection refused"
     assert 2 <= len(rpc.attempts) < 10  # resent with a growing pause, not in a tight loop
 
 
@@ -75,8 +79,8 @@ async def test_a_resend_that_runs_out_of_time_reports_why_the_connection_failed(
         failed(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses"),
         failed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
     )
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
+    with pytest.raises(DependencyError) as caught:
         await send_idempotent(rpc, object(), budget_s=3.0)
-    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert caught.value.details() == "failed to connect to all addresses"
+    assert caught.value.status_code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.status_message == "failed to connect to all addresses"
     assert len(rpc.attempts) == 2

@@ -16,6 +16,7 @@ from cogmesh.models.v1 import models_pb2
 from services.kit.agents import AgentRegistry, SnapshotAgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.kit.dependencies import ModelsClient
 from services.kit.logging import log
 from services.kit.snapshots import SnapshotWatcher, stream_of
 from services.lib.models.api import agents_of, catalog_of, resolve_model
@@ -44,7 +45,8 @@ def catalog_watcher(clients: Clients) -> CatalogWatcher:
     return SnapshotWatcher(
         "models",
         stream_of(
-            lambda: clients.models.WatchCatalog, lambda known: models_pb2.WatchCatalogRequest(known_version=known)
+            lambda: ModelsClient.of(clients).WatchCatalog,
+            lambda known: models_pb2.WatchCatalogRequest(known_version=known),
         ),
         held_of,
         lambda message: message.snapshot.version,

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from cogmesh.memory.v1 import memory_pb2
 from services.kit import scope as scopes
 from services.kit.agents import AgentDefinition, AgentMemory, namespace_placeholder
 from services.kit.clients import Clients
+from services.kit.dependencies import MemoryClient
+from services.kit.errors import DependencyError
 from services.kit.llm import ToolSchema
 from services.kit.protos import dict_to_struct
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
@@ -93,19 +93,14 @@ def memory_text(memory: memory_pb2.Memory) -> str:
     return value.string_value if value is not None else ""
 
 
-def _setting_of(exc: grpc.aio.AioRpcError) -> str:
-    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return str(info.metadata.get("setting", ""))
-    return ""
+def _setting_of(exc: DependencyError) -> str:
+    info = exc.error_info
+    return str(info.metadata.get("setting", "")) if info is not None else ""
 
 
-def tool_failure(exc: grpc.aio.AioRpcError, what: str) -> Exception:
+def tool_failure(exc: DependencyError, what: str) -> Exception:
     """The memory service's error as the model should read it."""
-    code, details = exc.code(), exc.details() or exc.code().name
+    code, details = exc.status_code, exc.status_message or exc.status_code.name
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return ToolUnavailable(f"the memory service is unavailable ({code.name}: {details})")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -219,8 +214,8 @@ class _MemoryTool:
             text=text,
         )
         try:
-            reply = await self.clients.memory.PutMemory(request)
-        except grpc.aio.AioRpcError as exc:
+            reply = await MemoryClient.of(self.clients).PutMemory(request)
+        except DependencyError as exc:
             raise tool_failure(exc, "save the memory") from exc
         return f"Saved under key {key!r}." if reply.created else f"Updated the memory under key {key!r}."
 
@@ -237,8 +232,8 @@ class _MemoryTool:
             tenant_id=context.tenant_id, namespace_prefix=self.namespace(context), query=query, limit=limit
         )
         try:
-            reply = await self.clients.memory.SearchMemories(request)
-        except grpc.aio.AioRpcError as exc:
+            reply = await MemoryClient.of(self.clients).SearchMemories(request)
+        except DependencyError as exc:
             raise tool_failure(exc, "search the memories") from exc
         found = [(r.memory.key, memory_text(r.memory)) for r in reply.results]
         found = [(key, text) for key, text in found if text.strip()]
@@ -289,8 +284,8 @@ async def recall(
     try:
         # Its own deadline (memory.context.timeout_ms): the pack must not hold up the turn for long.
         timeout = min(settings.timeout_ms / 1000, clients.call_timeout_s)
-        reply = await clients.memory.SearchMemories(request, timeout=timeout)
-    except grpc.aio.AioRpcError as exc:
-        return [], f"no memories were recalled: memory service {exc.code().name}: {exc.details()}"
+        reply = await MemoryClient.of(clients).SearchMemories(request, timeout=timeout)
+    except DependencyError as exc:
+        return [], f"no memories were recalled: memory service {exc.status_code.name}: {exc.status_message}"
     found = [(r.memory.key, one_line(memory_text(r.memory))) for r in reply.results]
     return [(key, text) for key, text in found if text], ""
