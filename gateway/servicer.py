@@ -103,6 +103,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         validation.list_sessions(request)
         return await self.sessions.list_sessions(request)
 
+    async def UpdateSession(
+        self, request: gateway_pb2.UpdateSessionRequest, context: Any
+    ) -> gateway_pb2.UpdateSessionResponse:
+        validation.update_session(request)
+        return await self.sessions.update(request)
+
     async def DeleteSession(
         self, request: gateway_pb2.DeleteSessionRequest, context: Any
     ) -> gateway_pb2.DeleteSessionResponse:

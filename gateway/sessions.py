@@ -1,12 +1,14 @@
 """The caller's sessions: each one seen only by its tenant's keys, and by a key that pins scope
 values only when the session holds them (gateway/auth.py). Creating one picks its agent;
-deleting one first stops its running turn."""
+deleting one first stops its running turn; listing them filters by scope, labels, status,
+agent and time (services/lib/session_search.py), updating one changes its labels."""
 
 from __future__ import annotations
 
 import asyncio
 
 import grpc
+from google.protobuf import field_mask_pb2
 
 from cogmesh.common.v1 import errors_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2
@@ -17,7 +19,8 @@ from gateway.turns import Turns
 from services.kit.agents import AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
-from services.kit.errors import CogmeshError, InvalidArgument, NotFound, from_dependency
+from services.kit.dependencies import SessionsClient
+from services.kit.errors import CogmeshError, DependencyError, InvalidArgument, NotFound
 from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import log
 
@@ -70,6 +73,7 @@ class Sessions:
                 agent=agent.name,
                 role_id=agent.default_role,
                 scope=scope,
+                labels=request.labels,
             ),
         )
         return reply.session
@@ -87,9 +91,31 @@ class Sessions:
                 page_size=request.page_size,
                 page_token=request.page_token,
                 scope_filter={**request.scope_filter, **principal.pinned_scope},
+                label_filter=request.label_filter,
+                statuses=request.statuses,
+                agent=request.agent,
+                created_after=request.created_after if request.HasField("created_after") else None,
+                created_before=request.created_before if request.HasField("created_before") else None,
+                active_after=request.active_after if request.HasField("active_after") else None,
+                active_before=request.active_before if request.HasField("active_before") else None,
             ),
         )
         return gateway_pb2.ListSessionsResponse(sessions=reply.sessions, next_page_token=reply.next_page_token)
+
+    async def update(self, request: gateway_pb2.UpdateSessionRequest) -> gateway_pb2.UpdateSessionResponse:
+        """Change the labels the mask names (gateway/validation.py checked them), on a session the caller sees."""
+        tenant = await self.tenant_of(request.session_id)
+        reply = await call(
+            "sessions",
+            self.clients.sessions.UpdateSession,
+            sessions_pb2.UpdateSessionRequest(
+                tenant_id=tenant,
+                session_id=request.session_id,
+                labels=request.labels,
+                update_mask=field_mask_pb2.FieldMask(paths=list(request.update_mask.paths)),
+            ),
+        )
+        return gateway_pb2.UpdateSessionResponse(session=reply.session)
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         """Stop the session's running turn, then delete the session and its event log.
@@ -100,12 +126,12 @@ class Sessions:
         the caller's tenant is touched: an unknown or foreign one is not deleted (False).
         """
         try:
-            found = await self.clients.sessions.GetSession(
+            found = await SessionsClient.of(self.clients).GetSession(
                 sessions_pb2.GetSessionRequest(tenant_id=tenant, session_id=session_id)
             )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
-                raise from_dependency(exc, "sessions") from exc
+        except DependencyError as exc:
+            if exc.status_code != grpc.StatusCode.NOT_FOUND:
+                raise
             return False
         if not auth.current.get().sees(found.session):
             return False

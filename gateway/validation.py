@@ -22,8 +22,10 @@ from services.kit import scope as scopes
 from services.kit import turn_options
 from services.kit.agents import AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
-from services.kit.errors import InvalidArgument, NotFound, Violations, from_dependency
+from services.kit.dependencies import ModelsClient
+from services.kit.errors import DependencyError, InvalidArgument, NotFound, Violations
 from services.kit.protos import MAX_ID
+from services.lib import session_search as search
 from services.lib.models.watch import CatalogWatcher, resolve_held
 
 MAX_CONTENT = 100_000
@@ -66,12 +68,27 @@ def create_session(request: gateway_pb2.CreateSessionRequest) -> None:
     problems = Violations()
     for name in ("agent", "user_id", "topic_id"):
         check_id(getattr(request, name), problems, name)
+    search.check_labels(request.labels, "labels", problems)
     problems.raise_if_any()
 
 
 def list_sessions(request: gateway_pb2.ListSessionsRequest) -> None:
     problems = Violations()
     scopes.check(request.scope_filter, "scope_filter", problems)
+    search.filter_of(request, problems)  # labels, statuses, agent, time ranges: the sessions service's rules
+    problems.raise_if_any()
+
+
+def update_session(request: gateway_pb2.UpdateSessionRequest) -> None:
+    """Only label paths: "labels" (all of them) or "labels.<key>" (one)."""
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    paths = list(request.update_mask.paths)
+    problems.check(bool(paths), "update_mask", "must name 'labels' or 'labels.<key>' paths")
+    for path in paths:
+        known = path == "labels" or path.startswith("labels.")
+        problems.check(known, "update_mask", f"unknown path {path!r}: only labels can be updated")
+    search.label_update(paths, request.labels, problems)
     problems.raise_if_any()
 
 
@@ -160,10 +177,10 @@ class Names:
         try:
             # The snapshot held answers as ResolveModel would (services/lib/models); the service until one is held.
             if self.catalog is None or resolve_held(self.catalog, request) is None:
-                await self.clients.models.ResolveModel(request)
-        except (NotFound, grpc.aio.AioRpcError) as exc:
-            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() != grpc.StatusCode.NOT_FOUND:
-                raise from_dependency(exc, "models") from exc
+                await ModelsClient.of(self.clients).ResolveModel(request)
+        except (NotFound, DependencyError) as exc:
+            if isinstance(exc, DependencyError) and exc.status_code != grpc.StatusCode.NOT_FOUND:
+                raise
             raise NotFound(
                 f"{field}: model {name!r} is not in the catalogue (no alias, model id or id prefix matches)",
                 reason=errors_pb2.ERROR_REASON_MODEL_NOT_FOUND,

@@ -109,6 +109,9 @@ class GatewayForwarder:
     async def list_sessions(self, request: pb.ListSessionsRequest, ctx: Any) -> pb.ListSessionsResponse:
         return await self._unary("ListSessions", request, ctx)
 
+    async def update_session(self, request: pb.UpdateSessionRequest, ctx: Any) -> pb.UpdateSessionResponse:
+        return await self._unary("UpdateSession", request, ctx)
+
     async def delete_session(self, request: pb.DeleteSessionRequest, ctx: Any) -> pb.DeleteSessionResponse:
         return await self._unary("DeleteSession", request, ctx)
 

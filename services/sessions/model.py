@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from cogmesh.common.v1 import events_pb2
+from services.lib import session_search as search
 
 T = TypeVar("T")
 
@@ -133,6 +134,7 @@ class NewSession:
     runtime_config: JsonObject = field(default_factory=dict)
     delegated_from: str = ""
     scope: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -158,10 +160,20 @@ class SessionRecord:
     active_agent: str = ""  # the agent a handoff gave the session to; "": `agent` answers
     delegated_turns: int = 0  # turns that delegated to a subagent
     plan: bytes = b""  # the todo list: a serialized common.v1 PlanUpdated (opaque); b"": none
+    labels: Mapping[str, str] = field(default_factory=dict)  # the application's, changed by UpdateSession
+    outcome: str = ""  # how the last turn that stopped ended (search.COMPLETED, FAILED...); "": none yet
 
     def answering(self) -> str:
         """The active agent as the session reports it: "" when its own agent answers."""
         return "" if self.active_agent == self.agent else self.active_agent
+
+    @property
+    def status(self) -> str:
+        """idle, running, paused or failed (search.status)."""
+        return search.status(bool(self.active_turn_id), bool(self.pending_interrupt_ids), self.outcome)
+
+    def facts(self) -> search.Facts:
+        return search.Facts(self.agent, self.labels, self.created_at, self.updated_at, self.status, self.scope)
 
 
 @dataclass(frozen=True)
@@ -176,9 +188,23 @@ class SessionUpdate:
     delegation_turn_count: int | None = None
     active_agent: str | None = None
     plan: bytes | None = None
+    labels: Mapping[str, str] | None = None  # replaces every label
+    # Sets a label (a value) or removes it (None), atomically with the rest; applied after `labels`.
+    label_changes: Mapping[str, str | None] | None = None
 
     def changes(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        """The record's fields to replace (label_changes, which merge, left out)."""
+        return {k: v for k, v in self.__dict__.items() if v is not None and k != "label_changes"}
+
+    def relabel(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """The labels after this update, from `labels` (the session's now)."""
+        out = dict(self.labels if self.labels is not None else labels)
+        for key, value in (self.label_changes or {}).items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = value
+        return out
 
 
 @dataclass(frozen=True)
@@ -265,16 +291,19 @@ class SessionEffects:
     active_agent: str | None = None  # the last handoff's receiving agent
     plan: bytes | None = None  # the last plan event's PlanUpdated, serialized
     delegated: bool = False  # the batch delegated a task: its turn counts once in `delegated_turns`
+    outcome: str | None = None  # the batch ended or paused its turn: how (SessionRecord.outcome)
 
     def __bool__(self) -> bool:
-        return self.active_agent is not None or self.plan is not None or self.delegated
+        return self.active_agent is not None or self.plan is not None or self.delegated or self.outcome is not None
 
 
 def effects_of(events: Sequence[events_pb2.RuntimeEvent]) -> SessionEffects:
-    """The session's changes carried by events: a handoff, a plan, a delegation (the last of each wins)."""
+    """The session's changes carried by events: a handoff, a plan, a delegation, the turn's end or pause
+    (the last of each wins)."""
     active_agent: str | None = None
     plan: bytes | None = None
     delegated = False
+    outcome: str | None = None
     for event in events:
         kind = event.WhichOneof("payload")
         if kind == "handoff":
@@ -283,7 +312,13 @@ def effects_of(events: Sequence[events_pb2.RuntimeEvent]) -> SessionEffects:
             plan = event.plan.SerializeToString(deterministic=True)
         elif kind == "delegation":
             delegated = True
-    return SessionEffects(active_agent, plan, delegated)
+        elif kind == "final":
+            outcome = search.COMPLETED
+        elif kind == "error":
+            outcome = search.CANCELLED if event.error.kind == events_pb2.ERROR_KIND_CANCELLED else search.FAILED
+        elif kind == "status" and event.status.state == events_pb2.TURN_STATE_PAUSED:
+            outcome = search.PAUSED
+    return SessionEffects(active_agent, plan, delegated, outcome)
 
 
 @dataclass(frozen=True)

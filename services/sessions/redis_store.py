@@ -64,6 +64,7 @@ from services.kit.redis_pool import (
     is_cluster,
     pooled_client,
 )
+from services.lib import session_search as search
 from services.lib.answers import misfit
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
@@ -120,6 +121,14 @@ CLOSE_BATCH = 200
 MAX_REPLAY_BATCH = 512  # events per batch of a replay (ReadEvents without follow)
 INDEXED_LEASES = 10_000  # (session, token) pairs whose open turn this process knows to be in the open-turn index
 INDEX_SWEEP = 2  # oldest entries of a tenant's index checked for expired sessions at each create
+# A filtered listing (labels, status, agent, times) reads at most SCAN_BUDGET index entries per call, in
+# batches of a page and up, doubling to FILTER_BATCH, then answers what it found with a cursor to go on from:
+# a call's cost stays bounded however rare the matches (bench/session_search.py).
+SCAN_BUDGET = 1000
+FILTER_BATCH = 250
+# The session hash's fields a filter looks at (services/lib/session_search.py Facts), read in one HMGET.
+_FACT_FIELDS = ("tenant_id", "expires_at", "agent", "labels", "created_at", "updated_at", "scope")
+_STATUS_FIELDS = ("lease_turn", "lease_exp", "lease_open", "outcome")
 # Redis answers that mean "not now" rather than "wrong": the caller may retry.
 _TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "NOREPLICAS")
 
@@ -364,6 +373,8 @@ class RedisSessionStore:
             active_agent=_s(h.get("active_agent", b"")),
             delegated_turns=int(h.get("deleg_turns", 0)),
             plan=bytes(h.get("plan", b"")),
+            labels=json.loads(h.get("labels", b"{}")),
+            outcome=_s(h.get("outcome", b"")),
         )
 
     @staticmethod
@@ -400,6 +411,7 @@ class RedisSessionStore:
                 "1" if reuse else "0",
                 expected,
                 json.dumps(dict(new.scope), sort_keys=True),
+                json.dumps(dict(new.labels), sort_keys=True),
                 more_keys=more_keys,
             )
             status = _s(reply[0])
@@ -483,7 +495,12 @@ class RedisSessionStore:
             raise SessionNotFound(f"{user_id}/{topic_id}") from None
 
     async def list_sessions(
-        self, tenant_id: str, cursor: int | None, limit: int, scope_filter: Mapping[str, str] | None = None
+        self,
+        tenant_id: str,
+        cursor: int | None,
+        limit: int,
+        scope_filter: Mapping[str, str] | None = None,
+        where: search.SessionFilter | None = None,
     ) -> Page[SessionRecord]:
         tenant = TenantKeys(self._prefix, tenant_id)
         index = tenant.index
@@ -497,13 +514,24 @@ class RedisSessionStore:
                 index = min(zip(sizes, names, strict=True))[1]
         found: list[tuple[SessionRecord, int]] = []
         below = "+inf" if cursor is None else f"({cursor}"
+        scanned, stride = 0, limit + 1  # a filtered read's batches grow while matches are sparse
         while len(found) <= limit:
             want = limit + 1 - len(found)
+            if where:
+                want, stride = min(max(want, stride), SCAN_BUDGET - scanned), min(stride * 2, FILTER_BATCH)
+                if want <= 0:  # the budget is spent: answer what was found, and where to go on from
+                    return Page([r for r, _ in found], int(below[1:]))
             batch: Any = await self._call(self._redis.zrevrangebyscore(index, below, "-inf", 0, want, True))
             if not batch:
                 break
             ended, below = len(batch) < want, f"({int(batch[-1][1])}"
-            if scope_filter and len(scope_filter) > 1:  # the other pairs, checked before any record is read
+            scanned += len(batch)
+            if where:  # the facts of each entry first, so that only matches are read whole
+                batch = await self._matching(tenant_id, batch, where, scope_filter or {})
+                if len(batch) > limit + 1 - len(found):
+                    batch = batch[: limit + 1 - len(found)]
+                    ended, below = False, f"({int(batch[-1][1])}"  # the rest is read again by the next batch
+            elif scope_filter and len(scope_filter) > 1:  # the other pairs, checked before any record is read
                 held = await self._call(self._redis.hmget(tenant.scopes, [sid for sid, _ in batch]))
                 batch = [
                     (sid, score)
@@ -517,7 +545,11 @@ class RedisSessionStore:
                     gone.append(sid)  # evicted by its TTL
                 elif isinstance(record, BaseException):
                     raise record
-                elif not scope_filter or scopes.holds(record.scope, scope_filter):
+                elif scope_filter and not scopes.holds(record.scope, scope_filter):
+                    continue
+                elif where and not search.matches(record.facts(), where):
+                    continue  # changed since its facts were read
+                else:
                     found.append((record, int(score)))
             await self._unindex(tenant, gone)
             if ended:
@@ -525,6 +557,50 @@ class RedisSessionStore:
         if len(found) > limit:
             return Page([r for r, _ in found[:limit]], found[limit - 1][1])
         return Page([r for r, _ in found], None)
+
+    async def _matching(
+        self, tenant_id: str, batch: list[Any], where: search.SessionFilter, scope_filter: Mapping[str, str]
+    ) -> list[Any]:
+        """The (session id, score) entries of `batch` whose session `where` and `scope_filter` match, by the few
+        fields of its hash a filter needs (one pipelined HMGET each, two HLENs more for a status filter); a session
+        gone stays in, for the whole read to find it gone and forget it."""
+        fields = _FACT_FIELDS + (_STATUS_FIELDS if where.needs_status else ())
+        pipe = self._redis.pipeline(transaction=False)
+        for sid, _ in batch:
+            keys = SessionKeys(self._prefix, _s(sid))
+            pipe.hmget(keys.key("s"), list(fields))
+            if where.needs_status:  # undecided checkpoints: all of them, less the decided ones
+                pipe.hlen(keys.key("c"))
+                pipe.hlen(keys.key("d"))
+        replies: list[Any] = await self._call(pipe.execute())
+        now = 0.0
+        if where.needs_status:
+            seconds, micros = await self._call(self._redis.time())
+            now = int(seconds) + int(micros) / 1e6 + self.clock_offset_ms / 1000  # the scripts' clock
+        step = 3 if where.needs_status else 1
+        kept = []
+        for i, entry in enumerate(batch):
+            h = dict(zip(fields, replies[i * step], strict=True))
+            if h["tenant_id"] is None:
+                kept.append(entry)
+                continue
+            running = pending = False
+            if where.needs_status:
+                lease_turn, lease_exp = _s(h["lease_turn"] or b""), _ms(h["lease_exp"])
+                running = bool(lease_turn) and (h["lease_open"] == b"1" or lease_exp > now)
+                pending = int(replies[i * step + 1]) > int(replies[i * step + 2])
+            facts = search.Facts(
+                agent=_s(h["agent"] or b""),
+                labels=json.loads(h["labels"] or b"{}"),
+                created_at=_ms(h["created_at"]),
+                updated_at=_ms(h["updated_at"]),
+                status=search.status(running, pending, _s(h.get("outcome") or b"")),
+                scope=json.loads(h["scope"] or b"{}"),
+            )
+            mine = _s(h["tenant_id"]) == tenant_id and scopes.holds(facts.scope, scope_filter)
+            if mine and search.matches(facts, where):
+                kept.append(entry)
+        return kept
 
     async def update(self, tenant_id: str, session_id: str, update: SessionUpdate, token: int) -> SessionRecord:
         names = {
@@ -541,9 +617,20 @@ class RedisSessionStore:
                 pairs += ["skills", json.dumps(list(value))]
             elif name == "runtime_config":
                 pairs += ["config", json.dumps(value)]
+            elif name == "labels":
+                pairs += ["labels", json.dumps(dict(value), sort_keys=True)]
             else:
                 pairs += [names[name], value]
-        reply = await self._run("UPDATE", tenant_id, session_id, token, *pairs)
+        # Label changes merge with the labels as the script finds them, so two updates of different keys both hold.
+        changes = update.label_changes or {}
+        if update.labels is not None and len(update.labels) > search.MAX_LABELS:
+            raise InvalidValue("labels", search.too_many_labels(session_id, len(update.labels)))
+        ops: list[Any] = []
+        for key, value in changes.items():
+            ops += [key, "" if value is None else "1", value or ""]
+        reply = await self._run("UPDATE", tenant_id, session_id, token, search.MAX_LABELS, len(changes), *ops, *pairs)
+        if _s(reply[0]) == "too_many":
+            raise InvalidValue("labels", search.too_many_labels(session_id, int(reply[1])))
         return self._record(reply[1])
 
     async def delete(self, tenant_id: str, session_id: str) -> bool:
@@ -885,6 +972,8 @@ class RedisSessionStore:
             changes += ["plan", effects.plan]
         if effects.delegated:
             changes += ["delegated", "1"]
+        if effects.outcome is not None:  # how the turn ended or paused: the session's status (search.status)
+            changes += ["outcome", effects.outcome]
         # A stream entry per ENTRY_EVENTS events: a lone event as it is, several as their StoredEvents encoding.
         chunks = [payloads[i : i + lua.ENTRY_EVENTS] for i in range(0, len(payloads), lua.ENTRY_EVENTS)]
         logged = [c[0] if len(c) == 1 else b"".join(field_one(p) for p in c) for c in chunks]

@@ -40,6 +40,7 @@ from services.kit.errors import (
 from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.kit.protos import APPROVAL_DECISIONS, MAX_ID, dict_to_struct, now, struct_to_dict
 from services.lib import answers
+from services.lib import session_search as search
 from services.sessions import leases
 from services.sessions.append_stream import serve_appends
 from services.sessions.model import (
@@ -202,6 +203,8 @@ def session_to_proto(record: SessionRecord) -> resources_pb2.Session:
         scope=record.scope,
         active_agent=record.answering(),
         delegated_turn_count=record.delegated_turns,
+        labels=record.labels,
+        status=search.STATUS_PROTOS[record.status],
     )
 
 
@@ -355,6 +358,7 @@ def _check_create(r: sessions_pb2.CreateSessionRequest, problems: Violations) ->
     _check_skills(r.active_skill_ids, "active_skill_ids", problems)
     _check_json(r.runtime_config, "runtime_config", problems)
     scopes.check(r.scope, "scope", problems)
+    search.check_labels(r.labels, "labels", problems)
     problems.check(
         not r.reuse_existing or bool(r.user_id or r.topic_id),
         "reuse_existing",
@@ -370,18 +374,21 @@ def _check_lookup(r: sessions_pb2.LookupSessionRequest, problems: Violations) ->
     scopes.check(r.scope, "scope", problems)
 
 
-def _check_list_sessions(r: sessions_pb2.ListSessionsRequest, problems: Violations) -> int:
+def _check_list_sessions(r: sessions_pb2.ListSessionsRequest, problems: Violations) -> tuple[int, search.SessionFilter]:
     _check_id(r.tenant_id, "tenant_id", problems)
     scopes.check(r.scope_filter, "scope_filter", problems)
-    return page_size(r.page_size, 50, problems)
+    return page_size(r.page_size, 50, problems), search.filter_of(r, problems)
 
 
-def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) -> None:
+def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) -> search.LabelUpdate | None:
     _identify(r, problems)
     paths = list(r.update_mask.paths)
-    problems.check(bool(paths), "update_mask", f"must name at least one of {', '.join(_UPDATE_PATHS)}")
+    named = ", ".join((*_UPDATE_PATHS, "labels", "labels.<key>"))
+    problems.check(bool(paths), "update_mask", f"must name at least one of {named}")
     for path in paths:
-        problems.check(path in _UPDATE_PATHS, "update_mask", f"unknown path {path!r}")
+        known = path in _UPDATE_PATHS or path == "labels" or path.startswith("labels.")
+        problems.check(known, "update_mask", f"unknown path {path!r}")
+    labels = search.label_update(paths, r.labels, problems)
     _check_id(r.role_id, "role_id", problems, required=False)
     _check_id(r.prompt_hash, "prompt_hash", problems, required=False)
     _check_id(r.delegated_from, "delegated_from", problems, required=False)
@@ -390,6 +397,7 @@ def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) ->
     _check_skills(r.active_skill_ids, "active_skill_ids", problems)
     _check_json(r.runtime_config, "runtime_config", problems)
     problems.check(r.delegation_turn_count >= 0, "delegation_turn_count", "must not be negative")
+    return labels
 
 
 def _check_close_all(r: sessions_pb2.CloseAllSessionsRequest, problems: Violations) -> None:
@@ -762,9 +770,17 @@ def _answered_to_proto(answered: PauseAnswered) -> sessions_pb2.AnswerPauseRespo
 
 
 async def list_scoped(
-    store: SessionStore, tenant_id: str, cursor: int | None, size: int, scope_filter: dict[str, str]
+    store: SessionStore,
+    tenant_id: str,
+    cursor: int | None,
+    size: int,
+    scope_filter: dict[str, str],
+    where: search.SessionFilter | None = None,
 ) -> Page[SessionRecord]:
-    """A page of the tenant's sessions whose scope holds `scope_filter`, read from the store's scope index."""
+    """A page of the tenant's sessions whose scope holds `scope_filter`, read from the store's scope index,
+    and that `where` matches (search.matches)."""
+    if where:
+        return await store.list_sessions(tenant_id, cursor, size, scope_filter or None, where)
     return await store.list_sessions(tenant_id, cursor, size, scope_filter or None)
 
 
@@ -778,13 +794,16 @@ def _new_session(r: sessions_pb2.CreateSessionRequest) -> NewSession:
         runtime_config=struct_to_dict(r.runtime_config),
         delegated_from=r.delegated_from,
         scope=dict(r.scope),
+        labels=dict(r.labels),
     )
 
 
-def _session_update(r: sessions_pb2.UpdateSessionRequest) -> SessionUpdate:
+def _session_update(r: sessions_pb2.UpdateSessionRequest, labels: search.LabelUpdate | None) -> SessionUpdate:
     """Only the fields the mask names change."""
     paths = set(r.update_mask.paths)
     return SessionUpdate(
+        labels=labels.replace if labels is not None else None,
+        label_changes=labels.changes if labels is not None and labels.changes else None,
         role_id=r.role_id if "role_id" in paths else None,
         active_skill_ids=tuple(r.active_skill_ids) if "active_skill_ids" in paths else None,
         prompt_hash=r.prompt_hash if "prompt_hash" in paths else None,
@@ -1023,8 +1042,8 @@ RPCS: dict[str, Rpc] = {
     "ListSessions": rpc(
         sessions_pb2.ListSessionsRequest,
         _check_list_sessions,
-        lambda store, r, size, _: list_scoped(
-            store, r.tenant_id, decode_page_token(r.page_token, "c"), size, dict(r.scope_filter)
+        lambda store, r, parsed, _: list_scoped(
+            store, r.tenant_id, decode_page_token(r.page_token, "c"), parsed[0], dict(r.scope_filter), parsed[1]
         ),
         lambda page: sessions_pb2.ListSessionsResponse(
             sessions=[session_to_proto(s) for s in page.items],
@@ -1034,7 +1053,7 @@ RPCS: dict[str, Rpc] = {
     "UpdateSession": rpc(
         sessions_pb2.UpdateSessionRequest,
         _check_update,
-        lambda store, r, _, __: store.update(r.tenant_id, r.session_id, _session_update(r), r.lease_token),
+        lambda store, r, labels, _: store.update(r.tenant_id, r.session_id, _session_update(r, labels), r.lease_token),
         lambda record: _with_state(sessions_pb2.UpdateSessionResponse(), record),
     ),
     "DeleteSession": rpc(

@@ -20,6 +20,7 @@ from typing import Protocol
 from services.kit import scope as scopes
 from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, tail
 from services.kit.protos import now as proto_now
+from services.lib import session_search as search
 from services.lib.answers import misfit
 from services.sessions.model import (
     CONSUMED_TTL_S,
@@ -95,14 +96,22 @@ class SessionStore(Protocol):
         self, tenant_id: str, user_id: str, topic_id: str, scope: Mapping[str, str] | None = None
     ) -> SessionRecord: ...
     async def list_sessions(
-        self, tenant_id: str, cursor: int | None, limit: int, scope_filter: Mapping[str, str] | None = None
+        self,
+        tenant_id: str,
+        cursor: int | None,
+        limit: int,
+        scope_filter: Mapping[str, str] | None = None,
+        where: search.SessionFilter | None = None,
     ) -> Page[SessionRecord]:
         """Newest first; `cursor` is the previous page's next_cursor. With `scope_filter`, only sessions whose
-        scope holds every entry, read from an index of that scope: a page costs what an unfiltered one does."""
+        scope holds every entry, read from an index of that scope: a page costs what an unfiltered one does.
+        With `where`, only sessions it matches (search.matches); a store may then read a bounded stretch of
+        the index per call, and so answer fewer than `limit` sessions (even none) with a next_cursor."""
         ...
 
     async def update(self, tenant_id: str, session_id: str, update: SessionUpdate, token: int) -> SessionRecord:
-        """Apply the update; a non-zero token must hold the lease."""
+        """Apply the update; a non-zero token must hold the lease. Labels beyond search.MAX_LABELS after it
+        are InvalidValue("labels"), and nothing changes."""
         ...
 
     async def delete(self, tenant_id: str, session_id: str) -> bool: ...
@@ -394,6 +403,7 @@ class MemorySessionStore:
             runtime_config=dict(new.runtime_config),
             delegated_from=new.delegated_from,
             scope=dict(new.scope),
+            labels=dict(new.labels),
         )
         entry = _Entry(record, self._seq)
         self._touch(entry)
@@ -417,7 +427,12 @@ class MemorySessionStore:
         return self._view(self._entry(tenant_id, session_id))
 
     async def list_sessions(
-        self, tenant_id: str, cursor: int | None, limit: int, scope_filter: Mapping[str, str] | None = None
+        self,
+        tenant_id: str,
+        cursor: int | None,
+        limit: int,
+        scope_filter: Mapping[str, str] | None = None,
+        where: search.SessionFilter | None = None,
     ) -> Page[SessionRecord]:
         now = self._clock()
         self._sweep(now)
@@ -433,9 +448,12 @@ class MemorySessionStore:
                 continue
             if self._expired(entry, now):
                 continue
+            view = self._view(entry)
+            if where and not search.matches(view.facts(), where):
+                continue
             if len(items) == limit:
                 return Page(items, last_seq)  # the next page starts below the last seq shown
-            items.append(self._view(entry))
+            items.append(view)
             last_seq = entry.seq
         return Page(items, None)
 
@@ -445,6 +463,10 @@ class MemorySessionStore:
         changes = update.changes()
         if "runtime_config" in changes:
             changes["runtime_config"] = dict(changes["runtime_config"])
+        if update.labels is not None or update.label_changes:
+            changes["labels"] = update.relabel(entry.record.labels)
+            if len(changes["labels"]) > search.MAX_LABELS:
+                raise InvalidValue("labels", search.too_many_labels(session_id, len(changes["labels"])))
         entry.record = replace(entry.record, **changes)
         self._touch(entry)
         return self._view(entry)
@@ -782,6 +804,8 @@ class MemorySessionStore:
             record = replace(record, active_agent=effects.active_agent)
         if effects.plan is not None:
             record = replace(record, plan=effects.plan)
+        if effects.outcome is not None:
+            record = replace(record, outcome=effects.outcome)
         if effects.delegated and entry.delegated_turn != turn_id:  # once per turn, however often it delegates
             entry.delegated_turn = turn_id
             record = replace(record, delegated_turns=record.delegated_turns + 1)

@@ -4,7 +4,7 @@
     cogmesh chat "What is 2 + 2?"    run one turn and watch it stream
     cogmesh chat                     an interactive session (/help lists its commands)
     cogmesh watch SESSION --after N  follow any session from a cursor
-    cogmesh sessions list | models list | agents list
+    cogmesh sessions list | sessions label | models list | agents list
 Every command takes --json for scripts.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import json
 import os
 import secrets
@@ -27,6 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cogmesh.client import GatewayClient, GatewayError
+from cogmesh.common.v1 import resources_pb2
 from gateway.auth import hash_key
 from services.kit.config import Settings
 from services.suite.chat import interactive, spin
@@ -126,17 +128,46 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 async def cmd_sessions_list(args: argparse.Namespace) -> int:
     async with _client(args) as client:
         page = await client.list_sessions(
-            page_size=args.page_size, page_token=args.page_token, scope_filter=dict(args.scope)
+            page_size=args.page_size,
+            page_token=args.page_token,
+            scope_filter=dict(args.scope),
+            labels=dict(args.label),
+            statuses=args.status,
+            agent=args.agent,
+            created_after=args.created_after,
+            created_before=args.created_before,
+            active_after=args.active_after,
+            active_before=args.active_before,
         )
     if args.json:
         _print_json(page)
         return 0
     for s in page.sessions:
+        status = resources_pb2.SessionStatus.Name(s.status).removeprefix("SESSION_STATUS_").lower()
+        labels = "".join(f"  {k}={v}" for k, v in sorted(s.labels.items()))
         out.print(
-            f"{s.session_id}  agent={s.agent}  messages={s.message_count}  updated={s.update_time.ToJsonString()}"
+            f"{s.session_id}  agent={s.agent}  status={status}  messages={s.message_count}  "
+            f"updated={s.update_time.ToJsonString()}{labels}",
+            markup=False,
         )
     if page.next_page_token:
-        out.print(f"[dim]more: --page-token {page.next_page_token}[/dim]")
+        more = "more" if page.sessions else "none in this stretch, more"
+        out.print(f"[dim]{more}: --page-token {page.next_page_token}[/dim]")
+    return 0
+
+
+async def cmd_sessions_label(args: argparse.Namespace) -> int:
+    changes: dict[str, str | None] = dict(args.set)
+    changes.update({key: None for key in args.remove})
+    if not changes and not args.replace:
+        err.print("error: give --set KEY=VALUE or --remove KEY (or --replace to clear every label)", markup=False)
+        return 1
+    async with _client(args) as client:
+        session = await client.update_labels(args.session, changes, replace=args.replace)
+    if args.json:
+        _print_json(session)
+        return 0
+    out.print(" ".join(f"{k}={v}" for k, v in sorted(session.labels.items())) or "(no labels)", markup=False)
     return 0
 
 
@@ -290,6 +321,31 @@ def _scope_entry(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _label_key(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("expected a label key")
+    return text
+
+
+def _label_entry(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _when(text: str) -> datetime.datetime:
+    """An ISO 8601 time (UTC when it names no zone), or a span back from now: 30s, 15m, 2h, 7d."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].isdigit():
+        return datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time or a span like 2h or 7d, got {text!r}") from None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -377,6 +433,27 @@ def parser() -> argparse.ArgumentParser:
     sl.add_argument(
         "--scope", type=_scope_entry, action="append", default=[], metavar="KEY=VALUE", help="only sessions of a scope"
     )
+    sl.add_argument(
+        "--label", type=_label_entry, action="append", default=[], metavar="KEY=VALUE", help="only sessions with it"
+    )
+    sl.add_argument(
+        "--status", action="append", default=[], choices=["idle", "running", "paused", "failed"], help="any of these"
+    )
+    sl.add_argument("--agent", default="", help="only sessions opened with this agent")
+    for name, what in (("created", "created"), ("active", "last active")):
+        for side, how in (("after", "at or after"), ("before", "before")):
+            sl.add_argument(
+                f"--{name}-{side}",
+                type=_when,
+                default=None,
+                metavar="WHEN",
+                help=f"only sessions {what} {how} WHEN (ISO 8601, or a span back from now: 15m, 2h, 7d)",
+            )
+    lab = with_gateway(command("label", "set or remove a session's labels", cmd_sessions_label, sessions))
+    lab.add_argument("session", help="session id")
+    lab.add_argument("--set", type=_label_entry, action="append", default=[], metavar="KEY=VALUE")
+    lab.add_argument("--remove", type=_label_key, action="append", default=[], metavar="KEY")
+    lab.add_argument("--replace", action="store_true", help="the session's labels become exactly the --set ones")
 
     models = sub.add_parser("models", help="the model catalogue").add_subparsers(dest="action", required=True)
     ml = with_gateway(command("list", "list models", cmd_models_list, models))

@@ -38,6 +38,9 @@ def requests(t: Target) -> dict[str, list[Message]]:
     return {
         "GetSession": [G.GetSessionRequest(session_id=t.session_id)],
         "DeleteSession": [G.DeleteSessionRequest(session_id=t.session_id)],
+        "UpdateSession": [
+            G.UpdateSessionRequest(session_id=t.session_id, labels={"x": "y"}, update_mask={"paths": ["labels"]})
+        ],
         "SendMessage": [G.SendMessageRequest(session_id=t.session_id, content="hi")],
         "Subscribe": [G.SubscribeRequest(session_id=t.session_id, stop_when_idle=True)],
         "CancelTurn": [G.CancelTurnRequest(session_id=t.session_id, turn_id=t.turn_id)],

@@ -151,6 +151,83 @@ CASES: list[Any] = [
     bad("gateway", "ListSessions", G.ListSessionsRequest(page_token="not-a-token"), "page_token"),
     bad("gateway", "ListSessions", G.ListSessionsRequest(page_token=token("x:1")), "page_token"),
     bad("gateway", "ListSessions", G.ListSessionsRequest(page_token=token("o:-5")), "page_token"),
+    # session search (issue 29): labels, filters and UpdateSession
+    bad(
+        "gateway",
+        "CreateSession",
+        G.CreateSessionRequest(labels={"Team": "a", "k": "v" * 257}),
+        "labels[Team]",
+        "labels[k]",
+    ),
+    bad("gateway", "CreateSession", G.CreateSessionRequest(labels={f"k{i}": "" for i in range(65)}), "labels"),
+    bad(
+        "gateway",
+        "ListSessions",
+        G.ListSessionsRequest(label_filter={"": "x", "ok": "a\nb"}),
+        "label_filter[]",
+        "label_filter[ok]",
+    ),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(statuses=[0, 99]), "statuses[0]", "statuses[1]"),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(agent=LONG_ID), "agent"),
+    bad(
+        "gateway",
+        "ListSessions",
+        G.ListSessionsRequest(
+            created_after={"seconds": 20},
+            created_before={"seconds": 10},
+            active_after={"seconds": 5},
+            active_before={"seconds": 5},
+        ),
+        "created_before",
+        "active_before",
+    ),
+    bad("gateway", "UpdateSession", G.UpdateSessionRequest(), "session_id", "update_mask"),
+    bad(
+        "gateway",
+        "UpdateSession",
+        lambda env: G.UpdateSessionRequest(
+            session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["agent"])
+        ),
+        "update_mask",
+    ),
+    bad(
+        "gateway",
+        "UpdateSession",
+        lambda env: G.UpdateSessionRequest(
+            session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["labels", "labels.a", "labels.B"])
+        ),
+        "update_mask",
+        "update_mask",
+    ),
+    bad(
+        "gateway",
+        "UpdateSession",
+        lambda env: G.UpdateSessionRequest(
+            session_id=env.session_id, labels={"b": "1"}, update_mask=field_mask_pb2.FieldMask(paths=["labels.a"])
+        ),
+        "labels[b]",
+    ),
+    missing(
+        "gateway",
+        "UpdateSession",
+        G.UpdateSessionRequest(session_id=UNKNOWN_ID, update_mask=field_mask_pb2.FieldMask(paths=["labels"])),
+        "SESSION_NOT_FOUND",
+    ),
+    ok(
+        "gateway",
+        "UpdateSession",
+        lambda env: G.UpdateSessionRequest(
+            session_id=env.session_id, labels={"row": "ok"}, update_mask=field_mask_pb2.FieldMask(paths=["labels.row"])
+        ),
+        lambda r: r.session.labels["row"] == "ok",
+    ),
+    bad(
+        "sessions",
+        "CreateSession",
+        S.CreateSessionRequest(tenant_id=TENANT, agent="a", labels={"a b": ""}),
+        "labels[a b]",
+    ),
+    bad("sessions", "ListSessions", S.ListSessionsRequest(tenant_id=TENANT, statuses=[7]), "statuses[0]"),
     bad("gateway", "DeleteSession", G.DeleteSessionRequest(), "session_id"),
     bad("gateway", "DeleteSession", G.DeleteSessionRequest(session_id=LONG_ID), "session_id"),
     ok("gateway", "DeleteSession", G.DeleteSessionRequest(session_id=UNKNOWN_ID), lambda r: r.deleted is False),

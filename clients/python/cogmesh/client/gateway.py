@@ -22,12 +22,14 @@ Arguments of the wrong type raise TypeError / ValueError naming them before any 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import grpc
+from google.protobuf import field_mask_pb2, timestamp_pb2
 
 from cogmesh.client import options
 from cogmesh.client.errors import ClientClosed, GatewayError, Unavailable
@@ -38,8 +40,32 @@ from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+
+def _labels(name: str, labels: Mapping[str, str] | None) -> dict[str, str]:
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise TypeError(f"{name}: expected a dict of str to str")
+    return dict(labels)
+
+
+def _stamp(name: str, value: datetime.datetime | None) -> timestamp_pb2.Timestamp | None:
+    """A timezone-aware datetime as a Timestamp (a naive one would be read in whatever zone the host has)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime.datetime):
+        raise TypeError(f"{name}: expected a datetime, got {type(value).__name__}")
+    if value.tzinfo is None:
+        raise ValueError(f"{name}: must be timezone-aware, e.g. datetime.now(timezone.utc)")
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
 SERVICE = "cogmesh.gateway.v1.GatewayService"
-IDEMPOTENT = ["GetSession", "ListSessions", "DeleteSession", "CancelTurn", "ListAgents", "ListModels"]
+# UpdateSession sets labels to given values: repeating it changes nothing more.
+IDEMPOTENT = ["GetSession", "ListSessions", "UpdateSession", "DeleteSession", "CancelTurn", "ListAgents", "ListModels"]
 SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
@@ -200,28 +226,80 @@ class GatewayClient:
     # ------------------------------------------------------------------ sessions and catalogue
 
     async def create_session(
-        self, agent: str = "", user_id: str = "", topic_id: str = "", scope: Mapping[str, str] | None = None
+        self,
+        agent: str = "",
+        user_id: str = "",
+        topic_id: str = "",
+        scope: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> resources_pb2.Session:
-        """`scope`: on whose behalf the session runs (`{"end_user": "u_42"}`); the API key decides what may be set."""
+        """`scope`: on whose behalf the session runs (`{"end_user": "u_42"}`); the API key decides what may be set.
+        `labels`: the application's tags to find the session by (`list_sessions(labels=...)`), changeable later."""
         request = gateway_pb2.CreateSessionRequest(
             agent=options.text("agent", agent),
             user_id=options.text("user_id", user_id),
             topic_id=options.text("topic_id", topic_id),
             scope=dict(scope or {}),
+            labels=_labels("labels", labels),
         )
         return (await self._unary("CreateSession", request)).session  # type: ignore[no-any-return]
+
+    async def update_labels(
+        self, session_id: str, labels: Mapping[str, str | None], *, replace: bool = False
+    ) -> resources_pb2.Session:
+        """Set labels (a value) or remove them (None), leaving the session's other labels; with `replace`, the
+        session's labels become exactly `labels` (None values left out). Returns the updated session."""
+        if not isinstance(labels, Mapping):
+            raise TypeError(f"labels: expected a dict of str to str or None, got {type(labels).__name__}")
+        kept = {k: v for k, v in labels.items() if v is not None}
+        paths = ["labels"] if replace else [f"labels.{key}" for key in labels]
+        if not paths:
+            raise ValueError("labels: name at least one label to change (or replace=True to clear them all)")
+        request = gateway_pb2.UpdateSessionRequest(
+            session_id=options.text("session_id", session_id),
+            labels=_labels("labels", kept),
+            update_mask=field_mask_pb2.FieldMask(paths=paths),
+        )
+        return (await self._unary("UpdateSession", request)).session  # type: ignore[no-any-return]
 
     async def get_session(self, session_id: str) -> resources_pb2.Session:
         request = gateway_pb2.GetSessionRequest(session_id=options.text("session_id", session_id))
         return (await self._unary("GetSession", request)).session  # type: ignore[no-any-return]
 
     async def list_sessions(
-        self, page_size: int = 50, page_token: str = "", scope_filter: Mapping[str, str] | None = None
+        self,
+        page_size: int = 50,
+        page_token: str = "",
+        scope_filter: Mapping[str, str] | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        statuses: Iterable[str | int] = (),
+        agent: str = "",
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+        active_after: datetime.datetime | None = None,
+        active_before: datetime.datetime | None = None,
     ) -> gateway_pb2.ListSessionsResponse:
+        """One page, newest first, of the sessions every given filter matches: `labels` (all of them),
+        `statuses` (any of "idle", "running", "paused", "failed"), `agent`, and [after, before) ranges of
+        creation and last activity (timezone-aware datetimes). A filtered page may be short, even empty,
+        with a next_page_token: keep paging until it is empty."""
         request = gateway_pb2.ListSessionsRequest(
             page_size=options.count("page_size", page_size),
             page_token=options.text("page_token", page_token),
             scope_filter=dict(scope_filter or {}),
+            label_filter=_labels("labels", labels),
+            statuses=[
+                resources_pb2.SessionStatus.Name(
+                    options.enum_value(f"statuses[{i}]", s, resources_pb2.SessionStatus, "SESSION_STATUS_")
+                )
+                for i, s in enumerate(statuses)
+            ],
+            agent=options.text("agent", agent),
+            created_after=_stamp("created_after", created_after),
+            created_before=_stamp("created_before", created_before),
+            active_after=_stamp("active_after", active_after),
+            active_before=_stamp("active_before", active_before),
         )
         return await self._unary("ListSessions", request)  # type: ignore[no-any-return]
 

@@ -81,17 +81,32 @@ class Client:
         self._call(self._async.wait_ready(timeout_s))
 
     def create_session(
-        self, agent: str = "", user_id: str = "", topic_id: str = "", scope: Mapping[str, str] | None = None
+        self,
+        agent: str = "",
+        user_id: str = "",
+        topic_id: str = "",
+        scope: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> resources_pb2.Session:
-        return self._call(self._async.create_session(agent, user_id, topic_id, scope))
+        return self._call(self._async.create_session(agent, user_id, topic_id, scope, labels))
+
+    def update_labels(
+        self, session_id: str, labels: Mapping[str, str | None], *, replace: bool = False
+    ) -> resources_pb2.Session:
+        return self._call(self._async.update_labels(session_id, labels, replace=replace))
 
     def get_session(self, session_id: str) -> resources_pb2.Session:
         return self._call(self._async.get_session(session_id))
 
     def list_sessions(
-        self, page_size: int = 50, page_token: str = "", scope_filter: Mapping[str, str] | None = None
+        self,
+        page_size: int = 50,
+        page_token: str = "",
+        scope_filter: Mapping[str, str] | None = None,
+        **filters: Any,
     ) -> gateway_pb2.ListSessionsResponse:
-        return self._call(self._async.list_sessions(page_size, page_token, scope_filter))
+        """As GatewayClient.list_sessions: labels=, statuses=, agent=, created_after=... filter the page."""
+        return self._call(self._async.list_sessions(page_size, page_token, scope_filter, **filters))
 
     def delete_session(self, session_id: str) -> bool:
         return self._call(self._async.delete_session(session_id))

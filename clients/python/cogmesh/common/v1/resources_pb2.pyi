@@ -11,20 +11,40 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SessionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_STATUS_UNSPECIFIED: _ClassVar[SessionStatus]
+    SESSION_STATUS_IDLE: _ClassVar[SessionStatus]
+    SESSION_STATUS_RUNNING: _ClassVar[SessionStatus]
+    SESSION_STATUS_PAUSED: _ClassVar[SessionStatus]
+    SESSION_STATUS_FAILED: _ClassVar[SessionStatus]
+
 class AgentMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     AGENT_MODE_UNSPECIFIED: _ClassVar[AgentMode]
     AGENT_MODE_PRIMARY: _ClassVar[AgentMode]
     AGENT_MODE_SUBAGENT: _ClassVar[AgentMode]
     AGENT_MODE_ALL: _ClassVar[AgentMode]
+SESSION_STATUS_UNSPECIFIED: SessionStatus
+SESSION_STATUS_IDLE: SessionStatus
+SESSION_STATUS_RUNNING: SessionStatus
+SESSION_STATUS_PAUSED: SessionStatus
+SESSION_STATUS_FAILED: SessionStatus
 AGENT_MODE_UNSPECIFIED: AgentMode
 AGENT_MODE_PRIMARY: AgentMode
 AGENT_MODE_SUBAGENT: AgentMode
 AGENT_MODE_ALL: AgentMode
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope", "active_agent", "delegated_turn_count")
+    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope", "active_agent", "delegated_turn_count", "labels", "status")
     class ScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +66,8 @@ class Session(_message.Message):
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_AGENT_FIELD_NUMBER: _ClassVar[int]
     DELEGATED_TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant_id: str
     user_id: str
@@ -61,7 +83,9 @@ class Session(_message.Message):
     scope: _containers.ScalarMap[str, str]
     active_agent: str
     delegated_turn_count: int
-    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ..., active_agent: _Optional[str] = ..., delegated_turn_count: _Optional[int] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    status: SessionStatus
+    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ..., active_agent: _Optional[str] = ..., delegated_turn_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[SessionStatus, str]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed", "mcp_exposed", "output_schema")

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .gateway_pb2 import AnswerInterruptRequest, AnswerInterruptResponse, CancelTurnRequest, CancelTurnResponse, ConverseRequest, ConverseResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetCapabilitiesRequest, GetCapabilitiesResponse, GetSessionRequest, GetSessionResponse, ListAgentsRequest, ListAgentsResponse, ListModelsRequest, ListModelsResponse, ListSessionsRequest, ListSessionsResponse, ResolveApprovalRequest, ResolveApprovalResponse, SendMessageRequest, SendMessageResponse, SubscribeRequest, SubscribeResponse
+from .gateway_pb2 import AnswerInterruptRequest, AnswerInterruptResponse, CancelTurnRequest, CancelTurnResponse, ConverseRequest, ConverseResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetCapabilitiesRequest, GetCapabilitiesResponse, GetSessionRequest, GetSessionResponse, ListAgentsRequest, ListAgentsResponse, ListModelsRequest, ListModelsResponse, ListSessionsRequest, ListSessionsResponse, ResolveApprovalRequest, ResolveApprovalResponse, SendMessageRequest, SendMessageResponse, SubscribeRequest, SubscribeResponse, UpdateSessionRequest, UpdateSessionResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
@@ -69,7 +69,14 @@ class GatewayService(Protocol):
 
     async def list_sessions(self, request: ListSessionsRequest, ctx: RequestContext[ListSessionsRequest, ListSessionsResponse], /) -> ListSessionsResponse:
         """
-        ListSessions pages through the caller's sessions, newest first.
+        ListSessions pages through the caller's sessions, newest first,
+        filtered by scope, labels, status, agent and time ranges.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def update_session(self, request: UpdateSessionRequest, ctx: RequestContext[UpdateSessionRequest, UpdateSessionResponse], /) -> UpdateSessionResponse:
+        """
+        UpdateSession changes a session's labels.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -198,6 +205,17 @@ class GatewayServiceASGIApplication(ConnectASGIApplication[GatewayService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.list_sessions,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/UpdateSession": Endpoint.unary(
+                    method=MethodInfo(
+                        name="UpdateSession",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=UpdateSessionRequest,
+                        output=UpdateSessionResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.update_session,
                 ),
                 "/cogmesh.gateway.v1.GatewayService/DeleteSession": Endpoint.unary(
                     method=MethodInfo(
@@ -418,7 +436,8 @@ class GatewayServiceClient(ConnectClient):
         timeout_ms: int | None = None,
     ) -> ListSessionsResponse:
         """
-        ListSessions pages through the caller's sessions, newest first.
+        ListSessions pages through the caller's sessions, newest first,
+        filtered by scope, labels, status, agent and time ranges.
         """
         return await self.execute_unary(
             request=request,
@@ -427,6 +446,29 @@ class GatewayServiceClient(ConnectClient):
                 service_name="cogmesh.gateway.v1.GatewayService",
                 input=ListSessionsRequest,
                 output=ListSessionsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def update_session(
+        self,
+        request: UpdateSessionRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> UpdateSessionResponse:
+        """
+        UpdateSession changes a session's labels.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="UpdateSession",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=UpdateSessionRequest,
+                output=UpdateSessionResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),
@@ -715,7 +757,14 @@ class GatewayServiceSync(Protocol):
 
     def list_sessions(self, request: ListSessionsRequest, ctx: RequestContext[ListSessionsRequest, ListSessionsResponse], /) -> ListSessionsResponse:
         """
-        ListSessions pages through the caller's sessions, newest first.
+        ListSessions pages through the caller's sessions, newest first,
+        filtered by scope, labels, status, agent and time ranges.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def update_session(self, request: UpdateSessionRequest, ctx: RequestContext[UpdateSessionRequest, UpdateSessionResponse], /) -> UpdateSessionResponse:
+        """
+        UpdateSession changes a session's labels.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -842,6 +891,17 @@ class GatewayServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.list_sessions,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/UpdateSession": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="UpdateSession",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=UpdateSessionRequest,
+                        output=UpdateSessionResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.update_session,
                 ),
                 "/cogmesh.gateway.v1.GatewayService/DeleteSession": EndpointSync.unary(
                     method=MethodInfo(
@@ -1062,7 +1122,8 @@ class GatewayServiceClientSync(ConnectClientSync):
         timeout_ms: int | None = None,
     ) -> ListSessionsResponse:
         """
-        ListSessions pages through the caller's sessions, newest first.
+        ListSessions pages through the caller's sessions, newest first,
+        filtered by scope, labels, status, agent and time ranges.
         """
         return self.execute_unary(
             request=request,
@@ -1071,6 +1132,29 @@ class GatewayServiceClientSync(ConnectClientSync):
                 service_name="cogmesh.gateway.v1.GatewayService",
                 input=ListSessionsRequest,
                 output=ListSessionsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def update_session(
+        self,
+        request: UpdateSessionRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> UpdateSessionResponse:
+        """
+        UpdateSession changes a session's labels.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="UpdateSession",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=UpdateSessionRequest,
+                output=UpdateSessionResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

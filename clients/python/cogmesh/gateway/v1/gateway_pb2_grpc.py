@@ -64,6 +64,11 @@ class GatewayServiceStub:
                 request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListSessionsRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
+        self.UpdateSession = channel.unary_unary(
+                '/cogmesh.gateway.v1.GatewayService/UpdateSession',
+                request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.UpdateSessionRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.UpdateSessionResponse.FromString,
+                _registered_method=True)
         self.DeleteSession = channel.unary_unary(
                 '/cogmesh.gateway.v1.GatewayService/DeleteSession',
                 request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.DeleteSessionRequest.SerializeToString,
@@ -149,7 +154,15 @@ class GatewayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """ListSessions pages through the caller's sessions, newest first.
+        """ListSessions pages through the caller's sessions, newest first,
+        filtered by scope, labels, status, agent and time ranges.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSession(self, request, context):
+        """UpdateSession changes a session's labels.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -261,6 +274,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.ListSessions,
                     request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListSessionsRequest.FromString,
                     response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'UpdateSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSession,
+                    request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.UpdateSessionRequest.FromString,
+                    response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.UpdateSessionResponse.SerializeToString,
             ),
             'DeleteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSession,
@@ -409,6 +427,33 @@ class GatewayService:
             '/cogmesh.gateway.v1.GatewayService/ListSessions',
             cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListSessionsRequest.SerializeToString,
             cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.gateway.v1.GatewayService/UpdateSession',
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.UpdateSessionRequest.SerializeToString,
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.UpdateSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -81,8 +81,15 @@ class SessionState(_message.Message):
     def __init__(self, runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing", "scope")
+    __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing", "scope", "labels")
     class ScopeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +106,7 @@ class CreateSessionRequest(_message.Message):
     DELEGATED_FROM_FIELD_NUMBER: _ClassVar[int]
     REUSE_EXISTING_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     topic_id: str
@@ -109,7 +117,8 @@ class CreateSessionRequest(_message.Message):
     delegated_from: str
     reuse_existing: bool
     scope: _containers.ScalarMap[str, str]
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., reuse_existing: _Optional[bool] = ..., scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., reuse_existing: _Optional[bool] = ..., scope: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session", "state", "reused")
@@ -165,8 +174,15 @@ class LookupSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("tenant_id", "page_size", "page_token", "scope_filter")
+    __slots__ = ("tenant_id", "page_size", "page_token", "scope_filter", "label_filter", "statuses", "agent", "created_after", "created_before", "active_after", "active_before")
     class ScopeFilterEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LabelFilterEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -177,11 +193,25 @@ class ListSessionsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FILTER_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FILTER_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_BEFORE_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     page_size: int
     page_token: str
     scope_filter: _containers.ScalarMap[str, str]
-    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    label_filter: _containers.ScalarMap[str, str]
+    statuses: _containers.RepeatedScalarFieldContainer[_resources_pb2.SessionStatus]
+    agent: str
+    created_after: _timestamp_pb2.Timestamp
+    created_before: _timestamp_pb2.Timestamp
+    active_after: _timestamp_pb2.Timestamp
+    active_before: _timestamp_pb2.Timestamp
+    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.SessionStatus, str]]] = ..., agent: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")
@@ -192,7 +222,14 @@ class ListSessionsResponse(_message.Message):
     def __init__(self, sessions: _Optional[_Iterable[_Union[_resources_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class UpdateSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "role_id", "active_skill_ids", "prompt_hash", "runtime_config", "delegated_from", "delegation_turn_count", "update_mask", "lease_token", "active_agent", "plan")
+    __slots__ = ("tenant_id", "session_id", "role_id", "active_skill_ids", "prompt_hash", "runtime_config", "delegated_from", "delegation_turn_count", "update_mask", "lease_token", "active_agent", "plan", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +242,7 @@ class UpdateSessionRequest(_message.Message):
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_AGENT_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     role_id: str
@@ -217,7 +255,8 @@ class UpdateSessionRequest(_message.Message):
     lease_token: int
     active_agent: str
     plan: _events_pb2.PlanUpdated
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., lease_token: _Optional[int] = ..., active_agent: _Optional[str] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., lease_token: _Optional[int] = ..., active_agent: _Optional[str] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class UpdateSessionResponse(_message.Message):
     __slots__ = ("session", "state")

@@ -294,8 +294,8 @@ class SessionsServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateSession(self, request, context):
-        """UpdateSession changes the role, skills, prompt hash, runtime config or
-        delegation fields of a session, e.g. a role switch mid-session.
+        """UpdateSession changes the role, skills, prompt hash, runtime config,
+        delegation fields or labels of a session, e.g. a role switch mid-session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

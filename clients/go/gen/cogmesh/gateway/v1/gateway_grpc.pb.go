@@ -21,8 +21,11 @@ type GatewayServiceClient interface {
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
 	// GetSession returns one session of the caller's tenant.
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
-	// ListSessions pages through the caller's sessions, newest first.
+	// ListSessions pages through the caller's sessions, newest first,
+	// filtered by scope, labels, status, agent and time ranges.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// UpdateSession changes a session's labels.
+	UpdateSession(ctx context.Context, in *UpdateSessionRequest, opts ...grpc.CallOption) (*UpdateSessionResponse, error)
 	// DeleteSession closes a session and forgets its state.
 	DeleteSession(ctx context.Context, in *DeleteSessionRequest, opts ...grpc.CallOption) (*DeleteSessionResponse, error)
 	// SendMessage starts a turn with a user message and streams that turn's events
@@ -93,6 +96,15 @@ func (c *gatewayServiceClient) GetSession(ctx context.Context, in *GetSessionReq
 func (c *gatewayServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
 	out := new(ListSessionsResponse)
 	err := c.cc.Invoke(ctx, "/cogmesh.gateway.v1.GatewayService/ListSessions", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) UpdateSession(ctx context.Context, in *UpdateSessionRequest, opts ...grpc.CallOption) (*UpdateSessionResponse, error) {
+	out := new(UpdateSessionResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.gateway.v1.GatewayService/UpdateSession", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -311,8 +323,11 @@ type GatewayServiceServer interface {
 	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
 	// GetSession returns one session of the caller's tenant.
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
-	// ListSessions pages through the caller's sessions, newest first.
+	// ListSessions pages through the caller's sessions, newest first,
+	// filtered by scope, labels, status, agent and time ranges.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// UpdateSession changes a session's labels.
+	UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error)
 	// DeleteSession closes a session and forgets its state.
 	DeleteSession(context.Context, *DeleteSessionRequest) (*DeleteSessionResponse, error)
 	// SendMessage starts a turn with a user message and streams that turn's events
@@ -367,6 +382,9 @@ func (UnimplementedGatewayServiceServer) GetSession(context.Context, *GetSession
 }
 func (UnimplementedGatewayServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListSessions not implemented")
+}
+func (UnimplementedGatewayServiceServer) UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UpdateSession not implemented")
 }
 func (UnimplementedGatewayServiceServer) DeleteSession(context.Context, *DeleteSessionRequest) (*DeleteSessionResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteSession not implemented")
@@ -461,6 +479,24 @@ func _GatewayService_ListSessions_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(GatewayServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_UpdateSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).UpdateSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.gateway.v1.GatewayService/UpdateSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).UpdateSession(ctx, req.(*UpdateSessionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -680,6 +716,10 @@ var _GatewayService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSessions",
 			Handler:    _GatewayService_ListSessions_Handler,
+		},
+		{
+			MethodName: "UpdateSession",
+			Handler:    _GatewayService_UpdateSession_Handler,
 		},
 		{
 			MethodName: "DeleteSession",

@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/common/v1/resources.proto.
  */
 export const file_cogmesh_common_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("CiFjb2dtZXNoL2NvbW1vbi92MS9yZXNvdXJjZXMucHJvdG8SEWNvZ21lc2guY29tbW9uLnYxIssDCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSEAoIdG9waWNfaWQYBCABKAkSDQoFYWdlbnQYBSABKAkSDwoHcm9sZV9pZBgGIAEoCRIYChBhY3RpdmVfc2tpbGxfaWRzGAcgAygJEhMKC3Byb21wdF9oYXNoGAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbWVzc2FnZV9jb3VudBgLIAEoAxIWCg5hY3RpdmVfdHVybl9pZBgMIAEoCRI0CgVzY29wZRgNIAMoCzIlLmNvZ21lc2guY29tbW9uLnYxLlNlc3Npb24uU2NvcGVFbnRyeRIUCgxhY3RpdmVfYWdlbnQYDiABKAkSHAoUZGVsZWdhdGVkX3R1cm5fY291bnQYDyABKAMaLAoKU2NvcGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIt4BCgVBZ2VudBIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEg0KBW1vZGVsGAMgASgJEg0KBXRvb2xzGAQgAygJEg4KBnNraWxscxgFIAMoCRIqCgRtb2RlGAYgASgOMhwuY29nbWVzaC5jb21tb24udjEuQWdlbnRNb2RlEhMKC2EyYV9leHBvc2VkGAcgASgIEhMKC21jcF9leHBvc2VkGAggASgIEi4KDW91dHB1dF9zY2hlbWEYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0ImAKEU1vZGVsQ2FwYWJpbGl0aWVzEg0KBXRvb2xzGAEgASgIEhEKCXN0cmVhbWluZxgCIAEoCBIOCgZ2aXNpb24YAyABKAgSGQoRc3RydWN0dXJlZF9vdXRwdXQYBCABKAgiTQoMTW9kZWxQcmljaW5nEh0KFWlucHV0X3Blcl9taWxsaW9uX3VzZBgBIAEoARIeChZvdXRwdXRfcGVyX21pbGxpb25fdXNkGAIgASgBIuwBCgVNb2RlbBIKCgJpZBgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIPCgdhbGlhc2VzGAMgAygJEhMKC2Rlc2NyaXB0aW9uGAQgASgJEhYKDmNvbnRleHRfd2luZG93GAUgASgDEhkKEW1heF9vdXRwdXRfdG9rZW5zGAYgASgDEjoKDGNhcGFiaWxpdGllcxgHIAEoCzIkLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsQ2FwYWJpbGl0aWVzEjAKB3ByaWNpbmcYCCABKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5Nb2RlbFByaWNpbmcqbAoJQWdlbnRNb2RlEhoKFkFHRU5UX01PREVfVU5TUEVDSUZJRUQQABIWChJBR0VOVF9NT0RFX1BSSU1BUlkQARIXChNBR0VOVF9NT0RFX1NVQkFHRU5UEAISEgoOQUdFTlRfTU9ERV9BTEwQA0IvWi1jb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC9jb21tb24vdjE7Y29tbW9udjFiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiFjb2dtZXNoL2NvbW1vbi92MS9yZXNvdXJjZXMucHJvdG8SEWNvZ21lc2guY29tbW9uLnYxIuQECgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSEAoIdG9waWNfaWQYBCABKAkSDQoFYWdlbnQYBSABKAkSDwoHcm9sZV9pZBgGIAEoCRIYChBhY3RpdmVfc2tpbGxfaWRzGAcgAygJEhMKC3Byb21wdF9oYXNoGAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbWVzc2FnZV9jb3VudBgLIAEoAxIWCg5hY3RpdmVfdHVybl9pZBgMIAEoCRI0CgVzY29wZRgNIAMoCzIlLmNvZ21lc2guY29tbW9uLnYxLlNlc3Npb24uU2NvcGVFbnRyeRIUCgxhY3RpdmVfYWdlbnQYDiABKAkSHAoUZGVsZWdhdGVkX3R1cm5fY291bnQYDyABKAMSNgoGbGFiZWxzGBAgAygLMiYuY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIwCgZzdGF0dXMYESABKA4yIC5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uU3RhdHVzGiwKClNjb3BlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIt4BCgVBZ2VudBIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEg0KBW1vZGVsGAMgASgJEg0KBXRvb2xzGAQgAygJEg4KBnNraWxscxgFIAMoCRIqCgRtb2RlGAYgASgOMhwuY29nbWVzaC5jb21tb24udjEuQWdlbnRNb2RlEhMKC2EyYV9leHBvc2VkGAcgASgIEhMKC21jcF9leHBvc2VkGAggASgIEi4KDW91dHB1dF9zY2hlbWEYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0ImAKEU1vZGVsQ2FwYWJpbGl0aWVzEg0KBXRvb2xzGAEgASgIEhEKCXN0cmVhbWluZxgCIAEoCBIOCgZ2aXNpb24YAyABKAgSGQoRc3RydWN0dXJlZF9vdXRwdXQYBCABKAgiTQoMTW9kZWxQcmljaW5nEh0KFWlucHV0X3Blcl9taWxsaW9uX3VzZBgBIAEoARIeChZvdXRwdXRfcGVyX21pbGxpb25fdXNkGAIgASgBIuwBCgVNb2RlbBIKCgJpZBgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIPCgdhbGlhc2VzGAMgAygJEhMKC2Rlc2NyaXB0aW9uGAQgASgJEhYKDmNvbnRleHRfd2luZG93GAUgASgDEhkKEW1heF9vdXRwdXRfdG9rZW5zGAYgASgDEjoKDGNhcGFiaWxpdGllcxgHIAEoCzIkLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsQ2FwYWJpbGl0aWVzEjAKB3ByaWNpbmcYCCABKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5Nb2RlbFByaWNpbmcqmgEKDVNlc3Npb25TdGF0dXMSHgoaU0VTU0lPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNTRVNTSU9OX1NUQVRVU19JRExFEAESGgoWU0VTU0lPTl9TVEFUVVNfUlVOTklORxACEhkKFVNFU1NJT05fU1RBVFVTX1BBVVNFRBADEhkKFVNFU1NJT05fU1RBVFVTX0ZBSUxFRBAEKmwKCUFnZW50TW9kZRIaChZBR0VOVF9NT0RFX1VOU1BFQ0lGSUVEEAASFgoSQUdFTlRfTU9ERV9QUklNQVJZEAESFwoTQUdFTlRfTU9ERV9TVUJBR0VOVBACEhIKDkFHRU5UX01PREVfQUxMEANCL1otY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvY29tbW9uL3YxO2NvbW1vbnYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Session is a durable conversation between one user and one agent inside a tenant.
@@ -130,6 +130,24 @@ export type Session = Message<"cogmesh.common.v1.Session"> & {
    * @generated from field: int64 delegated_turn_count = 15;
    */
   delegatedTurnCount: bigint;
+
+  /**
+   * The application's labels, to find the session by (ListSessions'
+   * label_filter): set by CreateSession, changed by UpdateSession, never
+   * read by the agent. At most 64; keys are 1 to 63 characters of
+   * [a-z0-9_.-/] starting with a letter or digit; values at most 256
+   * characters without control characters.
+   *
+   * @generated from field: map<string, string> labels = 16;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * What the session is doing now (ListSessions filters on it).
+   *
+   * @generated from field: cogmesh.common.v1.SessionStatus status = 17;
+   */
+  status: SessionStatus;
 };
 
 /**
@@ -357,6 +375,56 @@ export const ModelSchema: GenMessage<Model> = /*@__PURE__*/
   messageDesc(file_cogmesh_common_v1_resources, 4);
 
 /**
+ * SessionStatus is what a session is doing, derived from its turns.
+ *
+ * @generated from enum cogmesh.common.v1.SessionStatus
+ */
+export enum SessionStatus {
+  /**
+   * Not set; as a filter value it is refused.
+   *
+   * @generated from enum value: SESSION_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * No turn runs or waits, and the last turn (if any) did not fail.
+   *
+   * @generated from enum value: SESSION_STATUS_IDLE = 1;
+   */
+  IDLE = 1,
+
+  /**
+   * A turn holds the session (running, resuming or being taken over).
+   *
+   * @generated from enum value: SESSION_STATUS_RUNNING = 2;
+   */
+  RUNNING = 2,
+
+  /**
+   * A turn paused for an approval, a user's answer or a client tool's
+   * result, and has not resumed yet.
+   *
+   * @generated from enum value: SESSION_STATUS_PAUSED = 3;
+   */
+  PAUSED = 3,
+
+  /**
+   * No turn runs and the last turn ended with an error (a cancelled turn
+   * is not a failure: the session is idle).
+   *
+   * @generated from enum value: SESSION_STATUS_FAILED = 4;
+   */
+  FAILED = 4,
+}
+
+/**
+ * Describes the enum cogmesh.common.v1.SessionStatus.
+ */
+export const SessionStatusSchema: GenEnum<SessionStatus> = /*@__PURE__*/
+  enumDesc(file_cogmesh_common_v1_resources, 0);
+
+/**
  * AgentMode says where an agent may be used.
  *
  * @generated from enum cogmesh.common.v1.AgentMode
@@ -395,5 +463,5 @@ export enum AgentMode {
  * Describes the enum cogmesh.common.v1.AgentMode.
  */
 export const AgentModeSchema: GenEnum<AgentMode> = /*@__PURE__*/
-  enumDesc(file_cogmesh_common_v1_resources, 0);
+  enumDesc(file_cogmesh_common_v1_resources, 1);
 

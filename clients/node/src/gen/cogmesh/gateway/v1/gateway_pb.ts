@@ -10,18 +10,19 @@ import type { ApprovalDecision, RuntimeEvent } from "../../common/v1/events_pb.j
 import { file_cogmesh_common_v1_events } from "../../common/v1/events_pb.js";
 import type { ToolSpec } from "../../common/v1/messages_pb.js";
 import { file_cogmesh_common_v1_messages } from "../../common/v1/messages_pb.js";
-import type { Agent, Model, Session } from "../../common/v1/resources_pb.js";
+import type { Agent, Model, Session, SessionStatus } from "../../common/v1/resources_pb.js";
 import { file_cogmesh_common_v1_resources } from "../../common/v1/resources_pb.js";
 import type { ApprovalAnswer, ClientToolResult, CostBudget, MultitaskStrategy, TurnLimits } from "../../common/v1/turns_pb.js";
 import { file_cogmesh_common_v1_turns } from "../../common/v1/turns_pb.js";
-import { file_google_protobuf_struct } from "@bufbuild/protobuf/wkt";
+import type { FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file cogmesh/gateway/v1/gateway.proto.
  */
 export const file_cogmesh_gateway_v1_gateway: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb2dtZXNoL2dhdGV3YXkvdjEvZ2F0ZXdheS5wcm90bxISY29nbWVzaC5nYXRld2F5LnYxIroBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBINCgVhZ2VudBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhAKCHRvcGljX2lkGAMgASgJEkIKBXNjb3BlGAQgAygLMjMuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LlNjb3BlRW50cnkaLAoKU2NvcGVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkQKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIkEKEkdldFNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiLAAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJOCgxzY29wZV9maWx0ZXIYAyADKAsyOC5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdC5TY29wZUZpbHRlckVudHJ5GjIKEFNjb3BlRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJdChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIsCghzZXNzaW9ucxgBIAMoCzIaLmNvZ21lc2guY29tbW9uLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgi/wIKElNlbmRNZXNzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDQoFbW9kZWwYAyABKAkSHAoUY2FuY2VsX29uX2Rpc2Nvbm5lY3QYBCABKAgSDwoHcnVudGltZRgFIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBItCgZsaW1pdHMYByABKAsyHS5jb2dtZXNoLmNvbW1vbi52MS5UdXJuTGltaXRzEjIKC2Nvc3RfYnVkZ2V0GAggASgLMh0uY29nbWVzaC5jb21tb24udjEuQ29zdEJ1ZGdldBIxCgxjbGllbnRfdG9vbHMYCSADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYxJAChJtdWx0aXRhc2tfc3RyYXRlZ3kYCiABKA4yJC5jb2dtZXNoLmNvbW1vbi52MS5NdWx0aXRhc2tTdHJhdGVneSJGChNTZW5kTWVzc2FnZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJRChBTdWJzY3JpYmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEEhYKDnN0b3Bfd2hlbl9pZGxlGAMgASgIIlcKEVN1YnNjcmliZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudBIRCgloZWFydGJlYXQYAiABKAgiOAoRQ2FuY2VsVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJIjgKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDwoHdHVybl9pZBgCIAEoCSITChFMaXN0QWdlbnRzUmVxdWVzdCI+ChJMaXN0QWdlbnRzUmVzcG9uc2USKAoGYWdlbnRzGAEgAygLMhguY29nbWVzaC5jb21tb24udjEuQWdlbnQiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkiGAoWR2V0Q2FwYWJpbGl0aWVzUmVxdWVzdCI3ChFSdW50aW1lQ2FwYWJpbGl0eRIMCgRuYW1lGAEgASgJEhQKDGNhcGFiaWxpdGllcxgCIAMoCSKgAgoXR2V0Q2FwYWJpbGl0aWVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIUCgxhcGlfdmVyc2lvbnMYAiADKAkSEQoJcHJvdG9jb2xzGAMgAygJEksKCGZlYXR1cmVzGAQgAygLMjkuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlLkZlYXR1cmVzRW50cnkSNwoIcnVudGltZXMYBSADKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuUnVudGltZUNhcGFiaWxpdHkSFAoMaW50ZXJjZXB0b3JzGAYgAygJGi8KDUZlYXR1cmVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgIOgI4ASK8AQoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghkZWNpc2lvbhgDIAEoDjIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaXNpb24SMQoQZWRpdGVkX2FyZ3VtZW50cxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGcmVhc29uGAUgASgJIkoKF1Jlc29sdmVBcHByb3ZhbFJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCLVAQoWQW5zd2VySW50ZXJydXB0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghhcHByb3ZhbBgKIAEoCzIhLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsQW5zd2VySAASFAoKdXNlcl9pbnB1dBgLIAEoCUgAEjoKC3Rvb2xfcmVzdWx0GAwgASgLMiMuY29nbWVzaC5jb21tb24udjEuQ2xpZW50VG9vbFJlc3VsdEgAQggKBmFuc3dlciJKChdBbnN3ZXJJbnRlcnJ1cHRSZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQiSAoMQ29udmVyc2VPcGVuEhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQFCDAoKX2FmdGVyX3NlcSLQAgoPQ29udmVyc2VSZXF1ZXN0EhAKCGZyYW1lX2lkGAEgASgJEjAKBG9wZW4YCiABKAsyIC5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VPcGVuSAASOQoHbWVzc2FnZRgLIAEoCzImLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlcXVlc3RIABI+CghhcHByb3ZhbBgMIAEoCzIqLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXF1ZXN0SAASPAoGYW5zd2VyGA0gASgLMiouY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlcXVlc3RIABI3CgZjYW5jZWwYDiABKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuQ2FuY2VsVHVyblJlcXVlc3RIAEIHCgVmcmFtZSI9CgpFdmVudEJhdGNoEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJDCgtDb252ZXJzZUFjaxIQCghmcmFtZV9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCWFmdGVyX3NlcRgDIAEoBCI0Cg5GaWVsZFZpb2xhdGlvbhINCgVmaWVsZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCSKkAgoRQ29udmVyc2VSZWplY3Rpb24SEAoIZnJhbWVfaWQYASABKAkSDAoEY29kZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEi4KBnJlYXNvbhgEIAEoDjIeLmNvZ21lc2guY29tbW9uLnYxLkVycm9yUmVhc29uEjYKCnZpb2xhdGlvbnMYBSADKAsyIi5jb2dtZXNoLmdhdGV3YXkudjEuRmllbGRWaW9sYXRpb24SRQoIbWV0YWRhdGEYBiADKAsyMy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZWplY3Rpb24uTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEizAEKEENvbnZlcnNlUmVzcG9uc2USMAoGZXZlbnRzGAEgASgLMh4uY29nbWVzaC5nYXRld2F5LnYxLkV2ZW50QmF0Y2hIABITCgloZWFydGJlYXQYAiABKAhIABIuCgNhY2sYAyABKAsyHy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VBY2tIABI5CghyZWplY3RlZBgEIAEoCzIlLmNvZ21lc2guZ2F0ZXdheS52MS5Db252ZXJzZVJlamVjdGlvbkgAQgYKBGtpbmQylAoKDkdhdGV3YXlTZXJ2aWNlEmQKDUNyZWF0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlElsKCkdldFNlc3Npb24SJS5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlc3BvbnNlEmEKDExpc3RTZXNzaW9ucxInLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiguY29nbWVzaC5nYXRld2F5LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEmQKDURlbGV0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEmAKC1NlbmRNZXNzYWdlEiYuY29nbWVzaC5nYXRld2F5LnYxLlNlbmRNZXNzYWdlUmVxdWVzdBonLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlc3BvbnNlMAESWgoJU3Vic2NyaWJlEiQuY29nbWVzaC5nYXRld2F5LnYxLlN1YnNjcmliZVJlcXVlc3QaJS5jb2dtZXNoLmdhdGV3YXkudjEuU3Vic2NyaWJlUmVzcG9uc2UwARJbCgpDYW5jZWxUdXJuEiUuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXNwb25zZRJsCg9SZXNvbHZlQXBwcm92YWwSKi5jb2dtZXNoLmdhdGV3YXkudjEuUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBorLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXNwb25zZTABEmwKD0Fuc3dlckludGVycnVwdBIqLmNvZ21lc2guZ2F0ZXdheS52MS5BbnN3ZXJJbnRlcnJ1cHRSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlc3BvbnNlMAESWQoIQ29udmVyc2USIy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZXF1ZXN0GiQuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlUmVzcG9uc2UoATABElsKCkxpc3RBZ2VudHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1Jlc3BvbnNlElsKCkxpc3RNb2RlbHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEmoKD0dldENhcGFiaWxpdGllcxIqLmNvZ21lc2guZ2F0ZXdheS52MS5HZXRDYXBhYmlsaXRpZXNSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlQjFaL2NvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2dhdGV3YXkvdjE7Z2F0ZXdheXYxYgZwcm90bzM", [file_cogmesh_common_v1_errors, file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_cogmesh_common_v1_resources, file_cogmesh_common_v1_turns, file_google_protobuf_struct]);
+  fileDesc("CiBjb2dtZXNoL2dhdGV3YXkvdjEvZ2F0ZXdheS5wcm90bxISY29nbWVzaC5nYXRld2F5LnYxIq8CChRDcmVhdGVTZXNzaW9uUmVxdWVzdBINCgVhZ2VudBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhAKCHRvcGljX2lkGAMgASgJEkIKBXNjb3BlGAQgAygLMjMuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LlNjb3BlRW50cnkSRAoGbGFiZWxzGAUgAygLMjQuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LkxhYmVsc0VudHJ5GiwKClNjb3BlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkQKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIkEKEkdldFNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiLTBAoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJOCgxzY29wZV9maWx0ZXIYAyADKAsyOC5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdC5TY29wZUZpbHRlckVudHJ5Ek4KDGxhYmVsX2ZpbHRlchgEIAMoCzI4LmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0LkxhYmVsRmlsdGVyRW50cnkSMgoIc3RhdHVzZXMYBSADKA4yIC5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uU3RhdHVzEg0KBWFnZW50GAYgASgJEjEKDWNyZWF0ZWRfYWZ0ZXIYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxhY3RpdmVfYWZ0ZXIYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKDWFjdGl2ZV9iZWZvcmUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGjIKEFNjb3BlRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBMYWJlbEZpbHRlckVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiXQoUTGlzdFNlc3Npb25zUmVzcG9uc2USLAoIc2Vzc2lvbnMYASADKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLQAQoUVXBkYXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRJECgZsYWJlbHMYAiADKAsyNC5jb2dtZXNoLmdhdGV3YXkudjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QuTGFiZWxzRW50cnkSLwoLdXBkYXRlX21hc2sYAyABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRAoVVXBkYXRlU2Vzc2lvblJlc3BvbnNlEisKB3Nlc3Npb24YASABKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgi/wIKElNlbmRNZXNzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDQoFbW9kZWwYAyABKAkSHAoUY2FuY2VsX29uX2Rpc2Nvbm5lY3QYBCABKAgSDwoHcnVudGltZRgFIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBItCgZsaW1pdHMYByABKAsyHS5jb2dtZXNoLmNvbW1vbi52MS5UdXJuTGltaXRzEjIKC2Nvc3RfYnVkZ2V0GAggASgLMh0uY29nbWVzaC5jb21tb24udjEuQ29zdEJ1ZGdldBIxCgxjbGllbnRfdG9vbHMYCSADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYxJAChJtdWx0aXRhc2tfc3RyYXRlZ3kYCiABKA4yJC5jb2dtZXNoLmNvbW1vbi52MS5NdWx0aXRhc2tTdHJhdGVneSJGChNTZW5kTWVzc2FnZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJRChBTdWJzY3JpYmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEEhYKDnN0b3Bfd2hlbl9pZGxlGAMgASgIIlcKEVN1YnNjcmliZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudBIRCgloZWFydGJlYXQYAiABKAgiOAoRQ2FuY2VsVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJIjgKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDwoHdHVybl9pZBgCIAEoCSITChFMaXN0QWdlbnRzUmVxdWVzdCI+ChJMaXN0QWdlbnRzUmVzcG9uc2USKAoGYWdlbnRzGAEgAygLMhguY29nbWVzaC5jb21tb24udjEuQWdlbnQiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkiGAoWR2V0Q2FwYWJpbGl0aWVzUmVxdWVzdCI3ChFSdW50aW1lQ2FwYWJpbGl0eRIMCgRuYW1lGAEgASgJEhQKDGNhcGFiaWxpdGllcxgCIAMoCSKgAgoXR2V0Q2FwYWJpbGl0aWVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIUCgxhcGlfdmVyc2lvbnMYAiADKAkSEQoJcHJvdG9jb2xzGAMgAygJEksKCGZlYXR1cmVzGAQgAygLMjkuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlLkZlYXR1cmVzRW50cnkSNwoIcnVudGltZXMYBSADKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuUnVudGltZUNhcGFiaWxpdHkSFAoMaW50ZXJjZXB0b3JzGAYgAygJGi8KDUZlYXR1cmVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgIOgI4ASK8AQoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghkZWNpc2lvbhgDIAEoDjIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaXNpb24SMQoQZWRpdGVkX2FyZ3VtZW50cxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGcmVhc29uGAUgASgJIkoKF1Jlc29sdmVBcHByb3ZhbFJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCLVAQoWQW5zd2VySW50ZXJydXB0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghhcHByb3ZhbBgKIAEoCzIhLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsQW5zd2VySAASFAoKdXNlcl9pbnB1dBgLIAEoCUgAEjoKC3Rvb2xfcmVzdWx0GAwgASgLMiMuY29nbWVzaC5jb21tb24udjEuQ2xpZW50VG9vbFJlc3VsdEgAQggKBmFuc3dlciJKChdBbnN3ZXJJbnRlcnJ1cHRSZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQiSAoMQ29udmVyc2VPcGVuEhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQFCDAoKX2FmdGVyX3NlcSLQAgoPQ29udmVyc2VSZXF1ZXN0EhAKCGZyYW1lX2lkGAEgASgJEjAKBG9wZW4YCiABKAsyIC5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VPcGVuSAASOQoHbWVzc2FnZRgLIAEoCzImLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlcXVlc3RIABI+CghhcHByb3ZhbBgMIAEoCzIqLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXF1ZXN0SAASPAoGYW5zd2VyGA0gASgLMiouY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlcXVlc3RIABI3CgZjYW5jZWwYDiABKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuQ2FuY2VsVHVyblJlcXVlc3RIAEIHCgVmcmFtZSI9CgpFdmVudEJhdGNoEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJDCgtDb252ZXJzZUFjaxIQCghmcmFtZV9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCWFmdGVyX3NlcRgDIAEoBCI0Cg5GaWVsZFZpb2xhdGlvbhINCgVmaWVsZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCSKkAgoRQ29udmVyc2VSZWplY3Rpb24SEAoIZnJhbWVfaWQYASABKAkSDAoEY29kZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEi4KBnJlYXNvbhgEIAEoDjIeLmNvZ21lc2guY29tbW9uLnYxLkVycm9yUmVhc29uEjYKCnZpb2xhdGlvbnMYBSADKAsyIi5jb2dtZXNoLmdhdGV3YXkudjEuRmllbGRWaW9sYXRpb24SRQoIbWV0YWRhdGEYBiADKAsyMy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZWplY3Rpb24uTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEizAEKEENvbnZlcnNlUmVzcG9uc2USMAoGZXZlbnRzGAEgASgLMh4uY29nbWVzaC5nYXRld2F5LnYxLkV2ZW50QmF0Y2hIABITCgloZWFydGJlYXQYAiABKAhIABIuCgNhY2sYAyABKAsyHy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VBY2tIABI5CghyZWplY3RlZBgEIAEoCzIlLmNvZ21lc2guZ2F0ZXdheS52MS5Db252ZXJzZVJlamVjdGlvbkgAQgYKBGtpbmQy+goKDkdhdGV3YXlTZXJ2aWNlEmQKDUNyZWF0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlElsKCkdldFNlc3Npb24SJS5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlc3BvbnNlEmEKDExpc3RTZXNzaW9ucxInLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiguY29nbWVzaC5nYXRld2F5LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEmQKDVVwZGF0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuVXBkYXRlU2Vzc2lvblJlc3BvbnNlEmQKDURlbGV0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEmAKC1NlbmRNZXNzYWdlEiYuY29nbWVzaC5nYXRld2F5LnYxLlNlbmRNZXNzYWdlUmVxdWVzdBonLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlc3BvbnNlMAESWgoJU3Vic2NyaWJlEiQuY29nbWVzaC5nYXRld2F5LnYxLlN1YnNjcmliZVJlcXVlc3QaJS5jb2dtZXNoLmdhdGV3YXkudjEuU3Vic2NyaWJlUmVzcG9uc2UwARJbCgpDYW5jZWxUdXJuEiUuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXNwb25zZRJsCg9SZXNvbHZlQXBwcm92YWwSKi5jb2dtZXNoLmdhdGV3YXkudjEuUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBorLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXNwb25zZTABEmwKD0Fuc3dlckludGVycnVwdBIqLmNvZ21lc2guZ2F0ZXdheS52MS5BbnN3ZXJJbnRlcnJ1cHRSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlc3BvbnNlMAESWQoIQ29udmVyc2USIy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZXF1ZXN0GiQuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlUmVzcG9uc2UoATABElsKCkxpc3RBZ2VudHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1Jlc3BvbnNlElsKCkxpc3RNb2RlbHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEmoKD0dldENhcGFiaWxpdGllcxIqLmNvZ21lc2guZ2F0ZXdheS52MS5HZXRDYXBhYmlsaXRpZXNSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlQjFaL2NvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2dhdGV3YXkvdjE7Z2F0ZXdheXYxYgZwcm90bzM", [file_cogmesh_common_v1_errors, file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_cogmesh_common_v1_resources, file_cogmesh_common_v1_turns, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * CreateSessionRequest names the agent and the application's identity of the conversation.
@@ -60,6 +61,13 @@ export type CreateSessionRequest = Message<"cogmesh.gateway.v1.CreateSessionRequ
    * @generated from field: map<string, string> scope = 4;
    */
   scope: { [key: string]: string };
+
+  /**
+   * Labels of the session (see cogmesh.common.v1.Session.labels): at most 64.
+   *
+   * @generated from field: map<string, string> labels = 5;
+   */
+  labels: { [key: string]: string };
 };
 
 /**
@@ -159,6 +167,55 @@ export type ListSessionsRequest = Message<"cogmesh.gateway.v1.ListSessionsReques
    * @generated from field: map<string, string> scope_filter = 3;
    */
   scopeFilter: { [key: string]: string };
+
+  /**
+   * Only sessions whose labels hold every one of these entries.
+   *
+   * @generated from field: map<string, string> label_filter = 4;
+   */
+  labelFilter: { [key: string]: string };
+
+  /**
+   * Only sessions in one of these statuses; empty: any.
+   *
+   * @generated from field: repeated cogmesh.common.v1.SessionStatus statuses = 5;
+   */
+  statuses: SessionStatus[];
+
+  /**
+   * Only sessions opened with this agent (Session.agent, by name).
+   *
+   * @generated from field: string agent = 6;
+   */
+  agent: string;
+
+  /**
+   * Only sessions created at or after this time.
+   *
+   * @generated from field: google.protobuf.Timestamp created_after = 7;
+   */
+  createdAfter?: Timestamp | undefined;
+
+  /**
+   * Only sessions created before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp created_before = 8;
+   */
+  createdBefore?: Timestamp | undefined;
+
+  /**
+   * Only sessions last active (Session.update_time) at or after this time.
+   *
+   * @generated from field: google.protobuf.Timestamp active_after = 9;
+   */
+  activeAfter?: Timestamp | undefined;
+
+  /**
+   * Only sessions last active (Session.update_time) before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp active_before = 10;
+   */
+  activeBefore?: Timestamp | undefined;
 };
 
 /**
@@ -169,7 +226,10 @@ export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__P
   messageDesc(file_cogmesh_gateway_v1_gateway, 4);
 
 /**
- * ListSessionsResponse is one page of sessions.
+ * ListSessionsResponse is one page of sessions. With a filter other than
+ * scope_filter a page may hold fewer sessions than page_size (even none)
+ * while next_page_token is set: each call reads a bounded stretch of the
+ * tenant's sessions; keep paging until the token is empty.
  *
  * @generated from message cogmesh.gateway.v1.ListSessionsResponse
  */
@@ -197,6 +257,64 @@ export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@_
   messageDesc(file_cogmesh_gateway_v1_gateway, 5);
 
 /**
+ * UpdateSessionRequest changes the fields update_mask names.
+ *
+ * @generated from message cogmesh.gateway.v1.UpdateSessionRequest
+ */
+export type UpdateSessionRequest = Message<"cogmesh.gateway.v1.UpdateSessionRequest"> & {
+  /**
+   * Session id.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The labels: with mask path "labels" they replace all of the session's
+   * labels; with a path "labels.<key>" only that key changes (set to its
+   * value here, or removed when labels lacks it).
+   *
+   * @generated from field: map<string, string> labels = 2;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * Which fields to change: "labels" or "labels.<key>" paths, at least one.
+   *
+   * @generated from field: google.protobuf.FieldMask update_mask = 3;
+   */
+  updateMask?: FieldMask | undefined;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.UpdateSessionRequest.
+ * Use `create(UpdateSessionRequestSchema)` to create a new message.
+ */
+export const UpdateSessionRequestSchema: GenMessage<UpdateSessionRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 6);
+
+/**
+ * UpdateSessionResponse carries the updated session.
+ *
+ * @generated from message cogmesh.gateway.v1.UpdateSessionResponse
+ */
+export type UpdateSessionResponse = Message<"cogmesh.gateway.v1.UpdateSessionResponse"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: cogmesh.common.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.UpdateSessionResponse.
+ * Use `create(UpdateSessionResponseSchema)` to create a new message.
+ */
+export const UpdateSessionResponseSchema: GenMessage<UpdateSessionResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 7);
+
+/**
  * DeleteSessionRequest names the session to delete.
  *
  * @generated from message cogmesh.gateway.v1.DeleteSessionRequest
@@ -215,7 +333,7 @@ export type DeleteSessionRequest = Message<"cogmesh.gateway.v1.DeleteSessionRequ
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 6);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 8);
 
 /**
  * DeleteSessionResponse confirms the deletion.
@@ -236,7 +354,7 @@ export type DeleteSessionResponse = Message<"cogmesh.gateway.v1.DeleteSessionRes
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 7);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 9);
 
 /**
  * SendMessageRequest carries one user message that starts a turn.
@@ -330,7 +448,7 @@ export type SendMessageRequest = Message<"cogmesh.gateway.v1.SendMessageRequest"
  * Use `create(SendMessageRequestSchema)` to create a new message.
  */
 export const SendMessageRequestSchema: GenMessage<SendMessageRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 8);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 10);
 
 /**
  * SendMessageResponse carries one or more events of the turn, in seq order.
@@ -351,7 +469,7 @@ export type SendMessageResponse = Message<"cogmesh.gateway.v1.SendMessageRespons
  * Use `create(SendMessageResponseSchema)` to create a new message.
  */
 export const SendMessageResponseSchema: GenMessage<SendMessageResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 9);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 11);
 
 /**
  * SubscribeRequest opens a cursor on a session's event log.
@@ -387,7 +505,7 @@ export type SubscribeRequest = Message<"cogmesh.gateway.v1.SubscribeRequest"> & 
  * Use `create(SubscribeRequestSchema)` to create a new message.
  */
 export const SubscribeRequestSchema: GenMessage<SubscribeRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 10);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 12);
 
 /**
  * SubscribeResponse carries events or, when idle, a heartbeat.
@@ -415,7 +533,7 @@ export type SubscribeResponse = Message<"cogmesh.gateway.v1.SubscribeResponse"> 
  * Use `create(SubscribeResponseSchema)` to create a new message.
  */
 export const SubscribeResponseSchema: GenMessage<SubscribeResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 11);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 13);
 
 /**
  * CancelTurnRequest names the session whose running turn should stop.
@@ -443,7 +561,7 @@ export type CancelTurnRequest = Message<"cogmesh.gateway.v1.CancelTurnRequest"> 
  * Use `create(CancelTurnRequestSchema)` to create a new message.
  */
 export const CancelTurnRequestSchema: GenMessage<CancelTurnRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 12);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 14);
 
 /**
  * CancelTurnResponse says whether a running turn was signalled.
@@ -471,7 +589,7 @@ export type CancelTurnResponse = Message<"cogmesh.gateway.v1.CancelTurnResponse"
  * Use `create(CancelTurnResponseSchema)` to create a new message.
  */
 export const CancelTurnResponseSchema: GenMessage<CancelTurnResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 13);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 15);
 
 /**
  * ListAgentsRequest asks for the visible agents.
@@ -486,7 +604,7 @@ export type ListAgentsRequest = Message<"cogmesh.gateway.v1.ListAgentsRequest"> 
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 14);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 16);
 
 /**
  * ListAgentsResponse lists agents.
@@ -507,7 +625,7 @@ export type ListAgentsResponse = Message<"cogmesh.gateway.v1.ListAgentsResponse"
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 15);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 17);
 
 /**
  * ListModelsRequest optionally filters by provider.
@@ -528,7 +646,7 @@ export type ListModelsRequest = Message<"cogmesh.gateway.v1.ListModelsRequest"> 
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 16);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 18);
 
 /**
  * ListModelsResponse lists models.
@@ -556,7 +674,7 @@ export type ListModelsResponse = Message<"cogmesh.gateway.v1.ListModelsResponse"
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 17);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 19);
 
 /**
  * GetCapabilitiesRequest asks what the suite offers.
@@ -571,7 +689,7 @@ export type GetCapabilitiesRequest = Message<"cogmesh.gateway.v1.GetCapabilities
  * Use `create(GetCapabilitiesRequestSchema)` to create a new message.
  */
 export const GetCapabilitiesRequestSchema: GenMessage<GetCapabilitiesRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 18);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 20);
 
 /**
  * RuntimeCapability describes one runtime engine available to turns.
@@ -599,7 +717,7 @@ export type RuntimeCapability = Message<"cogmesh.gateway.v1.RuntimeCapability"> 
  * Use `create(RuntimeCapabilitySchema)` to create a new message.
  */
 export const RuntimeCapabilitySchema: GenMessage<RuntimeCapability> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 19);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 21);
 
 /**
  * GetCapabilitiesResponse describes the suite as the caller's tenant sees it.
@@ -657,7 +775,7 @@ export type GetCapabilitiesResponse = Message<"cogmesh.gateway.v1.GetCapabilitie
  * Use `create(GetCapabilitiesResponseSchema)` to create a new message.
  */
 export const GetCapabilitiesResponseSchema: GenMessage<GetCapabilitiesResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 20);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 22);
 
 /**
  * ResolveApprovalRequest is a human's decision on a tool call waiting for approval.
@@ -708,7 +826,7 @@ export type ResolveApprovalRequest = Message<"cogmesh.gateway.v1.ResolveApproval
  * Use `create(ResolveApprovalRequestSchema)` to create a new message.
  */
 export const ResolveApprovalRequestSchema: GenMessage<ResolveApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 21);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 23);
 
 /**
  * ResolveApprovalResponse carries events of the resumed turn, in seq order.
@@ -729,7 +847,7 @@ export type ResolveApprovalResponse = Message<"cogmesh.gateway.v1.ResolveApprova
  * Use `create(ResolveApprovalResponseSchema)` to create a new message.
  */
 export const ResolveApprovalResponseSchema: GenMessage<ResolveApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 22);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 24);
 
 /**
  * AnswerInterruptRequest answers what a paused turn waits for.
@@ -790,7 +908,7 @@ export type AnswerInterruptRequest = Message<"cogmesh.gateway.v1.AnswerInterrupt
  * Use `create(AnswerInterruptRequestSchema)` to create a new message.
  */
 export const AnswerInterruptRequestSchema: GenMessage<AnswerInterruptRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 23);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 25);
 
 /**
  * AnswerInterruptResponse carries events of the resumed turn, in seq order.
@@ -811,7 +929,7 @@ export type AnswerInterruptResponse = Message<"cogmesh.gateway.v1.AnswerInterrup
  * Use `create(AnswerInterruptResponseSchema)` to create a new message.
  */
 export const AnswerInterruptResponseSchema: GenMessage<AnswerInterruptResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 24);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 26);
 
 /**
  * ConverseOpen binds a Converse stream to a session.
@@ -840,7 +958,7 @@ export type ConverseOpen = Message<"cogmesh.gateway.v1.ConverseOpen"> & {
  * Use `create(ConverseOpenSchema)` to create a new message.
  */
 export const ConverseOpenSchema: GenMessage<ConverseOpen> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 25);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 27);
 
 /**
  * ConverseRequest is one frame from the client.
@@ -908,7 +1026,7 @@ export type ConverseRequest = Message<"cogmesh.gateway.v1.ConverseRequest"> & {
  * Use `create(ConverseRequestSchema)` to create a new message.
  */
 export const ConverseRequestSchema: GenMessage<ConverseRequest> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 26);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 28);
 
 /**
  * EventBatch is a run of consecutive events of the session.
@@ -929,7 +1047,7 @@ export type EventBatch = Message<"cogmesh.gateway.v1.EventBatch"> & {
  * Use `create(EventBatchSchema)` to create a new message.
  */
 export const EventBatchSchema: GenMessage<EventBatch> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 27);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 29);
 
 /**
  * ConverseAck says a frame was accepted.
@@ -965,7 +1083,7 @@ export type ConverseAck = Message<"cogmesh.gateway.v1.ConverseAck"> & {
  * Use `create(ConverseAckSchema)` to create a new message.
  */
 export const ConverseAckSchema: GenMessage<ConverseAck> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 28);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 30);
 
 /**
  * FieldViolation names one bad field of a rejected frame.
@@ -993,7 +1111,7 @@ export type FieldViolation = Message<"cogmesh.gateway.v1.FieldViolation"> & {
  * Use `create(FieldViolationSchema)` to create a new message.
  */
 export const FieldViolationSchema: GenMessage<FieldViolation> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 29);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 31);
 
 /**
  * ConverseRejection says a frame was refused; the stream goes on.
@@ -1050,7 +1168,7 @@ export type ConverseRejection = Message<"cogmesh.gateway.v1.ConverseRejection"> 
  * Use `create(ConverseRejectionSchema)` to create a new message.
  */
 export const ConverseRejectionSchema: GenMessage<ConverseRejection> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 30);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 32);
 
 /**
  * ConverseResponse is one message to the client.
@@ -1103,7 +1221,7 @@ export type ConverseResponse = Message<"cogmesh.gateway.v1.ConverseResponse"> & 
  * Use `create(ConverseResponseSchema)` to create a new message.
  */
 export const ConverseResponseSchema: GenMessage<ConverseResponse> = /*@__PURE__*/
-  messageDesc(file_cogmesh_gateway_v1_gateway, 31);
+  messageDesc(file_cogmesh_gateway_v1_gateway, 33);
 
 /**
  * GatewayService is cogmesh's public API: sessions, turns and their event streams.
@@ -1146,7 +1264,8 @@ export const GatewayService: GenService<{
     output: typeof GetSessionResponseSchema;
   },
   /**
-   * ListSessions pages through the caller's sessions, newest first.
+   * ListSessions pages through the caller's sessions, newest first,
+   * filtered by scope, labels, status, agent and time ranges.
    *
    * @generated from rpc cogmesh.gateway.v1.GatewayService.ListSessions
    */
@@ -1154,6 +1273,16 @@ export const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof ListSessionsRequestSchema;
     output: typeof ListSessionsResponseSchema;
+  },
+  /**
+   * UpdateSession changes a session's labels.
+   *
+   * @generated from rpc cogmesh.gateway.v1.GatewayService.UpdateSession
+   */
+  updateSession: {
+    methodKind: "unary";
+    input: typeof UpdateSessionRequestSchema;
+    output: typeof UpdateSessionResponseSchema;
   },
   /**
    * DeleteSession closes a session and forgets its state.

@@ -1,0 +1,142 @@
+"""ListSessions filtered by labels and status and paged, in one tenant of many sessions on Redis, against a
+plain GetSession in the same run.
+
+One private redis-server; one tenant holds --sessions sessions, each labelled
+{team: t<i % teams>, tier: gold|free}, so one team holds 1 / --teams of them, spread evenly over
+the tenant's history (a rare label), and tier=gold half of them (a common one). A filtered
+listing reads at most SCAN_BUDGET index entries per call (services/sessions/redis_store.py),
+so a rare label's walk takes several calls, some answering few sessions or none; every call
+of a walk is one sample. Rows are interleaved so load from elsewhere hits every row alike.
+
+- GetSession: one session read by id (the baseline);
+- unfiltered page: the tenant's newest page;
+- tier=gold (common label), status idle: pages of a walk from the top;
+- team=t7 (rare label): every call of a walk through the whole tenant.
+
+    python -m bench.session_search [--sessions 100000] [--teams 100] [--page 50] [--repeats 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis
+
+from bench.harness import percentile, table, write_result
+from bench.sessions import private_redis, redis_version
+from services.lib import session_search as search
+from services.lib.session_search import SessionFilter
+from services.sessions import redis_store
+from services.sessions.model import NewSession
+from services.sessions.redis_store import RedisSessionStore
+
+TENANT = "bench"
+CREATE_BATCH = 500
+
+
+class Walk:
+    """Successive calls of one filtered listing, from the top again once a walk ends; each call one sample."""
+
+    def __init__(self, store: RedisSessionStore, page: int, where: SessionFilter | None) -> None:
+        self.store, self.page, self.where = store, page, where
+        self.cursor: int | None = None
+        self.returned: list[int] = []
+        self.walks = 0
+
+    async def __call__(self) -> None:
+        page = await self.store.list_sessions(TENANT, self.cursor, self.page, where=self.where)
+        self.returned.append(len(page.items))
+        self.cursor = page.next_cursor
+        if self.cursor is None:
+            self.walks += 1
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=100_000, help="sessions in the one tenant")
+    parser.add_argument("--teams", type=int, default=100, help="distinct team labels: one matches 1/teams")
+    parser.add_argument("--page", type=int, default=50, help="page size (ListSessions' default is 50)")
+    parser.add_argument("--repeats", type=int, default=200, help="calls measured per row")
+    args = parser.parse_args()
+
+    with private_redis() as url:
+        store = RedisSessionStore.from_url(url, "search:", 0.0, 10.0)
+        started = time.perf_counter()
+        ids: list[str] = []
+        for first in range(0, args.sessions, CREATE_BATCH):
+            made = await asyncio.gather(
+                *(
+                    store.create(
+                        TENANT,
+                        NewSession(
+                            "", "", "default", labels={"team": f"t{i % args.teams}", "tier": ("gold", "free")[i % 2]}
+                        ),
+                    )
+                    for i in range(first, min(first + CREATE_BATCH, args.sessions))
+                )
+            )
+            ids += [record.session_id for record, _ in made]
+        print(f"{args.sessions} sessions created in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+
+        async def get() -> None:
+            await store.get(TENANT, random.choice(ids))
+
+        async def unfiltered() -> None:
+            await store.list_sessions(TENANT, None, args.page)
+
+        rare = Walk(store, args.page, SessionFilter(labels={"team": "t7"}))
+        common = Walk(store, args.page, SessionFilter(labels={"tier": "gold"}, statuses={search.IDLE}))
+        rows: dict[str, Callable[[], Awaitable[Any]]] = {
+            "GetSession": get,
+            "unfiltered page": unfiltered,
+            "tier=gold + status idle (common), a walk": common,
+            "team=t7 (rare), a walk": rare,
+        }
+        for call in rows.values():  # warm up: scripts loaded
+            await call()
+        latencies: dict[str, list[float]] = {name: [] for name in rows}
+        for _ in range(args.repeats):
+            for name, call in rows.items():
+                t0 = time.perf_counter()
+                await call()
+                latencies[name].append((time.perf_counter() - t0) * 1000)
+        await store.close()
+
+    base = percentile(latencies["GetSession"], 99)
+    returned = {"tier=gold + status idle (common), a walk": common.returned, "team=t7 (rare), a walk": rare.returned}
+    out = []
+    for name in rows:
+        p99 = percentile(latencies[name], 99)
+        got = returned.get(name)
+        mean = f"{sum(got) / len(got):.1f}" if got else "-"
+        out.append([name, mean, f"{percentile(latencies[name], 50):.2f}", f"{p99:.2f}", f"{p99 / base:.1f}"])
+    headers = ["call", "sessions per call (mean)", "p50 ms", "p99 ms", "p99 vs GetSession p99"]
+    report = "\n".join(
+        [
+            "# Sessions: ListSessions filtered by labels and status, paged, vs GetSession",
+            "",
+            f"One tenant of {args.sessions} sessions on a private redis-server {redis_version()} (no persistence);"
+            f" labels team=t<i % {args.teams}> (one team: {args.sessions // args.teams} sessions spread over the"
+            f" tenant's history) and tier gold|free. Pages of {args.page}; a filtered call reads at most"
+            f" {redis_store.SCAN_BUDGET} index entries; {args.repeats} calls of each row, interleaved; the rare"
+            f" label's walk went through the whole tenant {rare.walks} times. Machine: {platform.machine()},"
+            f" {os.cpu_count()} CPUs (shared), Python {platform.python_version()}, redis-py {redis.__version__}.",
+            "",
+            table(headers, out),
+            "",
+        ]
+    )
+    print(report)
+    print(f"written to {write_result('session_search', report)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
