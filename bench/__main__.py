@@ -41,8 +41,8 @@ ALL = [
     "edges",
 ]
 # Runs with a command of their own (`python -m bench.soak`, `bench.schedules`: minutes of wall clock;
-# `bench.webhooks`): collected, never run by default.
-COLLECTED_ONLY = ["soak", "schedules", "webhooks"]
+# `bench.webhooks`, `bench.session_search`: tens of thousands of sessions): collected, never run by default.
+COLLECTED_ONLY = ["soak", "schedules", "webhooks", "session_search"]
 # Small sizes that exercise every code path; the peer is left out (its venv install is minutes).
 QUICK = {
     "gateway": ["--subscribers", "1,4", "--words", "150", "--turns", "10"],
