@@ -251,3 +251,24 @@ async def test_an_append_retried_across_the_upgrade_to_the_ring_of_append_ids_is
     finally:
         direct.close()
         await store.close()
+
+
+async def test_the_log_keeps_its_last_retention_events_whatever_its_appends_held(private_redis: RedisServer) -> None:
+    """An entry holds an append's events; trimming goes by the events' seqs, not by entries, so a log of big appends
+    keeps its last `retention` events (and the rest of the entry that holds the oldest of them), not more."""
+    store = RedisSessionStore.from_url(private_redis.url, "p:", 0.0, 2.0, event_retention=8)
+    try:
+        sid = (await store.create("acme", NewSession("", "", "default")))[0].session_id
+        grant = await store.try_acquire("acme", sid, "t1", 10, Strategy.REJECT)
+        assert isinstance(grant, Acquired)
+        for batch in range(3):  # 15 events in entries of five: seqs 1-5, 6-10, 11-15
+            texts = [f"{batch}.{i}" for i in range(5)]
+            events = [events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text=t)) for t in texts]
+            await store.append_events("acme", sid, NewEvents("t1", grant.token, events))
+        state = await store.log_state("acme", sid)
+        assert (state.first_seq, state.last_seq) == (6, 15), "events 8-15 kept, with 6 and 7 of their entry"
+        read = [e async for batch in store.read_events("acme", sid, 5, False, 30) if batch for e in batch]
+        assert [e.seq for e in read] == list(range(6, 16))
+        assert read[0].assistant_delta.text == "1.0" and read[-1].assistant_delta.text == "2.4"
+    finally:
+        await store.close()

@@ -303,13 +303,16 @@ local function log_events(turn, at, retention)
   local first = last_seq() + 1
   local last = first + n - 1
   if n > 0 and first == 1 then table.insert(NEW, EV) end  -- the session's first event makes its stream
+  -- The log keeps its last `retention` events: entries whose last seq is older go (an entry that holds the
+  -- first kept event stays whole).
+  local oldest = math.max(1, last - tonumber(retention) + 1) .. '-0'
   for i = 1, k do
     local size = math.min(${ENTRY_EVENTS}, n - (i - 1) * ${ENTRY_EVENTS})
     local id = (first - 1 + (i - 1) * ${ENTRY_EVENTS} + size) .. '-0'
     if size == 1 then
-      redis.call('XADD', EV, 'MAXLEN', retention, id, 'e', ARGV[at + 1 + i])
+      redis.call('XADD', EV, 'MINID', oldest, id, 'e', ARGV[at + 1 + i])
     else
-      redis.call('XADD', EV, 'MAXLEN', retention, id, 'n', size, 'b', ARGV[at + 1 + i])
+      redis.call('XADD', EV, 'MINID', oldest, id, 'n', size, 'b', ARGV[at + 1 + i])
     end
   end
   if n > 0 then put('eseq', last) end
