@@ -141,7 +141,6 @@ class TurnRunner:
         self, clients: Clients, settings: Settings, builder: TurnBuilder, store: TurnStore, memory: SessionMemory
     ) -> None:
         self.clients, self.settings, self.builder, self.store, self.memory = clients, settings, builder, store, memory
-        self.sessions = SessionsClient.of(clients)
         self.appends = AppendChannel(clients.sessions)  # every turn's log writes, on one stream
         self.address = ""  # host:port other replicas reach this one at; set once the server is bound
         self.accepting = True
@@ -157,6 +156,11 @@ class TurnRunner:
         )
         self.refused = 0  # new turns refused by admission control
         self.taken_over = 0  # turns this replica took over from another (redoing their last step)
+
+    @property
+    def sessions(self) -> SessionsClient:
+        """The typed sessions client over whatever `clients` is now (tests swap it to hold renewals back)."""
+        return SessionsClient.of(self.clients)
 
     def serving(self, address: str) -> None:
         """The server is bound: keep leases alive and look for orphaned turns from now on."""
