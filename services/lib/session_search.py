@@ -122,8 +122,17 @@ def matches(facts: Facts, where: SessionFilter) -> bool:
     )
 
 
-def _seconds(request: Any, name: str) -> float | None:
-    return getattr(request, name).ToNanoseconds() / 1e9 if request.HasField(name) else None
+# What google.protobuf.Timestamp allows: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+_MIN_SECONDS, _MAX_SECONDS = -62_135_596_800, 253_402_300_799
+
+
+def _seconds(request: Any, name: str, problems: Violations) -> float | None:
+    if not request.HasField(name):
+        return None
+    stamp = getattr(request, name)
+    valid = _MIN_SECONDS <= stamp.seconds <= _MAX_SECONDS and 0 <= stamp.nanos < 1_000_000_000
+    problems.check(valid, name, "must be a time between the years 1 and 9999 (nanos 0..999,999,999)")
+    return stamp.seconds + stamp.nanos / 1e9 if valid else None
 
 
 def filter_of(request: Any, problems: Violations) -> SessionFilter:
@@ -141,10 +150,10 @@ def filter_of(request: Any, problems: Violations) -> SessionFilter:
         labels=dict(request.label_filter),
         statuses=frozenset(statuses),
         agent=request.agent,
-        created_after=_seconds(request, "created_after"),
-        created_before=_seconds(request, "created_before"),
-        active_after=_seconds(request, "active_after"),
-        active_before=_seconds(request, "active_before"),
+        created_after=_seconds(request, "created_after", problems),
+        created_before=_seconds(request, "created_before", problems),
+        active_after=_seconds(request, "active_after", problems),
+        active_before=_seconds(request, "active_before", problems),
     )
     for after, before in (("created_after", "created_before"), ("active_after", "active_before")):
         low, high = getattr(where, after), getattr(where, before)
