@@ -83,6 +83,13 @@ async def test_status_agent_and_time_filters_through_the_gateway(gateway: gatewa
     assert (await every_page(gateway, label_filter=mine, active_before=got.update_time))[0] == [first.session_id]
 
 
+def printed(capsys: pytest.CaptureFixture[str]) -> Any:
+    """The JSON document the CLI printed: the in-process suite's log lines share its stdout."""
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert lines, "the CLI printed no JSON"
+    return json.loads(lines[-1])
+
+
 async def test_the_python_client_and_the_cli_search_sessions(suite: Suite, capsys: pytest.CaptureFixture[str]) -> None:
     run = uuid.uuid4().hex[:8]
     async with GatewayClient(suite.gateway_address) as client:
@@ -102,8 +109,8 @@ async def test_the_python_client_and_the_cli_search_sessions(suite: Suite, capsy
     gateway = ["--gateway", suite.gateway_address, "--json"]
     args = cli.parse(["sessions", "label", made.session_id, "--set", "cli=yes", "--remove", "tier", *gateway])
     assert await args.run(args) == 0
-    assert json.loads(capsys.readouterr().out)["labels"] == {"run": run, "cli": "yes"}
+    assert printed(capsys)["labels"] == {"run": run, "cli": "yes"}
     argv = ["sessions", "list", "--label", f"run={run}", "--label", "cli=yes", "--status", "idle"]
     args = cli.parse([*argv, "--created-after", "1h", *gateway])
     assert await args.run(args) == 0
-    assert [s["session_id"] for s in json.loads(capsys.readouterr().out)["sessions"]] == [made.session_id]
+    assert [s["session_id"] for s in printed(capsys)["sessions"]] == [made.session_id]
