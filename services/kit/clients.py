@@ -13,8 +13,8 @@ half its deadline and half the internal call deadline (`ready_budget_s`: 2.5 s w
 default COGMESH_CALL_TIMEOUT_S of 5 s), then goes out. A peer that is still not there
 fails the call fast with the channel's own UNAVAILABLE (e.g. "Connection refused"),
 which `call` reports as that dependency being unavailable. A call right behind a
-`Clients.ready` that gave up (within `READY_HOLDOFF_S`) does not wait again: the gateway's
-ready-wait before RunTurn is not followed by a second one. Calls that give up leave no such
+`Clients.ready` that gave up (within `READY_HOLDOFF_S`) does not wait again: a caller's
+explicit ready-wait is not followed by a second one. Calls that give up leave no such
 mark: a peer can be back (a light service restarts in 0.3 s) before the next call.
 """
 
