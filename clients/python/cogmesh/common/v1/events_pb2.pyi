@@ -85,7 +85,7 @@ ERROR_KIND_CONTEXT_LENGTH: ErrorKind
 ERROR_KIND_AUTHENTICATION: ErrorKind
 
 class RuntimeEvent(_message.Message):
-    __slots__ = ("session_id", "turn_id", "seq", "create_time", "agent", "assistant_delta", "status", "tool_call_started", "tool_call_finished", "approval_required", "user_input_requested", "client_tool_call", "usage", "native_notice", "context_compacted", "delegation", "final", "error", "handoff", "plan", "step_complete", "approval_decided")
+    __slots__ = ("session_id", "turn_id", "seq", "create_time", "agent", "assistant_delta", "status", "tool_call_started", "tool_call_finished", "approval_required", "user_input_requested", "client_tool_call", "usage", "native_notice", "context_compacted", "delegation", "final", "error", "handoff", "plan", "step_complete", "approval_decided", "rewound")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +108,7 @@ class RuntimeEvent(_message.Message):
     PLAN_FIELD_NUMBER: _ClassVar[int]
     STEP_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
+    REWOUND_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_id: str
     seq: int
@@ -130,7 +131,8 @@ class RuntimeEvent(_message.Message):
     plan: PlanUpdated
     step_complete: StepCompleted
     approval_decided: ApprovalDecided
-    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent: _Optional[str] = ..., assistant_delta: _Optional[_Union[AssistantDelta, _Mapping]] = ..., status: _Optional[_Union[StatusUpdate, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., user_input_requested: _Optional[_Union[UserInputRequested, _Mapping]] = ..., client_tool_call: _Optional[_Union[ClientToolCall, _Mapping]] = ..., usage: _Optional[_Union[UsageReport, _Mapping]] = ..., native_notice: _Optional[_Union[NativeNotice, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., final: _Optional[_Union[FinalResult, _Mapping]] = ..., error: _Optional[_Union[TurnError, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., plan: _Optional[_Union[PlanUpdated, _Mapping]] = ..., step_complete: _Optional[_Union[StepCompleted, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ...) -> None: ...
+    rewound: SessionRewound
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent: _Optional[str] = ..., assistant_delta: _Optional[_Union[AssistantDelta, _Mapping]] = ..., status: _Optional[_Union[StatusUpdate, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., user_input_requested: _Optional[_Union[UserInputRequested, _Mapping]] = ..., client_tool_call: _Optional[_Union[ClientToolCall, _Mapping]] = ..., usage: _Optional[_Union[UsageReport, _Mapping]] = ..., native_notice: _Optional[_Union[NativeNotice, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., final: _Optional[_Union[FinalResult, _Mapping]] = ..., error: _Optional[_Union[TurnError, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., plan: _Optional[_Union[PlanUpdated, _Mapping]] = ..., step_complete: _Optional[_Union[StepCompleted, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., rewound: _Optional[_Union[SessionRewound, _Mapping]] = ...) -> None: ...
 
 class AssistantDelta(_message.Message):
     __slots__ = ("text",)
@@ -388,3 +390,21 @@ class TurnError(_message.Message):
     retryable: bool
     partial_text: str
     def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., partial_text: _Optional[str] = ...) -> None: ...
+
+class SessionRewound(_message.Message):
+    __slots__ = ("turn_id", "dropped_turn_ids", "void_after_seq", "void_through_seq", "dropped_message_count", "reason", "requested_by")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TURN_IDS_FIELD_NUMBER: _ClassVar[int]
+    VOID_AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    VOID_THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    turn_id: str
+    dropped_turn_ids: _containers.RepeatedScalarFieldContainer[str]
+    void_after_seq: int
+    void_through_seq: int
+    dropped_message_count: int
+    reason: str
+    requested_by: str
+    def __init__(self, turn_id: _Optional[str] = ..., dropped_turn_ids: _Optional[_Iterable[str]] = ..., void_after_seq: _Optional[int] = ..., void_through_seq: _Optional[int] = ..., dropped_message_count: _Optional[int] = ..., reason: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...

@@ -1,5 +1,6 @@
 import datetime
 
+from cogmesh.common.v1 import turns_pb2 as _turns_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -36,7 +37,7 @@ AGENT_MODE_SUBAGENT: AgentMode
 AGENT_MODE_ALL: AgentMode
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope", "active_agent", "delegated_turn_count", "labels", "status")
+    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope", "active_agent", "delegated_turn_count", "labels", "status", "forked_from")
     class ScopeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +69,7 @@ class Session(_message.Message):
     DELEGATED_TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant_id: str
     user_id: str
@@ -85,7 +87,8 @@ class Session(_message.Message):
     delegated_turn_count: int
     labels: _containers.ScalarMap[str, str]
     status: SessionStatus
-    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ..., active_agent: _Optional[str] = ..., delegated_turn_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[SessionStatus, str]] = ...) -> None: ...
+    forked_from: _turns_pb2.SessionOrigin
+    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ..., active_agent: _Optional[str] = ..., delegated_turn_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[SessionStatus, str]] = ..., forked_from: _Optional[_Union[_turns_pb2.SessionOrigin, _Mapping]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed", "mcp_exposed", "output_schema")

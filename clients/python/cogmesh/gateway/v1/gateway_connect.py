@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .gateway_pb2 import AnswerInterruptRequest, AnswerInterruptResponse, CancelTurnRequest, CancelTurnResponse, ConverseRequest, ConverseResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetCapabilitiesRequest, GetCapabilitiesResponse, GetSessionRequest, GetSessionResponse, ListAgentsRequest, ListAgentsResponse, ListModelsRequest, ListModelsResponse, ListSessionsRequest, ListSessionsResponse, ResolveApprovalRequest, ResolveApprovalResponse, SendMessageRequest, SendMessageResponse, SubscribeRequest, SubscribeResponse, UpdateSessionRequest, UpdateSessionResponse
+from .gateway_pb2 import AnswerInterruptRequest, AnswerInterruptResponse, CancelTurnRequest, CancelTurnResponse, ConverseRequest, ConverseResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse, GetCapabilitiesRequest, GetCapabilitiesResponse, GetSessionRequest, GetSessionResponse, ListAgentsRequest, ListAgentsResponse, ListMessagesRequest, ListMessagesResponse, ListModelsRequest, ListModelsResponse, ListSessionsRequest, ListSessionsResponse, ListTurnsRequest, ListTurnsResponse, ResolveApprovalRequest, ResolveApprovalResponse, RewindSessionRequest, RewindSessionResponse, SendMessageRequest, SendMessageResponse, SubscribeRequest, SubscribeResponse, UpdateSessionRequest, UpdateSessionResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
@@ -156,6 +156,40 @@ class GatewayService(Protocol):
         GetCapabilities says what this suite offers: its version, the protocols
         and features it serves, the runtimes available and the interceptors
         configured. A client asks once instead of probing.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_turns(self, request: ListTurnsRequest, ctx: RequestContext[ListTurnsRequest, ListTurnsResponse], /) -> ListTurnsResponse:
+        """
+        ListTurns lists a session's turns, oldest first: the message that started
+        each, how it ended, the seq range of its events and (include_steps) its
+        recorded steps: model calls, decisions, tool calls, pauses.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_messages(self, request: ListMessagesRequest, ctx: RequestContext[ListMessagesRequest, ListMessagesResponse], /) -> ListMessagesResponse:
+        """
+        ListMessages reads the session's conversation, whole or as it was after
+        a given turn.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def fork_session(self, request: ForkSessionRequest, ctx: RequestContext[ForkSessionRequest, ForkSessionResponse], /) -> ForkSessionResponse:
+        """
+        ForkSession creates a new session in the same tenant and scope with the
+        conversation up to a turn (or before it, to send that turn again edited
+        or to another agent); the fork records where it came from
+        (Session.forked_from, ListSessions' forked_from filter) and the original
+        is untouched.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def rewind_session(self, request: RewindSessionRequest, ctx: RequestContext[RewindSessionRequest, RewindSessionResponse], /) -> RewindSessionResponse:
+        """
+        RewindSession drops a turn and every later turn from the conversation.
+        The log stays append-only: a SessionRewound event names the void seq
+        range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+        a turn runs or is paused.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -326,6 +360,50 @@ class GatewayServiceASGIApplication(ConnectASGIApplication[GatewayService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_capabilities,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/ListTurns": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListTurns",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=ListTurnsRequest,
+                        output=ListTurnsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_turns,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/ListMessages": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListMessages",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=ListMessagesRequest,
+                        output=ListMessagesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_messages,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/ForkSession": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ForkSession",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=ForkSessionRequest,
+                        output=ForkSessionResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.fork_session,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/RewindSession": Endpoint.unary(
+                    method=MethodInfo(
+                        name="RewindSession",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=RewindSessionRequest,
+                        output=RewindSessionResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.rewind_session,
                 ),
             },
             interceptors=interceptors,
@@ -724,6 +802,108 @@ class GatewayServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def list_turns(
+        self,
+        request: ListTurnsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListTurnsResponse:
+        """
+        ListTurns lists a session's turns, oldest first: the message that started
+        each, how it ended, the seq range of its events and (include_steps) its
+        recorded steps: model calls, decisions, tool calls, pauses.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListTurns",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=ListTurnsRequest,
+                output=ListTurnsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_messages(
+        self,
+        request: ListMessagesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListMessagesResponse:
+        """
+        ListMessages reads the session's conversation, whole or as it was after
+        a given turn.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListMessages",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=ListMessagesRequest,
+                output=ListMessagesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def fork_session(
+        self,
+        request: ForkSessionRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ForkSessionResponse:
+        """
+        ForkSession creates a new session in the same tenant and scope with the
+        conversation up to a turn (or before it, to send that turn again edited
+        or to another agent); the fork records where it came from
+        (Session.forked_from, ListSessions' forked_from filter) and the original
+        is untouched.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ForkSession",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=ForkSessionRequest,
+                output=ForkSessionResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def rewind_session(
+        self,
+        request: RewindSessionRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RewindSessionResponse:
+        """
+        RewindSession drops a turn and every later turn from the conversation.
+        The log stays append-only: a SessionRewound event names the void seq
+        range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+        a turn runs or is paused.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RewindSession",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=RewindSessionRequest,
+                output=RewindSessionResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class GatewayServiceSync(Protocol):
     """
@@ -844,6 +1024,40 @@ class GatewayServiceSync(Protocol):
         GetCapabilities says what this suite offers: its version, the protocols
         and features it serves, the runtimes available and the interceptors
         configured. A client asks once instead of probing.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def list_turns(self, request: ListTurnsRequest, ctx: RequestContext[ListTurnsRequest, ListTurnsResponse], /) -> ListTurnsResponse:
+        """
+        ListTurns lists a session's turns, oldest first: the message that started
+        each, how it ended, the seq range of its events and (include_steps) its
+        recorded steps: model calls, decisions, tool calls, pauses.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def list_messages(self, request: ListMessagesRequest, ctx: RequestContext[ListMessagesRequest, ListMessagesResponse], /) -> ListMessagesResponse:
+        """
+        ListMessages reads the session's conversation, whole or as it was after
+        a given turn.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def fork_session(self, request: ForkSessionRequest, ctx: RequestContext[ForkSessionRequest, ForkSessionResponse], /) -> ForkSessionResponse:
+        """
+        ForkSession creates a new session in the same tenant and scope with the
+        conversation up to a turn (or before it, to send that turn again edited
+        or to another agent); the fork records where it came from
+        (Session.forked_from, ListSessions' forked_from filter) and the original
+        is untouched.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def rewind_session(self, request: RewindSessionRequest, ctx: RequestContext[RewindSessionRequest, RewindSessionResponse], /) -> RewindSessionResponse:
+        """
+        RewindSession drops a turn and every later turn from the conversation.
+        The log stays append-only: a SessionRewound event names the void seq
+        range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+        a turn runs or is paused.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -1012,6 +1226,50 @@ class GatewayServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.get_capabilities,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/ListTurns": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="ListTurns",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=ListTurnsRequest,
+                        output=ListTurnsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.list_turns,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/ListMessages": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="ListMessages",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=ListMessagesRequest,
+                        output=ListMessagesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.list_messages,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/ForkSession": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="ForkSession",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=ForkSessionRequest,
+                        output=ForkSessionResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.fork_session,
+                ),
+                "/cogmesh.gateway.v1.GatewayService/RewindSession": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="RewindSession",
+                        service_name="cogmesh.gateway.v1.GatewayService",
+                        input=RewindSessionRequest,
+                        output=RewindSessionResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.rewind_session,
                 ),
             },
             interceptors=interceptors,
@@ -1404,6 +1662,108 @@ class GatewayServiceClientSync(ConnectClientSync):
                 service_name="cogmesh.gateway.v1.GatewayService",
                 input=GetCapabilitiesRequest,
                 output=GetCapabilitiesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def list_turns(
+        self,
+        request: ListTurnsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListTurnsResponse:
+        """
+        ListTurns lists a session's turns, oldest first: the message that started
+        each, how it ended, the seq range of its events and (include_steps) its
+        recorded steps: model calls, decisions, tool calls, pauses.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListTurns",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=ListTurnsRequest,
+                output=ListTurnsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def list_messages(
+        self,
+        request: ListMessagesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListMessagesResponse:
+        """
+        ListMessages reads the session's conversation, whole or as it was after
+        a given turn.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListMessages",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=ListMessagesRequest,
+                output=ListMessagesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def fork_session(
+        self,
+        request: ForkSessionRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ForkSessionResponse:
+        """
+        ForkSession creates a new session in the same tenant and scope with the
+        conversation up to a turn (or before it, to send that turn again edited
+        or to another agent); the fork records where it came from
+        (Session.forked_from, ListSessions' forked_from filter) and the original
+        is untouched.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ForkSession",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=ForkSessionRequest,
+                output=ForkSessionResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def rewind_session(
+        self,
+        request: RewindSessionRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RewindSessionResponse:
+        """
+        RewindSession drops a turn and every later turn from the conversation.
+        The log stays append-only: a SessionRewound event names the void seq
+        range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+        a turn runs or is paused.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RewindSession",
+                service_name="cogmesh.gateway.v1.GatewayService",
+                input=RewindSessionRequest,
+                output=RewindSessionResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -63,7 +63,7 @@ class GetSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "scope_filter", "label_filter", "statuses", "agent", "created_after", "created_before", "active_after", "active_before")
+    __slots__ = ("page_size", "page_token", "scope_filter", "label_filter", "statuses", "agent", "created_after", "created_before", "active_after", "active_before", "forked_from")
     class ScopeFilterEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class ListSessionsRequest(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_AFTER_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     scope_filter: _containers.ScalarMap[str, str]
@@ -98,7 +99,8 @@ class ListSessionsRequest(_message.Message):
     created_before: _timestamp_pb2.Timestamp
     active_after: _timestamp_pb2.Timestamp
     active_before: _timestamp_pb2.Timestamp
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.SessionStatus, str]]] = ..., agent: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    forked_from: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.SessionStatus, str]]] = ..., agent: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., forked_from: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")
@@ -388,3 +390,88 @@ class ConverseResponse(_message.Message):
     ack: ConverseAck
     rejected: ConverseRejection
     def __init__(self, events: _Optional[_Union[EventBatch, _Mapping]] = ..., heartbeat: _Optional[bool] = ..., ack: _Optional[_Union[ConverseAck, _Mapping]] = ..., rejected: _Optional[_Union[ConverseRejection, _Mapping]] = ...) -> None: ...
+
+class ListTurnsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token", "include_steps")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    include_steps: bool
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_steps: _Optional[bool] = ...) -> None: ...
+
+class ListTurnsResponse(_message.Message):
+    __slots__ = ("turns", "next_page_token")
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    turns: _containers.RepeatedCompositeFieldContainer[_turns_pb2.TurnRecord]
+    next_page_token: str
+    def __init__(self, turns: _Optional[_Iterable[_Union[_turns_pb2.TurnRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListMessagesRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token", "through_turn_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    through_turn_id: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., through_turn_id: _Optional[str] = ...) -> None: ...
+
+class ListMessagesResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ForkSessionRequest(_message.Message):
+    __slots__ = ("session_id", "turn_id", "before_turn", "agent", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_TURN_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    turn_id: str
+    before_turn: bool
+    agent: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., before_turn: _Optional[bool] = ..., agent: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ForkSessionResponse(_message.Message):
+    __slots__ = ("session", "message_count")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    message_count: int
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., message_count: _Optional[int] = ...) -> None: ...
+
+class RewindSessionRequest(_message.Message):
+    __slots__ = ("session_id", "turn_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    turn_id: str
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ...) -> None: ...
+
+class RewindSessionResponse(_message.Message):
+    __slots__ = ("session", "event")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    event: _events_pb2.RuntimeEvent
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., event: _Optional[_Union[_events_pb2.RuntimeEvent, _Mapping]] = ...) -> None: ...

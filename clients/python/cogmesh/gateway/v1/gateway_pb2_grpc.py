@@ -119,6 +119,26 @@ class GatewayServiceStub:
                 request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesResponse.FromString,
                 _registered_method=True)
+        self.ListTurns = channel.unary_unary(
+                '/cogmesh.gateway.v1.GatewayService/ListTurns',
+                request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListTurnsRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListTurnsResponse.FromString,
+                _registered_method=True)
+        self.ListMessages = channel.unary_unary(
+                '/cogmesh.gateway.v1.GatewayService/ListMessages',
+                request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListMessagesRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListMessagesResponse.FromString,
+                _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/cogmesh.gateway.v1.GatewayService/ForkSession',
+                request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ForkSessionResponse.FromString,
+                _registered_method=True)
+        self.RewindSession = channel.unary_unary(
+                '/cogmesh.gateway.v1.GatewayService/RewindSession',
+                request_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.RewindSessionRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.RewindSessionResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServiceServicer:
@@ -257,6 +277,44 @@ class GatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTurns(self, request, context):
+        """ListTurns lists a session's turns, oldest first: the message that started
+        each, how it ended, the seq range of its events and (include_steps) its
+        recorded steps: model calls, decisions, tool calls, pauses.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMessages(self, request, context):
+        """ListMessages reads the session's conversation, whole or as it was after
+        a given turn.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkSession(self, request, context):
+        """ForkSession creates a new session in the same tenant and scope with the
+        conversation up to a turn (or before it, to send that turn again edited
+        or to another agent); the fork records where it came from
+        (Session.forked_from, ListSessions' forked_from filter) and the original
+        is untouched.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RewindSession(self, request, context):
+        """RewindSession drops a turn and every later turn from the conversation.
+        The log stays append-only: a SessionRewound event names the void seq
+        range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+        a turn runs or is paused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +387,26 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.GetCapabilities,
                     request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesRequest.FromString,
                     response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesResponse.SerializeToString,
+            ),
+            'ListTurns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTurns,
+                    request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListTurnsRequest.FromString,
+                    response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListTurnsResponse.SerializeToString,
+            ),
+            'ListMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMessages,
+                    request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListMessagesRequest.FromString,
+                    response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListMessagesResponse.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ForkSessionRequest.FromString,
+                    response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ForkSessionResponse.SerializeToString,
+            ),
+            'RewindSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.RewindSession,
+                    request_deserializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.RewindSessionRequest.FromString,
+                    response_serializer=cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.RewindSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -724,6 +802,114 @@ class GatewayService:
             '/cogmesh.gateway.v1.GatewayService/GetCapabilities',
             cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesRequest.SerializeToString,
             cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.GetCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTurns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.gateway.v1.GatewayService/ListTurns',
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListTurnsRequest.SerializeToString,
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListTurnsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.gateway.v1.GatewayService/ListMessages',
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListMessagesRequest.SerializeToString,
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ListMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.gateway.v1.GatewayService/ForkSession',
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ForkSessionRequest.SerializeToString,
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.ForkSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RewindSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.gateway.v1.GatewayService/RewindSession',
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.RewindSessionRequest.SerializeToString,
+            cogmesh_dot_gateway_dot_v1_dot_gateway__pb2.RewindSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,6 +3,7 @@ import datetime
 from cogmesh.common.v1 import events_pb2 as _events_pb2
 from cogmesh.common.v1 import messages_pb2 as _messages_pb2
 from cogmesh.common.v1 import resources_pb2 as _resources_pb2
+from cogmesh.common.v1 import turns_pb2 as _turns_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -21,6 +22,7 @@ class MultitaskStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MULTITASK_STRATEGY_REJECT: _ClassVar[MultitaskStrategy]
     MULTITASK_STRATEGY_ENQUEUE: _ClassVar[MultitaskStrategy]
     MULTITASK_STRATEGY_INTERRUPT: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_ROLLBACK: _ClassVar[MultitaskStrategy]
 
 class GoalStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -47,6 +49,7 @@ MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy
 MULTITASK_STRATEGY_REJECT: MultitaskStrategy
 MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
 MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy
+MULTITASK_STRATEGY_ROLLBACK: MultitaskStrategy
 GOAL_STATUS_UNSPECIFIED: GoalStatus
 GOAL_STATUS_ACTIVE: GoalStatus
 GOAL_STATUS_COMPLETED: GoalStatus
@@ -174,7 +177,7 @@ class LookupSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("tenant_id", "page_size", "page_token", "scope_filter", "label_filter", "statuses", "agent", "created_after", "created_before", "active_after", "active_before")
+    __slots__ = ("tenant_id", "page_size", "page_token", "scope_filter", "label_filter", "statuses", "agent", "created_after", "created_before", "active_after", "active_before", "forked_from")
     class ScopeFilterEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +203,7 @@ class ListSessionsRequest(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_AFTER_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     page_size: int
     page_token: str
@@ -211,7 +215,8 @@ class ListSessionsRequest(_message.Message):
     created_before: _timestamp_pb2.Timestamp
     active_after: _timestamp_pb2.Timestamp
     active_before: _timestamp_pb2.Timestamp
-    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.SessionStatus, str]]] = ..., agent: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    forked_from: str
+    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.SessionStatus, str]]] = ..., agent: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., forked_from: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")
@@ -317,18 +322,20 @@ class AppendMessagesResponse(_message.Message):
     def __init__(self, message_count: _Optional[int] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
 
 class ListMessagesRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "page_size", "page_token", "last_n")
+    __slots__ = ("tenant_id", "session_id", "page_size", "page_token", "last_n", "through_turn_id")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LAST_N_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_TURN_ID_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     page_size: int
     page_token: str
     last_n: int
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., last_n: _Optional[int] = ...) -> None: ...
+    through_turn_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., last_n: _Optional[int] = ..., through_turn_id: _Optional[str] = ...) -> None: ...
 
 class ListMessagesResponse(_message.Message):
     __slots__ = ("messages", "next_page_token")
@@ -1005,3 +1012,82 @@ class StoredEvents(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[_events_pb2.RuntimeEvent]
     def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
+
+class ListTurnsRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "page_size", "page_token", "include_steps")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    page_size: int
+    page_token: str
+    include_steps: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_steps: _Optional[bool] = ...) -> None: ...
+
+class ListTurnsResponse(_message.Message):
+    __slots__ = ("turns", "next_page_token")
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    turns: _containers.RepeatedCompositeFieldContainer[_turns_pb2.TurnRecord]
+    next_page_token: str
+    def __init__(self, turns: _Optional[_Iterable[_Union[_turns_pb2.TurnRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ForkSessionRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "turn_id", "before_turn", "agent", "labels", "user_id", "topic_id", "requested_by")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_TURN_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    before_turn: bool
+    agent: str
+    labels: _containers.ScalarMap[str, str]
+    user_id: str
+    topic_id: str
+    requested_by: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., before_turn: _Optional[bool] = ..., agent: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
+
+class ForkSessionResponse(_message.Message):
+    __slots__ = ("session", "message_count")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    message_count: int
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., message_count: _Optional[int] = ...) -> None: ...
+
+class RewindSessionRequest(_message.Message):
+    __slots__ = ("tenant_id", "session_id", "turn_id", "requested_by")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    requested_by: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
+
+class RewindSessionResponse(_message.Message):
+    __slots__ = ("session", "event")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    session: _resources_pb2.Session
+    event: _events_pb2.RuntimeEvent
+    def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., event: _Optional[_Union[_events_pb2.RuntimeEvent, _Mapping]] = ...) -> None: ...

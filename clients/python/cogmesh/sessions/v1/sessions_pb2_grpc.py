@@ -208,6 +208,21 @@ class SessionsServiceStub:
                 request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseResponse.FromString,
                 _registered_method=True)
+        self.ListTurns = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/ListTurns',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ListTurnsRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ListTurnsResponse.FromString,
+                _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/ForkSession',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ForkSessionResponse.FromString,
+                _registered_method=True)
+        self.RewindSession = channel.unary_unary(
+                '/cogmesh.sessions.v1.SessionsService/RewindSession',
+                request_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RewindSessionRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RewindSessionResponse.FromString,
+                _registered_method=True)
 
 
 class SessionsServiceServicer:
@@ -528,6 +543,33 @@ class SessionsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTurns(self, request, context):
+        """ListTurns lists a session's turns, oldest first: their request, outcome,
+        seq range and (when asked) recorded steps, read from the session's
+        messages, journals and log.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkSession(self, request, context):
+        """ForkSession creates a new session in the same tenant and scope holding
+        another session's conversation up to a turn; the original is untouched.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RewindSession(self, request, context):
+        """RewindSession drops a turn and every turn after it from the session's
+        conversation and logs a SessionRewound event, in one store step. Refused
+        (FAILED_PRECONDITION, TURN_IN_PROGRESS) while a turn runs, waits or is
+        paused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -695,6 +737,21 @@ def add_SessionsServiceServicer_to_server(servicer, server):
                     servicer.AnswerPause,
                     request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseRequest.FromString,
                     response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseResponse.SerializeToString,
+            ),
+            'ListTurns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTurns,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ListTurnsRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ListTurnsResponse.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ForkSessionRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ForkSessionResponse.SerializeToString,
+            ),
+            'RewindSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.RewindSession,
+                    request_deserializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RewindSessionRequest.FromString,
+                    response_serializer=cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RewindSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1597,6 +1654,87 @@ class SessionsService:
             '/cogmesh.sessions.v1.SessionsService/AnswerPause',
             cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseRequest.SerializeToString,
             cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.AnswerPauseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTurns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/ListTurns',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ListTurnsRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ListTurnsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/ForkSession',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ForkSessionRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.ForkSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RewindSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.sessions.v1.SessionsService/RewindSession',
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RewindSessionRequest.SerializeToString,
+            cogmesh_dot_sessions_dot_v1_dot_sessions__pb2.RewindSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

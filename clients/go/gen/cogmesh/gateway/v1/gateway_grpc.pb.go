@@ -65,6 +65,24 @@ type GatewayServiceClient interface {
 	// and features it serves, the runtimes available and the interceptors
 	// configured. A client asks once instead of probing.
 	GetCapabilities(ctx context.Context, in *GetCapabilitiesRequest, opts ...grpc.CallOption) (*GetCapabilitiesResponse, error)
+	// ListTurns lists a session's turns, oldest first: the message that started
+	// each, how it ended, the seq range of its events and (include_steps) its
+	// recorded steps: model calls, decisions, tool calls, pauses.
+	ListTurns(ctx context.Context, in *ListTurnsRequest, opts ...grpc.CallOption) (*ListTurnsResponse, error)
+	// ListMessages reads the session's conversation, whole or as it was after
+	// a given turn.
+	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
+	// ForkSession creates a new session in the same tenant and scope with the
+	// conversation up to a turn (or before it, to send that turn again edited
+	// or to another agent); the fork records where it came from
+	// (Session.forked_from, ListSessions' forked_from filter) and the original
+	// is untouched.
+	ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error)
+	// RewindSession drops a turn and every later turn from the conversation.
+	// The log stays append-only: a SessionRewound event names the void seq
+	// range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+	// a turn runs or is paused.
+	RewindSession(ctx context.Context, in *RewindSessionRequest, opts ...grpc.CallOption) (*RewindSessionResponse, error)
 }
 
 type gatewayServiceClient struct {
@@ -315,6 +333,42 @@ func (c *gatewayServiceClient) GetCapabilities(ctx context.Context, in *GetCapab
 	return out, nil
 }
 
+func (c *gatewayServiceClient) ListTurns(ctx context.Context, in *ListTurnsRequest, opts ...grpc.CallOption) (*ListTurnsResponse, error) {
+	out := new(ListTurnsResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.gateway.v1.GatewayService/ListTurns", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error) {
+	out := new(ListMessagesResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.gateway.v1.GatewayService/ListMessages", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error) {
+	out := new(ForkSessionResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.gateway.v1.GatewayService/ForkSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) RewindSession(ctx context.Context, in *RewindSessionRequest, opts ...grpc.CallOption) (*RewindSessionResponse, error) {
+	out := new(RewindSessionResponse)
+	err := c.cc.Invoke(ctx, "/cogmesh.gateway.v1.GatewayService/RewindSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServiceServer is the server API for GatewayService service.
 // All implementations must embed UnimplementedGatewayServiceServer
 // for forward compatibility
@@ -367,6 +421,24 @@ type GatewayServiceServer interface {
 	// and features it serves, the runtimes available and the interceptors
 	// configured. A client asks once instead of probing.
 	GetCapabilities(context.Context, *GetCapabilitiesRequest) (*GetCapabilitiesResponse, error)
+	// ListTurns lists a session's turns, oldest first: the message that started
+	// each, how it ended, the seq range of its events and (include_steps) its
+	// recorded steps: model calls, decisions, tool calls, pauses.
+	ListTurns(context.Context, *ListTurnsRequest) (*ListTurnsResponse, error)
+	// ListMessages reads the session's conversation, whole or as it was after
+	// a given turn.
+	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
+	// ForkSession creates a new session in the same tenant and scope with the
+	// conversation up to a turn (or before it, to send that turn again edited
+	// or to another agent); the fork records where it came from
+	// (Session.forked_from, ListSessions' forked_from filter) and the original
+	// is untouched.
+	ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error)
+	// RewindSession drops a turn and every later turn from the conversation.
+	// The log stays append-only: a SessionRewound event names the void seq
+	// range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+	// a turn runs or is paused.
+	RewindSession(context.Context, *RewindSessionRequest) (*RewindSessionResponse, error)
 	mustEmbedUnimplementedGatewayServiceServer()
 }
 
@@ -415,6 +487,18 @@ func (UnimplementedGatewayServiceServer) ListModels(context.Context, *ListModels
 }
 func (UnimplementedGatewayServiceServer) GetCapabilities(context.Context, *GetCapabilitiesRequest) (*GetCapabilitiesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetCapabilities not implemented")
+}
+func (UnimplementedGatewayServiceServer) ListTurns(context.Context, *ListTurnsRequest) (*ListTurnsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTurns not implemented")
+}
+func (UnimplementedGatewayServiceServer) ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListMessages not implemented")
+}
+func (UnimplementedGatewayServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ForkSession not implemented")
+}
+func (UnimplementedGatewayServiceServer) RewindSession(context.Context, *RewindSessionRequest) (*RewindSessionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RewindSession not implemented")
 }
 func (UnimplementedGatewayServiceServer) mustEmbedUnimplementedGatewayServiceServer() {}
 
@@ -701,6 +785,78 @@ func _GatewayService_GetCapabilities_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayService_ListTurns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTurnsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).ListTurns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.gateway.v1.GatewayService/ListTurns",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).ListTurns(ctx, req.(*ListTurnsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_ListMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).ListMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.gateway.v1.GatewayService/ListMessages",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).ListMessages(ctx, req.(*ListMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_ForkSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).ForkSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.gateway.v1.GatewayService/ForkSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).ForkSession(ctx, req.(*ForkSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_RewindSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewindSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).RewindSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/cogmesh.gateway.v1.GatewayService/RewindSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).RewindSession(ctx, req.(*RewindSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _GatewayService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "cogmesh.gateway.v1.GatewayService",
 	HandlerType: (*GatewayServiceServer)(nil),
@@ -740,6 +896,22 @@ var _GatewayService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCapabilities",
 			Handler:    _GatewayService_GetCapabilities_Handler,
+		},
+		{
+			MethodName: "ListTurns",
+			Handler:    _GatewayService_ListTurns_Handler,
+		},
+		{
+			MethodName: "ListMessages",
+			Handler:    _GatewayService_ListMessages_Handler,
+		},
+		{
+			MethodName: "ForkSession",
+			Handler:    _GatewayService_ForkSession_Handler,
+		},
+		{
+			MethodName: "RewindSession",
+			Handler:    _GatewayService_RewindSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -6,14 +6,15 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ApprovalDecision } from "./events_pb.js";
 import { file_cogmesh_common_v1_events } from "./events_pb.js";
-import { file_google_protobuf_struct } from "@bufbuild/protobuf/wkt";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file cogmesh/common/v1/turns.proto.
  */
 export const file_cogmesh_common_v1_turns: GenFile = /*@__PURE__*/
-  fileDesc("Ch1jb2dtZXNoL2NvbW1vbi92MS90dXJucy5wcm90bxIRY29nbWVzaC5jb21tb24udjEiowEKClR1cm5MaW1pdHMSFgoObWF4X2l0ZXJhdGlvbnMYASABKAUSFgoObWF4X3Rvb2xfY2FsbHMYAiABKAUSFQoNbWF4X21jcF9jYWxscxgDIAEoBRIXCg90b29sX3RpbWVvdXRfbXMYBCABKAUSGgoSbWF4X3BhcmFsbGVsX3Rvb2xzGAUgASgFEhkKEW1heF93YWxsX2Nsb2NrX21zGAYgASgFIoIBCgpDb3N0QnVkZ2V0EhQKDG1heF9jb3N0X3VzZBgBIAEoARIYChBtYXhfdG90YWxfdG9rZW5zGAIgASgDEi8KBmFjdGlvbhgDIAEoDjIfLmNvZ21lc2guY29tbW9uLnYxLkJ1ZGdldEFjdGlvbhITCgtwZXJfc2Vzc2lvbhgEIAEoCCKeAQoOQXBwcm92YWxBbnN3ZXISNQoIZGVjaXNpb24YASABKA4yIy5jb2dtZXNoLmNvbW1vbi52MS5BcHByb3ZhbERlY2lzaW9uEjEKEGVkaXRlZF9hcmd1bWVudHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg4KBnJlYXNvbhgDIAEoCRISCgpkZWNpZGVkX2J5GAQgASgJIjUKEENsaWVudFRvb2xSZXN1bHQSDwoHY29udGVudBgBIAEoCRIQCghpc19lcnJvchgCIAEoCCpeCgxCdWRnZXRBY3Rpb24SHQoZQlVER0VUX0FDVElPTl9VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9BQ1RJT05fRVJST1IQARIWChJCVURHRVRfQUNUSU9OX1dBUk4QAiqYAQoRTXVsdGl0YXNrU3RyYXRlZ3kSIgoeTVVMVElUQVNLX1NUUkFURUdZX1VOU1BFQ0lGSUVEEAASHQoZTVVMVElUQVNLX1NUUkFURUdZX1JFSkVDVBABEh4KGk1VTFRJVEFTS19TVFJBVEVHWV9FTlFVRVVFEAISIAocTVVMVElUQVNLX1NUUkFURUdZX0lOVEVSUlVQVBADQi9aLWNvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2NvbW1vbi92MTtjb21tb252MWIGcHJvdG8z", [file_cogmesh_common_v1_events, file_google_protobuf_struct]);
+  fileDesc("Ch1jb2dtZXNoL2NvbW1vbi92MS90dXJucy5wcm90bxIRY29nbWVzaC5jb21tb24udjEiowEKClR1cm5MaW1pdHMSFgoObWF4X2l0ZXJhdGlvbnMYASABKAUSFgoObWF4X3Rvb2xfY2FsbHMYAiABKAUSFQoNbWF4X21jcF9jYWxscxgDIAEoBRIXCg90b29sX3RpbWVvdXRfbXMYBCABKAUSGgoSbWF4X3BhcmFsbGVsX3Rvb2xzGAUgASgFEhkKEW1heF93YWxsX2Nsb2NrX21zGAYgASgFIoIBCgpDb3N0QnVkZ2V0EhQKDG1heF9jb3N0X3VzZBgBIAEoARIYChBtYXhfdG90YWxfdG9rZW5zGAIgASgDEi8KBmFjdGlvbhgDIAEoDjIfLmNvZ21lc2guY29tbW9uLnYxLkJ1ZGdldEFjdGlvbhITCgtwZXJfc2Vzc2lvbhgEIAEoCCKeAQoOQXBwcm92YWxBbnN3ZXISNQoIZGVjaXNpb24YASABKA4yIy5jb2dtZXNoLmNvbW1vbi52MS5BcHByb3ZhbERlY2lzaW9uEjEKEGVkaXRlZF9hcmd1bWVudHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg4KBnJlYXNvbhgDIAEoCRISCgpkZWNpZGVkX2J5GAQgASgJIjUKEENsaWVudFRvb2xSZXN1bHQSDwoHY29udGVudBgBIAEoCRIQCghpc19lcnJvchgCIAEoCCKIAQoIVHVyblN0ZXASLQoEa2luZBgBIAEoDjIfLmNvZ21lc2guY29tbW9uLnYxLlR1cm5TdGVwS2luZBILCgNzZXEYAiABKAQSLwoLcmVjb3JkX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3N1bW1hcnkYBCABKAkiyAIKClR1cm5SZWNvcmQSDwoHdHVybl9pZBgBIAEoCRINCgVpbmRleBgCIAEoBRIUCgx1c2VyX21lc3NhZ2UYAyABKAkSLwoHb3V0Y29tZRgEIAEoDjIeLmNvZ21lc2guY29tbW9uLnYxLlR1cm5PdXRjb21lEhEKCWZpcnN0X3NlcRgFIAEoBBIQCghsYXN0X3NlcRgGIAEoBBIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbWVzc2FnZV9jb3VudBgJIAEoBRINCgVhZ2VudBgKIAEoCRIqCgVzdGVwcxgLIAMoCzIbLmNvZ21lc2guY29tbW9uLnYxLlR1cm5TdGVwImMKDVNlc3Npb25PcmlnaW4SEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEi0KCWZvcmtfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAqXgoMQnVkZ2V0QWN0aW9uEh0KGUJVREdFVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIXChNCVURHRVRfQUNUSU9OX0VSUk9SEAESFgoSQlVER0VUX0FDVElPTl9XQVJOEAIquQEKEU11bHRpdGFza1N0cmF0ZWd5EiIKHk1VTFRJVEFTS19TVFJBVEVHWV9VTlNQRUNJRklFRBAAEh0KGU1VTFRJVEFTS19TVFJBVEVHWV9SRUpFQ1QQARIeChpNVUxUSVRBU0tfU1RSQVRFR1lfRU5RVUVVRRACEiAKHE1VTFRJVEFTS19TVFJBVEVHWV9JTlRFUlJVUFQQAxIfChtNVUxUSVRBU0tfU1RSQVRFR1lfUk9MTEJBQ0sQBCqvAQoLVHVybk91dGNvbWUSHAoYVFVSTl9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGAoUVFVSTl9PVVRDT01FX1JVTk5JTkcQARIXChNUVVJOX09VVENPTUVfUEFVU0VEEAISGgoWVFVSTl9PVVRDT01FX0NPTVBMRVRFRBADEhcKE1RVUk5fT1VUQ09NRV9GQUlMRUQQBBIaChZUVVJOX09VVENPTUVfQ0FOQ0VMTEVEEAUq6wIKDFR1cm5TdGVwS2luZBIeChpUVVJOX1NURVBfS0lORF9VTlNQRUNJRklFRBAAEhoKFlRVUk5fU1RFUF9LSU5EX1JFUVVFU1QQARIYChRUVVJOX1NURVBfS0lORF9TVEFSVBACEh0KGVRVUk5fU1RFUF9LSU5EX0NPTVBBQ1RJT04QAxIdChlUVVJOX1NURVBfS0lORF9NT0RFTF9DQUxMEAQSGwoXVFVSTl9TVEVQX0tJTkRfREVDSVNJT04QBRIcChhUVVJOX1NURVBfS0lORF9UT09MX0NBTEwQBhIdChlUVVJOX1NURVBfS0lORF9ERUxFR0FUSU9OEAcSGwoXVFVSTl9TVEVQX0tJTkRfU1RFUF9FTkQQCBIYChRUVVJOX1NURVBfS0lORF9QQVVTRRAJEhkKFVRVUk5fU1RFUF9LSU5EX0FOU1dFUhAKEhsKF1RVUk5fU1RFUF9LSU5EX1RBS0VPVkVSEAtCL1otY29nbWVzaC5kZXYvZ28vZ2VuL2NvZ21lc2gvY29tbW9uL3YxO2NvbW1vbnYxYgZwcm90bzM", [file_cogmesh_common_v1_events, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * TurnLimits bounds one turn; zero fields keep the agent's (or the built-in) limits.
@@ -184,6 +185,179 @@ export const ClientToolResultSchema: GenMessage<ClientToolResult> = /*@__PURE__*
   messageDesc(file_cogmesh_common_v1_turns, 3);
 
 /**
+ * TurnStep is one recorded step of a turn (from the turn's journal).
+ *
+ * @generated from message cogmesh.common.v1.TurnStep
+ */
+export type TurnStep = Message<"cogmesh.common.v1.TurnStep"> & {
+  /**
+   * What the step did.
+   *
+   * @generated from field: cogmesh.common.v1.TurnStepKind kind = 1;
+   */
+  kind: TurnStepKind;
+
+  /**
+   * Seq of the session's last event when the step was recorded: the step's
+   * events are at or before it.
+   *
+   * @generated from field: uint64 seq = 2;
+   */
+  seq: bigint;
+
+  /**
+   * When it was recorded.
+   *
+   * @generated from field: google.protobuf.Timestamp record_time = 3;
+   */
+  recordTime?: Timestamp | undefined;
+
+  /**
+   * A short description: the model and its tool calls, the tool and its
+   * outcome, the decisions, what the pause waits for.
+   *
+   * @generated from field: string summary = 4;
+   */
+  summary: string;
+};
+
+/**
+ * Describes the message cogmesh.common.v1.TurnStep.
+ * Use `create(TurnStepSchema)` to create a new message.
+ */
+export const TurnStepSchema: GenMessage<TurnStep> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_turns, 4);
+
+/**
+ * TurnRecord is one turn of a session as recorded: what it was asked, how it
+ * ended, its steps and where its events are in the session's log.
+ *
+ * @generated from message cogmesh.common.v1.TurnRecord
+ */
+export type TurnRecord = Message<"cogmesh.common.v1.TurnRecord"> & {
+  /**
+   * The turn's id.
+   *
+   * @generated from field: string turn_id = 1;
+   */
+  turnId: string;
+
+  /**
+   * Position of the turn in the session, from 1.
+   *
+   * @generated from field: int32 index = 2;
+   */
+  index: number;
+
+  /**
+   * The user's message that started it (text).
+   *
+   * @generated from field: string user_message = 3;
+   */
+  userMessage: string;
+
+  /**
+   * How it ended.
+   *
+   * @generated from field: cogmesh.common.v1.TurnOutcome outcome = 4;
+   */
+  outcome: TurnOutcome;
+
+  /**
+   * The seq range of the turn's events: (first_seq - 1, last_seq]. Both 0
+   * when the log no longer holds them (retention).
+   *
+   * @generated from field: uint64 first_seq = 5;
+   */
+  firstSeq: bigint;
+
+  /**
+   * Seq of the turn's last event.
+   *
+   * @generated from field: uint64 last_seq = 6;
+   */
+  lastSeq: bigint;
+
+  /**
+   * When it was accepted.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 7;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * When its last step was recorded.
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 8;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * Messages it added to the conversation.
+   *
+   * @generated from field: int32 message_count = 9;
+   */
+  messageCount: number;
+
+  /**
+   * The agent that ran it.
+   *
+   * @generated from field: string agent = 10;
+   */
+  agent: string;
+
+  /**
+   * Its recorded steps, oldest first (empty unless asked for).
+   *
+   * @generated from field: repeated cogmesh.common.v1.TurnStep steps = 11;
+   */
+  steps: TurnStep[];
+};
+
+/**
+ * Describes the message cogmesh.common.v1.TurnRecord.
+ * Use `create(TurnRecordSchema)` to create a new message.
+ */
+export const TurnRecordSchema: GenMessage<TurnRecord> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_turns, 5);
+
+/**
+ * SessionOrigin says which session and turn a session was forked from.
+ *
+ * @generated from message cogmesh.common.v1.SessionOrigin
+ */
+export type SessionOrigin = Message<"cogmesh.common.v1.SessionOrigin"> & {
+  /**
+   * The session forked.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The last turn of that session the fork holds; empty when the fork was
+   * made before the session's first turn.
+   *
+   * @generated from field: string turn_id = 2;
+   */
+  turnId: string;
+
+  /**
+   * When the fork was made.
+   *
+   * @generated from field: google.protobuf.Timestamp fork_time = 3;
+   */
+  forkTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message cogmesh.common.v1.SessionOrigin.
+ * Use `create(SessionOriginSchema)` to create a new message.
+ */
+export const SessionOriginSchema: GenMessage<SessionOrigin> = /*@__PURE__*/
+  messageDesc(file_cogmesh_common_v1_turns, 6);
+
+/**
  * BudgetAction says what happens when a cost budget is exceeded.
  *
  * @generated from enum cogmesh.common.v1.BudgetAction
@@ -252,6 +426,15 @@ export enum MultitaskStrategy {
    * @generated from enum value: MULTITASK_STRATEGY_INTERRUPT = 3;
    */
   INTERRUPT = 3,
+
+  /**
+   * As INTERRUPT, and then drop what the stopped turn added: its messages
+   * leave the conversation and a SessionRewound event voids its events, as
+   * RewindSession would. The new turn starts as if the stopped one never ran.
+   *
+   * @generated from enum value: MULTITASK_STRATEGY_ROLLBACK = 4;
+   */
+  ROLLBACK = 4,
 }
 
 /**
@@ -259,4 +442,156 @@ export enum MultitaskStrategy {
  */
 export const MultitaskStrategySchema: GenEnum<MultitaskStrategy> = /*@__PURE__*/
   enumDesc(file_cogmesh_common_v1_turns, 1);
+
+/**
+ * TurnOutcome is how a recorded turn ended, as far as the session knows now.
+ *
+ * @generated from enum cogmesh.common.v1.TurnOutcome
+ */
+export enum TurnOutcome {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: TURN_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Still running (or being taken over by another runtime replica).
+   *
+   * @generated from enum value: TURN_OUTCOME_RUNNING = 1;
+   */
+  RUNNING = 1,
+
+  /**
+   * Paused for an approval, the user's answer or a client tool's result.
+   *
+   * @generated from enum value: TURN_OUTCOME_PAUSED = 2;
+   */
+  PAUSED = 2,
+
+  /**
+   * Ended with a final answer.
+   *
+   * @generated from enum value: TURN_OUTCOME_COMPLETED = 3;
+   */
+  COMPLETED = 3,
+
+  /**
+   * Ended with an error.
+   *
+   * @generated from enum value: TURN_OUTCOME_FAILED = 4;
+   */
+  FAILED = 4,
+
+  /**
+   * Cancelled (CancelTurn, an interrupt, or a paused turn given up).
+   *
+   * @generated from enum value: TURN_OUTCOME_CANCELLED = 5;
+   */
+  CANCELLED = 5,
+}
+
+/**
+ * Describes the enum cogmesh.common.v1.TurnOutcome.
+ */
+export const TurnOutcomeSchema: GenEnum<TurnOutcome> = /*@__PURE__*/
+  enumDesc(file_cogmesh_common_v1_turns, 2);
+
+/**
+ * TurnStepKind is what one recorded step of a turn did.
+ *
+ * @generated from enum cogmesh.common.v1.TurnStepKind
+ */
+export enum TurnStepKind {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: TURN_STEP_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The turn was accepted: its request (the user's message, options).
+   *
+   * @generated from enum value: TURN_STEP_KIND_REQUEST = 1;
+   */
+  REQUEST = 1,
+
+  /**
+   * The turn chose its prompt, tools and model.
+   *
+   * @generated from enum value: TURN_STEP_KIND_START = 2;
+   */
+  START = 2,
+
+  /**
+   * Older conversation was summarized to fit the context.
+   *
+   * @generated from enum value: TURN_STEP_KIND_COMPACTION = 3;
+   */
+  COMPACTION = 3,
+
+  /**
+   * A model call returned text and/or tool calls.
+   *
+   * @generated from enum value: TURN_STEP_KIND_MODEL_CALL = 4;
+   */
+  MODEL_CALL = 4,
+
+  /**
+   * The policy decided on the step's tool calls.
+   *
+   * @generated from enum value: TURN_STEP_KIND_DECISION = 5;
+   */
+  DECISION = 5,
+
+  /**
+   * A tool call finished.
+   *
+   * @generated from enum value: TURN_STEP_KIND_TOOL_CALL = 6;
+   */
+  TOOL_CALL = 6,
+
+  /**
+   * A subagent worked on a delegated task.
+   *
+   * @generated from enum value: TURN_STEP_KIND_DELEGATION = 7;
+   */
+  DELEGATION = 7,
+
+  /**
+   * A model step ended (its results in the transcript).
+   *
+   * @generated from enum value: TURN_STEP_KIND_STEP_END = 8;
+   */
+  STEP_END = 8,
+
+  /**
+   * The turn paused.
+   *
+   * @generated from enum value: TURN_STEP_KIND_PAUSE = 9;
+   */
+  PAUSE = 9,
+
+  /**
+   * The answer the paused turn went on with.
+   *
+   * @generated from enum value: TURN_STEP_KIND_ANSWER = 10;
+   */
+  ANSWER = 10,
+
+  /**
+   * Another runtime replica went on with the turn.
+   *
+   * @generated from enum value: TURN_STEP_KIND_TAKEOVER = 11;
+   */
+  TAKEOVER = 11,
+}
+
+/**
+ * Describes the enum cogmesh.common.v1.TurnStepKind.
+ */
+export const TurnStepKindSchema: GenEnum<TurnStepKind> = /*@__PURE__*/
+  enumDesc(file_cogmesh_common_v1_turns, 3);
 

@@ -8,11 +8,11 @@ import type { ErrorReason } from "../../common/v1/errors_pb.js";
 import { file_cogmesh_common_v1_errors } from "../../common/v1/errors_pb.js";
 import type { ApprovalDecision, RuntimeEvent } from "../../common/v1/events_pb.js";
 import { file_cogmesh_common_v1_events } from "../../common/v1/events_pb.js";
-import type { ToolSpec } from "../../common/v1/messages_pb.js";
+import type { Message as Message$1, ToolSpec } from "../../common/v1/messages_pb.js";
 import { file_cogmesh_common_v1_messages } from "../../common/v1/messages_pb.js";
 import type { Agent, Model, Session, SessionStatus } from "../../common/v1/resources_pb.js";
 import { file_cogmesh_common_v1_resources } from "../../common/v1/resources_pb.js";
-import type { ApprovalAnswer, ClientToolResult, CostBudget, MultitaskStrategy, TurnLimits } from "../../common/v1/turns_pb.js";
+import type { ApprovalAnswer, ClientToolResult, CostBudget, MultitaskStrategy, TurnLimits, TurnRecord } from "../../common/v1/turns_pb.js";
 import { file_cogmesh_common_v1_turns } from "../../common/v1/turns_pb.js";
 import type { FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -22,7 +22,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file cogmesh/gateway/v1/gateway.proto.
  */
 export const file_cogmesh_gateway_v1_gateway: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb2dtZXNoL2dhdGV3YXkvdjEvZ2F0ZXdheS5wcm90bxISY29nbWVzaC5nYXRld2F5LnYxIq8CChRDcmVhdGVTZXNzaW9uUmVxdWVzdBINCgVhZ2VudBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhAKCHRvcGljX2lkGAMgASgJEkIKBXNjb3BlGAQgAygLMjMuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LlNjb3BlRW50cnkSRAoGbGFiZWxzGAUgAygLMjQuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LkxhYmVsc0VudHJ5GiwKClNjb3BlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkQKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIkEKEkdldFNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiLTBAoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJOCgxzY29wZV9maWx0ZXIYAyADKAsyOC5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdC5TY29wZUZpbHRlckVudHJ5Ek4KDGxhYmVsX2ZpbHRlchgEIAMoCzI4LmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0LkxhYmVsRmlsdGVyRW50cnkSMgoIc3RhdHVzZXMYBSADKA4yIC5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uU3RhdHVzEg0KBWFnZW50GAYgASgJEjEKDWNyZWF0ZWRfYWZ0ZXIYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxhY3RpdmVfYWZ0ZXIYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKDWFjdGl2ZV9iZWZvcmUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGjIKEFNjb3BlRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBMYWJlbEZpbHRlckVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiXQoUTGlzdFNlc3Npb25zUmVzcG9uc2USLAoIc2Vzc2lvbnMYASADKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLQAQoUVXBkYXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRJECgZsYWJlbHMYAiADKAsyNC5jb2dtZXNoLmdhdGV3YXkudjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QuTGFiZWxzRW50cnkSLwoLdXBkYXRlX21hc2sYAyABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRAoVVXBkYXRlU2Vzc2lvblJlc3BvbnNlEisKB3Nlc3Npb24YASABKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgi/wIKElNlbmRNZXNzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDQoFbW9kZWwYAyABKAkSHAoUY2FuY2VsX29uX2Rpc2Nvbm5lY3QYBCABKAgSDwoHcnVudGltZRgFIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBItCgZsaW1pdHMYByABKAsyHS5jb2dtZXNoLmNvbW1vbi52MS5UdXJuTGltaXRzEjIKC2Nvc3RfYnVkZ2V0GAggASgLMh0uY29nbWVzaC5jb21tb24udjEuQ29zdEJ1ZGdldBIxCgxjbGllbnRfdG9vbHMYCSADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYxJAChJtdWx0aXRhc2tfc3RyYXRlZ3kYCiABKA4yJC5jb2dtZXNoLmNvbW1vbi52MS5NdWx0aXRhc2tTdHJhdGVneSJGChNTZW5kTWVzc2FnZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJRChBTdWJzY3JpYmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEEhYKDnN0b3Bfd2hlbl9pZGxlGAMgASgIIlcKEVN1YnNjcmliZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudBIRCgloZWFydGJlYXQYAiABKAgiOAoRQ2FuY2VsVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJIjgKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDwoHdHVybl9pZBgCIAEoCSITChFMaXN0QWdlbnRzUmVxdWVzdCI+ChJMaXN0QWdlbnRzUmVzcG9uc2USKAoGYWdlbnRzGAEgAygLMhguY29nbWVzaC5jb21tb24udjEuQWdlbnQiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkiGAoWR2V0Q2FwYWJpbGl0aWVzUmVxdWVzdCI3ChFSdW50aW1lQ2FwYWJpbGl0eRIMCgRuYW1lGAEgASgJEhQKDGNhcGFiaWxpdGllcxgCIAMoCSKgAgoXR2V0Q2FwYWJpbGl0aWVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIUCgxhcGlfdmVyc2lvbnMYAiADKAkSEQoJcHJvdG9jb2xzGAMgAygJEksKCGZlYXR1cmVzGAQgAygLMjkuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlLkZlYXR1cmVzRW50cnkSNwoIcnVudGltZXMYBSADKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuUnVudGltZUNhcGFiaWxpdHkSFAoMaW50ZXJjZXB0b3JzGAYgAygJGi8KDUZlYXR1cmVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgIOgI4ASK8AQoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghkZWNpc2lvbhgDIAEoDjIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaXNpb24SMQoQZWRpdGVkX2FyZ3VtZW50cxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGcmVhc29uGAUgASgJIkoKF1Jlc29sdmVBcHByb3ZhbFJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCLVAQoWQW5zd2VySW50ZXJydXB0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghhcHByb3ZhbBgKIAEoCzIhLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsQW5zd2VySAASFAoKdXNlcl9pbnB1dBgLIAEoCUgAEjoKC3Rvb2xfcmVzdWx0GAwgASgLMiMuY29nbWVzaC5jb21tb24udjEuQ2xpZW50VG9vbFJlc3VsdEgAQggKBmFuc3dlciJKChdBbnN3ZXJJbnRlcnJ1cHRSZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQiSAoMQ29udmVyc2VPcGVuEhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQFCDAoKX2FmdGVyX3NlcSLQAgoPQ29udmVyc2VSZXF1ZXN0EhAKCGZyYW1lX2lkGAEgASgJEjAKBG9wZW4YCiABKAsyIC5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VPcGVuSAASOQoHbWVzc2FnZRgLIAEoCzImLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlcXVlc3RIABI+CghhcHByb3ZhbBgMIAEoCzIqLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXF1ZXN0SAASPAoGYW5zd2VyGA0gASgLMiouY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlcXVlc3RIABI3CgZjYW5jZWwYDiABKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuQ2FuY2VsVHVyblJlcXVlc3RIAEIHCgVmcmFtZSI9CgpFdmVudEJhdGNoEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJDCgtDb252ZXJzZUFjaxIQCghmcmFtZV9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCWFmdGVyX3NlcRgDIAEoBCI0Cg5GaWVsZFZpb2xhdGlvbhINCgVmaWVsZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCSKkAgoRQ29udmVyc2VSZWplY3Rpb24SEAoIZnJhbWVfaWQYASABKAkSDAoEY29kZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEi4KBnJlYXNvbhgEIAEoDjIeLmNvZ21lc2guY29tbW9uLnYxLkVycm9yUmVhc29uEjYKCnZpb2xhdGlvbnMYBSADKAsyIi5jb2dtZXNoLmdhdGV3YXkudjEuRmllbGRWaW9sYXRpb24SRQoIbWV0YWRhdGEYBiADKAsyMy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZWplY3Rpb24uTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEizAEKEENvbnZlcnNlUmVzcG9uc2USMAoGZXZlbnRzGAEgASgLMh4uY29nbWVzaC5nYXRld2F5LnYxLkV2ZW50QmF0Y2hIABITCgloZWFydGJlYXQYAiABKAhIABIuCgNhY2sYAyABKAsyHy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VBY2tIABI5CghyZWplY3RlZBgEIAEoCzIlLmNvZ21lc2guZ2F0ZXdheS52MS5Db252ZXJzZVJlamVjdGlvbkgAQgYKBGtpbmQy+goKDkdhdGV3YXlTZXJ2aWNlEmQKDUNyZWF0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlElsKCkdldFNlc3Npb24SJS5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuR2V0U2Vzc2lvblJlc3BvbnNlEmEKDExpc3RTZXNzaW9ucxInLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiguY29nbWVzaC5nYXRld2F5LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEmQKDVVwZGF0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuVXBkYXRlU2Vzc2lvblJlc3BvbnNlEmQKDURlbGV0ZVNlc3Npb24SKC5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKS5jb2dtZXNoLmdhdGV3YXkudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEmAKC1NlbmRNZXNzYWdlEiYuY29nbWVzaC5nYXRld2F5LnYxLlNlbmRNZXNzYWdlUmVxdWVzdBonLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlc3BvbnNlMAESWgoJU3Vic2NyaWJlEiQuY29nbWVzaC5nYXRld2F5LnYxLlN1YnNjcmliZVJlcXVlc3QaJS5jb2dtZXNoLmdhdGV3YXkudjEuU3Vic2NyaWJlUmVzcG9uc2UwARJbCgpDYW5jZWxUdXJuEiUuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkNhbmNlbFR1cm5SZXNwb25zZRJsCg9SZXNvbHZlQXBwcm92YWwSKi5jb2dtZXNoLmdhdGV3YXkudjEuUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBorLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXNwb25zZTABEmwKD0Fuc3dlckludGVycnVwdBIqLmNvZ21lc2guZ2F0ZXdheS52MS5BbnN3ZXJJbnRlcnJ1cHRSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlc3BvbnNlMAESWQoIQ29udmVyc2USIy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZXF1ZXN0GiQuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlUmVzcG9uc2UoATABElsKCkxpc3RBZ2VudHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdEFnZW50c1Jlc3BvbnNlElsKCkxpc3RNb2RlbHMSJS5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1JlcXVlc3QaJi5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEmoKD0dldENhcGFiaWxpdGllcxIqLmNvZ21lc2guZ2F0ZXdheS52MS5HZXRDYXBhYmlsaXRpZXNSZXF1ZXN0GisuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlQjFaL2NvZ21lc2guZGV2L2dvL2dlbi9jb2dtZXNoL2dhdGV3YXkvdjE7Z2F0ZXdheXYxYgZwcm90bzM", [file_cogmesh_common_v1_errors, file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_cogmesh_common_v1_resources, file_cogmesh_common_v1_turns, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiBjb2dtZXNoL2dhdGV3YXkvdjEvZ2F0ZXdheS5wcm90bxISY29nbWVzaC5nYXRld2F5LnYxIq8CChRDcmVhdGVTZXNzaW9uUmVxdWVzdBINCgVhZ2VudBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhAKCHRvcGljX2lkGAMgASgJEkIKBXNjb3BlGAQgAygLMjMuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LlNjb3BlRW50cnkSRAoGbGFiZWxzGAUgAygLMjQuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0LkxhYmVsc0VudHJ5GiwKClNjb3BlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkQKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIkEKEkdldFNlc3Npb25SZXNwb25zZRIrCgdzZXNzaW9uGAEgASgLMhouY29nbWVzaC5jb21tb24udjEuU2Vzc2lvbiLoBAoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJOCgxzY29wZV9maWx0ZXIYAyADKAsyOC5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdC5TY29wZUZpbHRlckVudHJ5Ek4KDGxhYmVsX2ZpbHRlchgEIAMoCzI4LmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0LkxhYmVsRmlsdGVyRW50cnkSMgoIc3RhdHVzZXMYBSADKA4yIC5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uU3RhdHVzEg0KBWFnZW50GAYgASgJEjEKDWNyZWF0ZWRfYWZ0ZXIYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxhY3RpdmVfYWZ0ZXIYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKDWFjdGl2ZV9iZWZvcmUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2ZvcmtlZF9mcm9tGAsgASgJGjIKEFNjb3BlRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBMYWJlbEZpbHRlckVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiXQoUTGlzdFNlc3Npb25zUmVzcG9uc2USLAoIc2Vzc2lvbnMYASADKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLQAQoUVXBkYXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRJECgZsYWJlbHMYAiADKAsyNC5jb2dtZXNoLmdhdGV3YXkudjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QuTGFiZWxzRW50cnkSLwoLdXBkYXRlX21hc2sYAyABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRAoVVXBkYXRlU2Vzc2lvblJlc3BvbnNlEisKB3Nlc3Npb24YASABKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgi/wIKElNlbmRNZXNzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDQoFbW9kZWwYAyABKAkSHAoUY2FuY2VsX29uX2Rpc2Nvbm5lY3QYBCABKAgSDwoHcnVudGltZRgFIAEoCRIuCg1vdXRwdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBItCgZsaW1pdHMYByABKAsyHS5jb2dtZXNoLmNvbW1vbi52MS5UdXJuTGltaXRzEjIKC2Nvc3RfYnVkZ2V0GAggASgLMh0uY29nbWVzaC5jb21tb24udjEuQ29zdEJ1ZGdldBIxCgxjbGllbnRfdG9vbHMYCSADKAsyGy5jb2dtZXNoLmNvbW1vbi52MS5Ub29sU3BlYxJAChJtdWx0aXRhc2tfc3RyYXRlZ3kYCiABKA4yJC5jb2dtZXNoLmNvbW1vbi52MS5NdWx0aXRhc2tTdHJhdGVneSJGChNTZW5kTWVzc2FnZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJRChBTdWJzY3JpYmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEEhYKDnN0b3Bfd2hlbl9pZGxlGAMgASgIIlcKEVN1YnNjcmliZVJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudBIRCgloZWFydGJlYXQYAiABKAgiOAoRQ2FuY2VsVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJIjgKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDwoHdHVybl9pZBgCIAEoCSITChFMaXN0QWdlbnRzUmVxdWVzdCI+ChJMaXN0QWdlbnRzUmVzcG9uc2USKAoGYWdlbnRzGAEgAygLMhguY29nbWVzaC5jb21tb24udjEuQWdlbnQiJQoRTGlzdE1vZGVsc1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkiVQoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvZ21lc2guY29tbW9uLnYxLk1vZGVsEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkiGAoWR2V0Q2FwYWJpbGl0aWVzUmVxdWVzdCI3ChFSdW50aW1lQ2FwYWJpbGl0eRIMCgRuYW1lGAEgASgJEhQKDGNhcGFiaWxpdGllcxgCIAMoCSKgAgoXR2V0Q2FwYWJpbGl0aWVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIUCgxhcGlfdmVyc2lvbnMYAiADKAkSEQoJcHJvdG9jb2xzGAMgAygJEksKCGZlYXR1cmVzGAQgAygLMjkuY29nbWVzaC5nYXRld2F5LnYxLkdldENhcGFiaWxpdGllc1Jlc3BvbnNlLkZlYXR1cmVzRW50cnkSNwoIcnVudGltZXMYBSADKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuUnVudGltZUNhcGFiaWxpdHkSFAoMaW50ZXJjZXB0b3JzGAYgAygJGi8KDUZlYXR1cmVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgIOgI4ASK8AQoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghkZWNpc2lvbhgDIAEoDjIjLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsRGVjaXNpb24SMQoQZWRpdGVkX2FyZ3VtZW50cxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGcmVhc29uGAUgASgJIkoKF1Jlc29sdmVBcHByb3ZhbFJlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCLVAQoWQW5zd2VySW50ZXJydXB0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGludGVycnVwdF9pZBgCIAEoCRI1CghhcHByb3ZhbBgKIAEoCzIhLmNvZ21lc2guY29tbW9uLnYxLkFwcHJvdmFsQW5zd2VySAASFAoKdXNlcl9pbnB1dBgLIAEoCUgAEjoKC3Rvb2xfcmVzdWx0GAwgASgLMiMuY29nbWVzaC5jb21tb24udjEuQ2xpZW50VG9vbFJlc3VsdEgAQggKBmFuc3dlciJKChdBbnN3ZXJJbnRlcnJ1cHRSZXNwb25zZRIvCgZldmVudHMYASADKAsyHy5jb2dtZXNoLmNvbW1vbi52MS5SdW50aW1lRXZlbnQiSAoMQ29udmVyc2VPcGVuEhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQFCDAoKX2FmdGVyX3NlcSLQAgoPQ29udmVyc2VSZXF1ZXN0EhAKCGZyYW1lX2lkGAEgASgJEjAKBG9wZW4YCiABKAsyIC5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VPcGVuSAASOQoHbWVzc2FnZRgLIAEoCzImLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlcXVlc3RIABI+CghhcHByb3ZhbBgMIAEoCzIqLmNvZ21lc2guZ2F0ZXdheS52MS5SZXNvbHZlQXBwcm92YWxSZXF1ZXN0SAASPAoGYW5zd2VyGA0gASgLMiouY29nbWVzaC5nYXRld2F5LnYxLkFuc3dlckludGVycnVwdFJlcXVlc3RIABI3CgZjYW5jZWwYDiABKAsyJS5jb2dtZXNoLmdhdGV3YXkudjEuQ2FuY2VsVHVyblJlcXVlc3RIAEIHCgVmcmFtZSI9CgpFdmVudEJhdGNoEi8KBmV2ZW50cxgBIAMoCzIfLmNvZ21lc2guY29tbW9uLnYxLlJ1bnRpbWVFdmVudCJDCgtDb252ZXJzZUFjaxIQCghmcmFtZV9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCWFmdGVyX3NlcRgDIAEoBCI0Cg5GaWVsZFZpb2xhdGlvbhINCgVmaWVsZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCSKkAgoRQ29udmVyc2VSZWplY3Rpb24SEAoIZnJhbWVfaWQYASABKAkSDAoEY29kZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEi4KBnJlYXNvbhgEIAEoDjIeLmNvZ21lc2guY29tbW9uLnYxLkVycm9yUmVhc29uEjYKCnZpb2xhdGlvbnMYBSADKAsyIi5jb2dtZXNoLmdhdGV3YXkudjEuRmllbGRWaW9sYXRpb24SRQoIbWV0YWRhdGEYBiADKAsyMy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VSZWplY3Rpb24uTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEizAEKEENvbnZlcnNlUmVzcG9uc2USMAoGZXZlbnRzGAEgASgLMh4uY29nbWVzaC5nYXRld2F5LnYxLkV2ZW50QmF0Y2hIABITCgloZWFydGJlYXQYAiABKAhIABIuCgNhY2sYAyABKAsyHy5jb2dtZXNoLmdhdGV3YXkudjEuQ29udmVyc2VBY2tIABI5CghyZWplY3RlZBgEIAEoCzIlLmNvZ21lc2guZ2F0ZXdheS52MS5Db252ZXJzZVJlamVjdGlvbkgAQgYKBGtpbmQiZAoQTGlzdFR1cm5zUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEhUKDWluY2x1ZGVfc3RlcHMYBCABKAgiWgoRTGlzdFR1cm5zUmVzcG9uc2USLAoFdHVybnMYASADKAsyHS5jb2dtZXNoLmNvbW1vbi52MS5UdXJuUmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJpChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSFwoPdGhyb3VnaF90dXJuX2lkGAQgASgJIl0KFExpc3RNZXNzYWdlc1Jlc3BvbnNlEiwKCG1lc3NhZ2VzGAEgAygLMhouY29nbWVzaC5jb21tb24udjEuTWVzc2FnZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAki0AEKEkZvcmtTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkSEwoLYmVmb3JlX3R1cm4YAyABKAgSDQoFYWdlbnQYBCABKAkSQgoGbGFiZWxzGAUgAygLMjIuY29nbWVzaC5nYXRld2F5LnYxLkZvcmtTZXNzaW9uUmVxdWVzdC5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlkKE0ZvcmtTZXNzaW9uUmVzcG9uc2USKwoHc2Vzc2lvbhgBIAEoCzIaLmNvZ21lc2guY29tbW9uLnYxLlNlc3Npb24SFQoNbWVzc2FnZV9jb3VudBgCIAEoBSI7ChRSZXdpbmRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkidAoVUmV3aW5kU2Vzc2lvblJlc3BvbnNlEisKB3Nlc3Npb24YASABKAsyGi5jb2dtZXNoLmNvbW1vbi52MS5TZXNzaW9uEi4KBWV2ZW50GAIgASgLMh8uY29nbWVzaC5jb21tb24udjEuUnVudGltZUV2ZW50Mv0NCg5HYXRld2F5U2VydmljZRJkCg1DcmVhdGVTZXNzaW9uEiguY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GikuY29nbWVzaC5nYXRld2F5LnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJbCgpHZXRTZXNzaW9uEiUuY29nbWVzaC5nYXRld2F5LnYxLkdldFNlc3Npb25SZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkdldFNlc3Npb25SZXNwb25zZRJhCgxMaXN0U2Vzc2lvbnMSJy5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFNlc3Npb25zUmVxdWVzdBooLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJkCg1VcGRhdGVTZXNzaW9uEiguY29nbWVzaC5nYXRld2F5LnYxLlVwZGF0ZVNlc3Npb25SZXF1ZXN0GikuY29nbWVzaC5nYXRld2F5LnYxLlVwZGF0ZVNlc3Npb25SZXNwb25zZRJkCg1EZWxldGVTZXNzaW9uEiguY29nbWVzaC5nYXRld2F5LnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GikuY29nbWVzaC5nYXRld2F5LnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJgCgtTZW5kTWVzc2FnZRImLmNvZ21lc2guZ2F0ZXdheS52MS5TZW5kTWVzc2FnZVJlcXVlc3QaJy5jb2dtZXNoLmdhdGV3YXkudjEuU2VuZE1lc3NhZ2VSZXNwb25zZTABEloKCVN1YnNjcmliZRIkLmNvZ21lc2guZ2F0ZXdheS52MS5TdWJzY3JpYmVSZXF1ZXN0GiUuY29nbWVzaC5nYXRld2F5LnYxLlN1YnNjcmliZVJlc3BvbnNlMAESWwoKQ2FuY2VsVHVybhIlLmNvZ21lc2guZ2F0ZXdheS52MS5DYW5jZWxUdXJuUmVxdWVzdBomLmNvZ21lc2guZ2F0ZXdheS52MS5DYW5jZWxUdXJuUmVzcG9uc2USbAoPUmVzb2x2ZUFwcHJvdmFsEiouY29nbWVzaC5nYXRld2F5LnYxLlJlc29sdmVBcHByb3ZhbFJlcXVlc3QaKy5jb2dtZXNoLmdhdGV3YXkudjEuUmVzb2x2ZUFwcHJvdmFsUmVzcG9uc2UwARJsCg9BbnN3ZXJJbnRlcnJ1cHQSKi5jb2dtZXNoLmdhdGV3YXkudjEuQW5zd2VySW50ZXJydXB0UmVxdWVzdBorLmNvZ21lc2guZ2F0ZXdheS52MS5BbnN3ZXJJbnRlcnJ1cHRSZXNwb25zZTABElkKCENvbnZlcnNlEiMuY29nbWVzaC5nYXRld2F5LnYxLkNvbnZlcnNlUmVxdWVzdBokLmNvZ21lc2guZ2F0ZXdheS52MS5Db252ZXJzZVJlc3BvbnNlKAEwARJbCgpMaXN0QWdlbnRzEiUuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RBZ2VudHNSZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJbCgpMaXN0TW9kZWxzEiUuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RNb2RlbHNSZXF1ZXN0GiYuY29nbWVzaC5nYXRld2F5LnYxLkxpc3RNb2RlbHNSZXNwb25zZRJqCg9HZXRDYXBhYmlsaXRpZXMSKi5jb2dtZXNoLmdhdGV3YXkudjEuR2V0Q2FwYWJpbGl0aWVzUmVxdWVzdBorLmNvZ21lc2guZ2F0ZXdheS52MS5HZXRDYXBhYmlsaXRpZXNSZXNwb25zZRJYCglMaXN0VHVybnMSJC5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdFR1cm5zUmVxdWVzdBolLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0VHVybnNSZXNwb25zZRJhCgxMaXN0TWVzc2FnZXMSJy5jb2dtZXNoLmdhdGV3YXkudjEuTGlzdE1lc3NhZ2VzUmVxdWVzdBooLmNvZ21lc2guZ2F0ZXdheS52MS5MaXN0TWVzc2FnZXNSZXNwb25zZRJeCgtGb3JrU2Vzc2lvbhImLmNvZ21lc2guZ2F0ZXdheS52MS5Gb3JrU2Vzc2lvblJlcXVlc3QaJy5jb2dtZXNoLmdhdGV3YXkudjEuRm9ya1Nlc3Npb25SZXNwb25zZRJkCg1SZXdpbmRTZXNzaW9uEiguY29nbWVzaC5nYXRld2F5LnYxLlJld2luZFNlc3Npb25SZXF1ZXN0GikuY29nbWVzaC5nYXRld2F5LnYxLlJld2luZFNlc3Npb25SZXNwb25zZUIxWi9jb2dtZXNoLmRldi9nby9nZW4vY29nbWVzaC9nYXRld2F5L3YxO2dhdGV3YXl2MWIGcHJvdG8z", [file_cogmesh_common_v1_errors, file_cogmesh_common_v1_events, file_cogmesh_common_v1_messages, file_cogmesh_common_v1_resources, file_cogmesh_common_v1_turns, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * CreateSessionRequest names the agent and the application's identity of the conversation.
@@ -216,6 +216,14 @@ export type ListSessionsRequest = Message<"cogmesh.gateway.v1.ListSessionsReques
    * @generated from field: google.protobuf.Timestamp active_before = 10;
    */
   activeBefore?: Timestamp | undefined;
+
+  /**
+   * Only sessions forked from this session (Session.forked_from): a
+   * session's lineage.
+   *
+   * @generated from field: string forked_from = 11;
+   */
+  forkedFrom: string;
 };
 
 /**
@@ -1224,6 +1232,282 @@ export const ConverseResponseSchema: GenMessage<ConverseResponse> = /*@__PURE__*
   messageDesc(file_cogmesh_gateway_v1_gateway, 33);
 
 /**
+ * ListTurnsRequest asks for one page of a session's turns.
+ *
+ * @generated from message cogmesh.gateway.v1.ListTurnsRequest
+ */
+export type ListTurnsRequest = Message<"cogmesh.gateway.v1.ListTurnsRequest"> & {
+  /**
+   * Session id.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * Maximum turns to return, 1..200; 0 means 50.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * Token from a previous response; empty for the first page.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+
+  /**
+   * Also return each turn's recorded steps.
+   *
+   * @generated from field: bool include_steps = 4;
+   */
+  includeSteps: boolean;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.ListTurnsRequest.
+ * Use `create(ListTurnsRequestSchema)` to create a new message.
+ */
+export const ListTurnsRequestSchema: GenMessage<ListTurnsRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 34);
+
+/**
+ * ListTurnsResponse is one page of turns, oldest first.
+ *
+ * @generated from message cogmesh.gateway.v1.ListTurnsResponse
+ */
+export type ListTurnsResponse = Message<"cogmesh.gateway.v1.ListTurnsResponse"> & {
+  /**
+   * The turns.
+   *
+   * @generated from field: repeated cogmesh.common.v1.TurnRecord turns = 1;
+   */
+  turns: TurnRecord[];
+
+  /**
+   * Token for the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.ListTurnsResponse.
+ * Use `create(ListTurnsResponseSchema)` to create a new message.
+ */
+export const ListTurnsResponseSchema: GenMessage<ListTurnsResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 35);
+
+/**
+ * ListMessagesRequest asks for one page of a session's conversation.
+ *
+ * @generated from message cogmesh.gateway.v1.ListMessagesRequest
+ */
+export type ListMessagesRequest = Message<"cogmesh.gateway.v1.ListMessagesRequest"> & {
+  /**
+   * Session id.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * Maximum messages to return, 1..1000; 0 means 100.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * Token from a previous response; empty for the first page.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+
+  /**
+   * When set, the conversation as it was after this turn (NOT_FOUND when the
+   * session has no such turn).
+   *
+   * @generated from field: string through_turn_id = 4;
+   */
+  throughTurnId: string;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.ListMessagesRequest.
+ * Use `create(ListMessagesRequestSchema)` to create a new message.
+ */
+export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 36);
+
+/**
+ * ListMessagesResponse is one page of messages, oldest first.
+ *
+ * @generated from message cogmesh.gateway.v1.ListMessagesResponse
+ */
+export type ListMessagesResponse = Message<"cogmesh.gateway.v1.ListMessagesResponse"> & {
+  /**
+   * The messages.
+   *
+   * @generated from field: repeated cogmesh.common.v1.Message messages = 1;
+   */
+  messages: Message$1[];
+
+  /**
+   * Token for the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.ListMessagesResponse.
+ * Use `create(ListMessagesResponseSchema)` to create a new message.
+ */
+export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 37);
+
+/**
+ * ForkSessionRequest says which session to fork and where.
+ *
+ * @generated from message cogmesh.gateway.v1.ForkSessionRequest
+ */
+export type ForkSessionRequest = Message<"cogmesh.gateway.v1.ForkSessionRequest"> & {
+  /**
+   * The session to fork.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The turn to fork at; empty: after the session's last turn.
+   *
+   * @generated from field: string turn_id = 2;
+   */
+  turnId: string;
+
+  /**
+   * False (default): the fork holds the turn. True: it stops before the
+   * turn, so the caller can send it again (edited, or after choosing another
+   * agent) with SendMessage on the fork.
+   *
+   * @generated from field: bool before_turn = 3;
+   */
+  beforeTurn: boolean;
+
+  /**
+   * Agent of the fork; empty: the original's.
+   *
+   * @generated from field: string agent = 4;
+   */
+  agent: string;
+
+  /**
+   * Labels of the fork; empty: the original's.
+   *
+   * @generated from field: map<string, string> labels = 5;
+   */
+  labels: { [key: string]: string };
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.ForkSessionRequest.
+ * Use `create(ForkSessionRequestSchema)` to create a new message.
+ */
+export const ForkSessionRequestSchema: GenMessage<ForkSessionRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 38);
+
+/**
+ * ForkSessionResponse carries the new session.
+ *
+ * @generated from message cogmesh.gateway.v1.ForkSessionResponse
+ */
+export type ForkSessionResponse = Message<"cogmesh.gateway.v1.ForkSessionResponse"> & {
+  /**
+   * The fork, with forked_from set.
+   *
+   * @generated from field: cogmesh.common.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+
+  /**
+   * Messages copied into it.
+   *
+   * @generated from field: int32 message_count = 2;
+   */
+  messageCount: number;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.ForkSessionResponse.
+ * Use `create(ForkSessionResponseSchema)` to create a new message.
+ */
+export const ForkSessionResponseSchema: GenMessage<ForkSessionResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 39);
+
+/**
+ * RewindSessionRequest names the first turn to drop.
+ *
+ * @generated from message cogmesh.gateway.v1.RewindSessionRequest
+ */
+export type RewindSessionRequest = Message<"cogmesh.gateway.v1.RewindSessionRequest"> & {
+  /**
+   * Session id.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The first turn to drop; it and every later turn leave the conversation.
+   *
+   * @generated from field: string turn_id = 2;
+   */
+  turnId: string;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.RewindSessionRequest.
+ * Use `create(RewindSessionRequestSchema)` to create a new message.
+ */
+export const RewindSessionRequestSchema: GenMessage<RewindSessionRequest> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 40);
+
+/**
+ * RewindSessionResponse says what the rewind did.
+ *
+ * @generated from message cogmesh.gateway.v1.RewindSessionResponse
+ */
+export type RewindSessionResponse = Message<"cogmesh.gateway.v1.RewindSessionResponse"> & {
+  /**
+   * The session after the rewind.
+   *
+   * @generated from field: cogmesh.common.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+
+  /**
+   * The SessionRewound event logged, with its seq.
+   *
+   * @generated from field: cogmesh.common.v1.RuntimeEvent event = 2;
+   */
+  event?: RuntimeEvent | undefined;
+};
+
+/**
+ * Describes the message cogmesh.gateway.v1.RewindSessionResponse.
+ * Use `create(RewindSessionResponseSchema)` to create a new message.
+ */
+export const RewindSessionResponseSchema: GenMessage<RewindSessionResponse> = /*@__PURE__*/
+  messageDesc(file_cogmesh_gateway_v1_gateway, 41);
+
+/**
  * GatewayService is cogmesh's public API: sessions, turns and their event streams.
  *
  * Every session has one ordered event log. SendMessage starts a turn and streams
@@ -1402,6 +1686,56 @@ export const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof GetCapabilitiesRequestSchema;
     output: typeof GetCapabilitiesResponseSchema;
+  },
+  /**
+   * ListTurns lists a session's turns, oldest first: the message that started
+   * each, how it ended, the seq range of its events and (include_steps) its
+   * recorded steps: model calls, decisions, tool calls, pauses.
+   *
+   * @generated from rpc cogmesh.gateway.v1.GatewayService.ListTurns
+   */
+  listTurns: {
+    methodKind: "unary";
+    input: typeof ListTurnsRequestSchema;
+    output: typeof ListTurnsResponseSchema;
+  },
+  /**
+   * ListMessages reads the session's conversation, whole or as it was after
+   * a given turn.
+   *
+   * @generated from rpc cogmesh.gateway.v1.GatewayService.ListMessages
+   */
+  listMessages: {
+    methodKind: "unary";
+    input: typeof ListMessagesRequestSchema;
+    output: typeof ListMessagesResponseSchema;
+  },
+  /**
+   * ForkSession creates a new session in the same tenant and scope with the
+   * conversation up to a turn (or before it, to send that turn again edited
+   * or to another agent); the fork records where it came from
+   * (Session.forked_from, ListSessions' forked_from filter) and the original
+   * is untouched.
+   *
+   * @generated from rpc cogmesh.gateway.v1.GatewayService.ForkSession
+   */
+  forkSession: {
+    methodKind: "unary";
+    input: typeof ForkSessionRequestSchema;
+    output: typeof ForkSessionResponseSchema;
+  },
+  /**
+   * RewindSession drops a turn and every later turn from the conversation.
+   * The log stays append-only: a SessionRewound event names the void seq
+   * range, which watchers apply. FAILED_PRECONDITION (TURN_IN_PROGRESS) while
+   * a turn runs or is paused.
+   *
+   * @generated from rpc cogmesh.gateway.v1.GatewayService.RewindSession
+   */
+  rewindSession: {
+    methodKind: "unary";
+    input: typeof RewindSessionRequestSchema;
+    output: typeof RewindSessionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_cogmesh_gateway_v1_gateway, 0);
