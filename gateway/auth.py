@@ -9,6 +9,9 @@ pins values sees only sessions holding them (others are NOT_FOUND, like another
 tenant's); `scope.allow` lists the other keys a request may set. Omitted, it is any key
 for a key that pins nothing and none for a key that pins values: a bounded key (a
 browser's, an end user's) must not pick its own `role` or a fresh rate-limit window.
+
+`permissions` lists what a key may change beyond its sessions ("agents:write": the tenant's
+agents and their aliases); a key lists none unless given. Dev mode may do everything.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -25,6 +29,11 @@ from cogmesh.common.v1 import errors_pb2, resources_pb2
 from services.kit import scope as scopes
 from services.kit import yaml_config
 from services.kit.errors import NotFound, PermissionDenied, Unauthenticated, Violations
+
+# "agents:write": create, update and delete the tenant's agents and move their aliases (AgentService).
+AGENTS_WRITE = "agents:write"
+Permission = Literal["agents:write"]
+PERMISSIONS: frozenset[str] = frozenset(get_args(Permission))
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,17 @@ class Principal:
     pinned_scope: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Scope keys a request may set besides the pinned ones; None: any.
     allowed_scope_keys: frozenset[str] | None = None
+    # What the key may change beyond its sessions (PERMISSIONS); dev mode may do everything.
+    permissions: frozenset[str] = frozenset()
+
+    def require(self, permission: str) -> None:
+        """PERMISSION_DENIED naming the permission this key lacks."""
+        if permission not in self.permissions:
+            raise PermissionDenied(
+                f"this API key lacks the permission {permission!r} (add it to the key's `permissions` "
+                "in the keys file)",
+                metadata={"permission": permission, "principal": self.name},
+            )
 
     def session_scope(self, requested: Mapping[str, str], where: str = "scope") -> dict[str, str]:
         """The scope a session created by this key gets: the request's, checked, plus the pinned values."""
@@ -109,11 +129,12 @@ class _KeyEntry(BaseModel):
     tenant: str = Field(min_length=1, max_length=128)
     principal: str = Field(min_length=1, max_length=128)
     scope: _ScopeRules = _ScopeRules()
+    permissions: list[Permission] = Field([], description="what the key may change beyond its sessions")
 
     def to_principal(self) -> Principal:
         allow = self.scope.allow
         allowed = frozenset(allow) if allow is not None else (frozenset() if self.scope.pin else None)
-        return Principal(self.tenant, self.principal, dict(self.scope.pin), allowed)
+        return Principal(self.tenant, self.principal, dict(self.scope.pin), allowed, frozenset(self.permissions))
 
 
 class _KeysFile(BaseModel):
@@ -155,7 +176,7 @@ class Authenticator:
 
     def __init__(self, keys: dict[str, Principal] | None, dev_tenant: str = "default"):
         self._keys = keys
-        self._dev = Principal(dev_tenant, "dev")
+        self._dev = Principal(dev_tenant, "dev", permissions=PERMISSIONS)
 
     @property
     def dev_mode(self) -> bool:

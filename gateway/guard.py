@@ -21,6 +21,7 @@ PROTECTED_PREFIXES = (
     "/cogmesh.memory.v1.MemoryService/",
     "/cogmesh.gateway.v1.ScheduleService/",
     "/cogmesh.gateway.v1.WebhookService/",
+    "/cogmesh.gateway.v1.AgentService/",
 )
 
 

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from cogmesh.gateway.v1 import (
+    agents_pb2,
+    agents_pb2_grpc,
     gateway_pb2,
     gateway_pb2_grpc,
     schedules_pb2,
@@ -18,6 +20,7 @@ from cogmesh.gateway.v1 import (
 from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from gateway import auth
 from gateway.a2a.servicer import A2AServicer
+from gateway.agents.servicer import AgentServicer
 from gateway.auth import Authenticator, load_keys
 from gateway.guard import GatewayGuard
 from gateway.limits import TenantLimits
@@ -124,6 +127,7 @@ async def build(settings: Settings, clients: Clients) -> App:
             mount(GatewayMemoryServicer(clients), memory_pb2, memory_pb2_grpc, "MemoryService"),
             mount(ScheduleServicer(scheduler), schedules_pb2, schedules_pb2_grpc, "ScheduleService"),
             mount(GatewayWebhookServicer(clients), webhooks_pb2, webhooks_pb2_grpc, "WebhookService"),
+            mount(AgentServicer(clients, agents, catalogue), agents_pb2, agents_pb2_grpc, "AgentService"),
         ],
         on_close=on_close,
         on_drained=[servicer.hand_off_subscribers, scheduler.stop],

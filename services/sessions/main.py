@@ -7,6 +7,8 @@ store that every replica shares; without it sessions live in this process's memo
 from __future__ import annotations
 
 from cogmesh.sessions.v1 import (
+    agents_pb2,
+    agents_pb2_grpc,
     schedules_pb2,
     schedules_pb2_grpc,
     sessions_pb2,
@@ -20,6 +22,7 @@ from services.kit.logging import log
 from services.kit.redis_pool import ReplicaWait
 from services.kit.redis_url import redact
 from services.kit.server import App, mount, run
+from services.sessions.agents import servicer as agents
 from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.schedules import servicer as schedules
@@ -63,14 +66,16 @@ async def build(settings: Settings, clients: Clients) -> App:
     servicer = SessionsServicer(webhooks.sessions)
     schedule_store = schedules.open_store(settings, client=shared)
     schedule_servicer = schedules.ScheduleStoreServicer(schedule_store)
+    agent_store = agents.open_store(settings, client=shared)
     return App(
         "sessions",
         [
             mount(servicer, sessions_pb2, sessions_pb2_grpc, "SessionsService"),
             mount(schedule_servicer, schedules_pb2, schedules_pb2_grpc, "ScheduleStoreService"),
             mount(webhooks.servicer, webhooks_pb2, webhooks_pb2_grpc, "WebhookStoreService"),
+            mount(agents.AgentStoreServicer(agent_store), agents_pb2, agents_pb2_grpc, "AgentStoreService"),
         ],
-        on_close=[webhooks.close, schedule_store.close, store.close],  # the pool's owner last
+        on_close=[webhooks.close, schedule_store.close, agent_store.close, store.close],  # the pool's owner last
         on_drained=[servicer.drain],
     )
 

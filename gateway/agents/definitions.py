@@ -1,0 +1,117 @@
+"""An agent definition sent through the API: parsed, checked and named as an agent file would be.
+
+A stored agent has no files: its prompt is inline (`system_prompt`), so `prompts_dir` and
+`{file: ...}` prompts are refused. Every problem names its field under `definition.`; a model,
+subagent or handoff target that does not exist is named too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from google.protobuf import struct_pb2
+from pydantic import ValidationError
+
+from services.kit.agents import AGENT_NAME_PATTERN, AgentDefinition, agent_from_json, agent_to_json
+from services.kit.errors import InvalidArgument, Violations
+from services.kit.protos import dict_to_struct, struct_to_dict
+from services.kit.yaml_config import describe_error, field_path
+from services.lib.models.catalog import UnknownModelError
+from services.lib.models.watch import CatalogWatcher
+
+_NAME = re.compile(AGENT_NAME_PATTERN)
+_NUMBER = re.compile(r"^[0-9]+$")
+
+
+def check_name(name: str, where: str = "name") -> None:
+    if not _NAME.match(name):
+        raise InvalidArgument(
+            [(where, "must be lower case letters, digits, '_' or '-', starting with a letter, at most 63 characters")]
+        )
+
+
+def split_ref(ref: str, where: str = "agent") -> tuple[str, int, str]:
+    """ "name", "name@7", "name@prod" or "name@latest" -> (name, version (0: latest), alias)."""
+    name, at, tail = ref.partition("@")
+    check_name(name, where)
+    if not at or tail == "latest":
+        return name, 0, ""
+    if _NUMBER.match(tail):
+        version = int(tail)
+        if version < 1:
+            raise InvalidArgument([(where, f"{ref!r}: versions start at 1")])
+        return name, version, ""
+    if not _NAME.match(tail):
+        raise InvalidArgument([(where, f"{ref!r}: after '@' comes a version number or an alias")])
+    return name, 0, tail
+
+
+def parse(name: str, definition: struct_pb2.Struct) -> AgentDefinition:
+    """The definition as the loader would accept it; INVALID_ARGUMENT naming every field at fault."""
+    fields: dict[str, Any] = struct_to_dict(definition)
+    problems = Violations()
+    given = fields.pop("name", name)
+    problems.check(given == name, "definition.name", f"must be the agent's name {name!r}, or left out")
+    problems.check(
+        "prompts_dir" not in fields,
+        "definition.prompts_dir",
+        "a stored agent has no files: put its prompt in system_prompt",
+    )
+    problems.check(
+        not isinstance(fields.get("system_prompt"), dict),
+        "definition.system_prompt",
+        "must be the prompt's text (a stored agent has no files to read it from)",
+    )
+    problems.raise_if_any()
+    try:
+        parsed = AgentDefinition.model_validate({**_whole_numbers(fields), "name": name})
+    except ValidationError as exc:
+        raise InvalidArgument(
+            [(field_path(("definition", *e["loc"])), describe_error(e)) for e in exc.errors()]
+        ) from exc
+    try:  # what the runtime will read back must be what was checked here
+        agent_from_json(name, agent_to_json(parsed))
+    except ValueError as exc:
+        raise InvalidArgument([("definition", str(exc))]) from exc
+    return parsed
+
+
+def _whole_numbers(value: Any) -> Any:
+    """A Struct holds every number as a double: 3.0 comes back as 3, so integer fields take it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
+
+
+def to_struct(definition: AgentDefinition) -> struct_pb2.Struct:
+    """The public form of a definition: the agent file's fields without its name."""
+    fields = definition.model_dump(mode="json", exclude_defaults=True)
+    fields.pop("name", None)
+    return dict_to_struct(fields)
+
+
+async def check_references(
+    definition: AgentDefinition,
+    catalogue: CatalogWatcher | None,
+    agent_exists: Callable[[str], Awaitable[bool]],
+) -> None:
+    """INVALID_ARGUMENT naming each model, subagent or handoff target that does not exist."""
+    problems = Violations()
+    held = catalogue.current_or_none() if catalogue is not None else None
+    if definition.model_name and held is not None:
+        where = "definition.config.model" if definition.config.model else "definition.model"
+        try:
+            held.catalog.resolve(definition.model_name, strict=True)
+        except UnknownModelError:
+            problems.check(False, where, f"model {definition.model_name!r} is not in the catalogue")
+    for field, names in (("subagents", definition.subagents), ("handoffs", definition.handoffs)):
+        for index, other in enumerate(names):
+            if other != definition.name and not await agent_exists(other):
+                problems.check(False, f"definition.{field}[{index}]", f"no agent {other!r}")
+    problems.raise_if_any()
