@@ -5,6 +5,7 @@
     cogmesh chat                     an interactive session (/help lists its commands)
     cogmesh watch SESSION --after N  follow any session from a cursor
     cogmesh sessions list | sessions label | models list | agents list
+    cogmesh eval cases.yaml --agent NAME   run an agent over a dataset and report (docs/eval.md)
 Every command takes --json for scripts.
 """
 
@@ -32,6 +33,7 @@ from cogmesh.common.v1 import resources_pb2
 from gateway.auth import hash_key
 from services.kit.config import Settings
 from services.suite.chat import interactive, spin
+from services.suite.eval import command as eval_command
 from services.suite.render import EventPrinter, agent_lines, message_json, model_lines
 from services.suite.supervisor import EDGES, ORDER, StartupError, Supervisor
 
@@ -191,6 +193,10 @@ async def cmd_agents_list(args: argparse.Namespace) -> int:
     for line in agent_lines(reply):
         out.print(line)
     return 0
+
+
+async def cmd_eval(args: argparse.Namespace) -> int:
+    return await eval_command.run(args, _client(args), out, err)
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
@@ -461,6 +467,9 @@ def parser() -> argparse.ArgumentParser:
 
     agents = sub.add_parser("agents", help="agent definitions").add_subparsers(dest="action", required=True)
     with_gateway(command("list", "list agents", cmd_agents_list, agents))
+    eval_command.add_arguments(
+        with_gateway(command("eval", "run an agent over a dataset of cases and report", cmd_eval))
+    )
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
     new = command("new", "make a new API key and the line to add to the keys file", cmd_keys_new, keys)
     new.add_argument("--tenant", required=True)
