@@ -91,11 +91,11 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             problems.check(getattr(request.limits, name) >= 0, f"limits.{name}", "must be >= 0")
         problems.check(request.covered_message_count >= 0, "covered_message_count", "must be >= 0")
         problems.raise_if_any()
-        agent = self._agent(request.agent)
+        # The agent only names the model when the request does not (a tenant's stored agent is unknown here).
         resolved = await call(
             "models",
             self.clients.models.ResolveModel,
-            models_pb2.ResolveModelRequest(name=request.model or agent.model),
+            models_pb2.ResolveModelRequest(name=request.model or self._agent(request.agent).model),
         )
         model = resolved.model
         limits = CompactionLimits.derive(model.context_window, **{n: getattr(request.limits, n) for n in _LIMIT_FIELDS})

@@ -565,6 +565,31 @@ class AgentRegistry:
         return [d for d in self.list(include_hidden=True) if d.mode != "primary"]
 
 
+class PinnedAgentRegistry(AgentRegistry):
+    """A turn's agents: the tenant's stored versions it runs with, over the built-ins of `base`.
+
+    A stored agent stands in for a built-in of the same name for this turn only; every other
+    name is looked up in `base` at each call, so a new catalogue snapshot still reaches it."""
+
+    def __init__(self, base: AgentRegistry, pinned: Mapping[str, AgentDefinition]) -> None:
+        super().__init__(pinned)
+        self.base = base
+
+    @property
+    def errors(self) -> tuple[AgentLoadError, ...]:
+        return self.base.errors
+
+    def get(self, name: str) -> AgentDefinition:
+        found = self._definitions.get(name)
+        return found if found is not None else self.base.get(name)
+
+    def names(self) -> builtins.list[str]:
+        return sorted(set(self._definitions) | set(self.base.names()))
+
+    def list(self, include_hidden: bool = False) -> builtins.list[AgentDefinition]:
+        return [d for d in (self.get(n) for n in self.names()) if include_hidden or not d.hidden]
+
+
 class ReloadingAgentRegistry(AgentRegistry):
     """An agents folder that reloads itself when a file in it changes (hot reload).
 

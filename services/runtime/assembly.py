@@ -18,7 +18,8 @@ tool context, and keeps no history of its own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit import turn_options
-from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
+from services.kit.agents import AgentDefinition, AgentRegistry, PinnedAgentRegistry, UnknownAgentError, agent_from_json
 from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound
 from services.kit.llm import ChatMessage, ChatModel, ToolSchema
@@ -181,6 +182,42 @@ class TurnBuilder:
         self.models = models or ModelCatalogLink(clients)
         self.local_context = local_context  # prompts built in process; None: every one is a BuildContext call
 
+    # The stored agents (AgentService) the turn runs with, by name: set on a turn's own copy (`with_pins`).
+    pinned: Mapping[str, runtime_pb2.PinnedAgent] = {}
+
+    def with_pins(self, pins: Iterable[runtime_pb2.PinnedAgent]) -> TurnBuilder:
+        """This builder for one turn that runs a tenant's stored agents: they stand in for built-ins of their
+        names, and every step of the turn (its subagents' too) is built by the copy."""
+        by_name = {pin.name: pin for pin in pins}
+        if not by_name:
+            return self
+        definitions = {}
+        for index, pin in enumerate(by_name.values()):
+            try:
+                definitions[pin.name] = agent_from_json(pin.name, pin.definition_json)
+            except ValueError as exc:
+                raise InvalidArgument([(f"agents[{index}].definition_json", str(exc))]) from exc
+        turn = copy.copy(self)
+        turn.agents = PinnedAgentRegistry(self.agents, definitions)
+        turn.pinned = by_name
+        return turn
+
+    def _pins_meta(self, agent: AgentDefinition) -> dict[str, Any]:
+        """What the turn's journal records of its stored agents: the version that answers, and each definition
+        (a resume or a takeover rebuilds the turn from them, whatever the store holds by then)."""
+        answering = self.pinned.get(agent.name)
+        meta: dict[str, Any] = {"agent_version": answering.version if answering is not None else 0}
+        if self.pinned:
+            meta["agents"] = [[p.name, p.version, p.definition_json] for p in self.pinned.values()]
+        return meta
+
+    @staticmethod
+    def _pins_of(meta: Mapping[str, Any]) -> list[runtime_pb2.PinnedAgent]:
+        return [
+            runtime_pb2.PinnedAgent(name=name, version=version, definition_json=text)
+            for name, version, text in meta.get("agents", ())
+        ]
+
     # ------------------------------------------------------------------ lookups
 
     def agent(self, name: str) -> AgentDefinition:
@@ -316,6 +353,9 @@ class TurnBuilder:
         recalled: Sequence[Sequence[str]] = (),
     ) -> context_pb2.BuildContextResponse:
         request = context_pb2.BuildContextRequest(agent=agent.name, role_id=role, user_text=text)
+        pin = self.pinned.get(agent.name)
+        if pin is not None:  # a stored agent: the context builder has no file of it
+            request.agent_definition_json = pin.definition_json
         if recalled:
             request.recalled_memories.extend(context_pb2.RecalledMemory(key=k, text=t) for k, t in recalled)
             request.budget.recalled_memories_max = agent.memory.context.max_tokens
@@ -371,6 +411,8 @@ class TurnBuilder:
         grant: sessions_pb2.TurnStart | None = None,
     ) -> NewTurn | CommandTurn | BlockedTurn:
         """The turn; `grant` is the session as its lease grant read it (else it is read here)."""
+        if request.agents and not self.pinned:
+            return await self.with_pins(request.agents).new_turn(request, output, grant)
         tenant, session_id = request.tenant_id, request.session_id
         if grant is not None and grant.HasField("session"):
             session, state = grant.session, grant.state
@@ -495,6 +537,7 @@ class TurnBuilder:
             "model_catalog": self.models.version,
             "policy": policy_version(self.clients, request.turn_id),
             "session_agent": session.agent,  # whom transfer_back hands the session to
+            **self._pins_meta(agent),
         }
         system_prompt = built.system_prompt
         if agent.todo_list:  # the list the turn starts from; manage_todo_list keeps it here as it changes
@@ -611,6 +654,8 @@ class TurnBuilder:
         self, request: runtime_pb2.ResumeTurnRequest, snapshot: Mapping[str, Any], point: ResumePoint
     ) -> tuple[Turn, Engine]:
         meta = dict(snapshot["meta"])
+        if meta.get("agents") and not self.pinned:
+            return await self.with_pins(self._pins_of(meta)).resumed_turn(request, snapshot, point)
         runtime = str(meta.get("runtime", ""))
         if point.abandon:
             return self._bare_turn(request, snapshot, point), self.engines.get(runtime) or self.engines.select()

@@ -17,7 +17,7 @@ from typing import Any
 
 from cogmesh.common.v1 import errors_pb2, messages_pb2
 from cogmesh.context.v1 import context_pb2
-from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
+from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
 from services.kit.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
 from services.lib.context.builder import ContextBudget, ContextBuilder, ContextInput
 from services.lib.context.rehydration import DEFAULT_LAST_N, RehydrationPayload, RehydrationReport, rehydrate
@@ -112,6 +112,14 @@ def agent_of(agents: AgentRegistry, name: str) -> AgentDefinition:
         raise NotFound(str(exc), reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND, metadata={"agent": name}) from exc
 
 
+def stored_agent(request: context_pb2.BuildContextRequest) -> AgentDefinition:
+    """A tenant's stored agent, from the definition the request carries."""
+    try:
+        return agent_from_json(request.agent, request.agent_definition_json)
+    except ValueError as exc:
+        raise InvalidArgument([("agent_definition_json", str(exc))]) from exc
+
+
 async def build_context(
     builder: ContextBuilder,
     agents: AgentRegistry,
@@ -140,7 +148,7 @@ async def build_context(
     check_recalled(request.recalled_memories, problems)
     budget = budget_from_proto(request.budget, problems)
     problems.raise_if_any()
-    agent = agent_of(agents, request.agent)
+    agent = stored_agent(request) if request.agent_definition_json else agent_of(agents, request.agent)
     inp = ContextInput(
         agent=agent,
         role_id=request.role_id,

@@ -31,6 +31,8 @@ T = TypeVar("T")
 
 # The scripts: services/sessions/agents/lua/*.lua (each file's opening comments say what its KEYS and ARGV hold).
 _LUA = lua.load("services.sessions.agents")
+_PUT, _GET, _DELETE = _LUA["put"], _LUA["get"], _LUA["delete"]
+_SET_ALIAS, _DELETE_ALIAS = _LUA["set_alias"], _LUA["delete_alias"]
 
 
 def _decoded(value: Any) -> str:
@@ -43,7 +45,16 @@ class RedisAgentStore:
         self._redis = client
         self._owns_client = owns_client
         self._prefix = check_prefix(prefix)
-        self._scripts = {name: client.register_script(script) for name, script in _LUA.items()}
+        self._scripts = {
+            name: client.register_script(script)
+            for name, script in (
+                ("put", _PUT),
+                ("get", _GET),
+                ("delete", _DELETE),
+                ("set_alias", _SET_ALIAS),
+                ("delete_alias", _DELETE_ALIAS),
+            )
+        }
 
     @classmethod
     def from_url(cls, url: str, prefix: str, timeout_s: float) -> RedisAgentStore:

@@ -51,7 +51,7 @@ class RecalledMemory(_message.Message):
     def __init__(self, key: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class BuildContextRequest(_message.Message):
-    __slots__ = ("agent", "role_id", "user_text", "goal", "phase", "skill_instructions", "last_messages", "summary", "budget", "memory", "user_profile", "tenant_id", "session_id", "rehydrate", "rehydrate_last_n", "rehydrate_without_messages", "recalled_memories")
+    __slots__ = ("agent", "role_id", "user_text", "goal", "phase", "skill_instructions", "last_messages", "summary", "budget", "memory", "user_profile", "tenant_id", "session_id", "rehydrate", "rehydrate_last_n", "rehydrate_without_messages", "recalled_memories", "agent_definition_json")
     class MemoryEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class BuildContextRequest(_message.Message):
     REHYDRATE_LAST_N_FIELD_NUMBER: _ClassVar[int]
     REHYDRATE_WITHOUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     RECALLED_MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
     agent: str
     role_id: str
     user_text: str
@@ -100,7 +101,8 @@ class BuildContextRequest(_message.Message):
     rehydrate_last_n: int
     rehydrate_without_messages: bool
     recalled_memories: _containers.RepeatedCompositeFieldContainer[RecalledMemory]
-    def __init__(self, agent: _Optional[str] = ..., role_id: _Optional[str] = ..., user_text: _Optional[str] = ..., goal: _Optional[str] = ..., phase: _Optional[str] = ..., skill_instructions: _Optional[_Iterable[str]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., summary: _Optional[str] = ..., budget: _Optional[_Union[ContextBudget, _Mapping]] = ..., memory: _Optional[_Mapping[str, str]] = ..., user_profile: _Optional[_Mapping[str, str]] = ..., tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., rehydrate: _Optional[bool] = ..., rehydrate_last_n: _Optional[int] = ..., rehydrate_without_messages: _Optional[bool] = ..., recalled_memories: _Optional[_Iterable[_Union[RecalledMemory, _Mapping]]] = ...) -> None: ...
+    agent_definition_json: str
+    def __init__(self, agent: _Optional[str] = ..., role_id: _Optional[str] = ..., user_text: _Optional[str] = ..., goal: _Optional[str] = ..., phase: _Optional[str] = ..., skill_instructions: _Optional[_Iterable[str]] = ..., last_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., summary: _Optional[str] = ..., budget: _Optional[_Union[ContextBudget, _Mapping]] = ..., memory: _Optional[_Mapping[str, str]] = ..., user_profile: _Optional[_Mapping[str, str]] = ..., tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., rehydrate: _Optional[bool] = ..., rehydrate_last_n: _Optional[int] = ..., rehydrate_without_messages: _Optional[bool] = ..., recalled_memories: _Optional[_Iterable[_Union[RecalledMemory, _Mapping]]] = ..., agent_definition_json: _Optional[str] = ...) -> None: ...
 
 class PackReport(_message.Message):
     __slots__ = ("name", "priority", "tokens", "action")

@@ -29,7 +29,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/runtime/v1/runtime.proto\x12\x12\x63ogmesh.runtime.v1\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a\"cogmesh/sessions/v1/sessions.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x03\n\x0eRunTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0blease_token\x18\x06 \x01(\x04\x12\x0f\n\x07runtime\x18\x07 \x01(\t\x12.\n\routput_schema\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\x06limits\x18\t \x01(\x0b\x32\x1e.cogmesh.runtime.v1.TurnLimits\x12\x33\n\x0b\x63ost_budget\x18\n \x01(\x0b\x32\x1e.cogmesh.runtime.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\x0b \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\x12\x37\n\rsession_usage\x18\x0c \x01(\x0b\x32 .cogmesh.runtime.v1.SessionUsage\x12,\n\x08\x64\x65\x61\x64line\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa3\x01\n\nTurnLimits\x12\x16\n\x0emax_iterations\x18\x01 \x01(\x05\x12\x16\n\x0emax_tool_calls\x18\x02 \x01(\x05\x12\x15\n\rmax_mcp_calls\x18\x03 \x01(\x05\x12\x17\n\x0ftool_timeout_ms\x18\x04 \x01(\x05\x12\x1a\n\x12max_parallel_tools\x18\x05 \x01(\x05\x12\x19\n\x11max_wall_clock_ms\x18\x06 \x01(\x05\"\x83\x01\n\nCostBudget\x12\x14\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x12\x18\n\x10max_total_tokens\x18\x02 \x01(\x03\x12\x30\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32 .cogmesh.runtime.v1.BudgetAction\x12\x13\n\x0bper_session\x18\x04 \x01(\x08\"M\n\x0cSessionUsage\x12\x10\n\x08\x63ost_usd\x18\x01 \x01(\x01\x12\x14\n\x0cinput_tokens\x18\x02 \x01(\x03\x12\x15\n\routput_tokens\x18\x03 \x01(\x03\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x10\x41\x64optTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0blease_token\x18\x03 \x01(\x04\"$\n\x11\x41\x64optTurnResponse\x12\x0f\n\x07\x61\x64opted\x18\x01 \x01(\x08\"\x15\n\x13ListRuntimesRequest\"\xc6\x01\n\x13RuntimeCapabilities\x12\r\n\x05tools\x18\x01 \x01(\x08\x12\x0b\n\x03mcp\x18\x02 \x01(\x08\x12\x11\n\tstreaming\x18\x03 \x01(\x08\x12\x14\n\x0c\x63\x61ncellation\x18\x04 \x01(\x08\x12\x19\n\x11structured_output\x18\x05 \x01(\x08\x12\x10\n\x08\x66\x61ilover\x18\x06 \x01(\x08\x12\x13\n\x0b\x63ost_budget\x18\x07 \x01(\x08\x12\x14\n\x0cpause_resume\x18\x08 \x01(\x08\x12\x12\n\ndelegation\x18\t \x01(\x08\"\x85\x01\n\rRuntimeEngine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.cogmesh.runtime.v1.RuntimeCapabilities\x12\x12\n\nis_default\x18\x04 \x01(\x08\"d\n\x14ListRuntimesResponse\x12\x33\n\x08runtimes\x18\x01 \x03(\x0b\x32!.cogmesh.runtime.v1.RuntimeEngine\x12\x17\n\x0f\x64\x65\x66\x61ult_runtime\x18\x02 \x01(\t\"\x86\x03\n\x11ResumeTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x04 \x01(\t\x12\x13\n\x0blease_token\x18\x05 \x01(\x04\x12\x36\n\x08\x61pproval\x18\n \x01(\x0b\x32\".cogmesh.runtime.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12;\n\x0btool_result\x18\x0c \x01(\x0b\x32$.cogmesh.runtime.v1.ClientToolResultH\x00\x12\x11\n\x07\x61\x62\x61ndon\x18\r \x01(\x08H\x00\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x38\n\x06paused\x18\x07 \x01(\x0b\x32(.cogmesh.sessions.v1.AnswerPauseResponseB\x08\n\x06\x61nswer\"\x9e\x01\n\x0e\x41pprovalAnswer\x12\x35\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t\"5\n\x10\x43lientToolResult\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\"s\n\x10StartTurnRequest\x12\x30\n\x04turn\x18\x01 \x01(\x0b\x32\".cogmesh.runtime.v1.RunTurnRequest\x12-\n\x05start\x18\x02 \x01(\x0b\x32\x1e.cogmesh.sessions.v1.TurnStart\"#\n\x11StartTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t\"L\n\x13\x43ontinueTurnRequest\x12\x35\n\x06resume\x18\x01 \x01(\x0b\x32%.cogmesh.runtime.v1.ResumeTurnRequest\"&\n\x14\x43ontinueTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t*^\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_ACTION_ERROR\x10\x01\x12\x16\n\x12\x42UDGET_ACTION_WARN\x10\x02\x32\xe7\x03\n\x0eRuntimeService\x12X\n\tStartTurn\x12$.cogmesh.runtime.v1.StartTurnRequest\x1a%.cogmesh.runtime.v1.StartTurnResponse\x12\x61\n\x0c\x43ontinueTurn\x12\'.cogmesh.runtime.v1.ContinueTurnRequest\x1a(.cogmesh.runtime.v1.ContinueTurnResponse\x12[\n\nCancelTurn\x12%.cogmesh.runtime.v1.CancelTurnRequest\x1a&.cogmesh.runtime.v1.CancelTurnResponse\x12X\n\tAdoptTurn\x12$.cogmesh.runtime.v1.AdoptTurnRequest\x1a%.cogmesh.runtime.v1.AdoptTurnResponse\x12\x61\n\x0cListRuntimes\x12\'.cogmesh.runtime.v1.ListRuntimesRequest\x1a(.cogmesh.runtime.v1.ListRuntimesResponseB1Z/cogmesh.dev/go/gen/cogmesh/runtime/v1;runtimev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n cogmesh/runtime/v1/runtime.proto\x12\x12\x63ogmesh.runtime.v1\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a cogmesh/common/v1/messages.proto\x1a\"cogmesh/sessions/v1/sessions.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x03\n\x0eRunTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0blease_token\x18\x06 \x01(\x04\x12\x0f\n\x07runtime\x18\x07 \x01(\t\x12.\n\routput_schema\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\x06limits\x18\t \x01(\x0b\x32\x1e.cogmesh.runtime.v1.TurnLimits\x12\x33\n\x0b\x63ost_budget\x18\n \x01(\x0b\x32\x1e.cogmesh.runtime.v1.CostBudget\x12\x31\n\x0c\x63lient_tools\x18\x0b \x03(\x0b\x32\x1b.cogmesh.common.v1.ToolSpec\x12\x37\n\rsession_usage\x18\x0c \x01(\x0b\x32 .cogmesh.runtime.v1.SessionUsage\x12,\n\x08\x64\x65\x61\x64line\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x06\x61gents\x18\x0e \x03(\x0b\x32\x1f.cogmesh.runtime.v1.PinnedAgent\"E\n\x0bPinnedAgent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x17\n\x0f\x64\x65\x66inition_json\x18\x03 \x01(\t\"\xa3\x01\n\nTurnLimits\x12\x16\n\x0emax_iterations\x18\x01 \x01(\x05\x12\x16\n\x0emax_tool_calls\x18\x02 \x01(\x05\x12\x15\n\rmax_mcp_calls\x18\x03 \x01(\x05\x12\x17\n\x0ftool_timeout_ms\x18\x04 \x01(\x05\x12\x1a\n\x12max_parallel_tools\x18\x05 \x01(\x05\x12\x19\n\x11max_wall_clock_ms\x18\x06 \x01(\x05\"\x83\x01\n\nCostBudget\x12\x14\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x12\x18\n\x10max_total_tokens\x18\x02 \x01(\x03\x12\x30\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32 .cogmesh.runtime.v1.BudgetAction\x12\x13\n\x0bper_session\x18\x04 \x01(\x08\"M\n\x0cSessionUsage\x12\x10\n\x08\x63ost_usd\x18\x01 \x01(\x01\x12\x14\n\x0cinput_tokens\x18\x02 \x01(\x03\x12\x15\n\routput_tokens\x18\x03 \x01(\x03\"8\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"\'\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"L\n\x10\x41\x64optTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0blease_token\x18\x03 \x01(\x04\"$\n\x11\x41\x64optTurnResponse\x12\x0f\n\x07\x61\x64opted\x18\x01 \x01(\x08\"\x15\n\x13ListRuntimesRequest\"\xc6\x01\n\x13RuntimeCapabilities\x12\r\n\x05tools\x18\x01 \x01(\x08\x12\x0b\n\x03mcp\x18\x02 \x01(\x08\x12\x11\n\tstreaming\x18\x03 \x01(\x08\x12\x14\n\x0c\x63\x61ncellation\x18\x04 \x01(\x08\x12\x19\n\x11structured_output\x18\x05 \x01(\x08\x12\x10\n\x08\x66\x61ilover\x18\x06 \x01(\x08\x12\x13\n\x0b\x63ost_budget\x18\x07 \x01(\x08\x12\x14\n\x0cpause_resume\x18\x08 \x01(\x08\x12\x12\n\ndelegation\x18\t \x01(\x08\"\x85\x01\n\rRuntimeEngine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.cogmesh.runtime.v1.RuntimeCapabilities\x12\x12\n\nis_default\x18\x04 \x01(\x08\"d\n\x14ListRuntimesResponse\x12\x33\n\x08runtimes\x18\x01 \x03(\x0b\x32!.cogmesh.runtime.v1.RuntimeEngine\x12\x17\n\x0f\x64\x65\x66\x61ult_runtime\x18\x02 \x01(\t\"\x86\x03\n\x11ResumeTurnRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x14\n\x0cinterrupt_id\x18\x04 \x01(\t\x12\x13\n\x0blease_token\x18\x05 \x01(\x04\x12\x36\n\x08\x61pproval\x18\n \x01(\x0b\x32\".cogmesh.runtime.v1.ApprovalAnswerH\x00\x12\x14\n\nuser_input\x18\x0b \x01(\tH\x00\x12;\n\x0btool_result\x18\x0c \x01(\x0b\x32$.cogmesh.runtime.v1.ClientToolResultH\x00\x12\x11\n\x07\x61\x62\x61ndon\x18\r \x01(\x08H\x00\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x38\n\x06paused\x18\x07 \x01(\x0b\x32(.cogmesh.sessions.v1.AnswerPauseResponseB\x08\n\x06\x61nswer\"\x9e\x01\n\x0e\x41pprovalAnswer\x12\x35\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t\"5\n\x10\x43lientToolResult\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\"s\n\x10StartTurnRequest\x12\x30\n\x04turn\x18\x01 \x01(\x0b\x32\".cogmesh.runtime.v1.RunTurnRequest\x12-\n\x05start\x18\x02 \x01(\x0b\x32\x1e.cogmesh.sessions.v1.TurnStart\"#\n\x11StartTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t\"L\n\x13\x43ontinueTurnRequest\x12\x35\n\x06resume\x18\x01 \x01(\x0b\x32%.cogmesh.runtime.v1.ResumeTurnRequest\"&\n\x14\x43ontinueTurnResponse\x12\x0e\n\x06holder\x18\x01 \x01(\t*^\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_ACTION_ERROR\x10\x01\x12\x16\n\x12\x42UDGET_ACTION_WARN\x10\x02\x32\xe7\x03\n\x0eRuntimeService\x12X\n\tStartTurn\x12$.cogmesh.runtime.v1.StartTurnRequest\x1a%.cogmesh.runtime.v1.StartTurnResponse\x12\x61\n\x0c\x43ontinueTurn\x12\'.cogmesh.runtime.v1.ContinueTurnRequest\x1a(.cogmesh.runtime.v1.ContinueTurnResponse\x12[\n\nCancelTurn\x12%.cogmesh.runtime.v1.CancelTurnRequest\x1a&.cogmesh.runtime.v1.CancelTurnResponse\x12X\n\tAdoptTurn\x12$.cogmesh.runtime.v1.AdoptTurnRequest\x1a%.cogmesh.runtime.v1.AdoptTurnResponse\x12\x61\n\x0cListRuntimes\x12\'.cogmesh.runtime.v1.ListRuntimesRequest\x1a(.cogmesh.runtime.v1.ListRuntimesResponseB1Z/cogmesh.dev/go/gen/cogmesh/runtime/v1;runtimev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,46 +37,48 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.runtime.v1.runtime_
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z/cogmesh.dev/go/gen/cogmesh/runtime/v1;runtimev1'
-  _globals['_BUDGETACTION']._serialized_start=2606
-  _globals['_BUDGETACTION']._serialized_end=2700
+  _globals['_BUDGETACTION']._serialized_start=2726
+  _globals['_BUDGETACTION']._serialized_end=2820
   _globals['_RUNTURNREQUEST']._serialized_start=222
-  _globals['_RUNTURNREQUEST']._serialized_end=667
-  _globals['_TURNLIMITS']._serialized_start=670
-  _globals['_TURNLIMITS']._serialized_end=833
-  _globals['_COSTBUDGET']._serialized_start=836
-  _globals['_COSTBUDGET']._serialized_end=967
-  _globals['_SESSIONUSAGE']._serialized_start=969
-  _globals['_SESSIONUSAGE']._serialized_end=1046
-  _globals['_CANCELTURNREQUEST']._serialized_start=1048
-  _globals['_CANCELTURNREQUEST']._serialized_end=1104
-  _globals['_CANCELTURNRESPONSE']._serialized_start=1106
-  _globals['_CANCELTURNRESPONSE']._serialized_end=1145
-  _globals['_ADOPTTURNREQUEST']._serialized_start=1147
-  _globals['_ADOPTTURNREQUEST']._serialized_end=1223
-  _globals['_ADOPTTURNRESPONSE']._serialized_start=1225
-  _globals['_ADOPTTURNRESPONSE']._serialized_end=1261
-  _globals['_LISTRUNTIMESREQUEST']._serialized_start=1263
-  _globals['_LISTRUNTIMESREQUEST']._serialized_end=1284
-  _globals['_RUNTIMECAPABILITIES']._serialized_start=1287
-  _globals['_RUNTIMECAPABILITIES']._serialized_end=1485
-  _globals['_RUNTIMEENGINE']._serialized_start=1488
-  _globals['_RUNTIMEENGINE']._serialized_end=1621
-  _globals['_LISTRUNTIMESRESPONSE']._serialized_start=1623
-  _globals['_LISTRUNTIMESRESPONSE']._serialized_end=1723
-  _globals['_RESUMETURNREQUEST']._serialized_start=1726
-  _globals['_RESUMETURNREQUEST']._serialized_end=2116
-  _globals['_APPROVALANSWER']._serialized_start=2119
-  _globals['_APPROVALANSWER']._serialized_end=2277
-  _globals['_CLIENTTOOLRESULT']._serialized_start=2279
-  _globals['_CLIENTTOOLRESULT']._serialized_end=2332
-  _globals['_STARTTURNREQUEST']._serialized_start=2334
-  _globals['_STARTTURNREQUEST']._serialized_end=2449
-  _globals['_STARTTURNRESPONSE']._serialized_start=2451
-  _globals['_STARTTURNRESPONSE']._serialized_end=2486
-  _globals['_CONTINUETURNREQUEST']._serialized_start=2488
-  _globals['_CONTINUETURNREQUEST']._serialized_end=2564
-  _globals['_CONTINUETURNRESPONSE']._serialized_start=2566
-  _globals['_CONTINUETURNRESPONSE']._serialized_end=2604
-  _globals['_RUNTIMESERVICE']._serialized_start=2703
-  _globals['_RUNTIMESERVICE']._serialized_end=3190
+  _globals['_RUNTURNREQUEST']._serialized_end=716
+  _globals['_PINNEDAGENT']._serialized_start=718
+  _globals['_PINNEDAGENT']._serialized_end=787
+  _globals['_TURNLIMITS']._serialized_start=790
+  _globals['_TURNLIMITS']._serialized_end=953
+  _globals['_COSTBUDGET']._serialized_start=956
+  _globals['_COSTBUDGET']._serialized_end=1087
+  _globals['_SESSIONUSAGE']._serialized_start=1089
+  _globals['_SESSIONUSAGE']._serialized_end=1166
+  _globals['_CANCELTURNREQUEST']._serialized_start=1168
+  _globals['_CANCELTURNREQUEST']._serialized_end=1224
+  _globals['_CANCELTURNRESPONSE']._serialized_start=1226
+  _globals['_CANCELTURNRESPONSE']._serialized_end=1265
+  _globals['_ADOPTTURNREQUEST']._serialized_start=1267
+  _globals['_ADOPTTURNREQUEST']._serialized_end=1343
+  _globals['_ADOPTTURNRESPONSE']._serialized_start=1345
+  _globals['_ADOPTTURNRESPONSE']._serialized_end=1381
+  _globals['_LISTRUNTIMESREQUEST']._serialized_start=1383
+  _globals['_LISTRUNTIMESREQUEST']._serialized_end=1404
+  _globals['_RUNTIMECAPABILITIES']._serialized_start=1407
+  _globals['_RUNTIMECAPABILITIES']._serialized_end=1605
+  _globals['_RUNTIMEENGINE']._serialized_start=1608
+  _globals['_RUNTIMEENGINE']._serialized_end=1741
+  _globals['_LISTRUNTIMESRESPONSE']._serialized_start=1743
+  _globals['_LISTRUNTIMESRESPONSE']._serialized_end=1843
+  _globals['_RESUMETURNREQUEST']._serialized_start=1846
+  _globals['_RESUMETURNREQUEST']._serialized_end=2236
+  _globals['_APPROVALANSWER']._serialized_start=2239
+  _globals['_APPROVALANSWER']._serialized_end=2397
+  _globals['_CLIENTTOOLRESULT']._serialized_start=2399
+  _globals['_CLIENTTOOLRESULT']._serialized_end=2452
+  _globals['_STARTTURNREQUEST']._serialized_start=2454
+  _globals['_STARTTURNREQUEST']._serialized_end=2569
+  _globals['_STARTTURNRESPONSE']._serialized_start=2571
+  _globals['_STARTTURNRESPONSE']._serialized_end=2606
+  _globals['_CONTINUETURNREQUEST']._serialized_start=2608
+  _globals['_CONTINUETURNREQUEST']._serialized_end=2684
+  _globals['_CONTINUETURNRESPONSE']._serialized_start=2686
+  _globals['_CONTINUETURNRESPONSE']._serialized_end=2724
+  _globals['_RUNTIMESERVICE']._serialized_start=2823
+  _globals['_RUNTIMESERVICE']._serialized_end=3310
 # @@protoc_insertion_point(module_scope)

@@ -24,7 +24,7 @@ BUDGET_ACTION_ERROR: BudgetAction
 BUDGET_ACTION_WARN: BudgetAction
 
 class RunTurnRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "content", "model", "lease_token", "runtime", "output_schema", "limits", "cost_budget", "client_tools", "session_usage", "deadline")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "content", "model", "lease_token", "runtime", "output_schema", "limits", "cost_budget", "client_tools", "session_usage", "deadline", "agents")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class RunTurnRequest(_message.Message):
     CLIENT_TOOLS_FIELD_NUMBER: _ClassVar[int]
     SESSION_USAGE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -51,7 +52,18 @@ class RunTurnRequest(_message.Message):
     client_tools: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolSpec]
     session_usage: SessionUsage
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., lease_token: _Optional[int] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., session_usage: _Optional[_Union[SessionUsage, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    agents: _containers.RepeatedCompositeFieldContainer[PinnedAgent]
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., lease_token: _Optional[int] = ..., runtime: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., limits: _Optional[_Union[TurnLimits, _Mapping]] = ..., cost_budget: _Optional[_Union[CostBudget, _Mapping]] = ..., client_tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., session_usage: _Optional[_Union[SessionUsage, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[PinnedAgent, _Mapping]]] = ...) -> None: ...
+
+class PinnedAgent(_message.Message):
+    __slots__ = ("name", "version", "definition_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    definition_json: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., definition_json: _Optional[str] = ...) -> None: ...
 
 class TurnLimits(_message.Message):
     __slots__ = ("max_iterations", "max_tool_calls", "max_mcp_calls", "tool_timeout_ms", "max_parallel_tools", "max_wall_clock_ms")
