@@ -65,6 +65,12 @@ def is_terminal(event: events_pb2.RuntimeEvent) -> bool:
     return event.WhichOneof("payload") in TERMINAL
 
 
+def leaves_idle(event: events_pb2.RuntimeEvent) -> bool:
+    """Whether a log ending with this event has no turn running: a turn's end, or a rewind (RewindSession runs
+    only while no turn does; a ROLLBACK turn's own rewind comes after its opening event, with it running)."""
+    return is_terminal(event) or (event.HasField("rewound") and event.rewound.reason == "rewind")
+
+
 def is_paused(event: events_pb2.RuntimeEvent) -> bool:
     return event.HasField("status") and event.status.state == events_pb2.TURN_STATE_PAUSED
 

@@ -40,7 +40,7 @@ from redis.typing import KeyT, StreamIdT
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import Unavailable
-from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, session_gone, tail
+from services.kit.event_log import Batch, SessionLog, check_cursor, leaves_idle, session_gone, tail
 from services.kit.logging import log
 from services.kit.redis_keys import SessionKeys, check_prefix
 from services.kit.redis_pool import POOL_SIZE, REDIS_ERRORS, Client, closed_under_us, next_message, pooled_client
@@ -220,7 +220,7 @@ class RedisEventLog:
     async def ends_with_turn_end(self, session_id: str) -> bool:
         entries = await self._redis_call("read", self._redis.xrevrange(self._keys(session_id).stream, count=1))
         ended = decode_entries(entries)
-        return not ended or is_terminal(ended[-1])  # empty, or dropped (its marker): nothing runs
+        return not ended or leaves_idle(ended[-1])  # empty, or dropped (its marker): nothing runs
 
     async def drop(self, session_id: str) -> None:
         """End this process's readers of a deleted session at once (the sessions service wrote its marker)."""

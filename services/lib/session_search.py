@@ -83,6 +83,7 @@ class Facts:
     updated_at: float
     status: str
     scope: Mapping[str, str] = field(default_factory=dict)
+    forked_from: str = ""  # the session it was forked from ("" when it was created)
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,10 @@ class SessionFilter:
     created_before: float | None = None
     active_after: float | None = None
     active_before: float | None = None
+    forked_from: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.labels or self.statuses or self.agent) or any(
+        return bool(self.labels or self.statuses or self.agent or self.forked_from) or any(
             t is not None for t in (self.created_after, self.created_before, self.active_after, self.active_before)
         )
 
@@ -115,6 +117,7 @@ def _within(value: float, after: float | None, before: float | None) -> bool:
 def matches(facts: Facts, where: SessionFilter) -> bool:
     return (
         (not where.agent or facts.agent == where.agent)
+        and (not where.forked_from or facts.forked_from == where.forked_from)
         and all(facts.labels.get(k) == v for k, v in where.labels.items())
         and _within(facts.created_at, where.created_after, where.created_before)
         and _within(facts.updated_at, where.active_after, where.active_before)
@@ -146,6 +149,7 @@ def filter_of(request: Any, problems: Violations) -> SessionFilter:
         if name is not None:
             statuses.append(name)
     problems.check(len(request.agent) <= MAX_ID, "agent", f"must be at most {MAX_ID} characters")
+    problems.check(len(request.forked_from) <= MAX_ID, "forked_from", f"must be at most {MAX_ID} characters")
     where = SessionFilter(
         labels=dict(request.label_filter),
         statuses=frozenset(statuses),
@@ -154,6 +158,7 @@ def filter_of(request: Any, problems: Violations) -> SessionFilter:
         created_before=_seconds(request, "created_before", problems),
         active_after=_seconds(request, "active_after", problems),
         active_before=_seconds(request, "active_before", problems),
+        forked_from=request.forked_from,
     )
     for after, before in (("created_after", "created_before"), ("active_after", "active_before")):
         low, high = getattr(where, after), getattr(where, before)

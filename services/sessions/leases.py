@@ -1,6 +1,7 @@
 """Taking a session's turn lease with a multitask strategy, over any SessionStore.
 
-REJECT is a single `try_acquire`. ENQUEUE and INTERRUPT keep a place in the
+REJECT is a single `try_acquire`. ENQUEUE and INTERRUPT (and ROLLBACK, which waits as INTERRUPT does; the
+servicer rewinds the interrupted turn once the lease is granted) keep a place in the
 session's queue and retry whenever the store says the lease may have changed
 hands (a release on any replica) and at least every POLL_S, which also keeps the
 place alive: a waiter whose replica dies stops polling and drops out of the queue.
@@ -50,7 +51,7 @@ async def acquire(
                 )
             if not queued:
                 queued = True
-                if strategy is Strategy.INTERRUPT:
+                if strategy.interrupts:
                     interrupted = result.holder_turn_id  # the turn asked to stop, reported to the caller
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -38,6 +38,12 @@ class Strategy(enum.Enum):
     REJECT = "reject"
     ENQUEUE = "enqueue"
     INTERRUPT = "interrupt"
+    ROLLBACK = "rollback"  # as INTERRUPT, then the stopped turn is rewound (services/sessions/history.py)
+
+    @property
+    def interrupts(self) -> bool:
+        """Asks the running turn to stop and waits ahead of ENQUEUE waiters."""
+        return self in (Strategy.INTERRUPT, Strategy.ROLLBACK)
 
 
 class GoalStatus(enum.Enum):
@@ -113,6 +119,22 @@ class InvalidValue(SessionError):
         self.field_name = field_name
 
 
+class TurnNotFound(SessionError, LookupError):
+    """The session has no such turn (no message of it, for the history RPCs)."""
+
+    def __init__(self, session_id: str, turn_id: str):
+        super().__init__(f"session {session_id!r} has no turn {turn_id!r}")
+        self.session_id, self.turn_id = session_id, turn_id
+
+
+class HistoryChanged(SessionError):
+    """The conversation changed while a rewind read it (a compare-and-set failed twice): try again."""
+
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} changed while it was being rewound; try again")
+        self.session_id = session_id
+
+
 class StoreUnavailable(SessionError):
     """The backing store could not be reached; nothing was written, the call may be retried."""
 
@@ -122,6 +144,15 @@ class StoreUnavailable(SessionError):
 
 
 # --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a forked session came from (common.v1.SessionOrigin)."""
+
+    session_id: str
+    turn_id: str  # the last turn of the original the fork holds; "" when it holds none
+    forked_at: float
 
 
 @dataclass(frozen=True)
@@ -135,6 +166,7 @@ class NewSession:
     delegated_from: str = ""
     scope: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    forked_from: Origin | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +194,7 @@ class SessionRecord:
     plan: bytes = b""  # the todo list: a serialized common.v1 PlanUpdated (opaque); b"": none
     labels: Mapping[str, str] = field(default_factory=dict)  # the application's, changed by UpdateSession
     outcome: str = ""  # how the last turn that stopped ended (search.COMPLETED, FAILED...); "": none yet
+    forked_from: Origin | None = None  # set at creation by ForkSession, never changed
 
     def answering(self) -> str:
         """The active agent as the session reports it: "" when its own agent answers."""
@@ -173,7 +206,10 @@ class SessionRecord:
         return search.status(bool(self.active_turn_id), bool(self.pending_interrupt_ids), self.outcome)
 
     def facts(self) -> search.Facts:
-        return search.Facts(self.agent, self.labels, self.created_at, self.updated_at, self.status, self.scope)
+        origin = self.forked_from.session_id if self.forked_from else ""
+        return search.Facts(
+            self.agent, self.labels, self.created_at, self.updated_at, self.status, self.scope, forked_from=origin
+        )
 
 
 @dataclass(frozen=True)
@@ -373,6 +409,22 @@ class LogState:
 class LeaseState:
     lease: LeaseInfo | None
     queued_turn_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """What one atomic rewind does (SessionStore.rewind), worked out by services/sessions/history.py from a read
+    of the session: applied only while the session still holds `expected_messages` messages and its log ends
+    at `expected_head` (else HistoryChanged), and while no turn runs, waits or is paused (else LeaseHeld), but
+    for the holder of `token` (a ROLLBACK turn rewinding the turn it interrupted)."""
+
+    keep: int  # messages kept: the dropped turn's first message's index
+    expected_messages: int
+    expected_head: int
+    dropped_turn_ids: Sequence[str]
+    event: events_pb2.RuntimeEvent  # the SessionRewound to log (its void range set)
+    token: int = 0  # 0: nobody may hold the lease; else the holder's (fenced)
+    turn_id: str = ""  # the turn the event is logged under ("" outside a turn)
 
 
 @dataclass(frozen=True)

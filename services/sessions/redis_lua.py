@@ -18,7 +18,9 @@ event (field `e`: a lone serialized RuntimeEvent without its seq; or `n` events 
 field `b`, their seqs running up to the id); the hash keeps the last seq (`eseq`) and the
 lease, including whether its turn is open (accepted, not ended or paused: its lease
 waits, held, for a takeover instead of running out), who runs it and how often it was
-taken over. A turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
+taken over. `tr` holds each turn's first seq (field `<turn>`; written when the log's turn changes, the hash's
+`rturn` naming the last turn written, so a turn's further appends cost nothing; a rewind drops its turns'). A
+turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
 `kind|seq|ms|state`), the order its turns were written in is `jt` (the hash names the last one,
 `jlast`, and its entry count, `jn`, so a journal write needs no read). The hash remembers the last
 appends with an id in a ring of fields `r0`..`r<n-1>` (`<last seq>|<append id>`, slot `ab` mod n, `ab`
@@ -49,7 +51,7 @@ from services.sessions.model import JOURNALS_KEPT
 # Scripts that write nothing (no WAIT after them; services/kit/redis_pool.py ReplicaWait).
 READS = frozenset(
     {"GET", "LIST_MESSAGES", "LAST_MESSAGES", "LEASE_STATE", "LIST_GOALS", "GET_CHECKPOINT", "LIST_CHECKPOINTS"}
-    | {"REHYDRATE", "JOURNAL", "LOG_STATE"}
+    | {"REHYDRATE", "JOURNAL", "LOG_STATE", "TURN_SEQS"}
 )
 
 # Scripts over no session, run without the PREAMBLE: the open-turn index (one bucket per slot: a zset of
@@ -64,12 +66,12 @@ CLOCK_ON_DEMAND = frozenset({"APPEND_EVENTS"})
 # The names (services/kit/redis_keys.py SessionKeys) of a session's keys, in KEYS order; the identity key follows.
 SESSION_KEYS = (
     *("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al"),
-    *("events", "events:batches", "j", "jt", "events:dropped", "events:news"),
+    *("events", "events:batches", "j", "jt", "events:dropped", "events:news", "tr"),
 )
 
 # Keys that live and expire with the session (the tombstone and the channel do not; `events:batches`, written
 # only before the ring of append ids, keeps the expiry it had).
-_DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "j", "jt")
+_DATA_KEYS = ("s", "m", "g", "c", "co", "d", "a", "al", "events", "j", "jt", "tr")
 ENTRY_EVENTS = 32  # events per stream entry at most: a reader that needs one entry's first seq reads no more
 EXPIRY_SLACK = 10  # the keys outlive `expires_at` by up to TTL / EXPIRY_SLACK: re-expired once per that
 

@@ -42,7 +42,7 @@ from redis.commands.core import AsyncScript
 
 from services.kit import lease_holders
 from services.kit import scope as scopes
-from services.kit.event_log import Batch, check_cursor, field_one, is_terminal
+from services.kit.event_log import Batch, check_cursor, field_one, leaves_idle
 from services.kit.protos import now as proto_now
 from services.kit.redis_event_log import DROP_WAKE_S, RedisEventLog, decode_entries, read_range
 from services.kit.redis_keys import (
@@ -85,6 +85,7 @@ from services.sessions.model import (
     Claimed,
     Goal,
     GoalStatus,
+    HistoryChanged,
     InvalidValue,
     JournalRecord,
     JsonObject,
@@ -96,6 +97,7 @@ from services.sessions.model import (
     NewCheckpoint,
     NewEvents,
     NewSession,
+    Origin,
     Page,
     PauseAnswer,
     PauseAnswered,
@@ -104,6 +106,7 @@ from services.sessions.model import (
     Rehydration,
     Renewal,
     Renewed,
+    Rewind,
     SessionNotFound,
     SessionRecord,
     SessionUpdate,
@@ -127,7 +130,7 @@ INDEX_SWEEP = 2  # oldest entries of a tenant's index checked for expired sessio
 SCAN_BUDGET = 1000
 FILTER_BATCH = 250
 # The session hash's fields a filter looks at (services/lib/session_search.py Facts), read in one HMGET.
-_FACT_FIELDS = ("tenant_id", "expires_at", "agent", "labels", "created_at", "updated_at", "scope")
+_FACT_FIELDS = ("tenant_id", "expires_at", "agent", "labels", "created_at", "updated_at", "scope", "forked_from")
 _STATUS_FIELDS = ("lease_turn", "lease_exp", "lease_open", "outcome")
 # Redis answers that mean "not now" rather than "wrong": the caller may retry.
 _TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "NOREPLICAS")
@@ -152,6 +155,20 @@ def _holder(turn: Any, resume: Any) -> lease_holders.Holder:
     if resume:
         return lease_holders.Holder(_s(turn), _s(resume))
     return lease_holders.parse_holder(_s(turn))
+
+
+def _origin_json(origin: Origin | None) -> str:
+    """A fork's origin as the session hash keeps it (`forked_from`); "" for a session that was created."""
+    if origin is None:
+        return ""
+    return json.dumps({"session_id": origin.session_id, "turn_id": origin.turn_id, "at": origin.forked_at})
+
+
+def _origin(stored: bytes | None) -> Origin | None:
+    if not stored:
+        return None
+    value = json.loads(stored)
+    return Origin(value["session_id"], value["turn_id"], float(value["at"]))
 
 
 def _b64(data: bytes) -> str:
@@ -375,6 +392,7 @@ class RedisSessionStore:
             plan=bytes(h.get("plan", b"")),
             labels=json.loads(h.get("labels", b"{}")),
             outcome=_s(h.get("outcome", b"")),
+            forked_from=_origin(h.get("forked_from")),
         )
 
     @staticmethod
@@ -412,6 +430,7 @@ class RedisSessionStore:
                 expected,
                 json.dumps(dict(new.scope), sort_keys=True),
                 json.dumps(dict(new.labels), sort_keys=True),
+                _origin_json(new.forked_from),
                 more_keys=more_keys,
             )
             status = _s(reply[0])
@@ -596,6 +615,7 @@ class RedisSessionStore:
                 updated_at=_ms(h["updated_at"]),
                 status=search.status(running, pending, _s(h.get("outcome") or b"")),
                 scope=json.loads(h["scope"] or b"{}"),
+                forked_from=(origin.session_id if (origin := _origin(h["forked_from"])) else ""),
             )
             mine = _s(h["tenant_id"]) == tenant_id and scopes.holds(facts.scope, scope_filter)
             if mine and search.matches(facts, where):
@@ -697,7 +717,7 @@ class RedisSessionStore:
         opening: NewEvents | None = None,
         resume: str = "",
     ) -> Acquired | Queued:
-        base = INTERRUPT_BASE if strategy is Strategy.INTERRUPT else ENQUEUE_BASE
+        base = INTERRUPT_BASE if strategy.interrupts else ENQUEUE_BASE
         logged: list[Any] = [0, 0, 0]
         if opening is not None and (opening.events or opening.journal):
             logged = self._log_args(session_id, opening)
@@ -708,7 +728,7 @@ class RedisSessionStore:
             session_id,
             turn_id,
             int(ttl_s * 1000),
-            strategy.value,
+            "interrupt" if strategy.interrupts else strategy.value,  # ROLLBACK waits as INTERRUPT does
             self._waiter_ttl_ms,
             int(base),
             resume,
@@ -1089,7 +1109,7 @@ class RedisSessionStore:
         first = int(first_id.split("-", 1)[0]) if first_id else last + 1
         fields = dict(zip(last_fields[::2], last_fields[1::2], strict=True))
         tail = decode_entries([(f"{last}-0", fields)])  # empty: the drop's marker
-        return LogState(first, last, not tail or is_terminal(tail[-1]))
+        return LogState(first, last, not tail or leaves_idle(tail[-1]))
 
     async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]:
         reply = await self._run("JOURNAL", tenant_id, session_id, turn_id)
@@ -1166,6 +1186,37 @@ class RedisSessionStore:
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:
         reply = await self._run("INTERRUPT_TURN", tenant_id, session_id, turn_id, by)
         return self._lease(reply) if len(reply) > 1 else None
+
+    # ----------------------------------------------------------------- time travel
+
+    async def turn_seqs(self, tenant_id: str, session_id: str, turn_ids: Sequence[str]) -> dict[str, int]:
+        reply = await self._run("TURN_SEQS", tenant_id, session_id, *turn_ids)
+        return {t: int(seq) for t, seq in zip(turn_ids, reply[1], strict=True) if seq}
+
+    async def rewind(self, tenant_id: str, session_id: str, rewind: Rewind) -> tuple[SessionRecord, int]:
+        logged = NewEvents(rewind.turn_id, rewind.token, [rewind.event])
+        reply = await self._run(
+            "REWIND",
+            tenant_id,
+            session_id,
+            rewind.token,
+            rewind.keep,
+            rewind.expected_messages,
+            rewind.expected_head,
+            rewind.turn_id,
+            self._retention,
+            len(rewind.dropped_turn_ids),
+            *rewind.dropped_turn_ids,
+            *self._log_args(session_id, logged),
+        )
+        status = _s(reply[0])
+        if status == "busy":
+            raise LeaseHeld(session_id, _holder(reply[1], "").turn_id)
+        if status == "moved":
+            raise HistoryChanged(session_id)
+        last = int(reply[1])
+        self._stamped(logged, last)
+        return self._record(reply[2]), last
 
     @property
     def client(self) -> Client:

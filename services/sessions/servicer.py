@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -24,7 +25,7 @@ import grpc
 from google.protobuf import struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
-from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2
+from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit import journal_kinds, lease_holders
 from services.kit import scope as scopes
@@ -41,7 +42,7 @@ from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.kit.protos import APPROVAL_DECISIONS, MAX_ID, dict_to_struct, now, struct_to_dict
 from services.lib import answers
 from services.lib import session_search as search
-from services.sessions import leases
+from services.sessions import history, leases
 from services.sessions.append_stream import serve_appends
 from services.sessions.model import (
     Appended,
@@ -51,6 +52,7 @@ from services.sessions.model import (
     Claimed,
     Goal,
     GoalStatus,
+    HistoryChanged,
     InvalidValue,
     JournalRecord,
     LeaseGrant,
@@ -61,6 +63,7 @@ from services.sessions.model import (
     NewCheckpoint,
     NewEvents,
     NewSession,
+    Origin,
     Page,
     PauseAnswer,
     PauseAnswered,
@@ -76,6 +79,7 @@ from services.sessions.model import (
     StoreUnavailable,
     Strategy,
     Summary,
+    TurnNotFound,
 )
 from services.sessions.model import Checkpoint as CheckpointRecord
 from services.sessions.store import SessionStore
@@ -108,6 +112,7 @@ _STRATEGIES = {
     sessions_pb2.MULTITASK_STRATEGY_REJECT: Strategy.REJECT,
     sessions_pb2.MULTITASK_STRATEGY_ENQUEUE: Strategy.ENQUEUE,
     sessions_pb2.MULTITASK_STRATEGY_INTERRUPT: Strategy.INTERRUPT,
+    sessions_pb2.MULTITASK_STRATEGY_ROLLBACK: Strategy.ROLLBACK,
 }
 _GOAL_STATUS = {
     sessions_pb2.GOAL_STATUS_UNSPECIFIED: GoalStatus.ACTIVE,
@@ -135,6 +140,10 @@ _UPDATE_PATHS = (
 
 class AlreadyExists(CogmeshError):
     code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class Aborted(CogmeshError):
+    code = grpc.StatusCode.ABORTED
 
 
 # --------------------------------------------------------------------------- domain error -> status
@@ -166,6 +175,12 @@ STATUSES: dict[type[SessionError], Callable[[Any], CogmeshError]] = {
     CheckpointConflict: lambda e: FailedPrecondition(
         str(e), metadata={"session_id": e.session_id, "interrupt_id": e.interrupt_id, "conflict": e.why}
     ),
+    TurnNotFound: lambda e: NotFound(
+        str(e),
+        reason=errors_pb2.ERROR_REASON_TURN_NOT_FOUND,
+        metadata={"session_id": e.session_id, "turn_id": e.turn_id},
+    ),
+    HistoryChanged: lambda e: Aborted(str(e), metadata={"session_id": e.session_id, "retryable": "true"}),
     InvalidValue: lambda e: InvalidArgument([(e.field_name, str(e))]),
     LimitExceeded: lambda e: ResourceExhausted(str(e)),
     StoreUnavailable: lambda e: Unavailable(str(e), metadata={"dependency": "session-store", "retryable": "true"}),
@@ -205,6 +220,15 @@ def session_to_proto(record: SessionRecord) -> resources_pb2.Session:
         delegated_turn_count=record.delegated_turns,
         labels=record.labels,
         status=search.STATUS_PROTOS[record.status],
+        forked_from=_origin_to_proto(record.forked_from),
+    )
+
+
+def _origin_to_proto(origin: Origin | None) -> turns_pb2.SessionOrigin | None:
+    if origin is None:
+        return None
+    return turns_pb2.SessionOrigin(
+        session_id=origin.session_id, turn_id=origin.turn_id, fork_time=_timestamp(origin.forked_at)
     )
 
 
@@ -439,7 +463,30 @@ def _check_list_messages(r: sessions_pb2.ListMessagesRequest, problems: Violatio
     _identify(r, problems)
     size = page_size(r.page_size, 100, problems)
     _check_last_n(r, problems)
+    _check_id(r.through_turn_id, "through_turn_id", problems, required=False)
+    problems.check(not (r.through_turn_id and r.last_n), "through_turn_id", "cannot be combined with last_n")
     return size
+
+
+def _check_list_turns(r: sessions_pb2.ListTurnsRequest, problems: Violations) -> int:
+    _identify(r, problems)
+    limit = history.MAX_TURNS_PAGE
+    problems.check(0 <= r.page_size <= limit, "page_size", f"must be between 0 and {limit}")
+    return r.page_size or history.DEFAULT_TURNS_PAGE
+
+
+def _check_fork(r: sessions_pb2.ForkSessionRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    for name in ("turn_id", "agent", "user_id", "topic_id", "requested_by"):
+        _check_id(getattr(r, name), name, problems, required=False)
+    problems.check(not r.before_turn or bool(r.turn_id), "before_turn", "needs turn_id: the turn to stop before")
+    search.check_labels(r.labels, "labels", problems)
+
+
+def _check_rewind(r: sessions_pb2.RewindSessionRequest, problems: Violations) -> None:
+    _identify(r, problems)
+    _check_id(r.turn_id, "turn_id", problems)
+    _check_id(r.requested_by, "requested_by", problems, required=False)
 
 
 def _check_rehydrate(r: sessions_pb2.GetRehydrationPayloadRequest, problems: Violations) -> None:
@@ -457,7 +504,7 @@ def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations
         )
     ttl = _lease_ttl(r.ttl_seconds, problems)
     problems.check(0 <= r.start_messages <= MAX_PAGE, "start_messages", f"must be between 0 and {MAX_PAGE}")
-    problems.check(r.strategy in _STRATEGIES, "strategy", "must be REJECT, ENQUEUE or INTERRUPT")
+    problems.check(r.strategy in _STRATEGIES, "strategy", "must be REJECT, ENQUEUE, INTERRUPT or ROLLBACK")
     _check_events(r.events, problems)
     _check_entries(r.entries, problems)
     opening = None
@@ -840,7 +887,12 @@ async def _list_messages(
 ) -> sessions_pb2.ListMessagesResponse:
     """The last n messages, or a page from an offset; either way no more than fits in one response."""
     next_offset: int | None = None
-    if r.last_n:
+    if r.through_turn_id:
+        offset = decode_page_token(r.page_token, "o") or 0
+        page = await history.messages_through(store, r.tenant_id, r.session_id, r.through_turn_id, offset, size)
+        payloads = _fit(page.items, MAX_PAGE_BYTES)
+        next_offset = offset + len(payloads) if len(payloads) < len(page.items) else page.next_cursor
+    elif r.last_n:
         last = await store.last_messages(r.tenant_id, r.session_id, r.last_n)
         payloads = _fit(last, MAX_PAGE_BYTES, newest=True)
     else:
@@ -931,9 +983,44 @@ async def _acquire(
     grant = await leases.acquire(
         store, r.tenant_id, r.session_id, held.turn_id, ttl, strategy, wait, opening, resume=held.resume
     )
+    if strategy is Strategy.ROLLBACK and grant.interrupted_turn_id:
+        await _roll_back(store, r, grant, held.turn_id)
     if r.start_messages <= 0 or grant.pending_interrupt_ids:
         return grant, None
     return grant, await store.rehydrate(r.tenant_id, r.session_id, r.start_messages)
+
+
+async def _roll_back(
+    store: SessionStore, r: sessions_pb2.AcquireTurnLeaseRequest, grant: LeaseGrant, turn_id: str
+) -> None:
+    """Drop the turn this one interrupted, under the new lease and before the turn's start is read, so the
+    new turn never sees its messages; the void range ends where the grant's own events begin."""
+    try:
+        await history.rewind(
+            store,
+            r.tenant_id,
+            r.session_id,
+            grant.interrupted_turn_id,
+            turn_id,
+            reason=history.ROLLBACK,
+            token=grant.token,
+            logged_under=turn_id,
+            void_through=grant.start_seq,
+            missing_ok=True,
+        )
+    except BaseException:
+        # The turn was not started: give the lease up so the session is not left held.
+        with contextlib.suppress(SessionError):
+            await store.release_lease(r.tenant_id, r.session_id, grant.token)
+        raise
+
+
+def _list_turns_response(page: history.TurnsPage) -> sessions_pb2.ListTurnsResponse:
+    return sessions_pb2.ListTurnsResponse(turns=page.turns, next_page_token=encode_page_token("t", page.next_offset))
+
+
+def _fork_request(r: sessions_pb2.ForkSessionRequest) -> history.ForkRequest:
+    return history.ForkRequest(r.turn_id, r.before_turn, r.agent, dict(r.labels) or None, r.user_id, r.topic_id)
 
 
 def _grant_response(result: tuple[LeaseGrant, Rehydration | None]) -> sessions_pb2.AcquireTurnLeaseResponse:
@@ -1221,6 +1308,27 @@ RPCS: dict[str, Rpc] = {
         lambda store, r, _, __: store.interrupt_turn(r.tenant_id, r.session_id, r.turn_id, r.requested_by or "cancel"),
         _interrupted_to_proto,
     ),
+    # time travel (services/sessions/history.py)
+    "ListTurns": rpc(
+        sessions_pb2.ListTurnsRequest,
+        _check_list_turns,
+        lambda store, r, size, _: history.list_turns(
+            store, r.tenant_id, r.session_id, decode_page_token(r.page_token, "t") or 0, size, r.include_steps
+        ),
+        _list_turns_response,
+    ),
+    "ForkSession": rpc(
+        sessions_pb2.ForkSessionRequest,
+        _check_fork,
+        lambda store, r, _, __: history.fork(store, r.tenant_id, r.session_id, _fork_request(r)),
+        lambda made: sessions_pb2.ForkSessionResponse(session=session_to_proto(made[0]), message_count=made[1]),
+    ),
+    "RewindSession": rpc(
+        sessions_pb2.RewindSessionRequest,
+        _check_rewind,
+        lambda store, r, _, __: history.rewind(store, r.tenant_id, r.session_id, r.turn_id, r.requested_by),
+        lambda done: sessions_pb2.RewindSessionResponse(session=session_to_proto(done[0]), event=done[1]),
+    ),
     # rehydration
     "GetRehydrationPayload": rpc(
         sessions_pb2.GetRehydrationPayloadRequest,
@@ -1345,6 +1453,17 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
 
     async def InterruptTurn(self, request: sessions_pb2.InterruptTurnRequest, context: Any) -> Message:
         return await self._answer("InterruptTurn", request, context)
+
+    # time travel
+
+    async def ListTurns(self, request: sessions_pb2.ListTurnsRequest, context: Any) -> Message:
+        return await self._answer("ListTurns", request, context)
+
+    async def ForkSession(self, request: sessions_pb2.ForkSessionRequest, context: Any) -> Message:
+        return await self._answer("ForkSession", request, context)
+
+    async def RewindSession(self, request: sessions_pb2.RewindSessionRequest, context: Any) -> Message:
+        return await self._answer("RewindSession", request, context)
 
     # rehydration
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from services.kit import scope as scopes
-from services.kit.event_log import Batch, SessionLog, check_cursor, is_terminal, tail
+from services.kit.event_log import Batch, SessionLog, check_cursor, leaves_idle, tail
 from services.kit.protos import now as proto_now
 from services.lib import session_search as search
 from services.lib.answers import misfit
@@ -41,6 +41,7 @@ from services.sessions.model import (
     Claimed,
     Goal,
     GoalStatus,
+    HistoryChanged,
     InvalidValue,
     JournalRecord,
     JsonObject,
@@ -60,6 +61,7 @@ from services.sessions.model import (
     Rehydration,
     Renewal,
     Renewed,
+    Rewind,
     SessionEffects,
     SessionNotFound,
     SessionRecord,
@@ -216,6 +218,21 @@ class SessionStore(Protocol):
         ...
 
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None: ...
+
+    # time travel (services/sessions/history.py composes these)
+    async def turn_seqs(self, tenant_id: str, session_id: str, turn_ids: Sequence[str]) -> dict[str, int]:
+        """The seq of each named turn's first logged event, for those the log recorded one (a turn that logged
+        nothing, or that a rewind dropped, is left out; one the retention trimmed is still there)."""
+        ...
+
+    async def rewind(self, tenant_id: str, session_id: str, rewind: Rewind) -> tuple[SessionRecord, int]:
+        """Drop the messages from `rewind.keep` on, the summary when it covers more than stays, the dropped
+        turns' first seqs, and log `rewind.event`, in one atomic step; returns the session and the event's seq.
+        LeaseHeld while a turn holds the lease (but for `rewind.token`'s holder), waits in the queue or is paused
+        (an unconsumed checkpoint); HistoryChanged when the message count or the log's head moved since the read;
+        StaleLease when `rewind.token` no longer holds the lease. The journals stay (an audit of what ran)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -260,6 +277,7 @@ class _Entry:
     log: SessionLog | None = None  # the session's event log, from its first event
     log_appends: dict[str, int] = field(default_factory=dict)  # recent append_id -> last seq after it
     journals: dict[str, list[JournalRecord]] = field(default_factory=dict)  # turn id -> entries, oldest turn first
+    turn_first: dict[str, int] = field(default_factory=dict)  # turn id -> seq of its first event (ListTurns)
     delegated_turn: str = ""  # the last turn counted in the record's delegated_turns
 
 
@@ -404,6 +422,7 @@ class MemorySessionStore:
             delegated_from=new.delegated_from,
             scope=dict(new.scope),
             labels=dict(new.labels),
+            forked_from=new.forked_from,
         )
         entry = _Entry(record, self._seq)
         self._touch(entry)
@@ -562,9 +581,9 @@ class MemorySessionStore:
             score = entry.queue[turn_id][0]
         else:
             self._queue_seq += 1
-            score = (INTERRUPT_BASE if strategy is Strategy.INTERRUPT else ENQUEUE_BASE) + self._queue_seq
+            score = (INTERRUPT_BASE if strategy.interrupts else ENQUEUE_BASE) + self._queue_seq
         entry.queue[turn_id] = (score, now + self._waiter_ttl)
-        if strategy is Strategy.INTERRUPT and lease is not None and not lease.interrupt_by:
+        if strategy.interrupts and lease is not None and not lease.interrupt_by:
             lease.interrupt_by = turn_id
         return Queued(lease.turn_id, lease.expires_at) if lease else Queued("")
 
@@ -782,6 +801,8 @@ class MemorySessionStore:
                 if not event.HasField("create_time"):
                     event.create_time.CopyFrom(stamp)
             log.add(new.events)
+            if new.turn_id:
+                entry.turn_first.setdefault(new.turn_id, first)
             self._apply(entry, new.turn_id, effects_of(new.events))
         if new.journal:
             recorded = self._clock()
@@ -889,7 +910,7 @@ class MemorySessionStore:
         log = self._entry(tenant_id, session_id).log
         if log is None:
             return LogState(1, 0, True)
-        ended = not log.events or is_terminal(log.events[-1])
+        ended = not log.events or leaves_idle(log.events[-1])
         return LogState(log.first_seq, log.last_seq, ended)
 
     async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]:
@@ -948,6 +969,38 @@ class MemorySessionStore:
             return None
         lease.interrupt_by = lease.interrupt_by or by
         return lease.info()
+
+    # ----------------------------------------------------------------- time travel
+
+    async def turn_seqs(self, tenant_id: str, session_id: str, turn_ids: Sequence[str]) -> dict[str, int]:
+        first = self._entry(tenant_id, session_id).turn_first
+        return {t: first[t] for t in turn_ids if t in first}
+
+    async def rewind(self, tenant_id: str, session_id: str, rewind: Rewind) -> tuple[SessionRecord, int]:
+        entry = self._entry(tenant_id, session_id)
+        lease = self._live_lease(entry)
+        if rewind.token:
+            if lease is None or lease.token != rewind.token:
+                raise StaleLease(session_id, rewind.token)
+        else:
+            busy = lease.turn_id if lease is not None else self._queue_head(entry)
+            if not busy and entry.checkpoints:  # a paused turn: its checkpoint is not consumed yet
+                busy = next(iter(entry.checkpoints.values())).turn_id
+            if busy:
+                raise LeaseHeld(session_id, busy)
+        head = entry.log.last_seq if entry.log is not None else 0
+        if len(entry.messages) != rewind.expected_messages or head != rewind.expected_head:
+            raise HistoryChanged(session_id)
+        del entry.messages[rewind.keep :]
+        if entry.summary is not None and entry.summary.covered_message_count > rewind.keep:
+            entry.summary = None
+        for turn_id in rewind.dropped_turn_ids:
+            entry.turn_first.pop(turn_id, None)
+        entry.record = replace(entry.record, outcome="")  # how a dropped turn ended no longer says anything
+        seq = self._log_events(entry, NewEvents(rewind.turn_id, rewind.token, [rewind.event]))
+        self._touch(entry)
+        self._notify(session_id)
+        return self._view(entry), seq
 
     async def close(self) -> None:
         for session_id in list(self._changed):

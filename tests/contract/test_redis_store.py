@@ -145,7 +145,7 @@ async def test_a_turn_sets_its_sessions_expiry_when_it_starts_and_ends_not_at_ea
             )
             await store.renew_lease("acme", sid, grant.token, 10)
         await store.append_messages("acme", sid, [b"m"], grant.token, "r")  # makes the messages and their ids
-        made = {session.key(name) for name in ("events", "j", "jt", "m", "a", "al")}  # append ids: in the hash
+        made = {session.key(name) for name in ("events", "j", "jt", "m", "a", "al", "tr")}  # append ids: in the hash
         assert _pexpireats(direct) == len(made), "only the keys the turn made got an expiry, once each"
         keys = {k.decode() for k in direct.scan_iter(match=f"p:{{{session.tag}}}*")}
         assert made <= keys

@@ -17,6 +17,7 @@ from services.sessions.model import (
     NewCheckpoint,
     NewEvents,
     NewSession,
+    Origin,
     SessionNotFound,
     SessionUpdate,
     Strategy,
@@ -123,6 +124,18 @@ async def test_the_agent_filter_names_the_sessions_agent(store: SessionStore) ->
     await create(store, "d")
     assert (await listed(store, SessionFilter(agent="coach")))[0] == coach[::-1]
     assert (await listed(store, SessionFilter(agent="nobody")))[0] == []
+
+
+async def test_the_forked_from_filter_lists_a_sessions_forks_and_combines_with_others(store: SessionStore) -> None:
+    original = await create(store, "o")
+    forks = [
+        await create(store, str(i), forked_from=Origin(original, f"t{i}", time.time()), labels={"n": str(i % 2)})
+        for i in range(3)
+    ]
+    await create(store, "x", forked_from=Origin("another", "", time.time()))
+    assert (await listed(store, SessionFilter(forked_from=original)))[0] == forks[::-1]
+    assert (await listed(store, SessionFilter(forked_from=original, labels={"n": "0"})))[0] == [forks[2], forks[0]]
+    assert (await listed(store, SessionFilter(forked_from=forks[0])))[0] == []
 
 
 async def test_creation_and_activity_ranges_are_half_open(store: SessionStore) -> None:

@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from services.sessions import leases
+from cogmesh.common.v1 import events_pb2, messages_pb2
+from services.lib import session_search as search
+from services.sessions import history, leases
 from services.sessions.model import (
     MAX_GOALS,
     REMEMBERED_APPENDS,
@@ -23,16 +25,21 @@ from services.sessions.model import (
     CheckpointExists,
     CheckpointNotFound,
     GoalStatus,
+    HistoryChanged,
     InvalidValue,
     LeaseHeld,
     LimitExceeded,
     NewCheckpoint,
+    NewEvents,
     NewSession,
+    Origin,
     Queued,
+    Rewind,
     SessionNotFound,
     SessionUpdate,
     StaleLease,
     Strategy,
+    TurnNotFound,
 )
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.store import MemorySessionStore, SessionStore
@@ -49,12 +56,18 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]
     with contextlib.ExitStack() as stack:
         redis = None if request.param == "memory" else stack.enter_context(redis_for(request, request.param))
 
-        async def make(session_ttl_s: float = 0.0, waiter_ttl_s: float = 5.0) -> SessionStore:
+        async def make(
+            session_ttl_s: float = 0.0, waiter_ttl_s: float = 5.0, event_retention: int = 10_000
+        ) -> SessionStore:
             store: SessionStore
             if redis is None:
-                store = MemorySessionStore(session_ttl_s=session_ttl_s, waiter_ttl_s=waiter_ttl_s)
+                store = MemorySessionStore(
+                    session_ttl_s=session_ttl_s, waiter_ttl_s=waiter_ttl_s, event_retention=event_retention
+                )
             else:
-                store = RedisSessionStore.from_url(redis.url, redis.prefix, session_ttl_s, 2.0, waiter_ttl_s)
+                store = RedisSessionStore.from_url(
+                    redis.url, redis.prefix, session_ttl_s, 2.0, waiter_ttl_s, event_retention=event_retention
+                )
             made.append(store)
             return store
 
@@ -602,3 +615,185 @@ async def test_deleting_a_session_removes_everything_it_holds(store: SessionStor
     ):
         with pytest.raises(SessionNotFound):
             await call
+
+
+# --------------------------------------------------------------------------- time travel
+
+
+def said(turn_id: str, *texts: str) -> list[bytes]:
+    """A turn's messages as stored: the user's, then the assistant's replies."""
+    roles = [messages_pb2.ROLE_USER] + [messages_pb2.ROLE_ASSISTANT] * (len(texts) - 1)
+    return [
+        messages_pb2.Message(role=role, content=text, turn_id=turn_id).SerializeToString()
+        for role, text in zip(roles, texts, strict=True)
+    ]
+
+
+def accepted(turn_id: str) -> NewEvents:
+    queued = events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted")
+    return NewEvents(turn_id, 0, [events_pb2.RuntimeEvent(status=queued)], [("request", b"", 1)])
+
+
+async def run_turn(store: SessionStore, sid: str, turn_id: str, *texts: str, steps: int = 1) -> int:
+    """A whole turn as a runtime writes it: accepted with the lease, `steps` deltas, the final answer and its
+    messages with the end; returns the seq of its first event."""
+    granted = await store.try_acquire(ACME, sid, turn_id, 10.0, Strategy.REJECT, accepted(turn_id))
+    assert isinstance(granted, Acquired)
+    deltas = [events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text=f"{i}")) for i in range(steps)]
+    await store.append_events(ACME, sid, NewEvents(turn_id, granted.token, deltas))
+    end = [events_pb2.RuntimeEvent(final=events_pb2.FinalResult(text=texts[-1]))]
+    await store.append_events(
+        ACME, sid, NewEvents(turn_id, granted.token, end, release=True, messages=said(turn_id, *texts))
+    )
+    return granted.start_seq + 1
+
+
+async def logged(store: SessionStore, sid: str, after: int = 0) -> list[events_pb2.RuntimeEvent]:
+    return [e async for batch in store.read_events(ACME, sid, after, False, 60.0) if batch for e in batch]
+
+
+async def test_a_fork_keeps_its_origin_and_the_listing_filters_on_it(store: SessionStore) -> None:
+    original = await new_session(store)
+    origin = Origin(original, "t2", 1_700_000_000.5)
+    fork = await new_session(store, forked_from=origin, labels={"kind": "fork"})
+    other = await new_session(store, forked_from=Origin("elsewhere", "", 1_700_000_001.0))
+    assert (await store.get(ACME, fork)).forked_from == origin
+    assert (await store.get(ACME, original)).forked_from is None
+    assert {r.session_id: r.forked_from for r in (await store.list_sessions(ACME, None, 10)).items}[fork] == origin
+    listed = await store.list_sessions(ACME, None, 10, where=search.SessionFilter(forked_from=original))
+    assert [r.session_id for r in listed.items] == [fork]
+    listed = await store.list_sessions(ACME, None, 10, where=search.SessionFilter(forked_from="elsewhere"))
+    assert [r.session_id for r in listed.items] == [other]
+    assert (await store.list_sessions(GLOBEX, None, 10, where=search.SessionFilter(forked_from=original))).items == []
+
+
+async def test_the_conversation_through_a_turn_pages_and_an_unknown_turn_is_not_found(store: SessionStore) -> None:
+    sid = await new_session(store)
+    await run_turn(store, sid, "t1", "hi", "hello")
+    await run_turn(store, sid, "t2", "more", "a", "b")
+    await run_turn(store, sid, "t3", "last", "bye")
+    everything = (await store.list_messages(ACME, sid, 0, 100)).items
+    first = await history.messages_through(store, ACME, sid, "t2", 0, 3)
+    assert first.items == everything[:3] and first.next_cursor == 3
+    rest = await history.messages_through(store, ACME, sid, "t2", 3, 3)
+    assert rest.items == everything[3:5] and rest.next_cursor is None
+    assert (await history.messages_through(store, ACME, sid, "t1", 0, 10)).items == everything[:2]
+    with pytest.raises(TurnNotFound):
+        await history.messages_through(store, ACME, sid, "t9", 0, 10)
+
+
+async def test_a_rewind_drops_the_turn_and_later_ones_and_logs_the_void_range(store: SessionStore) -> None:
+    sid = await new_session(store)
+    await run_turn(store, sid, "t1", "hi", "hello")
+    t2_first = await run_turn(store, sid, "t2", "more", "a", "b", steps=3)
+    t3_first = await run_turn(store, sid, "t3", "last", "bye")
+    assert await store.turn_seqs(ACME, sid, ["t1", "t2", "t3", "t9"]) == {"t1": 1, "t2": t2_first, "t3": t3_first}
+    before = (await store.list_messages(ACME, sid, 0, 100)).items
+    head = (await store.log_state(ACME, sid)).last_seq
+    record, event = await history.rewind(store, ACME, sid, "t2", "alice")
+    rewound = event.rewound
+    assert (rewound.turn_id, list(rewound.dropped_turn_ids)) == ("t2", ["t2", "t3"])
+    assert (rewound.void_after_seq, rewound.void_through_seq) == (t2_first - 1, head)
+    assert (rewound.dropped_message_count, rewound.reason, rewound.requested_by) == (5, "rewind", "alice")
+    assert event.seq == head + 1 and record.message_count == 2
+    assert (await store.list_messages(ACME, sid, 0, 100)).items == before[:2]
+    # The log stays append-only: the rewind is its newest event, with the seq an append would have given it.
+    log = await logged(store, sid)
+    assert [e.seq for e in log] == list(range(1, head + 2))
+    assert log[-1].WhichOneof("payload") == "rewound" and log[-1].rewound == rewound
+    assert await store.turn_seqs(ACME, sid, ["t1", "t2", "t3"]) == {"t1": 1}
+    assert (await store.log_state(ACME, sid)).ends_with_turn_end  # no turn runs after a rewind
+    assert len(await store.journal(ACME, sid, "t3")) == 1  # journals stay, an audit of what ran
+    # The session goes on: the next turn's events follow the rewind.
+    assert await run_turn(store, sid, "t4", "again", "ok") == head + 2
+    with pytest.raises(TurnNotFound):
+        await history.rewind(store, ACME, sid, "t3", "alice")
+
+
+async def test_a_rewind_is_refused_while_a_turn_runs_waits_or_is_paused(store: SessionStore) -> None:
+    sid = await new_session(store)
+    await run_turn(store, sid, "t1", "hi", "hello")
+    await run_turn(store, sid, "t2", "more", "fine")
+
+    async def refused(busy_turn: str) -> None:
+        count, head = (await store.get(ACME, sid)).message_count, (await store.log_state(ACME, sid)).last_seq
+        with pytest.raises(LeaseHeld) as caught:
+            await history.rewind(store, ACME, sid, "t2", "alice")
+        assert caught.value.turn_id == busy_turn
+        assert (await store.get(ACME, sid)).message_count == count  # nothing changed
+        assert (await store.log_state(ACME, sid)).last_seq == head
+
+    granted = await store.try_acquire(ACME, sid, "t3", 10.0, Strategy.REJECT, accepted("t3"))
+    assert isinstance(granted, Acquired)
+    await refused("t3")
+    assert isinstance(await store.try_acquire(ACME, sid, "t4", 10.0, Strategy.ENQUEUE), Queued)
+    pause = NewCheckpoint("i1", "t3", "approval", b"req", b"")
+    await store.append_events(ACME, sid, NewEvents("t3", granted.token, [], pause=pause))
+    await refused("t4")  # the lease is free, but t4 waits first in the queue
+    await store.leave_queue(ACME, sid, "t4")
+    await refused("t3")  # paused: its checkpoint is not consumed
+    resumed = await store.try_acquire(ACME, sid, "t3", 10.0, Strategy.REJECT, resume="a1")
+    assert isinstance(resumed, Acquired)
+    end = [events_pb2.RuntimeEvent(final=events_pb2.FinalResult(text="done"))]
+    new = NewEvents("t3", resumed.token, end, release=True, consume_interrupt_id="i1", messages=said("t3", "x"))
+    await store.append_events(ACME, sid, new)
+    _, event = await history.rewind(store, ACME, sid, "t2", "alice")
+    assert list(event.rewound.dropped_turn_ids) == ["t2", "t3"]
+
+
+async def test_a_rewind_is_a_compare_and_set_and_only_the_holder_rewinds_under_a_lease(store: SessionStore) -> None:
+    sid = await new_session(store)
+    await run_turn(store, sid, "t1", "hi", "hello")
+    await run_turn(store, sid, "t2", "more", "fine")
+    head = (await store.log_state(ACME, sid)).last_seq
+    event = events_pb2.RuntimeEvent(rewound=events_pb2.SessionRewound(turn_id="t2"))
+    for count, at in ((3, head), (4, head - 1)):  # the count or the log moved since the read
+        with pytest.raises(HistoryChanged):
+            await store.rewind(ACME, sid, Rewind(2, count, at, ["t2"], event))
+    assert (await store.get(ACME, sid)).message_count == 4
+    granted = await store.try_acquire(ACME, sid, "t3", 10.0, Strategy.REJECT, accepted("t3"))
+    assert isinstance(granted, Acquired)
+    with pytest.raises(StaleLease):
+        await store.rewind(ACME, sid, Rewind(2, 4, head + 1, ["t2"], event, granted.token + 1, "t3"))
+    record, seq = await store.rewind(ACME, sid, Rewind(2, 4, head + 1, ["t2"], event, granted.token, "t3"))
+    assert (record.message_count, record.active_turn_id, seq) == (2, "t3", head + 2)
+    last = (await logged(store, sid, head + 1))[-1]
+    assert (last.turn_id, last.rewound.turn_id) == ("t3", "t2")
+
+
+async def test_a_rewind_drops_a_summary_covering_dropped_messages(store: SessionStore) -> None:
+    sid = await new_session(store)
+    for turn in ("t1", "t2", "t3"):
+        await run_turn(store, sid, turn, "q", "a")
+    await store.update_summary(ACME, sid, "t1 and t2", 4, 0)
+    await history.rewind(store, ACME, sid, "t3", "alice")
+    summary = (await store.rehydrate(ACME, sid, 0)).summary
+    assert summary is not None and summary.covered_message_count == 4  # it covers no more than what stays
+    await history.rewind(store, ACME, sid, "t2", "alice")
+    assert (await store.rehydrate(ACME, sid, 0)).summary is None
+
+
+async def test_a_rewind_event_is_trimmed_by_retention_as_an_append_is(make_store: MakeStore) -> None:
+    store = await make_store(event_retention=4)
+    sid = await new_session(store)
+    for turn in ("t1", "t2", "t3"):
+        await run_turn(store, sid, turn, "q", "a", steps=2)
+    head = (await store.log_state(ACME, sid)).last_seq
+    _, event = await history.rewind(store, ACME, sid, "t1", "alice")
+    # t1's events were trimmed already: the void range still starts where t1 began.
+    assert (event.seq, event.rewound.void_after_seq, event.rewound.void_through_seq) == (head + 1, 0, head)
+    state = await store.log_state(ACME, sid)
+    assert state.last_seq == head + 1 and state.first_seq > 1
+    assert (await logged(store, sid, state.first_seq - 1))[-1].rewound.turn_id == "t1"
+
+
+async def test_rollback_waits_as_interrupt_does(store: SessionStore) -> None:
+    sid = await new_session(store)
+    holder = await lease(store, sid, "t1")
+    assert isinstance(await store.try_acquire(ACME, sid, "enq", 10.0, Strategy.ENQUEUE), Queued)
+    assert isinstance(await store.try_acquire(ACME, sid, "rb", 10.0, Strategy.ROLLBACK), Queued)
+    state = await store.lease_state(ACME, sid)
+    assert state.lease is not None and state.lease.interrupt_requested_by == "rb"
+    assert state.queued_turn_ids == ("rb", "enq")  # ahead of ENQUEUE waiters
+    assert await store.release_lease(ACME, sid, holder)
+    assert isinstance(await store.try_acquire(ACME, sid, "rb", 10.0, Strategy.ROLLBACK), Acquired)

@@ -33,6 +33,8 @@ def test_each_row_takes_its_rpcs_request_and_answers_it(method: MethodDescriptor
 # One of each domain error the store raises, with what its status must say.
 EXAMPLES: dict[type[model.SessionError], tuple[model.SessionError, grpc.StatusCode]] = {
     model.SessionNotFound: (model.SessionNotFound("s1"), grpc.StatusCode.NOT_FOUND),
+    model.TurnNotFound: (model.TurnNotFound("s1", "t1"), grpc.StatusCode.NOT_FOUND),
+    model.HistoryChanged: (model.HistoryChanged("s1"), grpc.StatusCode.ABORTED),
     model.LeaseHeld: (model.LeaseHeld("s1", "turn-1", 1.5), grpc.StatusCode.FAILED_PRECONDITION),
     model.StaleLease: (model.StaleLease("s1", 7), grpc.StatusCode.FAILED_PRECONDITION),
     model.CheckpointNotFound: (model.CheckpointNotFound("s1", "i1"), grpc.StatusCode.NOT_FOUND),

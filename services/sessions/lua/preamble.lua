@@ -13,7 +13,7 @@ end
 local K = keyset(0)
 local KEYS_PER_SESSION = ${KEYS_PER_SESSION}
 local S, M, G, C, CO, D, X, Q, W = K.s, K.m, K.g, K.c, K.co, K.d, K.x, K.q, K.w
-local EV, J, JT = K.events, K.j, K.jt
+local EV, J, JT, TR = K.events, K.j, K.jt, K.tr
 -- Redis's clock (ms, plus the tests' offset), read when a script first needs it: every script but the append
 -- takes it as `now` at its start (redis_store.py); an append within its open turn needs none.
 local NOW = nil
@@ -30,7 +30,7 @@ local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): re
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
   'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc',
-  'deleg_turn', 'deleg_turns', 'jn', 'pexp'}
+  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn'}
 local H = nil
 local PENDING = {}
 local RING = 0  -- the ring of append ids `meta` also reads: the append script sets its size first
@@ -316,6 +316,11 @@ local function log_events(turn, at, retention)
     end
   end
   if n > 0 then put('eseq', last) end
+  -- Where the turn's events start (ListTurns, rewinds): written once, when the log moves on to another turn.
+  if n > 0 and turn ~= '' and meta().rturn ~= turn then
+    if redis.call('HSETNX', TR, turn, first) == 1 and redis.call('HLEN', TR) == 1 then table.insert(NEW, TR) end
+    put('rturn', turn)
+  end
   local m = tonumber(ARGV[at + 2 + k])
   local p = at + 3 + k
   if m > 0 then
@@ -364,7 +369,7 @@ local function delete_session(wake_s)
   if meta().ikey == '1' and redis.call('GET', K.i) == sid then redis.call('DEL', K.i) end
   -- Readers of its log on every gateway end at the marker after its last seq; the tombstone refuses more.
   local last = last_seq()
-  redis.call('DEL', S, M, G, C, CO, D, X, Q, W, K.a, K.al, EV, BATCHES, J, JT)
+  redis.call('DEL', S, M, G, C, CO, D, X, Q, W, K.a, K.al, EV, BATCHES, J, JT, TR)
   H, PENDING = nil, {}
   redis.call('SET', K['events:dropped'], '1', 'EX', ${DROPPED_TTL_S})
   redis.call('XADD', EV, (last + 1) .. '-0', 'dropped', '1')
