@@ -39,7 +39,7 @@ def internal(message: Message, kind: type[M]) -> M:
 
 
 def strategy(value: int) -> sessions_pb2.MultitaskStrategy:
-    """The sessions service's MultitaskStrategy for the public one (unset is REJECT)."""
+    """The sessions service's MultitaskStrategy for the public one, by name (ROLLBACK too); unset is REJECT."""
     if value == turns_pb2.MULTITASK_STRATEGY_UNSPECIFIED:
         return sessions_pb2.MULTITASK_STRATEGY_REJECT
     return sessions_pb2.MultitaskStrategy.Value(turns_pb2.MultitaskStrategy.Name(value))  # type: ignore[return-value]

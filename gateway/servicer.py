@@ -8,7 +8,8 @@ themselves (gateway/turns.py): SendMessage starts one (gateway/messages.py) and 
 its events from the log to its end or pause (gateway/streams.py); ResolveApproval and
 AnswerInterrupt answer a pause and stream the rest (gateway/interrupts.py); Subscribe
 fans a session's log out to every caller watching it (gateway/subscribe.py); Converse
-carries all of it on one stream (gateway/converse.py)."""
+carries all of it on one stream (gateway/converse.py). A session's turns and conversation,
+forks and rewinds: gateway/history.py."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth, capabilities, interrupts, validation
 from gateway.converse import Conversations
 from gateway.delivery import Outlet
+from gateway.history import History
 from gateway.messages import Messages
 from gateway.sessions import Sessions
 from gateway.streams import follow, relay
@@ -78,6 +80,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         heartbeat_s = settings.heartbeat_s
         self.sessions = Sessions(settings, clients, agents, events, self.turns)
         self.names = validation.Names(clients, agents, self.sessions, catalog)
+        self.history = History(clients, self.sessions)
         self.messages = Messages(self.turns, events, heartbeat_s)
         self.subscriptions = Subscriptions(clients, events, heartbeat_s)
         self.conversations = Conversations(events, heartbeat_s, self.turns, self.sessions, self.names, self.messages)
@@ -114,6 +117,30 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.DeleteSessionResponse:
         validation.session_request(request.session_id)
         return gateway_pb2.DeleteSessionResponse(deleted=await self.sessions.delete(_tenant(), request.session_id))
+
+    # ------------------------------------------------------------------ history (gateway/history.py)
+
+    async def ListTurns(self, request: gateway_pb2.ListTurnsRequest, context: Any) -> gateway_pb2.ListTurnsResponse:
+        validation.list_turns(request)
+        return await self.history.list_turns(request)
+
+    async def ListMessages(
+        self, request: gateway_pb2.ListMessagesRequest, context: Any
+    ) -> gateway_pb2.ListMessagesResponse:
+        validation.list_messages(request)
+        return await self.history.list_messages(request)
+
+    async def ForkSession(
+        self, request: gateway_pb2.ForkSessionRequest, context: Any
+    ) -> gateway_pb2.ForkSessionResponse:
+        validation.fork_session(request)
+        return await self.history.fork(request)
+
+    async def RewindSession(
+        self, request: gateway_pb2.RewindSessionRequest, context: Any
+    ) -> gateway_pb2.RewindSessionResponse:
+        validation.rewind_session(request)
+        return await self.history.rewind(request)
 
     # ------------------------------------------------------------------ turns
 

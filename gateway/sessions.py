@@ -16,7 +16,7 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.streams import aclose
 from gateway.turns import Turns
-from services.kit.agents import AgentRegistry, UnknownAgentError
+from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.dependencies import SessionsClient
@@ -51,17 +51,20 @@ class Sessions:
             await self.visible(principal.tenant_id, session_id)
         return principal.tenant_id
 
-    async def create(self, tenant: str, request: gateway_pb2.CreateSessionRequest) -> resources_pb2.Session:
+    def primary_agent(self, name: str) -> AgentDefinition:
+        """The agent a session may be opened with (CreateSession, ForkSession): known, and not a subagent."""
         try:
-            agent = self.agents.get(request.agent or "default")
+            agent = self.agents.get(name)
         except UnknownAgentError as exc:
-            raise NotFound(
-                str(exc), reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND, metadata={"agent": request.agent}
-            ) from exc
+            raise NotFound(str(exc), reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND, metadata={"agent": name}) from exc
         if not agent.is_primary:
             raise InvalidArgument(
                 [("agent", f"{agent.name!r} is a subagent (mode {agent.mode!r}): only other agents delegate to it")]
             )
+        return agent
+
+    async def create(self, tenant: str, request: gateway_pb2.CreateSessionRequest) -> resources_pb2.Session:
+        agent = self.primary_agent(request.agent or "default")
         scope = auth.current.get().session_scope(request.scope)
         reply: sessions_pb2.CreateSessionResponse = await call(
             "sessions",
@@ -98,6 +101,7 @@ class Sessions:
                 created_before=request.created_before if request.HasField("created_before") else None,
                 active_after=request.active_after if request.HasField("active_after") else None,
                 active_before=request.active_before if request.HasField("active_before") else None,
+                forked_from=request.forked_from,
             ),
         )
         return gateway_pb2.ListSessionsResponse(sessions=reply.sessions, next_page_token=reply.next_page_token)

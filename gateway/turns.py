@@ -63,6 +63,8 @@ _ERROR_KINDS = {
     grpc.StatusCode.FAILED_PRECONDITION: events_pb2.ERROR_KIND_INVALID_REQUEST,
     grpc.StatusCode.RESOURCE_EXHAUSTED: events_pb2.ERROR_KIND_RATE_LIMITED,
 }
+# How often a ROLLBACK turn looks whether it is queued for the lease yet (then it stops the running turn).
+_QUEUED_POLL_S = 0.02
 # Answers after which the runtime may have the turn after all: it is left to a takeover, not ended.
 _UNDECIDED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
 
@@ -166,9 +168,12 @@ class Turns:
             entries=[journal_kinds.entry(journal_kinds.REQUEST, request.SerializeToString())],
             start_messages=turn_options.HISTORY_MESSAGES,  # the runtime starts from what the grant read
         )
-        lease = await self.sessions.AcquireTurnLease(
-            acquire, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
-        )
+        if strategy == sessions_pb2.MULTITASK_STRATEGY_ROLLBACK:
+            lease = await self._roll_back(acquire, wait_s)
+        else:
+            lease = await self.sessions.AcquireTurnLease(
+                acquire, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
+            )
         request.lease_token = lease.lease_token
         if lease.pending_interrupt_ids and not lease.last_seq:
             # Nothing was logged: a paused turn waits. Unless it was answered meanwhile, refuse.
@@ -180,6 +185,32 @@ class Turns:
         if not queue:
             await self._unless_refused(handing)
         return turn_id, int(lease.start_seq)
+
+    async def _roll_back(
+        self, acquire: sessions_pb2.AcquireTurnLeaseRequest, wait_s: float
+    ) -> sessions_pb2.AcquireTurnLeaseResponse:
+        """Take the lease as a ROLLBACK turn: the running turn is stopped and sessions drops it as it grants the lease.
+
+        Sessions drops the turn this one interrupts: the one holding the lease when this one queued. So the
+        running turn is stopped directly only once this turn is in the queue (stopped before, it would have
+        released the lease already and nothing would be dropped); until then the lease's interrupt, which
+        reaches it at its next renewal, is what stops it."""
+        acquiring = asyncio.ensure_future(self.sessions.AcquireTurnLease(acquire, timeout=wait_s))
+        try:
+            while not acquiring.done():
+                state = await self.sessions.GetTurnLease(
+                    sessions_pb2.GetTurnLeaseRequest(tenant_id=acquire.tenant_id, session_id=acquire.session_id)
+                )
+                if acquire.turn_id in state.queued_turn_ids:
+                    running = state.lease.turn_id  # named: an empty one would be whichever turn runs then (ours)
+                    with contextlib.suppress(CogmeshError):
+                        if running:
+                            await self.cancel(acquire.session_id, running, acquire.tenant_id, False)
+                    break
+                await asyncio.wait({acquiring}, timeout=_QUEUED_POLL_S)
+            return await acquiring
+        finally:
+            acquiring.cancel()  # this call went away before the grant: so does its place in the queue
 
     async def _append(
         self,

@@ -29,6 +29,9 @@ from services.lib import session_search as search
 from services.lib.models.watch import CatalogWatcher, resolve_held
 
 MAX_CONTENT = 100_000
+MAX_TURNS_PAGE = 200  # ListTurns' page_size bound (gateway.proto)
+MAX_MESSAGES_PAGE = 1000  # ListMessages'
+MAX_PAGE_TOKEN = 1024  # the sessions service's tokens are far shorter: a longer one was not one of them
 
 
 def check_id(value: str, problems: Violations, field: str) -> None:
@@ -120,6 +123,45 @@ def answer_interrupt(request: gateway_pb2.AnswerInterruptRequest) -> tuple[str, 
 def cancel_turn(request: gateway_pb2.CancelTurnRequest) -> None:
     problems = Violations()
     check_session_id(request.session_id, problems)
+    check_id(request.turn_id, problems, "turn_id")
+    problems.raise_if_any()
+
+
+def check_page(page_size: int, page_token: str, most: int, problems: Violations) -> None:
+    problems.check(0 <= page_size <= most, "page_size", f"must be between 0 and {most} (0: the default)")
+    problems.check(len(page_token) <= MAX_PAGE_TOKEN, "page_token", "is not a token returned by this API")
+
+
+def list_turns(request: gateway_pb2.ListTurnsRequest) -> None:
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    check_page(request.page_size, request.page_token, MAX_TURNS_PAGE, problems)
+    problems.raise_if_any()
+
+
+def list_messages(request: gateway_pb2.ListMessagesRequest) -> None:
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    check_page(request.page_size, request.page_token, MAX_MESSAGES_PAGE, problems)
+    check_id(request.through_turn_id, problems, "through_turn_id")
+    problems.raise_if_any()
+
+
+def fork_session(request: gateway_pb2.ForkSessionRequest) -> None:
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    check_id(request.turn_id, problems, "turn_id")
+    # "Before the last turn" would silently depend on what ran last: name the turn.
+    problems.check(bool(request.turn_id) or not request.before_turn, "turn_id", "is required with before_turn")
+    check_id(request.agent, problems, "agent")
+    search.check_labels(request.labels, "labels", problems)
+    problems.raise_if_any()
+
+
+def rewind_session(request: gateway_pb2.RewindSessionRequest) -> None:
+    problems = Violations()
+    check_session_id(request.session_id, problems)
+    problems.require(request.turn_id, "turn_id")
     check_id(request.turn_id, problems, "turn_id")
     problems.raise_if_any()
 

@@ -7,45 +7,21 @@ subagent or handoff target that does not exist is named too.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from services.kit.agents import AGENT_NAME_PATTERN, AgentDefinition, agent_from_json, agent_to_json
+from services.kit.agents import AgentDefinition, agent_from_json, agent_to_json
 from services.kit.errors import InvalidArgument, Violations
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.kit.yaml_config import describe_error, field_path
 from services.lib.models.catalog import UnknownModelError
 from services.lib.models.watch import CatalogWatcher
+from services.lib.stored_agents import check_name, split_ref
 
-_NAME = re.compile(AGENT_NAME_PATTERN)
-_NUMBER = re.compile(r"^[0-9]+$")
-
-
-def check_name(name: str, where: str = "name") -> None:
-    if not _NAME.match(name):
-        raise InvalidArgument(
-            [(where, "must be lower case letters, digits, '_' or '-', starting with a letter, at most 63 characters")]
-        )
-
-
-def split_ref(ref: str, where: str = "agent") -> tuple[str, int, str]:
-    """ "name", "name@7", "name@prod" or "name@latest" -> (name, version (0: latest), alias)."""
-    name, at, tail = ref.partition("@")
-    check_name(name, where)
-    if not at or tail == "latest":
-        return name, 0, ""
-    if _NUMBER.match(tail):
-        version = int(tail)
-        if version < 1:
-            raise InvalidArgument([(where, f"{ref!r}: versions start at 1")])
-        return name, version, ""
-    if not _NAME.match(tail):
-        raise InvalidArgument([(where, f"{ref!r}: after '@' comes a version number or an alias")])
-    return name, 0, tail
+__all__ = ["check_name", "check_references", "parse", "split_ref", "to_struct"]
 
 
 def parse(name: str, definition: struct_pb2.Struct) -> AgentDefinition:

@@ -15,12 +15,11 @@ import grpc
 from cogmesh.gateway.v1 import agents_pb2 as api
 from cogmesh.gateway.v1 import agents_pb2_grpc
 from cogmesh.sessions.v1 import agents_pb2 as store
-from cogmesh.sessions.v1 import agents_pb2_grpc as store_grpc
 from gateway import auth
 from gateway.agents import definitions
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
 from services.kit.clients import Clients
-from services.kit.dependencies import Dependency, Unary
+from services.kit.dependencies import AgentStoreClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, NotFound
 from services.kit.logging import log
 from services.lib.models.watch import CatalogWatcher
@@ -34,24 +33,6 @@ class AlreadyExists(CogmeshError):
 
 class Conflict(CogmeshError):
     code = grpc.StatusCode.ABORTED
-
-
-class AgentStoreClient(Dependency):
-    """AgentStoreService, served by the sessions service."""
-
-    name = "sessions"
-
-    @classmethod
-    def of(cls, clients: Clients) -> AgentStoreClient:
-        return cls(lambda: clients.stub_at(clients.settings.sessions_addr, store_grpc.AgentStoreServiceStub))
-
-    PutAgentVersion = Unary[store.PutAgentVersionRequest, store.PutAgentVersionResponse]()
-    GetAgentVersion = Unary[store.GetAgentVersionRequest, store.GetAgentVersionResponse]()
-    ListAgentVersions = Unary[store.ListAgentVersionsRequest, store.ListAgentVersionsResponse]()
-    ListAgents = Unary[store.ListAgentsRequest, store.ListAgentsResponse]()
-    DeleteAgent = Unary[store.DeleteAgentRequest, store.DeleteAgentResponse]()
-    SetAgentAlias = Unary[store.SetAgentAliasRequest, store.SetAgentAliasResponse]()
-    DeleteAgentAlias = Unary[store.DeleteAgentAliasRequest, store.DeleteAgentAliasResponse]()
 
 
 async def _put(client: AgentStoreClient, request: store.PutAgentVersionRequest) -> store.StoredAgentVersion:

@@ -127,6 +127,18 @@ class GatewayForwarder:
     async def get_capabilities(self, request: pb.GetCapabilitiesRequest, ctx: Any) -> pb.GetCapabilitiesResponse:
         return await self._unary("GetCapabilities", request, ctx)
 
+    async def list_turns(self, request: pb.ListTurnsRequest, ctx: Any) -> pb.ListTurnsResponse:
+        return await self._unary("ListTurns", request, ctx)
+
+    async def list_messages(self, request: pb.ListMessagesRequest, ctx: Any) -> pb.ListMessagesResponse:
+        return await self._unary("ListMessages", request, ctx)
+
+    async def fork_session(self, request: pb.ForkSessionRequest, ctx: Any) -> pb.ForkSessionResponse:
+        return await self._unary("ForkSession", request, ctx)
+
+    async def rewind_session(self, request: pb.RewindSessionRequest, ctx: Any) -> pb.RewindSessionResponse:
+        return await self._unary("RewindSession", request, ctx)
+
     def send_message(self, request: pb.SendMessageRequest, ctx: Any) -> AsyncIterator[pb.SendMessageResponse]:
         return self._stream("SendMessage", request, ctx)
 

@@ -80,6 +80,7 @@ _RETRYABLE_READS = [
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "GetSession"},
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "ListSessions"},
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "ListMessages"},
+    {"service": "cogmesh.sessions.v1.SessionsService", "method": "ListTurns"},
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "LookupSession"},
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "GetTurnLease"},
     {"service": "cogmesh.sessions.v1.SessionsService", "method": "ListGoals"},

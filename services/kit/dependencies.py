@@ -26,7 +26,15 @@ from cogmesh.memory.v1 import memory_pb2
 from cogmesh.models.v1 import models_pb2
 from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
-from cogmesh.sessions.v1 import schedules_pb2, schedules_pb2_grpc, sessions_pb2, webhooks_pb2, webhooks_pb2_grpc
+from cogmesh.sessions.v1 import (
+    agents_pb2,
+    agents_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
+    sessions_pb2,
+    webhooks_pb2,
+    webhooks_pb2_grpc,
+)
 from services.kit.clients import Clients
 from services.kit.errors import DependencyError, from_dependency
 
@@ -208,6 +216,9 @@ class SessionsClient(Dependency):
     AppendEventsStream = Bidi[sessions_pb2.AppendEventsStreamRequest, sessions_pb2.AppendEventsStreamResponse]()
     WatchEvents = Bidi[sessions_pb2.WatchEventsRequest, sessions_pb2.WatchEventsResponse]()
     AnswerPause = Unary[sessions_pb2.AnswerPauseRequest, sessions_pb2.AnswerPauseResponse]()
+    ListTurns = Unary[sessions_pb2.ListTurnsRequest, sessions_pb2.ListTurnsResponse]()
+    ForkSession = Unary[sessions_pb2.ForkSessionRequest, sessions_pb2.ForkSessionResponse]()
+    RewindSession = Unary[sessions_pb2.RewindSessionRequest, sessions_pb2.RewindSessionResponse]()
 
 
 class RuntimeClient(Dependency):
@@ -323,3 +334,21 @@ class WebhookStoreClient(Dependency):
     RedeliverWebhookDelivery = Unary[
         webhooks_pb2.RedeliverWebhookDeliveryRequest, webhooks_pb2.RedeliverWebhookDeliveryResponse
     ]()
+
+
+class AgentStoreClient(Dependency):
+    """AgentStoreService, served by the sessions service."""
+
+    name = "sessions"
+
+    @classmethod
+    def of(cls, clients: Clients) -> Self:
+        return cls(lambda: clients.stub_at(clients.settings.sessions_addr, agents_pb2_grpc.AgentStoreServiceStub))
+
+    PutAgentVersion = Unary[agents_pb2.PutAgentVersionRequest, agents_pb2.PutAgentVersionResponse]()
+    GetAgentVersion = Unary[agents_pb2.GetAgentVersionRequest, agents_pb2.GetAgentVersionResponse]()
+    ListAgentVersions = Unary[agents_pb2.ListAgentVersionsRequest, agents_pb2.ListAgentVersionsResponse]()
+    ListAgents = Unary[agents_pb2.ListAgentsRequest, agents_pb2.ListAgentsResponse]()
+    DeleteAgent = Unary[agents_pb2.DeleteAgentRequest, agents_pb2.DeleteAgentResponse]()
+    SetAgentAlias = Unary[agents_pb2.SetAgentAliasRequest, agents_pb2.SetAgentAliasResponse]()
+    DeleteAgentAlias = Unary[agents_pb2.DeleteAgentAliasRequest, agents_pb2.DeleteAgentAliasResponse]()

@@ -32,6 +32,7 @@ from cogmesh.client import GatewayClient, GatewayError
 from cogmesh.common.v1 import resources_pb2
 from gateway.auth import hash_key
 from services.kit.config import Settings
+from services.suite import history_cli
 from services.suite.chat import interactive, spin
 from services.suite.eval import command as eval_command
 from services.suite.render import EventPrinter, agent_lines, message_json, model_lines
@@ -460,6 +461,7 @@ def parser() -> argparse.ArgumentParser:
     lab.add_argument("--set", type=_label_entry, action="append", default=[], metavar="KEY=VALUE")
     lab.add_argument("--remove", type=_label_key, action="append", default=[], metavar="KEY")
     lab.add_argument("--replace", action="store_true", help="the session's labels become exactly the --set ones")
+    history_cli.register(sessions, command, with_gateway)
 
     models = sub.add_parser("models", help="the model catalogue").add_subparsers(dest="action", required=True)
     ml = with_gateway(command("list", "list models", cmd_models_list, models))

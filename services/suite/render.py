@@ -162,6 +162,14 @@ class EventPrinter:
         elif kind == "delegation":
             d = event.delegation
             self._line(f"[magenta]⇢ {escape(d.from_agent)} → {escape(d.to_agent)}:[/magenta] {escape(d.task)}")
+        elif kind == "rewound":
+            r = event.rewound
+            dropped = len(r.dropped_turn_ids)
+            self._line(
+                f"[yellow]↶ {escape(r.reason or 'rewind')}: {dropped} turn{'s' if dropped != 1 else ''} and "
+                f"{r.dropped_message_count} messages dropped (events {r.void_after_seq + 1}-{r.void_through_seq} "
+                "no longer count)[/yellow]"
+            )
         elif kind == "context_compacted":
             c = event.context_compacted
             self._line(f"[dim]· context compacted: summary {c.summary_tokens} tokens[/dim]")

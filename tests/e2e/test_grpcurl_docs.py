@@ -267,13 +267,14 @@ def run(command: str, env: dict[str, str], cwd: Path | None = None) -> subproces
 def test_every_grpcurl_command_of_the_page_runs_as_written(live: Live) -> None:
     blocks = page_blocks(PAGE.read_text())
     session_id = "SESSION_ID"
-    paused_session, interrupt_id = "PAUSED_SESSION_ID", "INTERRUPT_ID"
+    paused_session, interrupt_id, turn_id = "PAUSED_SESSION_ID", "INTERRUPT_ID", "TURN_ID"
     outputs: dict[str, str] = {}
     follower: Follower | None = None
     for block in blocks:
         for page_command in block.commands:
             # PAUSED_SESSION_ID first: it contains SESSION_ID.
             command = page_command.replace("PAUSED_SESSION_ID", paused_session).replace("INTERRUPT_ID", interrupt_id)
+            command = command.replace("TURN_ID", turn_id)
             command = localize(command, block, live, session_id)
             if block.background:
                 follower = Follower(command, live.env)
@@ -289,6 +290,8 @@ def test_every_grpcurl_command_of_the_page_runs_as_written(live: Live) -> None:
                 paused_session = json.loads(result.stdout)["session"]["session_id"]
             elif "/CreateSession" in page_command and block.section != AUTH_SECTION and session_id == "SESSION_ID":
                 session_id = json.loads(result.stdout)["session"]["session_id"]
+            elif "/ListTurns" in page_command and turn_id == "TURN_ID":
+                turn_id = json.loads(result.stdout)["turns"][1]["turn_id"]  # the session's second turn
             for event in events_of(result.stdout) if "/SendMessage" in page_command else []:  # the last pause
                 for kind in ("approval_required", "user_input_requested"):
                     if kind in event:

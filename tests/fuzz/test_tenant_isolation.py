@@ -44,6 +44,10 @@ def requests(t: Target) -> dict[str, list[Message]]:
         "SendMessage": [G.SendMessageRequest(session_id=t.session_id, content="hi")],
         "Subscribe": [G.SubscribeRequest(session_id=t.session_id, stop_when_idle=True)],
         "CancelTurn": [G.CancelTurnRequest(session_id=t.session_id, turn_id=t.turn_id)],
+        "ListTurns": [G.ListTurnsRequest(session_id=t.session_id, include_steps=True)],
+        "ListMessages": [G.ListMessagesRequest(session_id=t.session_id, through_turn_id=t.turn_id)],
+        "ForkSession": [G.ForkSessionRequest(session_id=t.session_id, turn_id=t.turn_id)],
+        "RewindSession": [G.RewindSessionRequest(session_id=t.session_id, turn_id=t.turn_id)],
         "ResolveApproval": [
             G.ResolveApprovalRequest(
                 session_id=t.paused_session_id,

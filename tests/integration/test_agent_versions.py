@@ -39,9 +39,8 @@ def definition(**fields: Any) -> struct_pb2.Struct:
     return out
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def agents(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[agents_pb2_grpc.AgentServiceStub]:
-    path: Path = tmp_path_factory.mktemp("keys") / "keys.yaml"
+def keys_file(directory: Path) -> Path:
+    path = directory / "keys.yaml"
     path.write_text(
         "keys:\n"
         + "".join(
@@ -49,9 +48,14 @@ async def agents(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[agen
             for key, (tenant, who, perms) in KEYS.items()
         )
     )
-    async with running_suite(SUITE_SETTINGS.model_copy(update={"api_keys_file": path})) as (suite, _):
-        async with grpc.aio.insecure_channel(suite.gateway_address) as channel:
-            yield agents_pb2_grpc.AgentServiceStub(channel)
+    return path
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def agents(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[agents_pb2_grpc.AgentServiceStub]:
+    settings = SUITE_SETTINGS.model_copy(update={"api_keys_file": keys_file(tmp_path_factory.mktemp("keys"))})
+    async with running_suite(settings) as (suite, _), grpc.aio.insecure_channel(suite.gateway_address) as channel:
+        yield agents_pb2_grpc.AgentServiceStub(channel)
 
 
 async def failure(call: Any) -> grpc.aio.AioRpcError:

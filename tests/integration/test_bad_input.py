@@ -151,6 +151,55 @@ CASES: list[Any] = [
     bad("gateway", "ListSessions", G.ListSessionsRequest(page_token="not-a-token"), "page_token"),
     bad("gateway", "ListSessions", G.ListSessionsRequest(page_token=token("x:1")), "page_token"),
     bad("gateway", "ListSessions", G.ListSessionsRequest(page_token=token("o:-5")), "page_token"),
+    # time travel (issue 29): ListTurns, ListMessages, ForkSession, RewindSession, ListSessions' forked_from
+    bad("gateway", "ListTurns", G.ListTurnsRequest(), "session_id"),
+    bad("gateway", "ListTurns", G.ListTurnsRequest(session_id=LONG_ID, page_size=201), "session_id", "page_size"),
+    missing("gateway", "ListTurns", G.ListTurnsRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    bad(
+        "gateway",
+        "ListMessages",
+        G.ListMessagesRequest(page_size=-1, through_turn_id=LONG_ID),
+        "session_id",
+        "page_size",
+        "through_turn_id",
+    ),
+    missing("gateway", "ListMessages", G.ListMessagesRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    missing(
+        "gateway",
+        "ListMessages",
+        lambda env: G.ListMessagesRequest(session_id=env.session_id, through_turn_id=UNKNOWN_ID),
+        "TURN_NOT_FOUND",
+    ),
+    bad(
+        "gateway",
+        "ForkSession",
+        G.ForkSessionRequest(before_turn=True, agent=LONG_ID, labels={"Team": "a"}),
+        "session_id",
+        "turn_id",
+        "agent",
+        "labels[Team]",
+    ),
+    missing("gateway", "ForkSession", G.ForkSessionRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    missing(
+        "gateway",
+        "ForkSession",
+        lambda env: G.ForkSessionRequest(session_id=env.session_id, agent="no-such-agent"),
+        "AGENT_NOT_FOUND",
+    ),
+    bad("gateway", "RewindSession", G.RewindSessionRequest(), "session_id", "turn_id"),
+    missing(
+        "gateway",
+        "RewindSession",
+        G.RewindSessionRequest(session_id=UNKNOWN_ID, turn_id=UNKNOWN_ID),
+        "SESSION_NOT_FOUND",
+    ),
+    missing(
+        "gateway",
+        "RewindSession",
+        lambda env: G.RewindSessionRequest(session_id=env.session_id, turn_id=UNKNOWN_ID),
+        "TURN_NOT_FOUND",
+    ),
+    bad("gateway", "ListSessions", G.ListSessionsRequest(forked_from=LONG_ID), "forked_from"),
     # session search (issue 29): labels, filters and UpdateSession
     bad(
         "gateway",
@@ -454,6 +503,35 @@ CASES: list[Any] = [
     ),
     missing(
         "sessions", "ListMessages", S.ListMessagesRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"
+    ),
+    # time travel (issue 29), internal side
+    bad("sessions", "ListTurns", S.ListTurnsRequest(page_size=201), "tenant_id", "session_id", "page_size"),
+    missing("sessions", "ListTurns", S.ListTurnsRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
+    bad(
+        "sessions",
+        "ForkSession",
+        S.ForkSessionRequest(before_turn=True, agent=LONG_ID, labels={"Team": "a"}),
+        "tenant_id",
+        "session_id",
+        "agent",
+        "before_turn",
+        "labels[Team]",
+    ),
+    missing(
+        "sessions", "ForkSession", S.ForkSessionRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"
+    ),
+    bad("sessions", "RewindSession", S.RewindSessionRequest(), "tenant_id", "session_id", "turn_id"),
+    missing(
+        "sessions",
+        "RewindSession",
+        lambda env: S.RewindSessionRequest(tenant_id=TENANT, session_id=env.session_id, turn_id=UNKNOWN_ID),
+        "TURN_NOT_FOUND",
+    ),
+    bad(
+        "sessions",
+        "ListMessages",
+        S.ListMessagesRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, through_turn_id=LONG_ID),
+        "through_turn_id",
     ),
     bad("sessions", "AcquireTurnLease", S.AcquireTurnLeaseRequest(), "tenant_id", "session_id", "turn_id"),
     bad(

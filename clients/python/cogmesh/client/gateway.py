@@ -65,7 +65,17 @@ def _stamp(name: str, value: datetime.datetime | None) -> timestamp_pb2.Timestam
 
 SERVICE = "cogmesh.gateway.v1.GatewayService"
 # UpdateSession sets labels to given values: repeating it changes nothing more.
-IDEMPOTENT = ["GetSession", "ListSessions", "UpdateSession", "DeleteSession", "CancelTurn", "ListAgents", "ListModels"]
+IDEMPOTENT = [
+    "GetSession",
+    "ListSessions",
+    "UpdateSession",
+    "DeleteSession",
+    "CancelTurn",
+    "ListAgents",
+    "ListModels",
+    "ListTurns",
+    "ListMessages",
+]
 SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
@@ -279,11 +289,12 @@ class GatewayClient:
         created_before: datetime.datetime | None = None,
         active_after: datetime.datetime | None = None,
         active_before: datetime.datetime | None = None,
+        forked_from: str = "",
     ) -> gateway_pb2.ListSessionsResponse:
         """One page, newest first, of the sessions every given filter matches: `labels` (all of them),
-        `statuses` (any of "idle", "running", "paused", "failed"), `agent`, and [after, before) ranges of
-        creation and last activity (timezone-aware datetimes). A filtered page may be short, even empty,
-        with a next_page_token: keep paging until it is empty."""
+        `statuses` (any of "idle", "running", "paused", "failed"), `agent`, [after, before) ranges of
+        creation and last activity (timezone-aware datetimes), and `forked_from` (the forks of a session).
+        A filtered page may be short, even empty, with a next_page_token: keep paging until it is empty."""
         request = gateway_pb2.ListSessionsRequest(
             page_size=options.count("page_size", page_size),
             page_token=options.text("page_token", page_token),
@@ -300,6 +311,7 @@ class GatewayClient:
             created_before=_stamp("created_before", created_before),
             active_after=_stamp("active_after", active_after),
             active_before=_stamp("active_before", active_before),
+            forked_from=options.text("forked_from", forked_from),
         )
         return await self._unary("ListSessions", request)  # type: ignore[no-any-return]
 
@@ -314,6 +326,72 @@ class GatewayClient:
         )
         reply = await self._unary("CancelTurn", request)
         return str(reply.turn_id) if reply.cancelled else ""
+
+    # ------------------------------------------------------------------ history: turns, forks, rewinds
+
+    def list_turns(
+        self, session_id: str, *, include_steps: bool = False, page_size: int = 50
+    ) -> AsyncIterator[turns_pb2.TurnRecord]:
+        """The session's turns, oldest first, page after page (`page_size` a page, 1..200): the message that
+        started each, how it ended, the seq range of its events and, with `include_steps`, its recorded steps."""
+        request = gateway_pb2.ListTurnsRequest(
+            session_id=options.text("session_id", session_id),
+            page_size=options.count("page_size", page_size),
+            include_steps=options.flag("include_steps", include_steps),
+        )
+        return self._pages("ListTurns", request, "turns")
+
+    def list_messages(
+        self, session_id: str, *, through_turn_id: str = "", page_size: int = 100
+    ) -> AsyncIterator[messages_pb2.Message]:
+        """The session's conversation, oldest first, page after page (`page_size` a page, 1..1000); with
+        `through_turn_id`, as it was after that turn."""
+        request = gateway_pb2.ListMessagesRequest(
+            session_id=options.text("session_id", session_id),
+            page_size=options.count("page_size", page_size),
+            through_turn_id=options.text("through_turn_id", through_turn_id),
+        )
+        return self._pages("ListMessages", request, "messages")
+
+    async def _pages(self, method: str, request: Any, items: str) -> AsyncIterator[Any]:
+        """Every item of a paged list, asking for the next page only once the caller has read this one's."""
+        while True:
+            page = await self._unary(method, request)
+            for item in getattr(page, items):
+                yield item
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
+
+    async def fork_session(
+        self,
+        session_id: str,
+        turn_id: str = "",
+        *,
+        before: bool = False,
+        agent: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> gateway_pb2.ForkSessionResponse:
+        """A new session holding this one's conversation up to `turn_id` (its last turn when empty), or up
+        to just before it (`before=True`: send that turn again, edited or to another `agent`, on the fork).
+        The original is untouched; the fork's `forked_from` names it. Returns the fork and its message count."""
+        request = gateway_pb2.ForkSessionRequest(
+            session_id=options.text("session_id", session_id),
+            turn_id=options.text("turn_id", turn_id),
+            before_turn=options.flag("before", before),
+            agent=options.text("agent", agent),
+            labels=_labels("labels", labels),
+        )
+        return await self._unary("ForkSession", request)  # type: ignore[no-any-return]
+
+    async def rewind_session(self, session_id: str, turn_id: str) -> gateway_pb2.RewindSessionResponse:
+        """Drop `turn_id` and every later turn from the conversation. Returns the session and the `rewound`
+        event logged; watchers drop the events in its void range (`voided`). FailedPrecondition while a
+        turn runs or is paused."""
+        request = gateway_pb2.RewindSessionRequest(
+            session_id=options.text("session_id", session_id), turn_id=options.text("turn_id", turn_id)
+        )
+        return await self._unary("RewindSession", request)  # type: ignore[no-any-return]
 
     async def list_models(self, provider: str = "") -> gateway_pb2.ListModelsResponse:
         request = gateway_pb2.ListModelsRequest(provider=options.text("provider", provider))

@@ -90,10 +90,12 @@ class Pause:
 
 
 def voided(events: list[events_pb2.RuntimeEvent]) -> set[int]:
-    """Seqs of events that no longer count: the part of a step that ran again on another runtime replica.
+    """Seqs of events that no longer count, each range (void_after_seq, void_through_seq] of:
 
-    A turn taken over after its runtime stopped starts with a `native_notice` of kind
-    "step_retried" whose metadata names the void range (void_after_seq, void_through_seq].
+    - a `native_notice` of kind "step_retried": the part of a step that ran again on another
+      runtime replica (a turn taken over after its runtime stopped starts with one);
+    - a `rewound` event (SessionRewound): turns dropped from the conversation by RewindSession
+      or by a ROLLBACK turn.
     """
     void: set[int] = set()
     for event in events:
@@ -101,6 +103,8 @@ def voided(events: list[events_pb2.RuntimeEvent]) -> set[int]:
             fields = event.native_notice.metadata.fields
             after, through = int(fields["void_after_seq"].number_value), int(fields["void_through_seq"].number_value)
             void.update(range(after + 1, through + 1))
+        elif event.HasField("rewound"):
+            void.update(range(event.rewound.void_after_seq + 1, event.rewound.void_through_seq + 1))
     return void
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from cogmesh.client.errors import ClientClosed
 from cogmesh.client.gateway import DEFAULT_ADDRESS, TURN_TIMEOUT_S, GatewayClient, Tools
 from cogmesh.client.results import Pause, TurnResult
-from cogmesh.common.v1 import events_pb2, resources_pb2, turns_pb2
+from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 
 T = TypeVar("T")
@@ -113,6 +113,32 @@ class Client:
 
     def cancel_turn(self, session_id: str, turn_id: str = "") -> str:
         return self._call(self._async.cancel_turn(session_id, turn_id))
+
+    def list_turns(
+        self, session_id: str, *, include_steps: bool = False, page_size: int = 50
+    ) -> Iterator[turns_pb2.TurnRecord]:
+        return self._iterate(self._async.list_turns(session_id, include_steps=include_steps, page_size=page_size))
+
+    def list_messages(
+        self, session_id: str, *, through_turn_id: str = "", page_size: int = 100
+    ) -> Iterator[messages_pb2.Message]:
+        return self._iterate(
+            self._async.list_messages(session_id, through_turn_id=through_turn_id, page_size=page_size)
+        )
+
+    def fork_session(
+        self,
+        session_id: str,
+        turn_id: str = "",
+        *,
+        before: bool = False,
+        agent: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> gateway_pb2.ForkSessionResponse:
+        return self._call(self._async.fork_session(session_id, turn_id, before=before, agent=agent, labels=labels))
+
+    def rewind_session(self, session_id: str, turn_id: str) -> gateway_pb2.RewindSessionResponse:
+        return self._call(self._async.rewind_session(session_id, turn_id))
 
     def list_models(self, provider: str = "") -> gateway_pb2.ListModelsResponse:
         return self._call(self._async.list_models(provider))
