@@ -66,6 +66,8 @@ GO_TESTS = [
     "TestBadRequestIsInvalidArgumentNamingTheField",
     "TestRateLimitRefusalCarriesRetryInfo",
     "TestTurnTextSkipsVoidedDeltas",
+    "TestRewoundVoidsTheDroppedTurns",
+    "TestForkAndRewindFromGo",
 ]
 
 

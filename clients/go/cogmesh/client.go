@@ -106,6 +106,58 @@ func (c *Client) CreateSession(ctx context.Context, req *gatewayv1.CreateSession
 	return reply.GetSession(), nil
 }
 
+// ListTurns reads one page of a session's turns, oldest first: the message that started
+// each, how it ended, the seq range of its events and (IncludeSteps) its recorded steps.
+// Pass NextPageToken back as PageToken for the next page; it is "" on the last.
+func (c *Client) ListTurns(ctx context.Context, req *gatewayv1.ListTurnsRequest) (*gatewayv1.ListTurnsResponse, error) {
+	ctx, cancel := c.unaryContext(ctx)
+	defer cancel()
+	reply, err := c.Gateway.ListTurns(ctx, req)
+	if err != nil {
+		return nil, FromError(err)
+	}
+	return reply, nil
+}
+
+// ListMessages reads one page of a session's conversation, oldest first; with
+// ThroughTurnId, the conversation as it was after that turn.
+func (c *Client) ListMessages(ctx context.Context, req *gatewayv1.ListMessagesRequest) (*gatewayv1.ListMessagesResponse, error) {
+	ctx, cancel := c.unaryContext(ctx)
+	defer cancel()
+	reply, err := c.Gateway.ListMessages(ctx, req)
+	if err != nil {
+		return nil, FromError(err)
+	}
+	return reply, nil
+}
+
+// ForkSession creates a session holding another's conversation up to a turn (after it,
+// or BeforeTurn to send that turn again), in the same tenant and scope; the original is
+// untouched and the fork's ForkedFrom says where it came from.
+func (c *Client) ForkSession(ctx context.Context, req *gatewayv1.ForkSessionRequest) (*gatewayv1.ForkSessionResponse, error) {
+	ctx, cancel := c.unaryContext(ctx)
+	defer cancel()
+	reply, err := c.Gateway.ForkSession(ctx, req)
+	if err != nil {
+		return nil, FromError(err)
+	}
+	return reply, nil
+}
+
+// RewindSession drops a turn and every later turn from the conversation. The log stays
+// append-only: the reply's Event (a rewound event, also delivered to every watcher) names
+// the seq range whose events no longer count (Voided). FAILED_PRECONDITION
+// (TURN_IN_PROGRESS) while a turn runs or is paused.
+func (c *Client) RewindSession(ctx context.Context, req *gatewayv1.RewindSessionRequest) (*gatewayv1.RewindSessionResponse, error) {
+	ctx, cancel := c.unaryContext(ctx)
+	defer cancel()
+	reply, err := c.Gateway.RewindSession(ctx, req)
+	if err != nil {
+		return nil, FromError(err)
+	}
+	return reply, nil
+}
+
 // SendMessage starts a turn and streams its events until its final or error event, or
 // until it pauses (IsPause). If the stream breaks after the turn started, the rest is
 // read with Subscribe from the last seq. A break before the first event is returned

@@ -337,3 +337,109 @@ func TestRateLimitRefusalCarriesRetryInfo(t *testing.T) {
 		t.Fatalf("refusal without its RetryInfo delay or setting: %+v", refusal)
 	}
 }
+
+// listTurns reads every page of a session's turns, with their steps.
+func listTurns(ctx context.Context, t *testing.T, client *cogmesh.Client, session string) []*commonv1.TurnRecord {
+	var turns []*commonv1.TurnRecord
+	token := ""
+	for {
+		page, err := client.ListTurns(ctx, &gatewayv1.ListTurnsRequest{SessionId: session, PageSize: 2, PageToken: token, IncludeSteps: true})
+		if err != nil {
+			t.Fatalf("list the turns of %s: %v", session, err)
+		}
+		turns = append(turns, page.GetTurns()...)
+		if token = page.GetNextPageToken(); token == "" {
+			return turns
+		}
+	}
+}
+
+// listMessages reads the conversation, as it was after throughTurn when it is not "".
+func listMessages(ctx context.Context, t *testing.T, client *cogmesh.Client, session, throughTurn string) []string {
+	var said []string
+	token := ""
+	for {
+		page, err := client.ListMessages(ctx, &gatewayv1.ListMessagesRequest{SessionId: session, PageToken: token, ThroughTurnId: throughTurn})
+		if err != nil {
+			t.Fatalf("list the messages of %s: %v", session, err)
+		}
+		for _, message := range page.GetMessages() {
+			said = append(said, message.GetRole().String()+": "+message.GetContent())
+		}
+		if token = page.GetNextPageToken(); token == "" {
+			return said
+		}
+	}
+}
+
+func TestForkAndRewindFromGo(t *testing.T) {
+	ctx := testContext(t)
+	client := dial(t, gatewayAddress(t, "COGMESH_E2E_GATEWAY"))
+	session := newSession(ctx, t, client, "default")
+	questions := []string{"What is 2 + 2?", "What is 3 * 3?", "What is 10 - 4?"}
+	for _, question := range questions {
+		run(ctx, t, client, session, question)
+	}
+	turns := listTurns(ctx, t, client, session)
+	if len(turns) != 3 {
+		t.Fatalf("%d turns, want 3: %v", len(turns), turns)
+	}
+	for i, turn := range turns {
+		if turn.GetUserMessage() != questions[i] || turn.GetOutcome() != commonv1.TurnOutcome_TURN_OUTCOME_COMPLETED ||
+			int(turn.GetIndex()) != i+1 || len(turn.GetSteps()) == 0 {
+			t.Fatalf("turn %d: %v", i+1, turn)
+		}
+	}
+	afterFirst := listMessages(ctx, t, client, session, turns[0].GetTurnId())
+	if len(afterFirst) != int(turns[0].GetMessageCount()) || !strings.HasSuffix(afterFirst[len(afterFirst)-1], "2 + 2 = 4.") {
+		t.Fatalf("the conversation after the first turn: %v", afterFirst)
+	}
+
+	// A fork after the first turn holds its conversation and says where it came from.
+	forked, err := client.ForkSession(ctx, &gatewayv1.ForkSessionRequest{SessionId: session, TurnId: turns[0].GetTurnId()})
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	fork := forked.GetSession()
+	if origin := fork.GetForkedFrom(); origin.GetSessionId() != session || origin.GetTurnId() != turns[0].GetTurnId() {
+		t.Fatalf("the fork came from %v", origin)
+	}
+	if got := listMessages(ctx, t, client, fork.GetSessionId(), ""); strings.Join(got, "\n") != strings.Join(afterFirst, "\n") ||
+		int(forked.GetMessageCount()) != len(afterFirst) {
+		t.Fatalf("the fork holds %v (%d copied), want %v", got, forked.GetMessageCount(), afterFirst)
+	}
+	lineage, err := client.Gateway.ListSessions(ctx, &gatewayv1.ListSessionsRequest{ForkedFrom: session})
+	if err != nil || len(lineage.GetSessions()) != 1 || lineage.GetSessions()[0].GetSessionId() != fork.GetSessionId() {
+		t.Fatalf("the forks of %s: %v, %v", session, lineage.GetSessions(), err)
+	}
+
+	// A watcher sees the rewind; what it voids is the second and third turns' events.
+	watch := client.Subscribe(ctx, &gatewayv1.SubscribeRequest{SessionId: session})
+	defer watch.Close()
+	rewind, err := client.RewindSession(ctx, &gatewayv1.RewindSessionRequest{SessionId: session, TurnId: turns[1].GetTurnId()})
+	if err != nil {
+		t.Fatalf("rewind: %v", err)
+	}
+	rewound := rewind.GetEvent().GetRewound()
+	if rewound == nil || rewound.GetVoidAfterSeq() != turns[1].GetFirstSeq()-1 || rewound.GetVoidThroughSeq() != turns[2].GetLastSeq() ||
+		len(rewound.GetDroppedTurnIds()) != 2 || rewound.GetReason() != "rewind" {
+		t.Fatalf("the rewound event %v for turns %v", rewind.GetEvent(), turns)
+	}
+	seen := nextUntil(t, watch, rewind.GetEvent().GetSeq())
+	for _, event := range cogmesh.WithoutVoided(seen) {
+		if id := event.GetTurnId(); id == turns[1].GetTurnId() || id == turns[2].GetTurnId() {
+			t.Fatalf("an event of a dropped turn still counts: %v", event)
+		}
+	}
+	if left := listTurns(ctx, t, client, session); len(left) != 1 || left[0].GetTurnId() != turns[0].GetTurnId() {
+		t.Fatalf("turns after the rewind: %v", left)
+	}
+	if got := listMessages(ctx, t, client, session, ""); strings.Join(got, "\n") != strings.Join(afterFirst, "\n") {
+		t.Fatalf("the conversation after the rewind: %v", got)
+	}
+
+	_, err = client.RewindSession(ctx, &gatewayv1.RewindSessionRequest{SessionId: session, TurnId: "no-such-turn"})
+	if e := cogmesh.FromError(err); e == nil || e.Code != codes.NotFound {
+		t.Fatalf("rewinding to an unknown turn gave %v", err)
+	}
+}

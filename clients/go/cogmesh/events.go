@@ -49,25 +49,52 @@ type Turn struct {
 	Pause *commonv1.RuntimeEvent
 }
 
-// Voided is the set of seqs of events that no longer count: the part of a step that ran
-// again on another runtime replica. A turn taken over after its runtime stopped carries a
-// native_notice of kind "step_retried" whose metadata names the void range
-// (void_after_seq, void_through_seq]; a client drawing assistant deltas skips those seqs.
+// VoidRange is the seq range (after, through] of events that event says no longer count,
+// and ok false when it voids nothing:
+//
+//   - a rewound event (RewindSession, or a ROLLBACK turn's predecessor): the dropped turns'
+//     events;
+//   - a native_notice of kind "step_retried" (metadata void_after_seq, void_through_seq): the
+//     part of a step that ran again on another runtime replica.
+func VoidRange(event *commonv1.RuntimeEvent) (after, through uint64, ok bool) {
+	if rewound := event.GetRewound(); rewound != nil {
+		return rewound.GetVoidAfterSeq(), rewound.GetVoidThroughSeq(), true
+	}
+	notice := event.GetNativeNotice()
+	if notice == nil || notice.GetKind() != "step_retried" {
+		return 0, 0, false
+	}
+	fields := notice.GetMetadata().GetFields()
+	return uint64(fields["void_after_seq"].GetNumberValue()), uint64(fields["void_through_seq"].GetNumberValue()), true
+}
+
+// Voided is the set of seqs of events that no longer count: those in the void range of a
+// rewound event or a "step_retried" notice among events (VoidRange). A client rebuilding
+// the conversation or drawing assistant deltas skips them.
 func Voided(events []*commonv1.RuntimeEvent) map[uint64]bool {
 	void := map[uint64]bool{}
 	for _, event := range events {
-		notice := event.GetNativeNotice()
-		if notice == nil || notice.GetKind() != "step_retried" {
+		after, through, ok := VoidRange(event)
+		if !ok {
 			continue
 		}
-		fields := notice.GetMetadata().GetFields()
-		after := uint64(fields["void_after_seq"].GetNumberValue())
-		through := uint64(fields["void_through_seq"].GetNumberValue())
 		for seq := after + 1; seq <= through; seq++ {
 			void[seq] = true
 		}
 	}
 	return void
+}
+
+// WithoutVoided is events without those a rewound event or a retried step voided, in order.
+func WithoutVoided(events []*commonv1.RuntimeEvent) []*commonv1.RuntimeEvent {
+	void := Voided(events)
+	kept := make([]*commonv1.RuntimeEvent, 0, len(events))
+	for _, event := range events {
+		if !void[event.GetSeq()] {
+			kept = append(kept, event)
+		}
+	}
+	return kept
 }
 
 // Text is the turn's answer: the final text, or the assistant deltas streamed before an

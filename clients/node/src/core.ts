@@ -15,8 +15,9 @@ import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 
 import { ApprovalDecision, type RuntimeEvent } from "./gen/cogmesh/common/v1/events_pb.js";
+import type { Message } from "./gen/cogmesh/common/v1/messages_pb.js";
 import type { Agent, Model, Session } from "./gen/cogmesh/common/v1/resources_pb.js";
-import { ClientToolResultSchema } from "./gen/cogmesh/common/v1/turns_pb.js";
+import { ClientToolResultSchema, type TurnRecord } from "./gen/cogmesh/common/v1/turns_pb.js";
 import {
   AnswerInterruptRequestSchema,
   GatewayService,
@@ -94,6 +95,42 @@ export interface SubscribeOptions extends StreamOptions {
   onHeartbeat?: () => void;
 }
 
+export interface ListTurnsOptions {
+  /** Turns per page, 1..200; 0 or unset: the gateway's default (50). */
+  pageSize?: number;
+  /** The previous page's nextPageToken; unset for the first page. */
+  pageToken?: string;
+  /** Also return each turn's recorded steps (model calls, decisions, tool calls, pauses). */
+  includeSteps?: boolean;
+}
+
+export interface ListMessagesOptions {
+  /** Messages per page, 1..1000; 0 or unset: the gateway's default (100). */
+  pageSize?: number;
+  /** The previous page's nextPageToken; unset for the first page. */
+  pageToken?: string;
+  /** The conversation as it was after this turn (NOT_FOUND when the session has no such turn). */
+  throughTurnId?: string;
+}
+
+export interface ForkSessionOptions {
+  /** The turn to fork at; unset: after the session's last turn. */
+  turnId?: string;
+  /** Stop before `turnId` instead of after it, to send that turn again (edited, or to another agent). */
+  beforeTurn?: boolean;
+  /** Agent of the fork; unset: the original's. */
+  agent?: string;
+  /** Labels of the fork; unset or empty: the original's. */
+  labels?: Record<string, string>;
+}
+
+/** What `rewindSession` returns: the session after the rewind and the `rewound` event it logged. */
+export interface RewindResult {
+  session: Session;
+  /** The event logged, with its seq: `payload.value` names the dropped turns and the void seq range. */
+  event: EventOf<"rewound">;
+}
+
 /** What `ask` returns: the turn's answer and every event it produced. */
 export interface TurnResult {
   turnId: string;
@@ -126,7 +163,15 @@ export interface ResolveApprovalOptions extends StreamOptions {
 export type InterruptAnswer = { userInput: string } | { toolResult: string; isError?: boolean };
 
 // Safe to repeat: reads, deletes and cancels. CreateSession and SendMessage are not.
-type IdempotentMethod = "getSession" | "listSessions" | "deleteSession" | "cancelTurn" | "listAgents" | "listModels";
+type IdempotentMethod =
+  | "getSession"
+  | "listSessions"
+  | "deleteSession"
+  | "cancelTurn"
+  | "listAgents"
+  | "listModels"
+  | "listTurns"
+  | "listMessages";
 
 function requireString(name: string, value: unknown, { optional = false } = {}): string {
   if (value === undefined && optional) return "";
@@ -134,6 +179,25 @@ function requireString(name: string, value: unknown, { optional = false } = {}):
     throw new TypeError(`${name} must be a string, got ${value === null ? "null" : typeof value}`);
   }
   return value;
+}
+
+function requirePageSize(value: unknown): number {
+  if (value === undefined) return 0;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 0) {
+    throw new TypeError(`pageSize must be a non-negative integer, got ${String(value)}`);
+  }
+  return value;
+}
+
+function requireLabels(value: unknown): Record<string, string> {
+  if (value === undefined) return {};
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new TypeError(
+      `labels must be an object of strings, got ${Array.isArray(value) ? "an array" : describe(value)}`,
+    );
+  }
+  for (const [key, label] of Object.entries(value)) requireString(`labels.${key}`, label);
+  return value as Record<string, string>;
 }
 
 function toSeq(name: string, value: unknown): bigint {
@@ -258,15 +322,98 @@ export class CogmeshClientBase {
     return (await this.unary("getSession", (o) => this.gateway.getSession(request, o))).session!;
   }
 
-  async listSessions(options: { pageSize?: number; pageToken?: string } = {}): Promise<{
+  /** One page of the tenant's sessions, newest first; `forkedFrom` keeps the forks of one session. */
+  async listSessions(options: { pageSize?: number; pageToken?: string; forkedFrom?: string } = {}): Promise<{
     sessions: Session[];
     nextPageToken: string;
   }> {
     const pageSize = options.pageSize ?? 0;
     if (!Number.isInteger(pageSize)) throw new TypeError(`pageSize must be an integer, got ${String(pageSize)}`);
-    const request = { pageSize, pageToken: requireString("pageToken", options.pageToken, { optional: true }) };
+    const request = {
+      pageSize,
+      pageToken: requireString("pageToken", options.pageToken, { optional: true }),
+      forkedFrom: requireString("forkedFrom", options.forkedFrom, { optional: true }),
+    };
     const reply = await this.unary("listSessions", (o) => this.gateway.listSessions(request, o));
     return { sessions: reply.sessions, nextPageToken: reply.nextPageToken };
+  }
+
+  /**
+   * One page of the session's turns, oldest first: the message that started each, how it ended, the
+   * seq range of its events and (`includeSteps`) its recorded steps. Pass `nextPageToken` back as
+   * `pageToken` for the next page; it is "" on the last.
+   */
+  async listTurns(
+    sessionId: string,
+    options: ListTurnsOptions = {},
+  ): Promise<{ turns: TurnRecord[]; nextPageToken: string }> {
+    const includeSteps = options.includeSteps ?? false;
+    if (typeof includeSteps !== "boolean")
+      throw new TypeError(`includeSteps must be a boolean, got ${describe(includeSteps)}`);
+    const request = {
+      sessionId: requireString("sessionId", sessionId),
+      pageSize: requirePageSize(options.pageSize),
+      pageToken: requireString("pageToken", options.pageToken, { optional: true }),
+      includeSteps,
+    };
+    const reply = await this.unary("listTurns", (o) => this.gateway.listTurns(request, o));
+    return { turns: reply.turns, nextPageToken: reply.nextPageToken };
+  }
+
+  /**
+   * One page of the session's conversation, oldest first; with `throughTurnId`, the conversation as it
+   * was after that turn.
+   */
+  async listMessages(
+    sessionId: string,
+    options: ListMessagesOptions = {},
+  ): Promise<{ messages: Message[]; nextPageToken: string }> {
+    const request = {
+      sessionId: requireString("sessionId", sessionId),
+      pageSize: requirePageSize(options.pageSize),
+      pageToken: requireString("pageToken", options.pageToken, { optional: true }),
+      throughTurnId: requireString("throughTurnId", options.throughTurnId, { optional: true }),
+    };
+    const reply = await this.unary("listMessages", (o) => this.gateway.listMessages(request, o));
+    return { messages: reply.messages, nextPageToken: reply.nextPageToken };
+  }
+
+  /**
+   * A new session holding this one's conversation up to a turn (after it, or `beforeTurn`), in the
+   * same tenant and scope; the original is untouched and the fork's `forkedFrom` says where it came
+   * from. Not retried on UNAVAILABLE: the first attempt may have made a fork.
+   */
+  async forkSession(
+    sessionId: string,
+    options: ForkSessionOptions = {},
+  ): Promise<{ session: Session; messageCount: number }> {
+    const beforeTurn = options.beforeTurn ?? false;
+    if (typeof beforeTurn !== "boolean")
+      throw new TypeError(`beforeTurn must be a boolean, got ${describe(beforeTurn)}`);
+    const request = {
+      sessionId: requireString("sessionId", sessionId),
+      turnId: requireString("turnId", options.turnId, { optional: true }),
+      beforeTurn,
+      agent: requireString("agent", options.agent, { optional: true }),
+      labels: requireLabels(options.labels),
+    };
+    const reply = await this.unary(false, (o) => this.gateway.forkSession(request, o));
+    return { session: reply.session!, messageCount: reply.messageCount };
+  }
+
+  /**
+   * Drop `turnId` and every later turn from the conversation. The log stays append-only: the
+   * returned `rewound` event (also delivered to every watcher) names the seq range whose events no
+   * longer count (see `voided`). FAILED_PRECONDITION (TURN_IN_PROGRESS) while a turn runs or is paused.
+   */
+  async rewindSession(sessionId: string, turnId: string): Promise<RewindResult> {
+    const request = { sessionId: requireString("sessionId", sessionId), turnId: requireString("turnId", turnId) };
+    const reply = await this.unary(false, (o) => this.gateway.rewindSession(request, o));
+    const event = reply.event;
+    if (!event || !is(event, "rewound")) {
+      throw new CogmeshError(Code.Internal, "RewindSession answered without its rewound event");
+    }
+    return { session: reply.session!, event };
   }
 
   /** Delete a session; false when it did not exist. */

@@ -36,23 +36,45 @@ export function interruptOf(event: RuntimeEvent): string | undefined {
 }
 
 /**
- * Seqs of events that no longer count: the part of a step that ran again on another
- * runtime replica. A turn taken over after its runtime stopped carries a `nativeNotice`
- * of kind "step_retried" whose metadata names the void range (void_after_seq,
- * void_through_seq]; a client drawing assistant deltas skips those seqs.
+ * The seq range (after, through] of events that no longer count, when `event` voids one:
+ *
+ * - a `rewound` event (RewindSession, or a ROLLBACK turn's predecessor): the dropped turns' events;
+ * - a `nativeNotice` of kind "step_retried" (metadata void_after_seq / void_through_seq): the part
+ *   of a step that ran again on another runtime replica.
+ *
+ * Undefined for any other event.
+ */
+export function voidRange(event: RuntimeEvent): { after: bigint; through: bigint } | undefined {
+  const p = event.payload;
+  if (p.case === "rewound") return { after: p.value.voidAfterSeq, through: p.value.voidThroughSeq };
+  if (p.case !== "nativeNotice" || p.value.kind !== "step_retried") return undefined;
+  const metadata = p.value.metadata ?? {};
+  const number = (name: string): bigint => BigInt(Math.trunc(Number(metadata[name] ?? 0)));
+  return { after: number("void_after_seq"), through: number("void_through_seq") };
+}
+
+/**
+ * Seqs of events that no longer count: those in the void range of a `rewound` event or of a
+ * "step_retried" notice among `events` (see voidRange). A client rebuilding the conversation or
+ * drawing assistant deltas skips them.
  */
 export function voided(events: readonly RuntimeEvent[]): Set<bigint> {
   const seqs = new Set<bigint>();
   for (const event of events) {
-    if (event.payload.case !== "nativeNotice" || event.payload.value.kind !== "step_retried") continue;
-    const metadata = event.payload.value.metadata ?? {};
-    const number = (name: string): bigint => BigInt(Math.trunc(Number(metadata[name] ?? 0)));
-    for (let seq = number("void_after_seq") + 1n; seq <= number("void_through_seq"); seq++) seqs.add(seq);
+    const range = voidRange(event);
+    if (!range) continue;
+    for (let seq = range.after + 1n; seq <= range.through; seq++) seqs.add(seq);
   }
   return seqs;
 }
 
-/** The assistant text a turn's events streamed, without the deltas a retried step voided. */
+/** The events that still count: `events` without those a `rewound` event or a retried step voided. */
+export function withoutVoided(events: readonly RuntimeEvent[]): RuntimeEvent[] {
+  const void_ = voided(events);
+  return events.filter((e) => !void_.has(e.seq));
+}
+
+/** The assistant text the events streamed, without the deltas a retried step (or a rewind) voided. */
 export function streamedText(events: readonly RuntimeEvent[]): string {
   const void_ = voided(events);
   return events

@@ -5,9 +5,13 @@ export type {
   CallOptions,
   CreateSessionOptions,
   Decision,
+  ForkSessionOptions,
   Interrupt,
   InterruptAnswer,
+  ListMessagesOptions,
+  ListTurnsOptions,
   ResolveApprovalOptions,
+  RewindResult,
   SendOptions,
   StreamOptions,
   SubscribeOptions,
@@ -25,6 +29,8 @@ export {
   TurnFailedError,
   TurnPausedError,
   voided,
+  voidRange,
+  withoutVoided,
   type EventKind,
   type EventOf,
   type PauseKind,
@@ -34,5 +40,6 @@ export {
 export * from "./gen/cogmesh/common/v1/events_pb.js";
 export * from "./gen/cogmesh/common/v1/messages_pb.js";
 export * from "./gen/cogmesh/common/v1/resources_pb.js";
+export * from "./gen/cogmesh/common/v1/turns_pb.js";
 export * from "./gen/cogmesh/common/v1/errors_pb.js";
 export * from "./gen/cogmesh/gateway/v1/gateway_pb.js";

@@ -57,9 +57,13 @@ export type {
   CallOptions,
   CreateSessionOptions,
   Decision,
+  ForkSessionOptions,
   Interrupt,
   InterruptAnswer,
+  ListMessagesOptions,
+  ListTurnsOptions,
   ResolveApprovalOptions,
+  RewindResult,
   SendOptions,
   StreamOptions,
   SubscribeOptions,
@@ -74,6 +78,11 @@ export {
   pauseKindOf,
   TurnFailedError,
   TurnPausedError,
+  voided,
+  voidRange,
+  withoutVoided,
+  streamedText,
+  finalText,
   type EventKind,
   type EventOf,
   type PauseKind,
@@ -83,5 +92,6 @@ export type { Timestamp } from "@bufbuild/protobuf/wkt";
 export * from "./gen/cogmesh/common/v1/events_pb.js";
 export * from "./gen/cogmesh/common/v1/messages_pb.js";
 export * from "./gen/cogmesh/common/v1/resources_pb.js";
+export * from "./gen/cogmesh/common/v1/turns_pb.js";
 export * from "./gen/cogmesh/common/v1/errors_pb.js";
 export * from "./gen/cogmesh/gateway/v1/gateway_pb.js";

@@ -18,6 +18,8 @@ import {
   TurnErrorSchema,
   TurnFailedError,
   voided,
+  voidRange,
+  withoutVoided,
   type EventOf,
   type RuntimeEvent,
 } from "../src/index.js";
@@ -120,4 +122,32 @@ test("a step_retried notice voids the deltas of the redone step: streamedText sh
   assert.equal(finalText(done.payload.value as never, [...events, done]), "final");
   const long = final({ textOmitted: true }); // a reply over 512 KiB: the final event leaves it out
   assert.equal(finalText(long.payload.value as never, [...events, long]), "The answer is 42");
+});
+
+test("a rewound event voids the dropped turns' events, as a step_retried notice voids its range", () => {
+  const delta = (seq: bigint, turnId: string, text: string): RuntimeEvent =>
+    create(RuntimeEventSchema, { seq, turnId, payload: { case: "assistantDelta", value: { text } } });
+  const rewound = create(RuntimeEventSchema, {
+    seq: 5n,
+    payload: {
+      case: "rewound",
+      value: { turnId: "t2", droppedTurnIds: ["t2", "t3"], voidAfterSeq: 1n, voidThroughSeq: 3n, reason: "rewind" },
+    },
+  });
+  const events = [
+    delta(1n, "t1", "kept "),
+    delta(2n, "t2", "dropped "),
+    delta(3n, "t3", "too "),
+    delta(4n, "t4", "late"),
+  ];
+  assert.deepEqual(voidRange(rewound), { after: 1n, through: 3n });
+  assert.equal(voidRange(events[0]!), undefined);
+  // The range is applied wherever the rewound event sits: it comes after the events it voids.
+  const all = [...events, rewound];
+  assert.deepEqual(voided(all), new Set([2n, 3n]));
+  assert.deepEqual(
+    withoutVoided(all).map((e) => e.seq),
+    [1n, 4n, 5n],
+  );
+  assert.equal(streamedText(all), "kept late");
 });

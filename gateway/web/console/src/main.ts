@@ -1,9 +1,10 @@
 // cogmesh's web console: the tenant's sessions, newest first; a session's live event stream; a
-// composer; approvals and questions answered in place. It talks to the browser edge that serves
+// composer; approvals and questions answered in place; the session's turns, to fork or rewind. It talks to the browser edge that serves
 // it (same origin) over the Connect protocol, with @cogmesh/client's browser transport.
 import { AgentMode, Code, CogmeshError, CogmeshWebClient, type Session } from "@cogmesh/client/web";
 import { SessionView } from "./session.js";
 import { apiKey, setApiKey } from "./store.js";
+import { TurnsPanel } from "./turns.js";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 
@@ -21,6 +22,9 @@ const ui = {
   empty: $("empty"),
   title: $("session-title"),
   cancel: $<HTMLButtonElement>("cancel-turn"),
+  origin: $("session-origin"),
+  showTurns: $<HTMLButtonElement>("show-turns"),
+  turns: $("turns"),
   events: $("events"),
   composer: $<HTMLFormElement>("composer"),
   message: $<HTMLTextAreaElement>("message"),
@@ -28,7 +32,10 @@ const ui = {
 
 let client = makeClient();
 let view: SessionView | undefined;
+let turnsPanel: TurnsPanel | undefined;
 let runningTurn: string | undefined;
+// The question of the turn a "Fork before" stopped at, put in the fork's composer once it opens.
+let draft: string | undefined;
 
 function makeClient(): CogmeshWebClient {
   // baseUrl "": this page's origin, the edge that served it.
@@ -69,7 +76,8 @@ function sessionLink(session: Session): HTMLLIElement {
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([key, value]) => ` · ${key}=${value}`)
     .join("");
-  meta.textContent = `${created} · ${session.messageCount} message(s)${scope}${session.activeTurnId ? " · turn running" : ""}`;
+  const fork = session.forkedFrom ? ` · fork of ${session.forkedFrom.sessionId.slice(0, 8)}` : "";
+  meta.textContent = `${created} · ${session.messageCount} message(s)${scope}${fork}${session.activeTurnId ? " · turn running" : ""}`;
   link.append(title, meta);
   if (session.sessionId === currentSession()) link.classList.add("active");
   const item = document.createElement("li");
@@ -106,6 +114,35 @@ function currentSession(): string | undefined {
   return /^#\/s\/([\w-]+)$/.exec(location.hash)?.[1];
 }
 
+/** Where a fork came from: a link to the original and the last turn the fork holds. */
+function showOrigin(session: Session): void {
+  const origin = session.forkedFrom;
+  ui.origin.hidden = !origin;
+  if (!origin) return;
+  const link = document.createElement("a");
+  link.href = `#/s/${origin.sessionId}`;
+  link.textContent = origin.sessionId.slice(0, 8);
+  const at = origin.turnId ? `after turn ${origin.turnId.slice(0, 8)}` : "before its first turn";
+  ui.origin.replaceChildren("fork of ", link, ` ${at}`);
+}
+
+function openTurns(id: string): void {
+  turnsPanel = undefined;
+  ui.turns.hidden = ui.showTurns.getAttribute("aria-pressed") !== "true";
+  ui.turns.replaceChildren();
+  if (ui.turns.hidden) return;
+  turnsPanel = new TurnsPanel(client, id, ui.turns, {
+    error: showError,
+    confirm: (question) => window.confirm(question),
+    forked: (fork, question) => {
+      draft = question;
+      location.hash = `#/s/${fork.sessionId}`;
+      loadSessions().catch(showError);
+    },
+  });
+  void turnsPanel.refresh();
+}
+
 function openSession(): void {
   view?.close();
   view = undefined;
@@ -115,16 +152,30 @@ function openSession(): void {
   ui.sessions.querySelectorAll("a").forEach((a) => a.classList.toggle("active", a.dataset.session === id));
   if (!id) return;
   ui.title.textContent = `session ${id}`;
+  ui.origin.hidden = true;
+  client
+    .getSession(id)
+    .then((session) => id === currentSession() && showOrigin(session))
+    .catch(showError);
   view = new SessionView(client, id, ui.events, {
     error: showError,
     running: (turnId) => {
+      const changed = runningTurn !== turnId;
       const ended = runningTurn !== undefined && turnId === undefined;
       runningTurn = turnId;
       ui.cancel.hidden = !turnId;
+      if (changed) void turnsPanel?.refresh(); // a turn started or ended
       if (ended) loadSessions().catch(showError); // message counts and "turn running" changed
     },
+    rewound: () => {
+      void turnsPanel?.refresh();
+      loadSessions().catch(showError);
+    },
   });
+  openTurns(id);
   view.start();
+  if (draft !== undefined) ui.message.value = draft;
+  draft = undefined;
   ui.message.focus();
 }
 
@@ -197,6 +248,13 @@ ui.message.addEventListener("keydown", (e) => {
     e.preventDefault();
     ui.composer.requestSubmit();
   }
+});
+
+ui.showTurns.addEventListener("click", () => {
+  const shown = ui.showTurns.getAttribute("aria-pressed") === "true";
+  ui.showTurns.setAttribute("aria-pressed", String(!shown));
+  const id = currentSession();
+  if (id) openTurns(id);
 });
 
 ui.cancel.addEventListener("click", () => {

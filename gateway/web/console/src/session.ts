@@ -10,6 +10,7 @@ import {
   TodoStatus,
   TurnState,
   type CogmeshClientBase,
+  type EventOf,
   type JsonObject,
   type JsonValue,
   type RuntimeEvent,
@@ -22,9 +23,11 @@ export interface SessionHooks {
   error(err: unknown): void;
   /** A turn started or ended: the page shows or hides its Cancel button. */
   running(turnId: string | undefined): void;
+  /** Turns left the conversation (a rewind, or a rollback): the page redraws what lists them. */
+  rewound?(event: EventOf<"rewound">): void;
 }
 
-function h<K extends keyof HTMLElementTagNameMap>(
+export function h<K extends keyof HTMLElementTagNameMap>(
   tag: K,
   attrs: Record<string, string> = {},
   ...children: (Node | string)[]
@@ -419,8 +422,44 @@ export class SessionView {
     }
   }
 
+  /**
+   * Turns were dropped (RewindSession, or a ROLLBACK turn's predecessor): their events no longer
+   * count, so their cards and anything else shown from the void range leave the page. The log keeps
+   * them, and so does this tab: after a reload the kept rewound event drops them again.
+   */
+  private rewind(event: EventOf<"rewound">): void {
+    const { voidAfterSeq, voidThroughSeq, droppedTurnIds, reason, requestedBy } = event.payload.value;
+    for (const turnId of droppedTurnIds) {
+      this.turns.get(turnId)?.el.remove();
+      this.turns.delete(turnId);
+    }
+    for (const el of this.container.querySelectorAll<HTMLElement>("[data-seq]")) {
+      const seq = BigInt(el.dataset.seq ?? "0");
+      if (seq > voidAfterSeq && seq <= voidThroughSeq) el.remove();
+    }
+    const count = droppedTurnIds.length;
+    this.container.append(
+      h(
+        "div",
+        { class: "line rewound", "data-seq": event.seq.toString(), "data-kind": "rewound" },
+        `⟲ ${reason === "rollback" ? "rolled back" : "rewound"}: ${count} turn${count === 1 ? "" : "s"} dropped`,
+        requestedBy ? ` by ${requestedBy}` : "",
+        ` (events ${voidAfterSeq + 1n}–${voidThroughSeq} no longer count)`,
+      ),
+    );
+  }
+
   private show(event: RuntimeEvent, live: boolean): void {
     if (event.seq <= this.shown && live) return; // at-least-once on the wire
+    if (event.payload.case === "rewound") {
+      this.rewind(event as EventOf<"rewound">);
+      if (live) {
+        this.shown = event.seq;
+        keep(event);
+        this.hooks.rewound?.(event as EventOf<"rewound">);
+      }
+      return;
+    }
     let card = this.turns.get(event.turnId);
     if (!card) {
       card = new TurnCard(event.turnId, this);
