@@ -55,7 +55,10 @@ class History:
         principal = auth.current.get()
         await self.sessions.visible(principal.tenant_id, request.session_id)
         # Another agent is checked as CreateSession checks one; the original's was, when it was opened.
-        agent = self.sessions.primary_agent(request.agent).name if request.agent else ""
+        agent, version = ("", 0)
+        if request.agent:
+            chosen, version = await self.sessions.primary_agent(principal.tenant_id, request.agent)
+            agent = chosen.name
         reply = await self.client.ForkSession(
             sessions_pb2.ForkSessionRequest(
                 tenant_id=principal.tenant_id,
@@ -63,6 +66,7 @@ class History:
                 turn_id=request.turn_id,
                 before_turn=request.before_turn,
                 agent=agent,
+                agent_version=version,
                 labels=request.labels,
                 requested_by=principal.name,
             )

@@ -46,8 +46,9 @@ _MODES = {
 }
 
 
-def agent_to_proto(agent: AgentDefinition) -> resources_pb2.Agent:
+def agent_to_proto(agent: AgentDefinition, version: int = 0) -> resources_pb2.Agent:
     return resources_pb2.Agent(
+        version=version,
         name=agent.name,
         description=agent.description,
         model=agent.model,
@@ -228,7 +229,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     # ------------------------------------------------------------------ the catalogue
 
     async def ListAgents(self, request: gateway_pb2.ListAgentsRequest, context: Any) -> gateway_pb2.ListAgentsResponse:
-        return gateway_pb2.ListAgentsResponse(agents=[agent_to_proto(a) for a in self.agents.list()])
+        stored = await self.sessions.stored.latest(auth.current.get().tenant_id)
+        listed = [(a, 0) for a in self.agents.list()] + [(a, v) for a, v in stored if not a.hidden]
+        listed.sort(key=lambda pair: pair[0].name)
+        return gateway_pb2.ListAgentsResponse(agents=[agent_to_proto(a, version) for a, version in listed])
 
     async def ListModels(self, request: gateway_pb2.ListModelsRequest, context: Any) -> gateway_pb2.ListModelsResponse:
         reply = await call(

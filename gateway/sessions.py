@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from google.protobuf import field_mask_pb2
 
 from cogmesh.common.v1 import errors_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2
@@ -23,6 +22,7 @@ from services.kit.dependencies import SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, InvalidArgument, NotFound
 from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import log
+from services.lib.stored_agents import StoredAgents
 
 
 class Sessions:
@@ -30,6 +30,7 @@ class Sessions:
         self, settings: Settings, clients: Clients, agents: AgentRegistry, events: EventLogReader, turns: Turns
     ) -> None:
         self.settings, self.clients, self.agents, self.events, self.turns = settings, clients, agents, events, turns
+        self.stored = StoredAgents(clients, agents)  # the tenant's versioned agents (AgentService)
 
     async def visible(self, tenant: str, session_id: str) -> resources_pb2.Session:
         """The session, if the caller may see it: its tenant's, holding the scope values its key pins."""
@@ -51,20 +52,23 @@ class Sessions:
             await self.visible(principal.tenant_id, session_id)
         return principal.tenant_id
 
-    def primary_agent(self, name: str) -> AgentDefinition:
-        """The agent a session may be opened with (CreateSession, ForkSession): known, and not a subagent."""
+    async def primary_agent(self, tenant: str, ref: str) -> tuple[AgentDefinition, int]:
+        """The agent a session may be opened with (CreateSession, ForkSession, a move) and its version: a built-in
+        (version 0) or one of the tenant's stored agents ("name", "name@7", "name@prod"), and not a subagent."""
         try:
-            agent = self.agents.get(name)
-        except UnknownAgentError as exc:
-            raise NotFound(str(exc), reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND, metadata={"agent": name}) from exc
+            agent, version = await self.stored.resolve(tenant, ref)
+        except NotFound as exc:  # the store's answer names the version or alias; unknown names get the list
+            name = ref.partition("@")[0]
+            why = exc.message if "@" in ref else str(UnknownAgentError(name, self.agents.names()))
+            raise NotFound(why, reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND, metadata={"agent": ref}) from exc
         if not agent.is_primary:
             raise InvalidArgument(
                 [("agent", f"{agent.name!r} is a subagent (mode {agent.mode!r}): only other agents delegate to it")]
             )
-        return agent
+        return agent, version
 
     async def create(self, tenant: str, request: gateway_pb2.CreateSessionRequest) -> resources_pb2.Session:
-        agent = self.primary_agent(request.agent or "default")
+        agent, version = await self.primary_agent(tenant, request.agent or "default")
         scope = auth.current.get().session_scope(request.scope)
         reply: sessions_pb2.CreateSessionResponse = await call(
             "sessions",
@@ -77,6 +81,7 @@ class Sessions:
                 role_id=agent.default_role,
                 scope=scope,
                 labels=request.labels,
+                agent_version=version,
             ),
         )
         return reply.session
@@ -102,23 +107,36 @@ class Sessions:
                 active_after=request.active_after if request.HasField("active_after") else None,
                 active_before=request.active_before if request.HasField("active_before") else None,
                 forked_from=request.forked_from,
+                agent_version=request.agent_version,
             ),
         )
         return gateway_pb2.ListSessionsResponse(sessions=reply.sessions, next_page_token=reply.next_page_token)
 
     async def update(self, request: gateway_pb2.UpdateSessionRequest) -> gateway_pb2.UpdateSessionResponse:
-        """Change the labels the mask names (gateway/validation.py checked them), on a session the caller sees."""
+        """Change the labels or the agent the mask names (gateway/validation.py checked them), on a session the
+        caller sees. A move to another agent also starts it in that agent's default role."""
         tenant = await self.tenant_of(request.session_id)
-        reply = await call(
-            "sessions",
-            self.clients.sessions.UpdateSession,
-            sessions_pb2.UpdateSessionRequest(
-                tenant_id=tenant,
-                session_id=request.session_id,
-                labels=request.labels,
-                update_mask=field_mask_pb2.FieldMask(paths=list(request.update_mask.paths)),
-            ),
+        paths = list(request.update_mask.paths)
+        update = sessions_pb2.UpdateSessionRequest(
+            tenant_id=tenant, session_id=request.session_id, labels=request.labels
         )
+        if "agent" in paths:
+            agent, version = await self.primary_agent(tenant, request.agent)
+            update.agent, update.agent_version, update.role_id = agent.name, version, agent.default_role
+            session = await self.visible(tenant, request.session_id)
+            if session.agent != agent.name:
+                paths.append("role_id")
+            log.info(
+                "audit",
+                action="session.agent",
+                tenant=tenant,
+                principal=auth.current.get().name,
+                session_id=request.session_id,
+                agent=agent.name,
+                agent_version=version,
+            )
+        update.update_mask.paths.extend(paths)
+        reply = await call("sessions", self.clients.sessions.UpdateSession, update)
         return gateway_pb2.UpdateSessionResponse(session=reply.session)
 
     async def delete(self, tenant: str, session_id: str) -> bool:

@@ -83,15 +83,18 @@ def list_sessions(request: gateway_pb2.ListSessionsRequest) -> None:
 
 
 def update_session(request: gateway_pb2.UpdateSessionRequest) -> None:
-    """Only label paths: "labels" (all of them) or "labels.<key>" (one)."""
+    """Label paths ("labels": all of them, "labels.<key>": one) and "agent" (a move to another agent or version)."""
     problems = Violations()
     check_session_id(request.session_id, problems)
     paths = list(request.update_mask.paths)
-    problems.check(bool(paths), "update_mask", "must name 'labels' or 'labels.<key>' paths")
+    problems.check(bool(paths), "update_mask", "must name 'labels', 'labels.<key>' or 'agent' paths")
     for path in paths:
-        known = path == "labels" or path.startswith("labels.")
-        problems.check(known, "update_mask", f"unknown path {path!r}: only labels can be updated")
-    search.label_update(paths, request.labels, problems)
+        known = path in ("labels", "agent") or path.startswith("labels.")
+        problems.check(known, "update_mask", f"unknown path {path!r}: only labels and the agent can be updated")
+    if "agent" in paths:
+        check_id(request.agent, problems, "agent")
+        problems.require(request.agent, "agent")
+    search.label_update([p for p in paths if p != "agent"], request.labels, problems)
     problems.raise_if_any()
 
 

@@ -84,6 +84,7 @@ class Facts:
     status: str
     scope: Mapping[str, str] = field(default_factory=dict)
     forked_from: str = ""  # the session it was forked from ("" when it was created)
+    agent_version: int = 0  # of a tenant's stored agent; 0: a built-in
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,10 @@ class SessionFilter:
     active_after: float | None = None
     active_before: float | None = None
     forked_from: str = ""
+    agent_version: int = 0  # 0: any
 
     def __bool__(self) -> bool:
-        return bool(self.labels or self.statuses or self.agent or self.forked_from) or any(
+        return bool(self.labels or self.statuses or self.agent or self.forked_from or self.agent_version) or any(
             t is not None for t in (self.created_after, self.created_before, self.active_after, self.active_before)
         )
 
@@ -118,6 +120,7 @@ def matches(facts: Facts, where: SessionFilter) -> bool:
     return (
         (not where.agent or facts.agent == where.agent)
         and (not where.forked_from or facts.forked_from == where.forked_from)
+        and (not where.agent_version or facts.agent_version == where.agent_version)
         and all(facts.labels.get(k) == v for k, v in where.labels.items())
         and _within(facts.created_at, where.created_after, where.created_before)
         and _within(facts.updated_at, where.active_after, where.active_before)
@@ -150,6 +153,7 @@ def filter_of(request: Any, problems: Violations) -> SessionFilter:
             statuses.append(name)
     problems.check(len(request.agent) <= MAX_ID, "agent", f"must be at most {MAX_ID} characters")
     problems.check(len(request.forked_from) <= MAX_ID, "forked_from", f"must be at most {MAX_ID} characters")
+    problems.check(request.agent_version >= 0, "agent_version", "must not be negative")
     where = SessionFilter(
         labels=dict(request.label_filter),
         statuses=frozenset(statuses),
@@ -159,6 +163,7 @@ def filter_of(request: Any, problems: Violations) -> SessionFilter:
         active_after=_seconds(request, "active_after", problems),
         active_before=_seconds(request, "active_before", problems),
         forked_from=request.forked_from,
+        agent_version=request.agent_version,
     )
     for after, before in (("created_after", "created_before"), ("active_after", "active_before")):
         low, high = getattr(where, after), getattr(where, before)

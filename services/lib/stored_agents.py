@@ -23,6 +23,7 @@ from services.kit.dependencies import AgentStoreClient
 from services.kit.errors import DependencyError, InvalidArgument, NotFound
 
 CACHED_VERSIONS = 1024  # definitions kept per process (each at most 256 KiB, most far less)
+LISTED_AGENTS = 1000  # a tenant's stored agents ListAgents shows
 _NAME = re.compile(AGENT_NAME_PATTERN)
 _NUMBER = re.compile(r"^[0-9]+$")
 
@@ -83,6 +84,20 @@ class StoredAgents:
         while len(self._versions) > CACHED_VERSIONS:
             self._versions.popitem(last=False)
         return found
+
+    async def latest(self, tenant: str, limit: int = LISTED_AGENTS) -> list[tuple[AgentDefinition, int]]:
+        """The tenant's stored agents at their latest versions, by name (at most `limit`)."""
+        found: list[tuple[AgentDefinition, int]] = []
+        token = ""
+        while len(found) < limit:
+            reply = await self.store.ListAgents(
+                store.ListAgentsRequest(tenant_id=tenant, page_size=200, page_token=token)
+            )
+            found += [(agent_from_json(a.name, a.definition_json), a.version) for a in reply.agents]
+            token = reply.next_page_token
+            if not token:
+                break
+        return found[:limit]
 
     async def resolve(self, tenant: str, ref: str, where: str = "agent") -> tuple[AgentDefinition, int]:
         """The agent a session is opened with and its version (0: a built-in)."""

@@ -36,6 +36,7 @@ from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgumen
 from services.kit.llm import ChatMessage, ChatModel, ToolSchema
 from services.kit.protos import struct_to_dict
 from services.lib.policy.domain import PHASE_FROM_PROTO, PHASE_TO_PROTO
+from services.lib.stored_agents import StoredAgents
 from services.runtime.budget import CostBudget, CostTracker, Limits, SessionCosts
 from services.runtime.context_link import (
     GET_TOOL_RESPONSE,
@@ -181,6 +182,7 @@ class TurnBuilder:
         self.session_costs, self.memory = session_costs, memory
         self.models = models or ModelCatalogLink(clients)
         self.local_context = local_context  # prompts built in process; None: every one is a BuildContext call
+        self.stored = StoredAgents(clients, agents)  # the tenants' versioned agents, read when a turn needs one
 
     # The stored agents (AgentService) the turn runs with, by name: set on a turn's own copy (`with_pins`).
     pinned: Mapping[str, runtime_pb2.PinnedAgent] = {}
@@ -210,6 +212,11 @@ class TurnBuilder:
         if self.pinned:
             meta["agents"] = [[p.name, p.version, p.definition_json] for p in self.pinned.values()]
         return meta
+
+    def _definition_json(self, agent: AgentDefinition) -> str:
+        """A stored agent's definition, sent with every policy and context call of the turn ("" for a built-in)."""
+        pin = self.pinned.get(agent.name)
+        return pin.definition_json if pin is not None else ""
 
     @staticmethod
     def _pins_of(meta: Mapping[str, Any]) -> list[runtime_pb2.PinnedAgent]:
@@ -353,9 +360,7 @@ class TurnBuilder:
         recalled: Sequence[Sequence[str]] = (),
     ) -> context_pb2.BuildContextResponse:
         request = context_pb2.BuildContextRequest(agent=agent.name, role_id=role, user_text=text)
-        pin = self.pinned.get(agent.name)
-        if pin is not None:  # a stored agent: the context builder has no file of it
-            request.agent_definition_json = pin.definition_json
+        request.agent_definition_json = self._definition_json(agent)  # a stored agent: no file to build from
         if recalled:
             request.recalled_memories.extend(context_pb2.RecalledMemory(key=k, text=t) for k, t in recalled)
             request.budget.recalled_memories_max = agent.memory.context.max_tokens
@@ -424,6 +429,20 @@ class TurnBuilder:
             )
             session, state = reply.session, reply.state
             grant = None
+        if session.agent_version and not self.pinned:  # a stored agent's session: the turn runs its version
+            turn = self.with_pins(await self.stored.for_session(session))
+            return await turn._new_turn(request, output, grant, session, state)
+        return await self._new_turn(request, output, grant, session, state)
+
+    async def _new_turn(
+        self,
+        request: runtime_pb2.RunTurnRequest,
+        output: OutputSpec | None,
+        grant: sessions_pb2.TurnStart | None,
+        session: Any,
+        state: Any,
+    ) -> NewTurn | CommandTurn | BlockedTurn:
+        tenant, session_id = request.tenant_id, request.session_id
         if session.active_turn_id != request.turn_id:
             # Fencing: only the turn holding the session's lease may run (and later write).
             raise FailedPrecondition(
@@ -461,6 +480,7 @@ class TurnBuilder:
             session_id=session_id,
             turn_id=request.turn_id,
             agent=agent.name,
+            agent_definition_json=self._definition_json(agent),
             role_id=session.role_id,
             active_skill_ids=skills,
             session_scope=session_scope,
@@ -595,6 +615,7 @@ class TurnBuilder:
             session_id=session_id,
             turn_id=turn_id,
             agent=agent.name,
+            agent_definition_json=self._definition_json(agent),
             role_id=str(meta["role"]),
             active_skill_ids=list(meta["skills"]),
             session_scope=session_scope,
@@ -746,6 +767,7 @@ class TurnBuilder:
             session_id=session_id,
             turn_id=parent.turn_id,
             agent=agent.name,
+            agent_definition_json=self._definition_json(agent),
             role_id=str(meta.get("role", "")),
             active_skill_ids=skills,
             session_scope=parent.context.scope,

@@ -233,6 +233,7 @@ class PolicyLink:
             turn_id=self.scope.turn_id,
             tool_call_id=call_.id,
             session_scope=self.scope.session_scope,
+            agent_definition_json=self.scope.agent_definition_json,
         )
         if context is not None:
             request.context.CopyFrom(context)

@@ -298,6 +298,7 @@ class ForkRequest:
     labels: dict[str, str] | None = None
     user_id: str = ""
     topic_id: str = ""
+    agent_version: int = 0  # with `agent`: its version when it is a stored agent
 
 
 async def fork(
@@ -324,12 +325,14 @@ async def fork(
         user_id=asked.user_id or original.user_id,
         topic_id=asked.topic_id,
         agent=asked.agent or original.agent,
-        role_id=original.role_id,
+        # Another agent starts in its own default role (the runtime reads an empty role so).
+        role_id=original.role_id if not asked.agent or asked.agent == original.agent else "",
         active_skill_ids=original.active_skill_ids,
         runtime_config=dict(original.runtime_config),
         scope=dict(original.scope),
         labels=dict(asked.labels or original.labels),
         forked_from=Origin(session_id, held[-1] if held else "", clock()),
+        agent_version=asked.agent_version if asked.agent else original.agent_version,
     )
     made, _ = await store.create(tenant_id, new)
     fork_id = made.session_id

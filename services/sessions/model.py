@@ -167,6 +167,7 @@ class NewSession:
     scope: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     forked_from: Origin | None = None
+    agent_version: int = 0  # of a tenant's stored agent; 0: a built-in
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,7 @@ class SessionRecord:
     labels: Mapping[str, str] = field(default_factory=dict)  # the application's, changed by UpdateSession
     outcome: str = ""  # how the last turn that stopped ended (search.COMPLETED, FAILED...); "": none yet
     forked_from: Origin | None = None  # set at creation by ForkSession, never changed
+    agent_version: int = 0  # the version of `agent` (a tenant's stored agent); 0: a built-in
 
     def answering(self) -> str:
         """The active agent as the session reports it: "" when its own agent answers."""
@@ -208,7 +210,14 @@ class SessionRecord:
     def facts(self) -> search.Facts:
         origin = self.forked_from.session_id if self.forked_from else ""
         return search.Facts(
-            self.agent, self.labels, self.created_at, self.updated_at, self.status, self.scope, forked_from=origin
+            self.agent,
+            self.labels,
+            self.created_at,
+            self.updated_at,
+            self.status,
+            self.scope,
+            forked_from=origin,
+            agent_version=self.agent_version,
         )
 
 
@@ -225,6 +234,8 @@ class SessionUpdate:
     active_agent: str | None = None
     plan: bytes | None = None
     labels: Mapping[str, str] | None = None  # replaces every label
+    agent: str | None = None  # a move to another agent or version: set with agent_version
+    agent_version: int | None = None
     # Sets a label (a value) or removes it (None), atomically with the rest; applied after `labels`.
     label_changes: Mapping[str, str | None] | None = None
 

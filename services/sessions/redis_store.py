@@ -130,7 +130,7 @@ INDEX_SWEEP = 2  # oldest entries of a tenant's index checked for expired sessio
 SCAN_BUDGET = 1000
 FILTER_BATCH = 250
 # The session hash's fields a filter looks at (services/lib/session_search.py Facts), read in one HMGET.
-_FACT_FIELDS = ("tenant_id", "expires_at", "agent", "labels", "created_at", "updated_at", "scope", "forked_from")
+_FACT_FIELDS = ("tenant_id", "expires_at", "agent", "labels", "created_at", "updated_at", "scope", "forked_from", "av")
 _STATUS_FIELDS = ("lease_turn", "lease_exp", "lease_open", "outcome")
 # Redis answers that mean "not now" rather than "wrong": the caller may retry.
 _TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "NOREPLICAS")
@@ -393,6 +393,7 @@ class RedisSessionStore:
             labels=json.loads(h.get("labels", b"{}")),
             outcome=_s(h.get("outcome", b"")),
             forked_from=_origin(h.get("forked_from")),
+            agent_version=int(h.get("av", 0)),
         )
 
     @staticmethod
@@ -431,6 +432,7 @@ class RedisSessionStore:
                 json.dumps(dict(new.scope), sort_keys=True),
                 json.dumps(dict(new.labels), sort_keys=True),
                 _origin_json(new.forked_from),
+                new.agent_version,
                 more_keys=more_keys,
             )
             status = _s(reply[0])
@@ -616,6 +618,7 @@ class RedisSessionStore:
                 status=search.status(running, pending, _s(h.get("outcome") or b"")),
                 scope=json.loads(h["scope"] or b"{}"),
                 forked_from=(origin.session_id if (origin := _origin(h["forked_from"])) else ""),
+                agent_version=int(h["av"] or 0),
             )
             mine = _s(h["tenant_id"]) == tenant_id and scopes.holds(facts.scope, scope_filter)
             if mine and search.matches(facts, where):
@@ -630,6 +633,8 @@ class RedisSessionStore:
             "delegation_turn_count": "deleg_count",
             "active_agent": "active_agent",
             "plan": "plan",
+            "agent": "agent",
+            "agent_version": "av",
         }
         pairs: list[Any] = []
         for name, value in update.changes().items():

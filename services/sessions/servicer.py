@@ -135,6 +135,7 @@ _UPDATE_PATHS = (
     "delegation_turn_count",
     "active_agent",
     "plan",
+    "agent",
 )
 
 
@@ -221,6 +222,7 @@ def session_to_proto(record: SessionRecord) -> resources_pb2.Session:
         labels=record.labels,
         status=search.STATUS_PROTOS[record.status],
         forked_from=_origin_to_proto(record.forked_from),
+        agent_version=record.agent_version,
     )
 
 
@@ -417,6 +419,9 @@ def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) ->
     _check_id(r.prompt_hash, "prompt_hash", problems, required=False)
     _check_id(r.delegated_from, "delegated_from", problems, required=False)
     _check_id(r.active_agent, "active_agent", problems, required=False)
+    if "agent" in paths:
+        _check_id(r.agent, "agent", problems)
+    problems.check(r.agent_version >= 0, "agent_version", "must not be negative")
     problems.check(len(r.plan.items) <= MAX_PLAN_ITEMS, "plan.items", f"must be at most {MAX_PLAN_ITEMS} items")
     _check_skills(r.active_skill_ids, "active_skill_ids", problems)
     _check_json(r.runtime_config, "runtime_config", problems)
@@ -842,6 +847,7 @@ def _new_session(r: sessions_pb2.CreateSessionRequest) -> NewSession:
         delegated_from=r.delegated_from,
         scope=dict(r.scope),
         labels=dict(r.labels),
+        agent_version=r.agent_version,
     )
 
 
@@ -858,6 +864,8 @@ def _session_update(r: sessions_pb2.UpdateSessionRequest, labels: search.LabelUp
         delegated_from=r.delegated_from if "delegated_from" in paths else None,
         delegation_turn_count=r.delegation_turn_count if "delegation_turn_count" in paths else None,
         active_agent=r.active_agent if "active_agent" in paths else None,
+        agent=r.agent if "agent" in paths else None,
+        agent_version=r.agent_version if "agent" in paths else None,
         plan=(r.plan.SerializeToString(deterministic=True) if r.HasField("plan") else b"") if "plan" in paths else None,
     )
 
@@ -1020,7 +1028,9 @@ def _list_turns_response(page: history.TurnsPage) -> sessions_pb2.ListTurnsRespo
 
 
 def _fork_request(r: sessions_pb2.ForkSessionRequest) -> history.ForkRequest:
-    return history.ForkRequest(r.turn_id, r.before_turn, r.agent, dict(r.labels) or None, r.user_id, r.topic_id)
+    return history.ForkRequest(
+        r.turn_id, r.before_turn, r.agent, dict(r.labels) or None, r.user_id, r.topic_id, r.agent_version
+    )
 
 
 def _grant_response(result: tuple[LeaseGrant, Rehydration | None]) -> sessions_pb2.AcquireTurnLeaseResponse:

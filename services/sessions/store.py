@@ -423,6 +423,7 @@ class MemorySessionStore:
             scope=dict(new.scope),
             labels=dict(new.labels),
             forked_from=new.forked_from,
+            agent_version=new.agent_version,
         )
         entry = _Entry(record, self._seq)
         self._touch(entry)

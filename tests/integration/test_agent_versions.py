@@ -15,10 +15,13 @@ import pytest
 import pytest_asyncio
 from google.protobuf import struct_pb2
 
+from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import agents_pb2 as api
-from cogmesh.gateway.v1 import agents_pb2_grpc
+from cogmesh.gateway.v1 import agents_pb2_grpc, gateway_pb2
+from cogmesh.sessions.v1 import sessions_pb2
 from gateway.auth import hash_key
-from tests.integration.conftest import SUITE_SETTINGS, running_suite, status_details
+from services.runtime import journal
+from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, running_suite, status_details
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -52,10 +55,15 @@ def keys_file(directory: Path) -> Path:
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def agents(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[agents_pb2_grpc.AgentServiceStub]:
+async def stubs(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[str, Any]]:
     settings = SUITE_SETTINGS.model_copy(update={"api_keys_file": keys_file(tmp_path_factory.mktemp("keys"))})
-    async with running_suite(settings) as (suite, _), grpc.aio.insecure_channel(suite.gateway_address) as channel:
-        yield agents_pb2_grpc.AgentServiceStub(channel)
+    async with running_suite(settings) as (suite, found), grpc.aio.insecure_channel(suite.gateway_address) as channel:
+        yield {**found, "agents": agents_pb2_grpc.AgentServiceStub(channel)}
+
+
+@pytest.fixture
+def agents(stubs: dict[str, Any]) -> agents_pb2_grpc.AgentServiceStub:
+    return stubs["agents"]  # type: ignore[no-any-return]
 
 
 async def failure(call: Any) -> grpc.aio.AioRpcError:
@@ -177,3 +185,122 @@ async def test_built_in_agents_read_as_native_and_refuse_changes(agents: agents_
         api.CreateAgentRequest(name="lead", definition=definition(subagents=["helper-two"])), metadata=admin
     )
     assert list(made.agent.definition["subagents"]) == ["helper-two"]
+
+
+# ---------------------------------------------------------------------- sessions that run a stored agent
+
+ADMIN = bearer("key-admin")
+
+
+def stored(prompt: str, **fields: Any) -> struct_pb2.Struct:
+    """A definition the local model runs like the built-in default: the calculator, an inline prompt."""
+    out = struct_pb2.Struct()
+    out.update({"model": "local", "tools": ["calculator"], "system_prompt": prompt, **fields})
+    return out
+
+
+async def turn(gateway: Any, session_id: str, content: str) -> list[events_pb2.RuntimeEvent]:
+    request = gateway_pb2.SendMessageRequest(session_id=session_id, content=content)
+    return [e async for r in gateway.SendMessage(request, metadata=ADMIN, timeout=TIMEOUT_S) for e in r.events]
+
+
+async def open_session(gateway: Any, agent: str) -> Any:
+    return (await gateway.CreateSession(gateway_pb2.CreateSessionRequest(agent=agent), metadata=ADMIN)).session
+
+
+async def move(gateway: Any, session_id: str, agent: str) -> Any:
+    mask = {"paths": ["agent"]}
+    request = gateway_pb2.UpdateSessionRequest(session_id=session_id, agent=agent, update_mask=mask)
+    return (await gateway.UpdateSession(request, metadata=ADMIN)).session
+
+
+async def started_with(sessions: Any, session_id: str, turn_id: str) -> tuple[int, str]:
+    """(agent_version, system prompt) the turn's journal recorded at its start (and kept since)."""
+    reply = await sessions.GetJournal(
+        sessions_pb2.GetJournalRequest(tenant_id="acme", session_id=session_id, turn_id=turn_id), timeout=TIMEOUT_S
+    )
+    state = journal.replay(reply.entries).state
+    assert state is not None, "the turn recorded no step"
+    return int(state["meta"]["agent_version"]), str(state["system_prompt"])
+
+
+async def test_a_session_keeps_its_version_until_moved(stubs: dict[str, Any]) -> None:
+    agents, gateway, sessions = stubs["agents"], stubs["gateway"], stubs["sessions"]
+    await agents.CreateAgent(
+        api.CreateAgentRequest(name="tutor", definition=stored("You are tutor one.")), metadata=ADMIN
+    )
+    await agents.SetAgentAlias(api.SetAgentAliasRequest(name="tutor", alias="prod", version=1), metadata=ADMIN)
+    on_latest = (await gateway.CreateSession(gateway_pb2.CreateSessionRequest(agent="tutor"), metadata=ADMIN)).session
+    on_prod = (
+        await gateway.CreateSession(gateway_pb2.CreateSessionRequest(agent="tutor@prod"), metadata=ADMIN)
+    ).session
+    assert (on_latest.agent, on_latest.agent_version, on_prod.agent_version) == ("tutor", 1, 1)
+    await agents.UpdateAgent(
+        api.UpdateAgentRequest(name="tutor", definition=stored("You are tutor two.")), metadata=ADMIN
+    )
+
+    events = await turn(gateway, on_latest.session_id, "What is 2 * 3?")
+    assert events[-1].HasField("final") and "6" in events[-1].final.text
+    version, prompt = await started_with(sessions, on_latest.session_id, events[-1].turn_id)
+    assert version == 1 and "You are tutor one." in prompt  # a new version does not move the session
+
+    assert (await open_session(gateway, "tutor@2")).agent_version == 2
+    listed = await gateway.ListSessions(gateway_pb2.ListSessionsRequest(agent="tutor", agent_version=1), metadata=ADMIN)
+    assert {s.session_id for s in listed.sessions} == {on_latest.session_id, on_prod.session_id}
+
+    assert (await move(gateway, on_latest.session_id, "tutor@2")).agent_version == 2
+    events = await turn(gateway, on_latest.session_id, "What is 4 * 5?")
+    assert events[-1].HasField("final") and "20" in events[-1].final.text
+    assert await started_with(sessions, on_latest.session_id, events[-1].turn_id) == (2, ANY_PROMPT_WITH("two"))
+
+    names = {
+        (a.name, a.version) for a in (await gateway.ListAgents(gateway_pb2.ListAgentsRequest(), metadata=ADMIN)).agents
+    }
+    assert ("tutor", 2) in names and ("default", 0) in names
+    unknown = await failure(gateway.CreateSession(gateway_pb2.CreateSessionRequest(agent="tutor@9"), metadata=ADMIN))
+    assert unknown.code() == grpc.StatusCode.NOT_FOUND and "no version 9" in (unknown.details() or "")
+    builtin = await failure(gateway.CreateSession(gateway_pb2.CreateSessionRequest(agent="default@2"), metadata=ADMIN))
+    assert builtin.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_new_version_mid_turn_does_not_touch_the_running_turn(stubs: dict[str, Any]) -> None:
+    agents, gateway, sessions = stubs["agents"], stubs["gateway"], stubs["sessions"]
+    careful = stored("You are the careful one.", interrupt_on={"calculator": True})
+    await agents.CreateAgent(api.CreateAgentRequest(name="checker", definition=careful), metadata=ADMIN)
+    session = await open_session(gateway, "checker")
+    paused = await turn(gateway, session.session_id, "What is 6 * 7?")
+    asked = next(e for e in paused if e.HasField("approval_required"))
+    # While the turn waits: a new version, and the session moved to it.
+    await agents.UpdateAgent(
+        api.UpdateAgentRequest(name="checker", definition=stored("You are the hasty one.")), metadata=ADMIN
+    )
+    await gateway.UpdateSession(
+        gateway_pb2.UpdateSessionRequest(
+            session_id=session.session_id, agent="checker", update_mask={"paths": ["agent"]}
+        ),
+        metadata=ADMIN,
+    )
+    approve = gateway_pb2.ResolveApprovalRequest(
+        session_id=session.session_id,
+        interrupt_id=asked.approval_required.interrupt_id,
+        decision=events_pb2.APPROVAL_DECISION_APPROVE,
+    )
+    rest = [e async for r in gateway.ResolveApproval(approve, metadata=ADMIN, timeout=TIMEOUT_S) for e in r.events]
+    assert rest[-1].HasField("final") and "42" in rest[-1].final.text
+    # The paused turn went on with the definition it started with.
+    assert await started_with(sessions, session.session_id, asked.turn_id) == (1, ANY_PROMPT_WITH("careful"))
+    # The next turn runs version 2: no approval asked any more.
+    after = await turn(gateway, session.session_id, "What is 2 * 2?")
+    assert not any(e.HasField("approval_required") for e in after) and after[-1].HasField("final")
+    assert (await started_with(sessions, session.session_id, after[-1].turn_id))[0] == 2
+
+
+class ANY_PROMPT_WITH:
+    def __init__(self, word: str) -> None:
+        self.word = word
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and self.word in other
+
+    def __repr__(self) -> str:
+        return f"<a prompt with {self.word!r}>"

@@ -14,22 +14,29 @@ from typing import Any
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.policy.v1 import policy_pb2
 from services.kit.agents import UnknownAgentError
-from services.kit.errors import NotFound, Violations
+from services.kit.errors import InvalidArgument, NotFound, Violations
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.lib.policy import wire
 from services.lib.policy.commands import CommandResult
 from services.lib.policy.config import ConfigError, ConfigRejected, ConfigStore, PolicyConfig, digest_of
 from services.lib.policy.domain import MODEL_FAILURE_KINDS, PHASE_FROM_PROTO, PHASE_TO_PROTO, Phase, Scope
-from services.lib.policy.engine import PolicyEngine, RoleResolution, ToolCallCheck, ToolCallDecision
+from services.lib.policy.engine import PolicyEngine, RoleResolution, ToolCallCheck, ToolCallDecision, stored_agent
 
 MAX_NAME = 256
 MAX_BATCH = 64
 
 
 @contextlib.contextmanager
-def _agent_lookup() -> Iterator[None]:
+def _agent_lookup(name: str = "", definition_json: str = "") -> Iterator[None]:
+    """The engine's agent lookups inside: a tenant's stored agent from the request's definition (when it sends
+    one) stands in for `name`; an agent found nowhere is NOT_FOUND."""
     try:
-        yield
+        stored = stored_agent(name, definition_json)
+    except ValueError as exc:
+        raise InvalidArgument([("agent_definition_json", str(exc))]) from exc
+    try:
+        with stored:
+            yield
     except UnknownAgentError as exc:
         raise NotFound(str(exc), reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND) from exc
 
@@ -99,7 +106,7 @@ class PolicyAPI:
         problems.raise_if_any()
         scope = _call_scope(request)
         ctx = wire.context_from(scope, request.context) if request.HasField("context") else None
-        with _agent_lookup():
+        with _agent_lookup(request.agent, request.agent_definition_json):
             decision = await self.engine.check_tool_call(
                 scope, request.tool_name, struct_to_dict(request.arguments), ctx, request.tool_call_id
             )
@@ -119,7 +126,7 @@ class PolicyAPI:
             ToolCallCheck(_call_scope(c), c.tool_name, struct_to_dict(c.arguments), c.tool_call_id)
             for c in request.calls
         ]
-        with _agent_lookup():
+        with _agent_lookup(first.agent, first.agent_definition_json):
             step = await self.engine.check_tool_calls(calls, ctx)
         response = policy_pb2.CheckToolCallsResponse(
             decisions=[
@@ -142,7 +149,7 @@ class PolicyAPI:
         problems.raise_if_any()
         scope = wire.scope_from(request.scope)
         ctx = wire.context_from(scope, request.context)
-        with _agent_lookup():
+        with _agent_lookup(request.scope.agent, request.scope.agent_definition_json):
             decision = await self.engine.check_tool_result(
                 ctx,
                 request.tool_name,
@@ -188,7 +195,7 @@ class PolicyAPI:
         ctx.tool_result = request.tool_result
         ctx.tool_error = request.tool_result if request.tool_is_error else None
         ctx.final_text = request.final_text
-        with _agent_lookup():
+        with _agent_lookup(request.scope.agent, request.scope.agent_definition_json):
             run = await self.engine.run_phase(phase, ctx)
         return policy_pb2.RunInterceptorsResponse(
             outcome=wire.outcome_to(run.outcome, run.state), events=wire.events_to(run.notices, scope)
@@ -203,7 +210,7 @@ class PolicyAPI:
             problems.require(tool.name, f"tools[{i}].name")
         problems.raise_if_any()
         scope = wire.scope_from(request.scope)
-        with _agent_lookup():
+        with _agent_lookup(request.scope.agent, request.scope.agent_definition_json):
             start = await self.engine.begin_turn(
                 scope, request.text, request.explicit_role, request.model, wire.tools_from(request.tools)
             )
@@ -227,7 +234,7 @@ class PolicyAPI:
         problems = Violations()
         problems.require(request.agent, "agent")
         problems.raise_if_any()
-        with _agent_lookup():
+        with _agent_lookup(request.agent, request.agent_definition_json):
             role = self.engine.resolve_role(request.agent, request.text, request.explicit_role)
         return policy_pb2.ResolveRoleResponse(role=_role(role))
 
@@ -237,7 +244,7 @@ class PolicyAPI:
         problems = Violations()
         _check_scope(problems, request.scope)
         problems.raise_if_any()
-        with _agent_lookup():
+        with _agent_lookup(request.scope.agent, request.scope.agent_definition_json):
             handled = await self.engine.handle_command(wire.scope_from(request.scope), request.text, request.model)
         if handled is None:
             return policy_pb2.HandleCommandResponse(is_command=False)
@@ -251,7 +258,7 @@ class PolicyAPI:
         for i, tool in enumerate(request.tools):
             problems.require(tool.name, f"tools[{i}].name")
         problems.raise_if_any()
-        with _agent_lookup():
+        with _agent_lookup(request.scope.agent, request.scope.agent_definition_json):
             selection = self.engine.select_tools(wire.scope_from(request.scope), wire.tools_from(request.tools))
         return policy_pb2.SelectToolsResponse(
             tool_names=selection.selected,

@@ -8,11 +8,14 @@ when it denies, returned as a status notice for the client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from services.kit.agents import AgentDefinition, AgentRegistry
+from services.kit.agents import AgentDefinition, AgentRegistry, agent_from_json
 from services.kit.logging import log
 from services.lib.policy.assembly import (
     Bundle,
@@ -119,6 +122,30 @@ class Status:
     errors: list[ConfigError]
 
 
+# A tenant's stored agent (AgentService) the current call decides for: set from the request's definition by
+# PolicyAPI, so the policy service and the runtime's local engine decide for it alike.
+_STORED: ContextVar[AgentDefinition | None] = ContextVar("cogmesh_policy_stored_agent", default=None)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(name: str, definition_json: str) -> AgentDefinition:
+    return agent_from_json(name, definition_json)
+
+
+@contextlib.contextmanager
+def stored_agent(name: str, definition_json: str) -> Iterator[None]:
+    """Inside, `name` is the stored agent `definition_json` defines (nothing changes when it is empty).
+    Raises ValueError naming the agent when the definition does not load."""
+    if not definition_json:
+        yield
+        return
+    token = _STORED.set(_parsed(name, definition_json))
+    try:
+        yield
+    finally:
+        _STORED.reset(token)
+
+
 class PolicyEngine:
     def __init__(self, agents: AgentRegistry, config: ConfigStore, shared: Shared):
         self.agents = agents
@@ -142,11 +169,16 @@ class PolicyEngine:
         return config
 
     def agent(self, name: str) -> AgentDefinition:
-        """Raises services.kit.agents.UnknownAgentError."""
+        """The call's stored agent of that name (stored_agent), else the registry's; raises UnknownAgentError."""
+        stored = _STORED.get()
+        if stored is not None and stored.name == name:
+            return stored
         return self.agents.get(name)
 
     def router(self, agent: AgentDefinition) -> Router:
         config = self._fresh()
+        if agent is _STORED.get():  # a tenant's stored agent: built per call, never cached under a shared name
+            return router_for(config, agent)
         router = self._routers.get(agent.name)
         if router is None:
             router = self._routers[agent.name] = router_for(config, agent)
@@ -160,6 +192,8 @@ class PolicyEngine:
         # that callers make up cannot grow the cache.
         if not has_role_section(config, agent.name, role):
             role = ""
+        if agent is _STORED.get():
+            return build_bundle(config, agent, role, self.shared)
         key = (agent.name, role)
         bundle = self._bundles.get(key)
         if bundle is None:

@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!cogmesh/common/v1/resources.proto\x12\x11\x63ogmesh.common.v1\x1a\x1d\x63ogmesh/common/v1/turns.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x05\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x0f\n\x07user_id\x18\x03 \x01(\t\x12\x10\n\x08topic_id\x18\x04 \x01(\t\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12\x0f\n\x07role_id\x18\x06 \x01(\t\x12\x18\n\x10\x61\x63tive_skill_ids\x18\x07 \x03(\t\x12\x13\n\x0bprompt_hash\x18\x08 \x01(\t\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmessage_count\x18\x0b \x01(\x03\x12\x16\n\x0e\x61\x63tive_turn_id\x18\x0c \x01(\t\x12\x34\n\x05scope\x18\r \x03(\x0b\x32%.cogmesh.common.v1.Session.ScopeEntry\x12\x14\n\x0c\x61\x63tive_agent\x18\x0e \x01(\t\x12\x1c\n\x14\x64\x65legated_turn_count\x18\x0f \x01(\x03\x12\x36\n\x06labels\x18\x10 \x03(\x0b\x32&.cogmesh.common.v1.Session.LabelsEntry\x12\x30\n\x06status\x18\x11 \x01(\x0e\x32 .cogmesh.common.v1.SessionStatus\x12\x35\n\x0b\x66orked_from\x18\x12 \x01(\x0b\x32 .cogmesh.common.v1.SessionOrigin\x1a,\n\nScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xde\x01\n\x05\x41gent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05tools\x18\x04 \x03(\t\x12\x0e\n\x06skills\x18\x05 \x03(\t\x12*\n\x04mode\x18\x06 \x01(\x0e\x32\x1c.cogmesh.common.v1.AgentMode\x12\x13\n\x0b\x61\x32\x61_exposed\x18\x07 \x01(\x08\x12\x13\n\x0bmcp_exposed\x18\x08 \x01(\x08\x12.\n\routput_schema\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\"`\n\x11ModelCapabilities\x12\r\n\x05tools\x18\x01 \x01(\x08\x12\x11\n\tstreaming\x18\x02 \x01(\x08\x12\x0e\n\x06vision\x18\x03 \x01(\x08\x12\x19\n\x11structured_output\x18\x04 \x01(\x08\"M\n\x0cModelPricing\x12\x1d\n\x15input_per_million_usd\x18\x01 \x01(\x01\x12\x1e\n\x16output_per_million_usd\x18\x02 \x01(\x01\"\xec\x01\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0f\n\x07\x61liases\x18\x03 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontext_window\x18\x05 \x01(\x03\x12\x19\n\x11max_output_tokens\x18\x06 \x01(\x03\x12:\n\x0c\x63\x61pabilities\x18\x07 \x01(\x0b\x32$.cogmesh.common.v1.ModelCapabilities\x12\x30\n\x07pricing\x18\x08 \x01(\x0b\x32\x1f.cogmesh.common.v1.ModelPricing*\x9a\x01\n\rSessionStatus\x12\x1e\n\x1aSESSION_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13SESSION_STATUS_IDLE\x10\x01\x12\x1a\n\x16SESSION_STATUS_RUNNING\x10\x02\x12\x19\n\x15SESSION_STATUS_PAUSED\x10\x03\x12\x19\n\x15SESSION_STATUS_FAILED\x10\x04*l\n\tAgentMode\x12\x1a\n\x16\x41GENT_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41GENT_MODE_PRIMARY\x10\x01\x12\x17\n\x13\x41GENT_MODE_SUBAGENT\x10\x02\x12\x12\n\x0e\x41GENT_MODE_ALL\x10\x03\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!cogmesh/common/v1/resources.proto\x12\x11\x63ogmesh.common.v1\x1a\x1d\x63ogmesh/common/v1/turns.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x05\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x0f\n\x07user_id\x18\x03 \x01(\t\x12\x10\n\x08topic_id\x18\x04 \x01(\t\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12\x0f\n\x07role_id\x18\x06 \x01(\t\x12\x18\n\x10\x61\x63tive_skill_ids\x18\x07 \x03(\t\x12\x13\n\x0bprompt_hash\x18\x08 \x01(\t\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmessage_count\x18\x0b \x01(\x03\x12\x16\n\x0e\x61\x63tive_turn_id\x18\x0c \x01(\t\x12\x34\n\x05scope\x18\r \x03(\x0b\x32%.cogmesh.common.v1.Session.ScopeEntry\x12\x14\n\x0c\x61\x63tive_agent\x18\x0e \x01(\t\x12\x1c\n\x14\x64\x65legated_turn_count\x18\x0f \x01(\x03\x12\x36\n\x06labels\x18\x10 \x03(\x0b\x32&.cogmesh.common.v1.Session.LabelsEntry\x12\x30\n\x06status\x18\x11 \x01(\x0e\x32 .cogmesh.common.v1.SessionStatus\x12\x35\n\x0b\x66orked_from\x18\x12 \x01(\x0b\x32 .cogmesh.common.v1.SessionOrigin\x12\x15\n\ragent_version\x18\x13 \x01(\x03\x1a,\n\nScopeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xef\x01\n\x05\x41gent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05tools\x18\x04 \x03(\t\x12\x0e\n\x06skills\x18\x05 \x03(\t\x12*\n\x04mode\x18\x06 \x01(\x0e\x32\x1c.cogmesh.common.v1.AgentMode\x12\x13\n\x0b\x61\x32\x61_exposed\x18\x07 \x01(\x08\x12\x13\n\x0bmcp_exposed\x18\x08 \x01(\x08\x12.\n\routput_schema\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07version\x18\n \x01(\x03\"`\n\x11ModelCapabilities\x12\r\n\x05tools\x18\x01 \x01(\x08\x12\x11\n\tstreaming\x18\x02 \x01(\x08\x12\x0e\n\x06vision\x18\x03 \x01(\x08\x12\x19\n\x11structured_output\x18\x04 \x01(\x08\"M\n\x0cModelPricing\x12\x1d\n\x15input_per_million_usd\x18\x01 \x01(\x01\x12\x1e\n\x16output_per_million_usd\x18\x02 \x01(\x01\"\xec\x01\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0f\n\x07\x61liases\x18\x03 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontext_window\x18\x05 \x01(\x03\x12\x19\n\x11max_output_tokens\x18\x06 \x01(\x03\x12:\n\x0c\x63\x61pabilities\x18\x07 \x01(\x0b\x32$.cogmesh.common.v1.ModelCapabilities\x12\x30\n\x07pricing\x18\x08 \x01(\x0b\x32\x1f.cogmesh.common.v1.ModelPricing*\x9a\x01\n\rSessionStatus\x12\x1e\n\x1aSESSION_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13SESSION_STATUS_IDLE\x10\x01\x12\x1a\n\x16SESSION_STATUS_RUNNING\x10\x02\x12\x19\n\x15SESSION_STATUS_PAUSED\x10\x03\x12\x19\n\x15SESSION_STATUS_FAILED\x10\x04*l\n\tAgentMode\x12\x1a\n\x16\x41GENT_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41GENT_MODE_PRIMARY\x10\x01\x12\x17\n\x13\x41GENT_MODE_SUBAGENT\x10\x02\x12\x12\n\x0e\x41GENT_MODE_ALL\x10\x03\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,22 +39,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSION_SCOPEENTRY']._serialized_options = b'8\001'
   _globals['_SESSION_LABELSENTRY']._loaded_options = None
   _globals['_SESSION_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_SESSIONSTATUS']._serialized_start=1462
-  _globals['_SESSIONSTATUS']._serialized_end=1616
-  _globals['_AGENTMODE']._serialized_start=1618
-  _globals['_AGENTMODE']._serialized_end=1726
+  _globals['_SESSIONSTATUS']._serialized_start=1502
+  _globals['_SESSIONSTATUS']._serialized_end=1656
+  _globals['_AGENTMODE']._serialized_start=1658
+  _globals['_AGENTMODE']._serialized_end=1766
   _globals['_SESSION']._serialized_start=151
-  _globals['_SESSION']._serialized_end=818
-  _globals['_SESSION_SCOPEENTRY']._serialized_start=727
-  _globals['_SESSION_SCOPEENTRY']._serialized_end=771
-  _globals['_SESSION_LABELSENTRY']._serialized_start=773
-  _globals['_SESSION_LABELSENTRY']._serialized_end=818
-  _globals['_AGENT']._serialized_start=821
-  _globals['_AGENT']._serialized_end=1043
-  _globals['_MODELCAPABILITIES']._serialized_start=1045
-  _globals['_MODELCAPABILITIES']._serialized_end=1141
-  _globals['_MODELPRICING']._serialized_start=1143
-  _globals['_MODELPRICING']._serialized_end=1220
-  _globals['_MODEL']._serialized_start=1223
-  _globals['_MODEL']._serialized_end=1459
+  _globals['_SESSION']._serialized_end=841
+  _globals['_SESSION_SCOPEENTRY']._serialized_start=750
+  _globals['_SESSION_SCOPEENTRY']._serialized_end=794
+  _globals['_SESSION_LABELSENTRY']._serialized_start=796
+  _globals['_SESSION_LABELSENTRY']._serialized_end=841
+  _globals['_AGENT']._serialized_start=844
+  _globals['_AGENT']._serialized_end=1083
+  _globals['_MODELCAPABILITIES']._serialized_start=1085
+  _globals['_MODELCAPABILITIES']._serialized_end=1181
+  _globals['_MODELPRICING']._serialized_start=1183
+  _globals['_MODELPRICING']._serialized_end=1260
+  _globals['_MODEL']._serialized_start=1263
+  _globals['_MODEL']._serialized_end=1499
 # @@protoc_insertion_point(module_scope)

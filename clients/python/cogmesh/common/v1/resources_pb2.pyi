@@ -37,7 +37,7 @@ AGENT_MODE_SUBAGENT: AgentMode
 AGENT_MODE_ALL: AgentMode
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope", "active_agent", "delegated_turn_count", "labels", "status", "forked_from")
+    __slots__ = ("session_id", "tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "prompt_hash", "create_time", "update_time", "message_count", "active_turn_id", "scope", "active_agent", "delegated_turn_count", "labels", "status", "forked_from", "agent_version")
     class ScopeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,7 @@ class Session(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant_id: str
     user_id: str
@@ -88,10 +89,11 @@ class Session(_message.Message):
     labels: _containers.ScalarMap[str, str]
     status: SessionStatus
     forked_from: _turns_pb2.SessionOrigin
-    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ..., active_agent: _Optional[str] = ..., delegated_turn_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[SessionStatus, str]] = ..., forked_from: _Optional[_Union[_turns_pb2.SessionOrigin, _Mapping]] = ...) -> None: ...
+    agent_version: int
+    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., active_turn_id: _Optional[str] = ..., scope: _Optional[_Mapping[str, str]] = ..., active_agent: _Optional[str] = ..., delegated_turn_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[SessionStatus, str]] = ..., forked_from: _Optional[_Union[_turns_pb2.SessionOrigin, _Mapping]] = ..., agent_version: _Optional[int] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed", "mcp_exposed", "output_schema")
+    __slots__ = ("name", "description", "model", "tools", "skills", "mode", "a2a_exposed", "mcp_exposed", "output_schema", "version")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +103,7 @@ class Agent(_message.Message):
     A2A_EXPOSED_FIELD_NUMBER: _ClassVar[int]
     MCP_EXPOSED_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     model: str
@@ -110,7 +113,8 @@ class Agent(_message.Message):
     a2a_exposed: bool
     mcp_exposed: bool
     output_schema: _struct_pb2.Struct
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., skills: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[AgentMode, str]] = ..., a2a_exposed: _Optional[bool] = ..., mcp_exposed: _Optional[bool] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    version: int
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., skills: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[AgentMode, str]] = ..., a2a_exposed: _Optional[bool] = ..., mcp_exposed: _Optional[bool] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ModelCapabilities(_message.Message):
     __slots__ = ("tools", "streaming", "vision", "structured_output")

@@ -64,7 +64,7 @@ INTERCEPT_ACTION_MODIFY_TOOL_RESULT: InterceptAction
 INTERCEPT_ACTION_REQUIRE_APPROVAL: InterceptAction
 
 class CheckToolCallRequest(_message.Message):
-    __slots__ = ("tenant_id", "agent", "role_id", "active_skill_ids", "tool_name", "arguments", "session_id", "turn_id", "context", "tool_call_id", "session_scope")
+    __slots__ = ("tenant_id", "agent", "role_id", "active_skill_ids", "tool_name", "arguments", "session_id", "turn_id", "context", "tool_call_id", "session_scope", "agent_definition_json")
     class SessionScopeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class CheckToolCallRequest(_message.Message):
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     agent: str
     role_id: str
@@ -94,7 +95,8 @@ class CheckToolCallRequest(_message.Message):
     context: TurnContext
     tool_call_id: str
     session_scope: _containers.ScalarMap[str, str]
-    def __init__(self, tenant_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., context: _Optional[_Union[TurnContext, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., session_scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    agent_definition_json: str
+    def __init__(self, tenant_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., context: _Optional[_Union[TurnContext, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., session_scope: _Optional[_Mapping[str, str]] = ..., agent_definition_json: _Optional[str] = ...) -> None: ...
 
 class CheckToolCallResponse(_message.Message):
     __slots__ = ("verdict", "reason", "rule", "updated_arguments", "source", "pre_act", "events", "timeout_ms")
@@ -159,7 +161,7 @@ class TurnContext(_message.Message):
     def __init__(self, task: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., message_count: _Optional[int] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., model: _Optional[str] = ..., model_calls: _Optional[int] = ..., tool_calls: _Optional[int] = ..., mcp_calls: _Optional[int] = ..., run_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., is_subagent: _Optional[bool] = ...) -> None: ...
 
 class Scope(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "agent", "role_id", "active_skill_ids", "session_scope")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "agent", "role_id", "active_skill_ids", "session_scope", "agent_definition_json")
     class SessionScopeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +176,7 @@ class Scope(_message.Message):
     ROLE_ID_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_SKILL_IDS_FIELD_NUMBER: _ClassVar[int]
     SESSION_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -181,7 +184,8 @@ class Scope(_message.Message):
     role_id: str
     active_skill_ids: _containers.RepeatedScalarFieldContainer[str]
     session_scope: _containers.ScalarMap[str, str]
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., session_scope: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    agent_definition_json: str
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., session_scope: _Optional[_Mapping[str, str]] = ..., agent_definition_json: _Optional[str] = ...) -> None: ...
 
 class InterceptStep(_message.Message):
     __slots__ = ("interceptor", "action", "detail")
@@ -364,14 +368,16 @@ class BeginTurnResponse(_message.Message):
     def __init__(self, command: _Optional[_Union[CommandReply, _Mapping]] = ..., role: _Optional[_Union[RoleResolution, _Mapping]] = ..., blocked: _Optional[bool] = ..., block_reason: _Optional[str] = ..., tool_names: _Optional[_Iterable[str]] = ..., phases: _Optional[_Iterable[_Union[Phase, str]]] = ..., config_version: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_events_pb2.RuntimeEvent, _Mapping]]] = ...) -> None: ...
 
 class ResolveRoleRequest(_message.Message):
-    __slots__ = ("agent", "text", "explicit_role")
+    __slots__ = ("agent", "text", "explicit_role", "agent_definition_json")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     EXPLICIT_ROLE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
     agent: str
     text: str
     explicit_role: str
-    def __init__(self, agent: _Optional[str] = ..., text: _Optional[str] = ..., explicit_role: _Optional[str] = ...) -> None: ...
+    agent_definition_json: str
+    def __init__(self, agent: _Optional[str] = ..., text: _Optional[str] = ..., explicit_role: _Optional[str] = ..., agent_definition_json: _Optional[str] = ...) -> None: ...
 
 class ResolveRoleResponse(_message.Message):
     __slots__ = ("role",)

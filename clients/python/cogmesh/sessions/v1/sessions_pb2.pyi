@@ -84,7 +84,7 @@ class SessionState(_message.Message):
     def __init__(self, runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_interrupt_ids: _Optional[_Iterable[str]] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing", "scope", "labels")
+    __slots__ = ("tenant_id", "user_id", "topic_id", "agent", "role_id", "active_skill_ids", "runtime_config", "delegated_from", "reuse_existing", "scope", "labels", "agent_version")
     class ScopeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class CreateSessionRequest(_message.Message):
     REUSE_EXISTING_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     topic_id: str
@@ -121,7 +122,8 @@ class CreateSessionRequest(_message.Message):
     reuse_existing: bool
     scope: _containers.ScalarMap[str, str]
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., reuse_existing: _Optional[bool] = ..., scope: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    agent_version: int
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., agent: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., reuse_existing: _Optional[bool] = ..., scope: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent_version: _Optional[int] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session", "state", "reused")
@@ -177,7 +179,7 @@ class LookupSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[_resources_pb2.Session, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("tenant_id", "page_size", "page_token", "scope_filter", "label_filter", "statuses", "agent", "created_after", "created_before", "active_after", "active_before", "forked_from")
+    __slots__ = ("tenant_id", "page_size", "page_token", "scope_filter", "label_filter", "statuses", "agent", "created_after", "created_before", "active_after", "active_before", "forked_from", "agent_version")
     class ScopeFilterEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +206,7 @@ class ListSessionsRequest(_message.Message):
     ACTIVE_AFTER_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_BEFORE_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     page_size: int
     page_token: str
@@ -216,7 +219,8 @@ class ListSessionsRequest(_message.Message):
     active_after: _timestamp_pb2.Timestamp
     active_before: _timestamp_pb2.Timestamp
     forked_from: str
-    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.SessionStatus, str]]] = ..., agent: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., forked_from: _Optional[str] = ...) -> None: ...
+    agent_version: int
+    def __init__(self, tenant_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope_filter: _Optional[_Mapping[str, str]] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.SessionStatus, str]]] = ..., agent: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., forked_from: _Optional[str] = ..., agent_version: _Optional[int] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")
@@ -227,7 +231,7 @@ class ListSessionsResponse(_message.Message):
     def __init__(self, sessions: _Optional[_Iterable[_Union[_resources_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class UpdateSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "role_id", "active_skill_ids", "prompt_hash", "runtime_config", "delegated_from", "delegation_turn_count", "update_mask", "lease_token", "active_agent", "plan", "labels")
+    __slots__ = ("tenant_id", "session_id", "role_id", "active_skill_ids", "prompt_hash", "runtime_config", "delegated_from", "delegation_turn_count", "update_mask", "lease_token", "active_agent", "plan", "labels", "agent", "agent_version")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -248,6 +252,8 @@ class UpdateSessionRequest(_message.Message):
     ACTIVE_AGENT_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     role_id: str
@@ -261,7 +267,9 @@ class UpdateSessionRequest(_message.Message):
     active_agent: str
     plan: _events_pb2.PlanUpdated
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., lease_token: _Optional[int] = ..., active_agent: _Optional[str] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    agent: str
+    agent_version: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role_id: _Optional[str] = ..., active_skill_ids: _Optional[_Iterable[str]] = ..., prompt_hash: _Optional[str] = ..., runtime_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., delegated_from: _Optional[str] = ..., delegation_turn_count: _Optional[int] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., lease_token: _Optional[int] = ..., active_agent: _Optional[str] = ..., plan: _Optional[_Union[_events_pb2.PlanUpdated, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent: _Optional[str] = ..., agent_version: _Optional[int] = ...) -> None: ...
 
 class UpdateSessionResponse(_message.Message):
     __slots__ = ("session", "state")
@@ -1036,7 +1044,7 @@ class ListTurnsResponse(_message.Message):
     def __init__(self, turns: _Optional[_Iterable[_Union[_turns_pb2.TurnRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ForkSessionRequest(_message.Message):
-    __slots__ = ("tenant_id", "session_id", "turn_id", "before_turn", "agent", "labels", "user_id", "topic_id", "requested_by")
+    __slots__ = ("tenant_id", "session_id", "turn_id", "before_turn", "agent", "labels", "user_id", "topic_id", "requested_by", "agent_version")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1053,6 +1061,7 @@ class ForkSessionRequest(_message.Message):
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     session_id: str
     turn_id: str
@@ -1062,7 +1071,8 @@ class ForkSessionRequest(_message.Message):
     user_id: str
     topic_id: str
     requested_by: str
-    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., before_turn: _Optional[bool] = ..., agent: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
+    agent_version: int
+    def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., before_turn: _Optional[bool] = ..., agent: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., user_id: _Optional[str] = ..., topic_id: _Optional[str] = ..., requested_by: _Optional[str] = ..., agent_version: _Optional[int] = ...) -> None: ...
 
 class ForkSessionResponse(_message.Message):
     __slots__ = ("session", "message_count")
