@@ -11,9 +11,11 @@ of a walk is one sample. Rows are interleaved so load from elsewhere hits every 
 - GetSession: one session read by id (the baseline);
 - unfiltered page: the tenant's newest page;
 - tier=gold (common label), status idle: pages of a walk from the top;
-- team=t7 (rare label): every call of a walk through the whole tenant.
+- team=t7 (rare label): every call of a walk through the whole tenant;
+- ForkSession of a --fork-turns turn session (two messages a turn), after its last turn: each sample a
+  new session holding all of them (services/sessions/history.py `fork`).
 
-    python -m bench.session_search [--sessions 100000] [--teams 100] [--page 50] [--repeats 200]
+    python -m bench.session_search [--sessions 100000] [--teams 100] [--page 50] [--repeats 200] [--fork-turns 200]
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ import redis
 
 from bench.harness import percentile, table, write_result
 from bench.sessions import private_redis, redis_version
+from cogmesh.common.v1 import messages_pb2
 from services.lib import session_search as search
 from services.lib.session_search import SessionFilter
-from services.sessions import redis_store
-from services.sessions.model import NewSession
+from services.sessions import history, redis_store
+from services.sessions.model import NewSession, Strategy
 from services.sessions.redis_store import RedisSessionStore
 
 TENANT = "bench"
@@ -59,12 +62,29 @@ class Walk:
             self.walks += 1
 
 
+async def turns_of(store: RedisSessionStore, turns: int) -> str:
+    """A session of `turns` turns, each a question and its answer, written as the turns would write them."""
+    made, _ = await store.create(TENANT, NewSession("", "", "default"))
+    for n in range(turns):
+        turn_id = f"turn-{n:04d}"
+        grant = await store.try_acquire(TENANT, made.session_id, turn_id, 30.0, Strategy.REJECT)
+        token = grant.token  # type: ignore[union-attr]
+        pair = [
+            messages_pb2.Message(role=messages_pb2.ROLE_USER, content=f"question {n} " * 20, turn_id=turn_id),
+            messages_pb2.Message(role=messages_pb2.ROLE_ASSISTANT, content=f"answer {n} " * 60, turn_id=turn_id),
+        ]
+        await store.append_messages(TENANT, made.session_id, [m.SerializeToString() for m in pair], token, turn_id)
+        await store.release_lease(TENANT, made.session_id, token)
+    return made.session_id
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=100_000, help="sessions in the one tenant")
     parser.add_argument("--teams", type=int, default=100, help="distinct team labels: one matches 1/teams")
     parser.add_argument("--page", type=int, default=50, help="page size (ListSessions' default is 50)")
     parser.add_argument("--repeats", type=int, default=200, help="calls measured per row")
+    parser.add_argument("--fork-turns", type=int, default=200, help="turns of the session ForkSession copies")
     args = parser.parse_args()
 
     with private_redis() as url:
@@ -89,6 +109,11 @@ async def main() -> None:
         async def get() -> None:
             await store.get(TENANT, random.choice(ids))
 
+        long_session = await turns_of(store, args.fork_turns)
+
+        async def fork() -> None:
+            await history.fork(store, TENANT, long_session, history.ForkRequest())
+
         async def unfiltered() -> None:
             await store.list_sessions(TENANT, None, args.page)
 
@@ -99,6 +124,7 @@ async def main() -> None:
             "unfiltered page": unfiltered,
             "tier=gold + status idle (common), a walk": common,
             "team=t7 (rare), a walk": rare,
+            f"ForkSession of a {args.fork_turns}-turn session": fork,
         }
         for call in rows.values():  # warm up: scripts loaded
             await call()

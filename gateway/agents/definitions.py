@@ -7,7 +7,9 @@ subagent or handoff target that does not exist is named too.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -21,7 +23,7 @@ from services.lib.models.catalog import UnknownModelError
 from services.lib.models.watch import CatalogWatcher
 from services.lib.stored_agents import check_name, split_ref
 
-__all__ = ["check_name", "check_references", "parse", "split_ref", "to_struct"]
+__all__ = ["OnOffer", "check_name", "check_references", "check_tools", "parse", "split_ref", "to_struct"]
 
 
 def parse(name: str, definition: struct_pb2.Struct) -> AgentDefinition:
@@ -72,13 +74,43 @@ def to_struct(definition: AgentDefinition) -> struct_pb2.Struct:
     return dict_to_struct(fields)
 
 
+@dataclass(frozen=True)
+class OnOffer:
+    """The tools a runtime offers (ListTools): their names, and the name prefixes of servers it could not list."""
+
+    names: frozenset[str]
+    unlisted_prefixes: tuple[str, ...] = ()
+
+    def knows(self, tool: str) -> bool:
+        """Whether the name (or glob) can name a tool: one listed, or one an unlisted server may have."""
+        if any(tool.startswith(prefix) for prefix in self.unlisted_prefixes):
+            return True
+        if any(ch in tool for ch in "*?["):
+            return any(fnmatch.fnmatchcase(name, tool) for name in self.names) or any(
+                fnmatch.fnmatchcase(prefix, tool) or prefix.startswith(tool.split("*")[0])
+                for prefix in self.unlisted_prefixes
+            )
+        return tool in self.names
+
+
+def check_tools(definition: AgentDefinition, offer: OnOffer, problems: Violations) -> None:
+    own = set(definition.memory.tool_names())  # the agent's memory tools: offered by its definition
+    for index, tool in enumerate(definition.tools):
+        if tool not in own and not offer.knows(tool):
+            what = "matches no tool" if any(ch in tool for ch in "*?[") else "is no tool the runtime offers"
+            problems.check(False, f"definition.tools[{index}]", f"{tool!r} {what} (see the runtime's ListTools)")
+
+
 async def check_references(
     definition: AgentDefinition,
     catalogue: CatalogWatcher | None,
     agent_exists: Callable[[str], Awaitable[bool]],
+    on_offer: Callable[[], Awaitable[OnOffer]] | None = None,
 ) -> None:
-    """INVALID_ARGUMENT naming each model, subagent or handoff target that does not exist."""
+    """INVALID_ARGUMENT naming each model, tool, subagent or handoff target that does not exist."""
     problems = Violations()
+    if on_offer is not None and definition.tools:
+        check_tools(definition, await on_offer(), problems)
     held = catalogue.current_or_none() if catalogue is not None else None
     if definition.model_name and held is not None:
         where = "definition.config.model" if definition.config.model else "definition.model"

@@ -14,12 +14,13 @@ import grpc
 
 from cogmesh.gateway.v1 import agents_pb2 as api
 from cogmesh.gateway.v1 import agents_pb2_grpc
+from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import agents_pb2 as store
 from gateway import auth
 from gateway.agents import definitions
 from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
 from services.kit.clients import Clients
-from services.kit.dependencies import AgentStoreClient
+from services.kit.dependencies import AgentStoreClient, RuntimeClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, NotFound
 from services.kit.logging import log
 from services.lib.models.watch import CatalogWatcher
@@ -73,6 +74,7 @@ def _native(agent: AgentDefinition) -> api.AgentVersion:
 class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
     def __init__(self, clients: Clients, builtins: AgentRegistry, catalogue: CatalogWatcher | None) -> None:
         self.store = AgentStoreClient.of(clients)
+        self.runtime = RuntimeClient.of(clients)
         self.builtins = builtins
         self.catalogue = catalogue
 
@@ -93,9 +95,18 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
             raise
         return True
 
+    async def _on_offer(self) -> definitions.OnOffer:
+        """The tools a runtime replica offers (any one: they share the tool servers file)."""
+        reply = await self.runtime.ListTools(runtime_pb2.ListToolsRequest())
+        return definitions.OnOffer(
+            frozenset(tool.name for tool in reply.tools), tuple(server.prefix for server in reply.unlisted)
+        )
+
     async def _checked(self, tenant: str, name: str, definition: Any) -> str:
         parsed = definitions.parse(name, definition)
-        await definitions.check_references(parsed, self.catalogue, lambda other: self._exists(tenant, other))
+        await definitions.check_references(
+            parsed, self.catalogue, lambda other: self._exists(tenant, other), self._on_offer
+        )
         return json.dumps(json.loads(parsed.model_dump_json(exclude_defaults=True)), sort_keys=True)
 
     @staticmethod

@@ -236,6 +236,7 @@ class RuntimeClient(Dependency):
     CancelTurn = Unary[runtime_pb2.CancelTurnRequest, runtime_pb2.CancelTurnResponse]()
     AdoptTurn = Unary[runtime_pb2.AdoptTurnRequest, runtime_pb2.AdoptTurnResponse]()
     ListRuntimes = Unary[runtime_pb2.ListRuntimesRequest, runtime_pb2.ListRuntimesResponse]()
+    ListTools = Unary[runtime_pb2.ListToolsRequest, runtime_pb2.ListToolsResponse]()
 
 
 class PolicyClient(Dependency):

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from cogmesh.common.v1 import messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit import turn_options
 from services.kit.agents import AgentRegistry
@@ -168,6 +169,13 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         problems.raise_if_any()
         adopted = self.runner.adopt(request.session_id, request.turn_id, request.lease_token)
         return runtime_pb2.AdoptTurnResponse(adopted=adopted)
+
+    async def ListTools(self, request: runtime_pb2.ListToolsRequest, context: Any) -> runtime_pb2.ListToolsResponse:
+        tools, unlisted = await self.catalog.everything()
+        return runtime_pb2.ListToolsResponse(
+            tools=[messages_pb2.ToolSpec(name=t.name, description=t.schema.description) for t in tools],
+            unlisted=[runtime_pb2.UnlistedToolServer(name=n, prefix=p, problem=why) for n, p, why in unlisted],
+        )
 
     async def ListRuntimes(
         self, request: runtime_pb2.ListRuntimesRequest, context: Any

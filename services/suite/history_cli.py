@@ -4,6 +4,7 @@
     cogmesh sessions messages ID [--through TURN]       its conversation, whole or as it was after TURN
     cogmesh sessions fork ID [--turn T] [--before]      a new session with the conversation up to T
     cogmesh sessions fork ID --turn T --edit TEXT       ...up to just before T, then TEXT sent as T again
+    cogmesh sessions fork ID --turn T --agent A@2 --replay   ...T's own message sent again, to agent version A@2
     cogmesh sessions rewind ID --turn T                 drop T and every later turn
 
 `register` adds them to the `sessions` command (services/suite/cli.py builds the parser).
@@ -57,7 +58,13 @@ def register(sessions: Any, command: Command, with_gateway: Callable[[Any], Any]
         metavar="TEXT",
         help="fork before the turn (default: the last one) and send TEXT as that turn again on the fork",
     )
-    fork.add_argument("--model", default="", help="with --edit: model name overriding the agent's model")
+    fork.add_argument(
+        "--replay",
+        action="store_true",
+        help="fork before the turn (default: the last one) and send its own message again (with --agent: to another "
+        "agent or version, to compare)",
+    )
+    fork.add_argument("--model", default="", help="with --edit or --replay: model name overriding the agent's model")
 
     rewind = with_gateway(command("rewind", "drop a turn and every later turn from a session", cmd_rewind, sessions))
     rewind.add_argument("session", help="session id")
@@ -134,15 +141,21 @@ async def cmd_messages(args: argparse.Namespace) -> int:
 async def cmd_fork(args: argparse.Namespace) -> int:
     printer = EventPrinter(out, args.json)
     async with _client(args) as client:
-        turn_id, before = args.turn, args.before
-        if args.edit is not None:
-            before = True  # the turn is sent again, edited: the fork stops before it
-            if not turn_id:
-                turns = [turn async for turn in client.list_turns(args.session)]
-                if not turns:
-                    err.print(f"error: session {args.session} has no turn to edit", markup=False)
-                    return 1
-                turn_id = turns[-1].turn_id
+        turn_id, before, text = args.turn, args.before, args.edit
+        if args.edit is not None and args.replay:
+            err.print("error: give --edit TEXT or --replay, not both", markup=False)
+            return 2
+        if args.edit is not None or args.replay:
+            before = True  # the turn is sent again (edited, or as it was): the fork stops before it
+            turns = [turn async for turn in client.list_turns(args.session)]
+            chosen = [t for t in turns if t.turn_id == turn_id] if turn_id else turns[-1:]
+            if not chosen:
+                what = f"no turn {turn_id}" if turn_id else "no turn to send again"
+                err.print(f"error: session {args.session} has {what}", markup=False)
+                return 1
+            turn_id = chosen[0].turn_id
+            if args.replay:
+                text = chosen[0].user_message
         forked = await client.fork_session(
             args.session, turn_id, before=before, agent=args.agent, labels=dict(args.label)
         )
@@ -155,9 +168,9 @@ async def cmd_fork(args: argparse.Namespace) -> int:
                 f"{escape(forked.session.session_id)}  forked from {escape(origin.session_id)} "
                 f"{escape(at)} · {forked.message_count} message(s) · agent {escape(forked.session.agent)}"
             )
-        if args.edit is None:
+        if text is None:
             return 0
-        return 0 if await _send(client, forked.session.session_id, args.edit, args.model, printer) else 1
+        return 0 if await _send(client, forked.session.session_id, text, args.model, printer) else 1
 
 
 async def _send(client: GatewayClient, session_id: str, text: str, model: str, printer: EventPrinter) -> bool:

@@ -150,6 +150,8 @@ async def test_bad_definitions_name_the_field(agents: agents_pb2_grpc.AgentServi
         (definition(model="no-such-model-anywhere"), "definition.model"),
         (definition(subagents=["ghost"]), "definition.subagents[0]"),
         (definition(unknown_field=1), "definition.unknown_field"),
+        (definition(tools=["calculator", "teleport"]), "definition.tools[1]"),
+        (definition(tools=["mcp__nowhere__*"]), "definition.tools[0]"),
     ]
     for bad, field in cases:
         refused = await failure(
@@ -185,6 +187,12 @@ async def test_built_in_agents_read_as_native_and_refuse_changes(agents: agents_
         api.CreateAgentRequest(name="lead", definition=definition(subagents=["helper-two"])), metadata=admin
     )
     assert list(made.agent.definition["subagents"]) == ["helper-two"]
+    # Tools: built-ins, patterns that match one, and the agent's own memory tools pass.
+    tools = ["calculator", "current_*", "search_memories"]
+    mixed = await agents.CreateAgent(
+        api.CreateAgentRequest(name="tooled", definition=definition(tools=tools)), metadata=admin
+    )
+    assert list(mixed.agent.definition["tools"]) == tools
 
 
 # ---------------------------------------------------------------------- sessions that run a stored agent

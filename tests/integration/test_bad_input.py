@@ -989,6 +989,7 @@ CASES: list[Any] = [
         "TURN_NOT_FOUND",
     ),
     ok("runtime", "ListRuntimes", R.ListRuntimesRequest(), lambda r: r.default_runtime == "cogmesh"),
+    ok("runtime", "ListTools", R.ListToolsRequest(), lambda r: "calculator" in {t.name for t in r.tools}),
     bad("gateway", "ResolveApproval", G.ResolveApprovalRequest(), "session_id", "interrupt_id", "decision"),
     missing(
         "gateway",

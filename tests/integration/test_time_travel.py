@@ -518,6 +518,14 @@ async def test_the_cli_lists_forks_edits_and_rewinds(env: Env, capsys: pytest.Ca
     fork_messages = await list_messages(env, forked["session"]["session_id"])
     assert [m.content for m in fork_messages][forked.get("message_count", 0)] == "What is 6 * 8?"
 
+    # --replay: the turn's own message, sent again on a fork made before it.
+    code, [replayed, *events] = await cli(env, capsys, "fork", session_id, "--turn", second, "--replay")
+    assert code == 0 and replayed["session"]["forked_from"]["turn_id"] == first
+    replay_messages = await list_messages(env, replayed["session"]["session_id"])
+    original = await list_messages(env, session_id)
+    asked = next(m.content for m in original if m.turn_id == second and m.role == messages_pb2.ROLE_USER)
+    assert events[-1].get("final") and replay_messages[replayed.get("message_count", 0)].content == asked
+
     code, [rewound] = await cli(env, capsys, "rewind", session_id, "--turn", second)
     assert code == 0 and rewound["event"]["rewound"]["turn_id"] == second
     assert {m.turn_id for m in await list_messages(env, session_id)} == {first}

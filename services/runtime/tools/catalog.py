@@ -240,6 +240,21 @@ class ToolCatalog:
                 chosen[tool.name] = tool
         return chosen, problems
 
+    async def everything(self) -> tuple[list[Tool], list[tuple[str, str, str]]]:
+        """Every tool on offer (built-ins, then each server's) and (server, name prefix, problem) of each server
+        that could not be listed now."""
+        names = list(self.servers)
+        listings = await asyncio.gather(*(self._list(self.servers[name]) for name in names))
+        tools = list(self.builtins.values())
+        unlisted = []
+        for name, (listed, problem) in zip(names, listings, strict=True):
+            tools += sorted(listed, key=lambda tool: tool.name)
+            if problem:
+                server = self.servers[name]
+                prefix = f"{MCP_PREFIX}{name}__" if isinstance(server, McpServer) else getattr(server, "prefix", "")
+                unlisted.append((name, prefix, problem))
+        return tools, unlisted
+
     def _may_offer(self, name: str, server: ToolServer, wanted: set[str], skills: set[str]) -> bool:
         if isinstance(server, McpServer):
             prefix = f"{MCP_PREFIX}{name}__"

@@ -137,6 +137,28 @@ class ListRuntimesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ListToolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools", "unlisted")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    UNLISTED_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolSpec]
+    unlisted: _containers.RepeatedCompositeFieldContainer[UnlistedToolServer]
+    def __init__(self, tools: _Optional[_Iterable[_Union[_messages_pb2.ToolSpec, _Mapping]]] = ..., unlisted: _Optional[_Iterable[_Union[UnlistedToolServer, _Mapping]]] = ...) -> None: ...
+
+class UnlistedToolServer(_message.Message):
+    __slots__ = ("name", "prefix", "problem")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    prefix: str
+    problem: str
+    def __init__(self, name: _Optional[str] = ..., prefix: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
+
 class RuntimeCapabilities(_message.Message):
     __slots__ = ("tools", "mcp", "streaming", "cancellation", "structured_output", "failover", "cost_budget", "pause_resume", "delegation")
     TOOLS_FIELD_NUMBER: _ClassVar[int]

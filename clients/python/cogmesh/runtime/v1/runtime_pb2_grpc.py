@@ -65,6 +65,11 @@ class RuntimeServiceStub:
                 request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesRequest.SerializeToString,
                 response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesResponse.FromString,
                 _registered_method=True)
+        self.ListTools = channel.unary_unary(
+                '/cogmesh.runtime.v1.RuntimeService/ListTools',
+                request_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListToolsRequest.SerializeToString,
+                response_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListToolsResponse.FromString,
+                _registered_method=True)
 
 
 class RuntimeServiceServicer:
@@ -138,6 +143,16 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTools(self, request, context):
+        """ListTools lists the tools this replica can offer an agent: the built-ins
+        and every tool server's (MCP, gRPC). A server that cannot be listed now is
+        named with the names it would give, so a caller checking an agent's tool
+        names (AgentService) does not refuse them for an outage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +180,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ListRuntimes,
                     request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesRequest.FromString,
                     response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesResponse.SerializeToString,
+            ),
+            'ListTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTools,
+                    request_deserializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListToolsRequest.FromString,
+                    response_serializer=cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +328,33 @@ class RuntimeService:
             '/cogmesh.runtime.v1.RuntimeService/ListRuntimes',
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesRequest.SerializeToString,
             cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListRuntimesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogmesh.runtime.v1.RuntimeService/ListTools',
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListToolsRequest.SerializeToString,
+            cogmesh_dot_runtime_dot_v1_dot_runtime__pb2.ListToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,
