@@ -50,13 +50,14 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.schedules import timing
 from gateway.turns import Turns
-from services.kit.agents import AgentRegistry, UnknownAgentError
+from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.dependencies import ScheduleStoreClient, SessionsClient
-from services.kit.errors import CogmeshError, DependencyError, Unavailable
+from services.kit.errors import CogmeshError, DependencyError, InvalidArgument, NotFound, Unavailable
 from services.kit.event_log import EventLogReader, ends_stream, is_paused
 from services.kit.logging import bind_request, log
+from services.lib.stored_agents import StoredAgents
 
 Clock = Callable[[], float]
 DUE_BATCH = 1000  # schedules claimed per look at most; more wait for the next tick
@@ -106,6 +107,7 @@ class Scheduler:
         self.clock = clock
         self.store = ScheduleStoreClient.of(clients)
         self.sessions = SessionsClient.of(clients)
+        self.stored = StoredAgents(clients, agents)  # the tenants' versioned agents
         self.holder = f"gateway-{uuid.uuid4().hex[:12]}"
         self.tick_s = settings.scheduler_tick_s
         self.lease_s = settings.scheduler_lease_s
@@ -369,10 +371,12 @@ class _Run:
         """The session of the run: the schedule's own, or a new one with its agent, user and scope."""
         if self.spec.session_mode == api.SCHEDULE_SESSION_MODE_CONTINUE:
             return self.schedule.session_id
-        try:
-            agent = self.s.agents.get(self.spec.agent or "default")
-        except UnknownAgentError as exc:
-            raise CogmeshError(f"agent {self.spec.agent!r} is no longer known: {exc}") from exc
+        name = self.spec.agent or "default"
+        ref = f"{name}@{self.spec.agent_version}" if self.spec.agent_version else name
+        try:  # an alias is followed when the run opens its session
+            agent, version = await self.s.stored.resolve(self.stored.tenant_id, ref)
+        except (NotFound, InvalidArgument) as exc:
+            raise CogmeshError(f"agent {ref!r} is no longer known: {exc.message}") from exc
         reply = await self.s.sessions.CreateSession(
             sessions_pb2.CreateSessionRequest(
                 tenant_id=self.stored.tenant_id,
@@ -380,6 +384,7 @@ class _Run:
                 agent=agent.name,
                 role_id=agent.default_role,
                 scope=self.spec.scope,
+                agent_version=version,
             )
         )
         return str(reply.session.session_id)

@@ -10,6 +10,7 @@ Every call is authenticated and rate-limited as GatewayService's are, by the gat
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,6 @@ from gateway import auth
 from gateway.schedules import timing
 from gateway.schedules.scheduler import Scheduler, ms, run_to_api, schedule_to_api, spec_of
 from services.kit import scope as scopes
-from services.kit.agents import UnknownAgentError
 from services.kit.dependencies import ScheduleStoreClient, SessionsClient
 from services.kit.errors import DependencyError, NotFound, Unavailable, Violations
 from services.kit.protos import MAX_ID
@@ -38,6 +38,15 @@ UPDATE_TRIES = 5  # a pause or resume racing a tick's claim writes again over th
 
 def _not_found(schedule_id: str) -> NotFound:
     return NotFound(f"no schedule {schedule_id!r}", metadata={"schedule_id": schedule_id})
+
+
+_REF = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+def agent_ref(spec: api.ScheduleSpec) -> str:
+    """The agent as CreateSession takes it: "name", or "name@<version or alias>" for a stored agent."""
+    name = spec.agent or "default"
+    return f"{name}@{spec.agent_version}" if spec.agent_version else name
 
 
 class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
@@ -94,9 +103,9 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
         problems.require(spec.message, "spec.message")
         problems.check(len(spec.message) <= MAX_MESSAGE, "spec.message", f"must be at most {MAX_MESSAGE} characters")
         problems.check(
-            not spec.agent_version,
+            not spec.agent_version or bool(_REF.match(spec.agent_version)),
             "spec.agent_version",
-            "is reserved for agent versions (not yet): leave it empty for the agent's current definition",
+            "must be a version number or an alias of the agent (lower case letters, digits, '_' or '-')",
         )
         for name in ("agent", "user_id", "session_id"):
             value = getattr(spec, name)
@@ -117,11 +126,18 @@ class ScheduleServicer(schedules_pb2_grpc.ScheduleServiceServicer):
             "spec.session_id",
             "is only for SCHEDULE_SESSION_MODE_CONTINUE",
         )
+        problems.raise_if_any()
         try:
-            agent = self.agents.get(spec.agent or "default")
-        except UnknownAgentError as exc:
+            agent, _ = await self.scheduler.stored.resolve(
+                auth.current.get().tenant_id,
+                agent_ref(spec),
+                "spec.agent_version" if spec.agent_version else "spec.agent",
+            )
+        except NotFound as exc:
             raise NotFound(
-                f"spec.agent: {exc}", reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND, metadata={"agent": spec.agent}
+                f"spec.agent: {exc.message}",
+                reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND,
+                metadata={"agent": agent_ref(spec)},
             ) from exc
         problems.check(
             agent.is_primary, "spec.agent", f"{agent.name!r} is a subagent: only other agents delegate to it"

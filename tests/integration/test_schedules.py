@@ -21,7 +21,10 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 
+from cogmesh.gateway.v1 import agents_pb2 as agents_api
+from cogmesh.gateway.v1 import agents_pb2_grpc as agents_grpc
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc, schedules_pb2_grpc
 from cogmesh.gateway.v1 import schedules_pb2 as api
 from cogmesh.sessions.v1 import schedules_pb2 as store_pb
@@ -432,3 +435,29 @@ async def test_pause_resume_trigger_continue_and_delete(replicas: Replicas) -> N
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await r.schedules(1).GetSchedule(api.GetScheduleRequest(schedule_id=schedule.schedule_id), timeout=5)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_schedule_follows_a_stored_agents_alias_at_each_run(replicas: Replicas) -> None:
+    """agent_version names a version or alias of a tenant's agent, resolved when each run opens its session."""
+    r = replicas
+    agents = agents_grpc.AgentServiceStub(r._channel(r.gateways[0].address))
+    definition = struct_pb2.Struct()
+    definition.update({"model": "local", "tools": ["calculator"], "system_prompt": "You report."})
+    await agents.CreateAgent(agents_api.CreateAgentRequest(name="reporter", definition=definition), timeout=5)
+    await agents.UpdateAgent(agents_api.UpdateAgentRequest(name="reporter", definition=definition), timeout=5)
+    await agents.SetAgentAlias(agents_api.SetAgentAliasRequest(name="reporter", alias="prod", version=1), timeout=5)
+    schedule = await create(r, cron("0 9 * * *", agent="reporter", agent_version="prod", message="What is 2 * 3?"))
+
+    async def run_version(k: int) -> int:
+        await r.schedules().TriggerSchedule(api.TriggerScheduleRequest(schedule_id=schedule.schedule_id), timeout=5)
+        run = (await ended_runs(r, schedule.schedule_id, k))[0]
+        assert run.outcome == api.SCHEDULE_RUN_OUTCOME_COMPLETED, run.error
+        got = await r.gateway().GetSession(gateway_pb2.GetSessionRequest(session_id=run.session_id), timeout=5)
+        return int(got.session.agent_version)
+
+    assert await run_version(1) == 1
+    await agents.SetAgentAlias(agents_api.SetAgentAliasRequest(name="reporter", alias="prod", version=2), timeout=5)
+    assert await run_version(2) == 2  # the moved alias reaches the next run
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await create(r, cron("0 9 * * *", agent="reporter", agent_version="nightly"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and "no alias 'nightly'" in (caught.value.details() or "")

@@ -394,8 +394,10 @@ type ScheduleSpec struct {
 	Timing isScheduleSpec_Timing `protobuf_oneof:"timing"`
 	// Agent that runs the turns; empty means "default".
 	Agent string `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
-	// Reserved for agent versions and aliases (a later release): must be empty,
-	// which means the agent's current definition.
+	// For a tenant's stored agent (AgentService): a version ("7") or an alias
+	// ("prod"), resolved when each run opens its session, so a moved alias
+	// reaches the next run; empty: the agent's latest version (a built-in
+	// agent takes none).
 	AgentVersion string `protobuf:"bytes,5,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// The user message each run sends.
 	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`

@@ -89,8 +89,10 @@ export type ScheduleSpec = Message<"cogmesh.gateway.v1.ScheduleSpec"> & {
   agent: string;
 
   /**
-   * Reserved for agent versions and aliases (a later release): must be empty,
-   * which means the agent's current definition.
+   * For a tenant's stored agent (AgentService): a version ("7") or an alias
+   * ("prod"), resolved when each run opens its session, so a moved alias
+   * reaches the next run; empty: the agent's latest version (a built-in
+   * agent takes none).
    *
    * @generated from field: string agent_version = 5;
    */
