@@ -15,10 +15,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from google.protobuf import struct_pb2
 from rich.console import Console
 
 from cogmesh.client import GatewayClient
+from cogmesh.gateway.v1 import agents_pb2, agents_pb2_grpc
 from services.suite.cli import parse
 from services.suite.eval import command
 from services.suite.inprocess import Suite
@@ -173,7 +176,9 @@ async def test_a_case_that_cannot_finish_fails_with_its_error_named(suite: Suite
 async def test_an_agent_version_the_gateway_does_not_know_is_a_usage_error(suite: Suite) -> None:
     code, _, err = await run_eval(suite, str(EXAMPLE), "--agent", "default@v2")
     assert code == 2
-    assert "the gateway does not know agent 'default@v2'" in err and "'v2'" in err
+    assert "the gateway refuses agent 'default@v2'" in err and "built-in agent: it has no versions" in err
+    code, _, err = await run_eval(suite, str(EXAMPLE), "--agent", "nosuch@3")
+    assert code == 2 and "the gateway does not know agent 'nosuch@3'" in err
     code, _, err = await run_eval(suite, str(EXAMPLE), "--against", "nosuch")
     assert code == 2 and "does not know agent 'nosuch'" in err
 
@@ -237,3 +242,20 @@ async def test_the_rubric_grader_asks_a_catalogue_model_through_the_providers_fi
     assert {request["model"] for request in asked} == {"gpt-4o-mini"}
     prompts = " ".join(request["messages"][-1]["content"] for request in asked)
     assert "17 * 23 = 391." in prompts and "The answer is in French." in prompts and "Reference answer:\n391" in prompts
+
+
+async def test_two_versions_of_a_stored_agent_side_by_side(suite: Suite) -> None:
+    """--agent NAME@VERSION --against NAME@ALIAS: each side's sessions run that version."""
+    async with grpc.aio.insecure_channel(suite.gateway_address) as channel:
+        agents = agents_pb2_grpc.AgentServiceStub(channel)
+        with_tool, without = struct_pb2.Struct(), struct_pb2.Struct()
+        with_tool.update({"model": "local", "tools": ["calculator"], "system_prompt": "You compute."})
+        without.update({"model": "local", "system_prompt": "You compute in your head."})
+        await agents.CreateAgent(agents_pb2.CreateAgentRequest(name="evalcalc", definition=with_tool))
+        await agents.UpdateAgent(agents_pb2.UpdateAgentRequest(name="evalcalc", definition=without))
+        await agents.SetAgentAlias(agents_pb2.SetAgentAliasRequest(name="evalcalc", alias="next", version=2))
+    code, out, _ = await run_eval(suite, str(EXAMPLE), "--agent", "evalcalc@1", "--against", "evalcalc@next", "--json")
+    report = json.loads(out)
+    assert code == 0, report  # version 1 (with the calculator) passes every case
+    assert (report["agent"], report["against"]) == ("evalcalc@1", "evalcalc@next")
+    assert [c["id"] for c in report["changed"]] == ["multiply", "two-turns"]  # only tool_called tells them apart
