@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1 import agents_pb2 as api
 from cogmesh.gateway.v1 import agents_pb2_grpc
 from cogmesh.runtime.v1 import runtime_pb2
@@ -30,10 +31,12 @@ MAX_PAGE = 200
 
 class AlreadyExists(CogmeshError):
     code = grpc.StatusCode.ALREADY_EXISTS
+    reason = errors_pb2.ERROR_REASON_AGENT_EXISTS
 
 
 class Conflict(CogmeshError):
     code = grpc.StatusCode.ABORTED
+    reason = errors_pb2.ERROR_REASON_AGENT_VERSION_CONFLICT
 
 
 async def _put(client: AgentStoreClient, request: store.PutAgentVersionRequest) -> store.StoredAgentVersion:
@@ -44,7 +47,13 @@ async def _put(client: AgentStoreClient, request: store.PutAgentVersionRequest) 
         if exc.status_code == grpc.StatusCode.ALREADY_EXISTS:
             raise AlreadyExists(exc.status_message, metadata={"agent": request.name}) from exc
         if exc.status_code == grpc.StatusCode.ABORTED:
-            raise Conflict(exc.status_message, metadata={"agent": request.name}) from exc
+            info = exc.error_info
+            latest = (
+                {"latest_version": info.metadata["latest_version"]}
+                if info and "latest_version" in info.metadata
+                else {}
+            )
+            raise Conflict(exc.status_message, metadata={"agent": request.name, **latest}) from exc
         raise
 
 

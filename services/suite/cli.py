@@ -5,6 +5,7 @@
     cogmesh chat                     an interactive session (/help lists its commands)
     cogmesh watch SESSION --after N  follow any session from a cursor
     cogmesh sessions list | sessions label | models list | agents list
+    cogmesh agents create NAME --file DEF.yaml | agents get NAME@prod   versioned agents (docs/cli.md)
     cogmesh eval cases.yaml --agent NAME   run an agent over a dataset and report (docs/eval.md)
 Every command takes --json for scripts.
 """
@@ -32,7 +33,7 @@ from cogmesh.client import GatewayClient, GatewayError
 from cogmesh.common.v1 import resources_pb2
 from gateway.auth import hash_key
 from services.kit.config import Settings
-from services.suite import history_cli
+from services.suite import agents_cli, history_cli
 from services.suite.chat import interactive, spin
 from services.suite.eval import command as eval_command
 from services.suite.render import EventPrinter, agent_lines, message_json, model_lines
@@ -137,6 +138,7 @@ async def cmd_sessions_list(args: argparse.Namespace) -> int:
             labels=dict(args.label),
             statuses=args.status,
             agent=args.agent,
+            agent_version=args.agent_version,
             created_after=args.created_after,
             created_before=args.created_before,
             active_after=args.active_after,
@@ -148,8 +150,9 @@ async def cmd_sessions_list(args: argparse.Namespace) -> int:
     for s in page.sessions:
         status = resources_pb2.SessionStatus.Name(s.status).removeprefix("SESSION_STATUS_").lower()
         labels = "".join(f"  {k}={v}" for k, v in sorted(s.labels.items()))
+        agent = f"{s.agent}@{s.agent_version}" if s.agent_version else s.agent  # a stored agent's version
         out.print(
-            f"{s.session_id}  agent={s.agent}  status={status}  messages={s.message_count}  "
+            f"{s.session_id}  agent={agent}  status={status}  messages={s.message_count}  "
             f"updated={s.update_time.ToJsonString()}{labels}",
             markup=False,
         )
@@ -447,6 +450,9 @@ def parser() -> argparse.ArgumentParser:
         "--status", action="append", default=[], choices=["idle", "running", "paused", "failed"], help="any of these"
     )
     sl.add_argument("--agent", default="", help="only sessions opened with this agent")
+    sl.add_argument(
+        "--agent-version", type=_count, default=0, metavar="N", help="only sessions on version N (of --agent)"
+    )
     for name, what in (("created", "created"), ("active", "last active")):
         for side, how in (("after", "at or after"), ("before", "before")):
             sl.add_argument(
@@ -462,6 +468,7 @@ def parser() -> argparse.ArgumentParser:
     lab.add_argument("--remove", type=_label_key, action="append", default=[], metavar="KEY")
     lab.add_argument("--replace", action="store_true", help="the session's labels become exactly the --set ones")
     history_cli.register(sessions, command, with_gateway)
+    agents_cli.register_sessions(sessions, command, with_gateway)
 
     models = sub.add_parser("models", help="the model catalogue").add_subparsers(dest="action", required=True)
     ml = with_gateway(command("list", "list models", cmd_models_list, models))
@@ -469,6 +476,7 @@ def parser() -> argparse.ArgumentParser:
 
     agents = sub.add_parser("agents", help="agent definitions").add_subparsers(dest="action", required=True)
     with_gateway(command("list", "list agents", cmd_agents_list, agents))
+    agents_cli.register(agents, command, with_gateway)
     eval_command.add_arguments(
         with_gateway(command("eval", "run an agent over a dataset of cases and report", cmd_eval))
     )

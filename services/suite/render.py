@@ -32,9 +32,10 @@ def is_paused(event: events_pb2.RuntimeEvent) -> bool:
 
 
 def agent_lines(reply: gateway_pb2.ListAgentsResponse) -> list[str]:
+    """One line an agent; a tenant's stored agent shows its latest version (`tutor v3`), a built-in none."""
     return [
-        f"{escape(a.name):<16} model={escape(a.model or '-')}  tools={escape(', '.join(a.tools) or '-')}  "
-        f"{escape(a.description)}"
+        f"{escape(a.name + (f' v{a.version}' if a.version else '')):<16} model={escape(a.model or '-')}  "
+        f"tools={escape(', '.join(a.tools) or '-')}  {escape(a.description)}"
         for a in reply.agents
     ]
 

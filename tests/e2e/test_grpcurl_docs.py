@@ -34,7 +34,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.gateway.v1 import agents_pb2, gateway_pb2
 from gateway.servicer import GatewayServicer
 from services.kit.config import DEFAULT_PORTS
 from services.suite.supervisor import REPLICA_PORT_STEP
@@ -380,6 +380,19 @@ def check_outputs(outputs: dict[str, str]) -> None:
     assert offered["features"]["approvals"] is True and offered["interceptors"] == ["BudgetGuard"]
     assert json.loads(output(outputs, "/DeleteSession")) == {"deleted": True}
 
+    tutor = json.loads(output(outputs, '"docs-tutor@prod"}', "/GetAgent"))["agent"]
+    assert (tutor["version"], tutor["aliases"], tutor["created_by"]) == ("1", ["prod"], "dev")
+    listed = json.loads(output(outputs, "/ListAgentVersions"))
+    assert [v["version"] for v in listed["versions"]] == ["2", "1"] and listed["aliases"] == {"prod": "1"}
+    on_prod = json.loads(output(outputs, '"agent": "docs-tutor@prod"}', "/CreateSession"))["session"]
+    assert (on_prod["agent"], on_prod["agent_version"]) == ("docs-tutor", "1")
+    moved = json.loads(output(outputs, '"paths": ["agent"]', "/UpdateSession"))["session"]
+    assert (moved["agent"], moved["agent_version"]) == ("docs-tutor", "1")
+    assert events_of(output(outputs, "9 * 9", "/SendMessage"))[-1]["final"]["text"] == "9 * 9 = 81."
+    assert json.loads(next(out for cmd, out in outputs.items() if cmd.endswith("/DeleteAgent"))) == {
+        "deleted_versions": "2"
+    }
+
     assert json.loads(output(outputs, "Bearer", "/CreateSession"))["session"]["tenant_id"] == "acme"
     assert json.loads(output(outputs, '-d \'{"name": "sonnet"}\''))["model"]["id"] == "claude-sonnet-4-20250514"
 
@@ -397,6 +410,9 @@ def test_the_page_calls_every_public_rpc_the_gateway_serves() -> None:
     # An RPC may stay off the page only while the gateway's servicer does not implement it yet.
     served = [rpc for rpc in missing if rpc.rsplit("/", 1)[1] in vars(GatewayServicer)]
     assert not served, f"docs/grpcurl.md shows no call of {served}, which the gateway serves"
+    agents = agents_pb2.DESCRIPTOR.services_by_name["AgentService"]
+    unshown = sorted({f"{agents.full_name}/{m.name}" for m in agents.methods} - called)
+    assert not unshown, f"docs/grpcurl.md shows no call of {unshown}"
 
 
 def test_the_page_lists_every_default_port_and_internal_service() -> None:

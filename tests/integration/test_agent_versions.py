@@ -92,6 +92,8 @@ async def test_versions_aliases_and_reads(agents: agents_pb2_grpc.AgentServiceSt
         )
     )
     assert stale.code() == grpc.StatusCode.ABORTED and "at version 2, not 1" in (stale.details() or "")
+    info, _ = status_details(stale)
+    assert info is not None and info.reason == "AGENT_VERSION_CONFLICT" and info.metadata["latest_version"] == "2"
 
     moved = await agents.SetAgentAlias(
         api.SetAgentAliasRequest(name="invoices", alias="prod", version=1), metadata=admin

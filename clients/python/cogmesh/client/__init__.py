@@ -1,6 +1,8 @@
 """Python clients for the cogmesh gateway: `GatewayClient` (asyncio) and `Client` (blocking)."""
 
 from cogmesh.client.errors import (
+    Aborted,
+    AlreadyExists,
     ClientClosed,
     DeadlineExceeded,
     FailedPrecondition,
@@ -19,6 +21,8 @@ from cogmesh.client.sync import Client
 from cogmesh.client.tools import ClientTool, client_tool
 
 __all__ = [
+    "Aborted",
+    "AlreadyExists",
     "Client",
     "ClientClosed",
     "ClientTool",

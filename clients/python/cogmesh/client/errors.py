@@ -77,6 +77,14 @@ class NotFound(GatewayError):
     """No such session, agent, model or interrupt (another tenant's look the same)."""
 
 
+class AlreadyExists(GatewayError):
+    """The thing to create exists already, e.g. an agent of that name."""
+
+
+class Aborted(GatewayError):
+    """Another change came first, e.g. UpdateAgent's `expected_version` is no longer the latest: read and retry."""
+
+
 class FailedPrecondition(GatewayError):
     """The session is not in a state for this call, e.g. a turn is running or paused (TURN_IN_PROGRESS)."""
 
@@ -112,6 +120,8 @@ class ClientClosed(RuntimeError):
 _BY_CODE: dict[grpc.StatusCode, type[GatewayError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,

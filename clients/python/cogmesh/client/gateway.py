@@ -7,6 +7,9 @@
   waits that delay and tries again (`rate_limit_attempts`, `rate_limit_wait_s`): reads
   always, CreateSession and a turn's stream only when refused at admission, before
   anything started (retry.py).
+- Agents: a tenant's agents as versioned resources (`create_agent`, `update_agent`, `get_agent`,
+  `list_agent_versions`, `set_agent_alias`...); sessions open on "name", "name@7" or
+  "name@prod" and `move_session` moves one to another version.
 - Resume: when a stream breaks, the client reconnects (to the next address, if several
   are given) with its last seq and hands each event over exactly once.
 - Pauses: a turn that waits for an approval, the user's input or a client tool ends its
@@ -37,7 +40,7 @@ from cogmesh.client.results import Pause, TurnResult, is_terminal
 from cogmesh.client.retry import RateLimitRetry
 from cogmesh.client.tools import ClientTool
 from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
-from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from cogmesh.gateway.v1 import agents_pb2, agents_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 
@@ -64,6 +67,7 @@ def _stamp(name: str, value: datetime.datetime | None) -> timestamp_pb2.Timestam
 
 
 SERVICE = "cogmesh.gateway.v1.GatewayService"
+AGENT_SERVICE = "cogmesh.gateway.v1.AgentService"
 # UpdateSession sets labels to given values: repeating it changes nothing more.
 IDEMPOTENT = [
     "GetSession",
@@ -76,11 +80,14 @@ IDEMPOTENT = [
     "ListTurns",
     "ListMessages",
 ]
+# AgentService's reads; its writes each store a new version or move an alias, so they are sent once.
+AGENT_READS = ["GetAgent", "ListAgentVersions"]
 SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
             {
-                "name": [{"service": SERVICE, "method": m} for m in IDEMPOTENT],
+                "name": [{"service": SERVICE, "method": m} for m in IDEMPOTENT]
+                + [{"service": AGENT_SERVICE, "method": m} for m in AGENT_READS],
                 "retryPolicy": {
                     "maxAttempts": 4,
                     "initialBackoff": "0.1s",
@@ -142,6 +149,7 @@ class GatewayClient:
         self._turn_tools: dict[str, dict[str, ClientTool]] = {}  # paused turns' runnable client tools
         self._retired: set[grpc.aio.Channel] = set()  # channels failed over from, closing once their calls end
         self._channel, self._stub = self._connect(0)
+        self._agent_stub, self._agent_channel = agents_pb2_grpc.AgentServiceStub(self._channel), self._channel
 
     @property
     def address(self) -> str:
@@ -156,6 +164,13 @@ class GatewayClient:
             else grpc.aio.insecure_channel(target, options=channel_options)
         )
         return channel, gateway_pb2_grpc.GatewayServiceStub(channel)
+
+    @property
+    def _agents(self) -> Any:
+        """The AgentService stub on the current channel (a failover replaces the channel)."""
+        if self._agent_channel is not self._channel:
+            self._agent_stub, self._agent_channel = agents_pb2_grpc.AgentServiceStub(self._channel), self._channel
+        return self._agent_stub
 
     async def _failover(self, failed: Any) -> None:
         """Move to the next gateway (the same one when only one is known), once per failed channel.
@@ -206,16 +221,19 @@ class GatewayClient:
         task = asyncio.current_task()
         return task is None or task.cancelling() == 0
 
-    async def _unary(self, method: str, request: Any) -> Any:
+    async def _unary(self, method: str, request: Any, *, agents: bool = False) -> Any:
+        """One unary call of GatewayService (or, with `agents`, of AgentService)."""
         waiter = self.rate_limit.start()
+        idempotent = method in (AGENT_READS if agents else IDEMPOTENT)
         while True:
             self._check_open()
+            stub = self._agents if agents else self._stub
             try:
-                return await getattr(self._stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
+                return await getattr(stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
             except grpc.aio.AioRpcError as err:
                 error = self._error(err)
                 # CreateSession is not idempotent: it is sent again only when the gateway refused it at the door.
-                delay = waiter.delay(error, idempotent=method in IDEMPOTENT)
+                delay = waiter.delay(error, idempotent=idempotent)
                 if delay is None:
                     raise error from err
             except asyncio.CancelledError:
@@ -272,6 +290,17 @@ class GatewayClient:
         )
         return (await self._unary("UpdateSession", request)).session  # type: ignore[no-any-return]
 
+    async def move_session(self, session_id: str, agent: str) -> resources_pb2.Session:
+        """Run the session on another agent or version from its next turn on: `agent` as create_session takes
+        it ("name", "name@7", "name@prod"), resolved to a version now (`Session.agent_version`). A running
+        turn keeps the definition it started with."""
+        request = gateway_pb2.UpdateSessionRequest(
+            session_id=options.text("session_id", session_id),
+            agent=options.text("agent", agent, required=True),
+            update_mask=field_mask_pb2.FieldMask(paths=["agent"]),
+        )
+        return (await self._unary("UpdateSession", request)).session  # type: ignore[no-any-return]
+
     async def get_session(self, session_id: str) -> resources_pb2.Session:
         request = gateway_pb2.GetSessionRequest(session_id=options.text("session_id", session_id))
         return (await self._unary("GetSession", request)).session  # type: ignore[no-any-return]
@@ -290,10 +319,12 @@ class GatewayClient:
         active_after: datetime.datetime | None = None,
         active_before: datetime.datetime | None = None,
         forked_from: str = "",
+        agent_version: int = 0,
     ) -> gateway_pb2.ListSessionsResponse:
         """One page, newest first, of the sessions every given filter matches: `labels` (all of them),
-        `statuses` (any of "idle", "running", "paused", "failed"), `agent`, [after, before) ranges of
-        creation and last activity (timezone-aware datetimes), and `forked_from` (the forks of a session).
+        `statuses` (any of "idle", "running", "paused", "failed"), `agent` (with `agent_version`, the
+        sessions on that version of it), [after, before) ranges of creation and last activity
+        (timezone-aware datetimes), and `forked_from` (the forks of a session).
         A filtered page may be short, even empty, with a next_page_token: keep paging until it is empty."""
         request = gateway_pb2.ListSessionsRequest(
             page_size=options.count("page_size", page_size),
@@ -312,6 +343,7 @@ class GatewayClient:
             active_after=_stamp("active_after", active_after),
             active_before=_stamp("active_before", active_before),
             forked_from=options.text("forked_from", forked_from),
+            agent_version=options.count("agent_version", agent_version),
         )
         return await self._unary("ListSessions", request)  # type: ignore[no-any-return]
 
@@ -353,10 +385,10 @@ class GatewayClient:
         )
         return self._pages("ListMessages", request, "messages")
 
-    async def _pages(self, method: str, request: Any, items: str) -> AsyncIterator[Any]:
+    async def _pages(self, method: str, request: Any, items: str, *, agents: bool = False) -> AsyncIterator[Any]:
         """Every item of a paged list, asking for the next page only once the caller has read this one's."""
         while True:
-            page = await self._unary(method, request)
+            page = await self._unary(method, request, agents=agents)
             for item in getattr(page, items):
                 yield item
             if not page.next_page_token:
@@ -399,6 +431,69 @@ class GatewayClient:
 
     async def list_agents(self) -> gateway_pb2.ListAgentsResponse:
         return await self._unary("ListAgents", gateway_pb2.ListAgentsRequest())  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ agents as versioned resources
+
+    async def create_agent(self, name: str, definition: Mapping[str, Any]) -> agents_pb2.AgentVersion:
+        """Store version 1 of a new agent. `definition`: an agent file's fields without `name` (docs/agents.md),
+        the prompt inline in `system_prompt`. AlreadyExists when the tenant (or a built-in) has the name;
+        InvalidArgument naming each bad field (`definition.mode`...); writes need the key's `agents:write`."""
+        request = agents_pb2.CreateAgentRequest(
+            name=options.text("name", name, required=True), definition=options.struct("definition", definition)
+        )
+        return (await self._unary("CreateAgent", request, agents=True)).agent  # type: ignore[no-any-return]
+
+    async def update_agent(
+        self, name: str, definition: Mapping[str, Any], *, expected_version: int = 0
+    ) -> agents_pb2.AgentVersion:
+        """Store the whole `definition` as the agent's next version (earlier ones stay readable). With
+        `expected_version` (the latest version you read), Aborted when another change came first."""
+        request = agents_pb2.UpdateAgentRequest(
+            name=options.text("name", name, required=True),
+            definition=options.struct("definition", definition),
+            expected_version=options.count("expected_version", expected_version),
+        )
+        return (await self._unary("UpdateAgent", request, agents=True)).agent  # type: ignore[no-any-return]
+
+    async def get_agent(self, ref: str, *, version: int = 0, alias: str = "") -> agents_pb2.AgentVersion:
+        """An agent's latest version; "name@7" or `version=7` a given one, "name@prod" or `alias="prod"` the
+        one an alias points at. A built-in reads as version 0, `native`."""
+        request = agents_pb2.GetAgentRequest(
+            name=options.text("ref", ref, required=True),
+            version=options.count("version", version),
+            alias=options.text("alias", alias),
+        )
+        return (await self._unary("GetAgent", request, agents=True)).agent  # type: ignore[no-any-return]
+
+    def list_agent_versions(self, name: str, *, page_size: int = 50) -> AsyncIterator[agents_pb2.AgentVersion]:
+        """An agent's versions, newest first, page after page (`page_size` a page, 1..200); each carries the
+        aliases pointing at it."""
+        request = agents_pb2.ListAgentVersionsRequest(
+            name=options.text("name", name, required=True), page_size=options.count("page_size", page_size)
+        )
+        return self._pages("ListAgentVersions", request, "versions", agents=True)
+
+    async def delete_agent(self, name: str) -> int:
+        """Delete an agent with every version and alias; returns how many versions went."""
+        request = agents_pb2.DeleteAgentRequest(name=options.text("name", name, required=True))
+        return int((await self._unary("DeleteAgent", request, agents=True)).deleted_versions)
+
+    async def set_agent_alias(self, name: str, alias: str, version: int) -> agents_pb2.SetAgentAliasResponse:
+        """Point `alias` ("prod", "canary"...) at `version`, creating or moving it. Returns the version with its
+        aliases and `previous_version` (0 when the alias is new)."""
+        request = agents_pb2.SetAgentAliasRequest(
+            name=options.text("name", name, required=True),
+            alias=options.text("alias", alias, required=True),
+            version=options.count("version", version),
+        )
+        return await self._unary("SetAgentAlias", request, agents=True)  # type: ignore[no-any-return]
+
+    async def delete_agent_alias(self, name: str, alias: str) -> int:
+        """Remove an alias; returns the version it pointed at."""
+        request = agents_pb2.DeleteAgentAliasRequest(
+            name=options.text("name", name, required=True), alias=options.text("alias", alias, required=True)
+        )
+        return int((await self._unary("DeleteAgentAlias", request, agents=True)).previous_version)
 
     # ------------------------------------------------------------------ turns
 

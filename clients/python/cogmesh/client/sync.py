@@ -16,7 +16,7 @@ from cogmesh.client.errors import ClientClosed
 from cogmesh.client.gateway import DEFAULT_ADDRESS, TURN_TIMEOUT_S, GatewayClient, Tools
 from cogmesh.client.results import Pause, TurnResult
 from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
-from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.gateway.v1 import agents_pb2, gateway_pb2
 
 T = TypeVar("T")
 
@@ -95,6 +95,9 @@ class Client:
     ) -> resources_pb2.Session:
         return self._call(self._async.update_labels(session_id, labels, replace=replace))
 
+    def move_session(self, session_id: str, agent: str) -> resources_pb2.Session:
+        return self._call(self._async.move_session(session_id, agent))
+
     def get_session(self, session_id: str) -> resources_pb2.Session:
         return self._call(self._async.get_session(session_id))
 
@@ -105,7 +108,7 @@ class Client:
         scope_filter: Mapping[str, str] | None = None,
         **filters: Any,
     ) -> gateway_pb2.ListSessionsResponse:
-        """As GatewayClient.list_sessions: labels=, statuses=, agent=, created_after=... filter the page."""
+        """As GatewayClient.list_sessions: labels=, statuses=, agent=, agent_version=, created_after=... filter."""
         return self._call(self._async.list_sessions(page_size, page_token, scope_filter, **filters))
 
     def delete_session(self, session_id: str) -> bool:
@@ -145,6 +148,29 @@ class Client:
 
     def list_agents(self) -> gateway_pb2.ListAgentsResponse:
         return self._call(self._async.list_agents())
+
+    def create_agent(self, name: str, definition: Mapping[str, Any]) -> agents_pb2.AgentVersion:
+        return self._call(self._async.create_agent(name, definition))
+
+    def update_agent(
+        self, name: str, definition: Mapping[str, Any], *, expected_version: int = 0
+    ) -> agents_pb2.AgentVersion:
+        return self._call(self._async.update_agent(name, definition, expected_version=expected_version))
+
+    def get_agent(self, ref: str, *, version: int = 0, alias: str = "") -> agents_pb2.AgentVersion:
+        return self._call(self._async.get_agent(ref, version=version, alias=alias))
+
+    def list_agent_versions(self, name: str, *, page_size: int = 50) -> Iterator[agents_pb2.AgentVersion]:
+        return self._iterate(self._async.list_agent_versions(name, page_size=page_size))
+
+    def delete_agent(self, name: str) -> int:
+        return self._call(self._async.delete_agent(name))
+
+    def set_agent_alias(self, name: str, alias: str, version: int) -> agents_pb2.SetAgentAliasResponse:
+        return self._call(self._async.set_agent_alias(name, alias, version))
+
+    def delete_agent_alias(self, name: str, alias: str) -> int:
+        return self._call(self._async.delete_agent_alias(name, alias))
 
     def send_message(self, session_id: str, content: str, **options: Any) -> Iterator[events_pb2.RuntimeEvent]:
         """Same options as GatewayClient.send_message."""
