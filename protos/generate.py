@@ -42,7 +42,7 @@ PROTO_ROOT = ROOT / "protos"
 PACKAGE = "cogmesh"
 GO_MODULE = "cogmesh.dev/go"
 GO_TOOLS = ("protoc", "protoc-gen-go", "protoc-gen-go-grpc")
-CONNECT_PROTOS = ["cogmesh/gateway/v1/gateway.proto"]
+CONNECT_PROTOS = ["cogmesh/gateway/v1/gateway.proto", "cogmesh/gateway/v1/agents.proto"]
 # What clients get. A public proto imports only public protos and google/*; public_problems()
 # fails the generation otherwise. Keep in step with clients/node/buf.gen.yaml and
 # tools/buf_breaking.sh, which list the same files.

@@ -1,6 +1,7 @@
 """The browser edge as one ASGI app: GatewayService over Connect and gRPC-Web, the web console, CORS.
 
 /cogmesh.gateway.v1.GatewayService/<Method>   Connect (JSON or binary) and gRPC-Web, forwarded
+/cogmesh.gateway.v1.AgentService/<Method>     the same, for the tenant's agents (forward_agents.py)
 /console/                                     the web console (built by `make console`)
 /healthz                                      200 while the gateway answers SERVING, else 503
 /v1/{chat/completions,responses,models}       OpenAI-compatible API over the agents (openai/)
@@ -37,6 +38,7 @@ from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
 from gateway.web import mcp_server
 from gateway.web.agui import routes as agui_routes
 from gateway.web.forward import GatewayForwarder, connect_code
+from gateway.web.forward_agents import AGENT_SERVICE_PATH, AgentForwarder, AgentServiceASGIApplication
 from gateway.web.openai import routes as openai_routes
 from services.kit.clients import open_channel
 from services.kit.config import Settings
@@ -187,15 +189,15 @@ def console_routes(directory: Path) -> list[BaseRoute]:
 
 def create_app(settings: Settings) -> ASGIApp:
     forwarder = GatewayForwarder()
+    agent_forwarder = AgentForwarder()
     # JSON with a field the protos do not have (a typo such as "scopes") is refused, as the
     # protobuf JSON mapping asks, rather than dropped: a dropped scope would create an unscoped session.
-    rpc = GatewayServiceASGIApplication(
-        forwarder,
-        codecs=[
-            google_protobuf_binary_codec(),
-            ObjectJSONCodec(google_protobuf_json_codec(ignore_unknown_fields=False)),
-        ],
-    )
+    codecs = [
+        google_protobuf_binary_codec(),
+        ObjectJSONCodec(google_protobuf_json_codec(ignore_unknown_fields=False)),
+    ]
+    rpc = GatewayServiceASGIApplication(forwarder, codecs=codecs)
+    agents_rpc = AgentServiceASGIApplication(agent_forwarder, codecs=codecs)
     mcp = mcp_server.McpEdge()
     channel: grpc.aio.Channel | None = None
 
@@ -205,11 +207,13 @@ def create_app(settings: Settings) -> ASGIApp:
         # The gateway's address may name replicas (a list or dns:///): calls spread over them like internal ones.
         channel = open_channel(settings.gateway_addr, settings)
         forwarder.attach(channel)
+        agent_forwarder.attach(channel)
         try:
             async with mcp.serving(channel):  # the MCP session manager's run(), for the app's life
                 yield
         finally:
             forwarder.attach(None)
+            agent_forwarder.attach(None)
             await channel.close()
 
     async def healthz(_: Request) -> Response:
@@ -238,6 +242,8 @@ def create_app(settings: Settings) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(SERVICE_PATH):
             await rpc(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"].startswith(AGENT_SERVICE_PATH):
+            await agents_rpc(scope, receive, send)
         else:
             await site(scope, receive, send)
 

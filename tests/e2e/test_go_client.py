@@ -68,6 +68,7 @@ GO_TESTS = [
     "TestTurnTextSkipsVoidedDeltas",
     "TestRewoundVoidsTheDroppedTurns",
     "TestForkAndRewindFromGo",
+    "TestAgentVersionsFromGo",
 ]
 
 

@@ -26,6 +26,8 @@ const DefaultAddress = "127.0.0.1:50051"
 type Client struct {
 	// Gateway is the generated client, for anything this package does not wrap.
 	Gateway gatewayv1.GatewayServiceClient
+	// Agents is the generated AgentService client: the tenant's agents as versioned resources.
+	Agents gatewayv1.AgentServiceClient
 
 	conn *grpc.ClientConn
 	opts options
@@ -89,7 +91,12 @@ func Dial(address string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, FromError(err)
 	}
-	return &Client{Gateway: gatewayv1.NewGatewayServiceClient(conn), conn: conn, opts: o}, nil
+	return &Client{
+		Gateway: gatewayv1.NewGatewayServiceClient(conn),
+		Agents:  gatewayv1.NewAgentServiceClient(conn),
+		conn:    conn,
+		opts:    o,
+	}, nil
 }
 
 // Close ends the connection and every call still open on it.

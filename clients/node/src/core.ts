@@ -18,6 +18,7 @@ import { ApprovalDecision, type RuntimeEvent } from "./gen/cogmesh/common/v1/eve
 import type { Message } from "./gen/cogmesh/common/v1/messages_pb.js";
 import type { Agent, Model, Session } from "./gen/cogmesh/common/v1/resources_pb.js";
 import { ClientToolResultSchema, type TurnRecord } from "./gen/cogmesh/common/v1/turns_pb.js";
+import { AgentService, type AgentVersion } from "./gen/cogmesh/gateway/v1/agents_pb.js";
 import {
   AnswerInterruptRequestSchema,
   GatewayService,
@@ -131,6 +132,35 @@ export interface RewindResult {
   event: EventOf<"rewound">;
 }
 
+/** What `listAgentVersions` returns: one page of an agent's versions, newest first, and every alias. */
+export interface AgentVersionsPage {
+  versions: AgentVersion[];
+  /** Every alias of the agent and the version it points at now. */
+  aliases: Record<string, bigint>;
+  /** Pass back as `pageToken` for the next page; "" on the last. */
+  nextPageToken: string;
+}
+
+/** Which version `getAgent` reads; unset: the latest (or what a "name@7" / "name@prod" suffix says). */
+export interface GetAgentOptions {
+  /** A version number. */
+  version?: bigint | number;
+  /** An alias, e.g. "prod". */
+  alias?: string;
+}
+
+/** What `listSessions` keeps; every filter is optional. */
+export interface ListSessionsOptions {
+  pageSize?: number;
+  pageToken?: string;
+  /** Only the forks of this session. */
+  forkedFrom?: string;
+  /** Only sessions opened with this agent (by name). */
+  agent?: string;
+  /** Only sessions on this version of their agent; with `agent`, a version of that agent. */
+  agentVersion?: bigint | number;
+}
+
 /** What `ask` returns: the turn's answer and every event it produced. */
 export interface TurnResult {
   turnId: string;
@@ -164,6 +194,10 @@ export type InterruptAnswer = { userInput: string } | { toolResult: string; isEr
 
 // Safe to repeat: reads, deletes and cancels. CreateSession and SendMessage are not.
 type IdempotentMethod =
+  | "getAgent"
+  | "listAgentVersions"
+  | "setAgentAlias"
+  | "moveSession"
   | "getSession"
   | "listSessions"
   | "deleteSession"
@@ -271,6 +305,8 @@ function requireInterrupt(
 export class CogmeshClientBase {
   /** The generated GatewayService client, for anything this wrapper does not cover. */
   readonly gateway: Client<typeof GatewayService>;
+  /** The generated AgentService client: a tenant's agents as versioned resources. */
+  readonly agentService: Client<typeof AgentService>;
   private readonly timeoutMs: number;
   private readonly maxAttempts: number;
   private readonly resumeAttempts: number;
@@ -293,6 +329,7 @@ export class CogmeshClientBase {
     this.rateLimitAttempts = Math.max(1, options.rateLimitAttempts ?? 3);
     this.rateLimitWaitMs = Math.max(0, options.rateLimitWaitMs ?? 10_000);
     this.gateway = createClient(GatewayService, transport);
+    this.agentService = createClient(AgentService, transport);
   }
 
   /** Abort every open call and stream and close the connection. Later calls fail with CANCELED. */
@@ -322,8 +359,11 @@ export class CogmeshClientBase {
     return (await this.unary("getSession", (o) => this.gateway.getSession(request, o))).session!;
   }
 
-  /** One page of the tenant's sessions, newest first; `forkedFrom` keeps the forks of one session. */
-  async listSessions(options: { pageSize?: number; pageToken?: string; forkedFrom?: string } = {}): Promise<{
+  /**
+   * One page of the tenant's sessions, newest first; `forkedFrom` keeps the forks of one session,
+   * `agent` and `agentVersion` the sessions on an agent (at a version).
+   */
+  async listSessions(options: ListSessionsOptions = {}): Promise<{
     sessions: Session[];
     nextPageToken: string;
   }> {
@@ -333,9 +373,108 @@ export class CogmeshClientBase {
       pageSize,
       pageToken: requireString("pageToken", options.pageToken, { optional: true }),
       forkedFrom: requireString("forkedFrom", options.forkedFrom, { optional: true }),
+      agent: requireString("agent", options.agent, { optional: true }),
+      agentVersion: toSeq("agentVersion", options.agentVersion),
     };
     const reply = await this.unary("listSessions", (o) => this.gateway.listSessions(request, o));
     return { sessions: reply.sessions, nextPageToken: reply.nextPageToken };
+  }
+
+  /**
+   * Move a session to another agent or version from its next turn on: `agentRef` as createSession
+   * takes it ("name", "name@7", "name@prod"), resolved to a version now. A running turn keeps its own.
+   */
+  async moveSession(sessionId: string, agentRef: string): Promise<Session> {
+    const request = {
+      sessionId: requireString("sessionId", sessionId),
+      agent: requireString("agentRef", agentRef),
+      updateMask: { paths: ["agent"] },
+    };
+    return (await this.unary("moveSession", (o) => this.gateway.updateSession(request, o))).session!;
+  }
+
+  /**
+   * Store version 1 of a new agent of the tenant. `definition` is an agent file's fields as JSON
+   * (without `name` and `prompts_dir`; the prompt inline in `system_prompt`). Needs the key's
+   * `agents:write` permission; ALREADY_EXISTS when the name is taken.
+   */
+  async createAgent(name: string, definition: JsonObject): Promise<AgentVersion> {
+    const request = {
+      name: requireString("name", name),
+      definition: requireJsonObject("definition", definition),
+    };
+    return (await this.unary(false, (o) => this.agentService.createAgent(request, o))).agent!;
+  }
+
+  /**
+   * Store `definition` (whole, not a patch) as the agent's next version. With `expectedVersion`
+   * (the latest one read), ABORTED when another change came first.
+   */
+  async updateAgent(
+    name: string,
+    definition: JsonObject,
+    options: { expectedVersion?: bigint | number } = {},
+  ): Promise<AgentVersion> {
+    const request = {
+      name: requireString("name", name),
+      definition: requireJsonObject("definition", definition),
+      expectedVersion: toSeq("expectedVersion", options.expectedVersion),
+    };
+    return (await this.unary(false, (o) => this.agentService.updateAgent(request, o))).agent!;
+  }
+
+  /** An agent's latest version; "name@7" / `version` a given one, "name@prod" / `alias` an alias's. */
+  async getAgent(ref: string, options: GetAgentOptions = {}): Promise<AgentVersion> {
+    const request = {
+      name: requireString("ref", ref),
+      version: toSeq("version", options.version),
+      alias: requireString("alias", options.alias, { optional: true }),
+    };
+    return (await this.unary("getAgent", (o) => this.agentService.getAgent(request, o))).agent!;
+  }
+
+  /** One page of an agent's versions, newest first, with every alias. */
+  async listAgentVersions(
+    name: string,
+    options: { pageSize?: number; pageToken?: string } = {},
+  ): Promise<AgentVersionsPage> {
+    const request = {
+      name: requireString("name", name),
+      pageSize: requirePageSize(options.pageSize),
+      pageToken: requireString("pageToken", options.pageToken, { optional: true }),
+    };
+    const reply = await this.unary("listAgentVersions", (o) => this.agentService.listAgentVersions(request, o));
+    return { versions: reply.versions, aliases: { ...reply.aliases }, nextPageToken: reply.nextPageToken };
+  }
+
+  /**
+   * Delete an agent with every version and alias; returns how many versions went. Not retried on
+   * UNAVAILABLE: a second attempt after a first that worked would say NOT_FOUND.
+   */
+  async deleteAgent(name: string): Promise<bigint> {
+    const request = { name: requireString("name", name) };
+    return (await this.unary(false, (o) => this.agentService.deleteAgent(request, o))).deletedVersions;
+  }
+
+  /** Point `alias` at `version` (creating or moving it); `previousVersion` is 0n for a new alias. */
+  async setAgentAlias(
+    name: string,
+    alias: string,
+    version: bigint | number,
+  ): Promise<{ agent: AgentVersion; previousVersion: bigint }> {
+    const request = {
+      name: requireString("name", name),
+      alias: requireString("alias", alias),
+      version: toSeq("version", version),
+    };
+    const reply = await this.unary("setAgentAlias", (o) => this.agentService.setAgentAlias(request, o));
+    return { agent: reply.agent!, previousVersion: reply.previousVersion };
+  }
+
+  /** Remove an alias; returns the version it pointed at. */
+  async deleteAgentAlias(name: string, alias: string): Promise<bigint> {
+    const request = { name: requireString("name", name), alias: requireString("alias", alias) };
+    return (await this.unary(false, (o) => this.agentService.deleteAgentAlias(request, o))).previousVersion;
   }
 
   /**

@@ -2,13 +2,16 @@
 export { CogmeshClient, DEFAULT_ADDRESS, type ClientOptions, type TlsOptions } from "./client.js";
 export { bearer, CogmeshClientBase } from "./core.js";
 export type {
+  AgentVersionsPage,
   CallOptions,
   CreateSessionOptions,
   Decision,
   ForkSessionOptions,
+  GetAgentOptions,
   Interrupt,
   InterruptAnswer,
   ListMessagesOptions,
+  ListSessionsOptions,
   ListTurnsOptions,
   ResolveApprovalOptions,
   RewindResult,
@@ -43,3 +46,4 @@ export * from "./gen/cogmesh/common/v1/resources_pb.js";
 export * from "./gen/cogmesh/common/v1/turns_pb.js";
 export * from "./gen/cogmesh/common/v1/errors_pb.js";
 export * from "./gen/cogmesh/gateway/v1/gateway_pb.js";
+export * from "./gen/cogmesh/gateway/v1/agents_pb.js";

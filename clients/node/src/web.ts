@@ -54,13 +54,16 @@ export class CogmeshWebClient extends CogmeshClientBase {
 
 export { bearer, CogmeshClientBase } from "./core.js";
 export type {
+  AgentVersionsPage,
   CallOptions,
   CreateSessionOptions,
   Decision,
   ForkSessionOptions,
+  GetAgentOptions,
   Interrupt,
   InterruptAnswer,
   ListMessagesOptions,
+  ListSessionsOptions,
   ListTurnsOptions,
   ResolveApprovalOptions,
   RewindResult,
@@ -95,3 +98,4 @@ export * from "./gen/cogmesh/common/v1/resources_pb.js";
 export * from "./gen/cogmesh/common/v1/turns_pb.js";
 export * from "./gen/cogmesh/common/v1/errors_pb.js";
 export * from "./gen/cogmesh/gateway/v1/gateway_pb.js";
+export * from "./gen/cogmesh/gateway/v1/agents_pb.js";

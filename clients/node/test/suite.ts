@@ -35,14 +35,24 @@ export interface Suite {
   stop(): Promise<void>;
 }
 
+export interface SuiteOptions {
+  /** Key permissions per tenant, e.g. `{ acme: ["agents:write"] }`; a tenant not named gets none. */
+  permissions?: Record<string, string[]>;
+}
+
 /** Start `cogmesh up` with authentication on: one fresh API key for each of `tenants`. */
-export async function startSuite(tenants: string[], readyTimeoutMs = 240_000): Promise<Suite> {
+export async function startSuite(
+  tenants: string[],
+  readyTimeoutMs = 240_000,
+  options: SuiteOptions = {},
+): Promise<Suite> {
   const keys = Object.fromEntries(tenants.map((t) => [t, `cm_test_${randomBytes(18).toString("hex")}`]));
   const dir = mkdtempSync(join(tmpdir(), "cogmesh-node-test-"));
   const keysFile = join(dir, "keys.yaml");
   const lines = Object.entries(keys).map(([tenant, key]) => {
     const sha = createHash("sha256").update(key).digest("hex");
-    return `  - {sha256: ${sha}, tenant: ${tenant}, principal: ${tenant}-node-test}`;
+    const permissions = options.permissions?.[tenant] ?? [];
+    return `  - {sha256: ${sha}, tenant: ${tenant}, principal: ${tenant}-node-test, permissions: [${permissions.join(", ")}]}`;
   });
   writeFileSync(keysFile, `keys:\n${lines.join("\n")}\n`);
   try {

@@ -1,7 +1,9 @@
 // cogmesh's web console: the tenant's sessions, newest first; a session's live event stream; a
-// composer; approvals and questions answered in place; the session's turns, to fork or rewind. It talks to the browser edge that serves
+// composer; approvals and questions answered in place; the session's turns, to fork or rewind; the
+// tenant's stored agents with their versions and aliases. It talks to the browser edge that serves
 // it (same origin) over the Connect protocol, with @cogmesh/client's browser transport.
 import { AgentMode, Code, CogmeshError, CogmeshWebClient, type Session } from "@cogmesh/client/web";
+import { AgentsView, agentRef } from "./agents.js";
 import { SessionView } from "./session.js";
 import { apiKey, setApiKey } from "./store.js";
 import { TurnsPanel } from "./turns.js";
@@ -14,6 +16,8 @@ const ui = {
   keyForm: $<HTMLFormElement>("key-form"),
   key: $<HTMLInputElement>("api-key"),
   agent: $<HTMLSelectElement>("agent"),
+  agentRef: $<HTMLInputElement>("agent-ref"),
+  agents: $("agents"),
   scope: $<HTMLInputElement>("scope"),
   newSession: $<HTMLFormElement>("new-session"),
   refresh: $<HTMLButtonElement>("refresh"),
@@ -21,6 +25,7 @@ const ui = {
   session: $("session"),
   empty: $("empty"),
   title: $("session-title"),
+  sessionAgent: $("session-agent"),
   cancel: $<HTMLButtonElement>("cancel-turn"),
   origin: $("session-origin"),
   showTurns: $<HTMLButtonElement>("show-turns"),
@@ -68,7 +73,7 @@ function sessionLink(session: Session): HTMLLIElement {
   link.dataset.session = session.sessionId;
   const created = session.createTime ? new Date(Number(session.createTime.seconds) * 1000).toLocaleString() : "";
   const title = document.createElement("div");
-  title.textContent = `${session.agent} · ${session.sessionId.slice(0, 8)}`;
+  title.textContent = `${agentRef(session.agent, session.agentVersion)} · ${session.sessionId.slice(0, 8)}`;
   const meta = document.createElement("div");
   meta.className = "meta";
   // The scope says on whose behalf the session runs (end user, project...): the application's, shown as set.
@@ -101,7 +106,8 @@ async function loadAgents(): Promise<void> {
     ...agents.map((agent) => {
       const option = document.createElement("option");
       option.value = agent.name;
-      option.textContent = agent.name;
+      // A stored agent shows its latest version, which a session opened on the bare name gets.
+      option.textContent = agent.version > 0n ? `${agent.name} (v${agent.version})` : agent.name;
       option.title = agent.description;
       return option;
     }),
@@ -112,6 +118,19 @@ async function loadAgents(): Promise<void> {
 
 function currentSession(): string | undefined {
   return /^#\/s\/([\w-]+)$/.exec(location.hash)?.[1];
+}
+
+/** The Agents view's route: "" for the list, an agent's name for its versions; undefined elsewhere. */
+function currentAgentsRoute(): string | undefined {
+  const match = /^#\/agents(?:\/([\w-]+))?$/.exec(location.hash);
+  return match ? (match[1] ?? "") : undefined;
+}
+
+/** The session's agent at the version it runs (a stored agent's), e.g. "tutor@2". */
+function showAgent(session: Session): void {
+  ui.sessionAgent.textContent = agentRef(session.agent, session.agentVersion);
+  ui.sessionAgent.title =
+    session.agentVersion > 0n ? `version ${session.agentVersion} of ${session.agent}` : "built-in agent";
 }
 
 /** Where a fork came from: a link to the original and the last turn the fork holds. */
@@ -147,15 +166,23 @@ function openSession(): void {
   view?.close();
   view = undefined;
   const id = currentSession();
+  const agentsRoute = currentAgentsRoute();
+  ui.agents.hidden = agentsRoute === undefined;
   ui.session.hidden = !id;
-  ui.empty.hidden = Boolean(id);
+  ui.empty.hidden = Boolean(id) || agentsRoute !== undefined;
+  if (agentsRoute !== undefined) new AgentsView(client, ui.agents, { error: showError }).show(agentsRoute || undefined);
   ui.sessions.querySelectorAll("a").forEach((a) => a.classList.toggle("active", a.dataset.session === id));
   if (!id) return;
   ui.title.textContent = `session ${id}`;
   ui.origin.hidden = true;
+  ui.sessionAgent.textContent = "";
   client
     .getSession(id)
-    .then((session) => id === currentSession() && showOrigin(session))
+    .then((session) => {
+      if (id !== currentSession()) return;
+      showOrigin(session);
+      showAgent(session);
+    })
     .catch(showError);
   view = new SessionView(client, id, ui.events, {
     error: showError,
@@ -223,9 +250,12 @@ ui.newSession.addEventListener("submit", (e) => {
     showError(err);
     return;
   }
+  // "name@version" or "name@alias" typed in takes precedence over the picker's latest version.
+  const agent = ui.agentRef.value.trim() || ui.agent.value;
   client
-    .createSession({ agent: ui.agent.value, scope })
+    .createSession({ agent, scope })
     .then(async (session) => {
+      ui.agentRef.value = "";
       location.hash = `#/s/${session.sessionId}`;
       await loadSessions();
     })
