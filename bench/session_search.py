@@ -62,6 +62,24 @@ class Walk:
             self.walks += 1
 
 
+FILTERED_P99_MS, FORK_P99_MS = 50.0, 100.0  # issue #29's targets, at 100k sessions and 200 turns
+
+
+def targets(latencies: dict[str, list[float]], sessions: int, fork_turns: int) -> list[str]:
+    """Each target of the issue, met or not, from this run."""
+    lines = [f"Targets (p99, at 100000 sessions and a 200-turn fork; this run: {sessions} and {fork_turns}):"]
+    for name, values in latencies.items():
+        if name.startswith("ForkSession"):
+            limit = FORK_P99_MS
+        elif "walk" in name:
+            limit = FILTERED_P99_MS
+        else:
+            continue
+        p99 = percentile(values, 99)
+        lines.append(f"- {name}: {p99:.1f} ms, target {limit:.0f} ms: {'met' if p99 < limit else 'NOT met'}")
+    return lines
+
+
 async def turns_of(store: RedisSessionStore, turns: int) -> str:
     """A session of `turns` turns, each a question and its answer, written as the turns would write them."""
     made, _ = await store.create(TENANT, NewSession("", "", "default"))
@@ -157,6 +175,8 @@ async def main() -> None:
             f" {os.cpu_count()} CPUs (shared), Python {platform.python_version()}, redis-py {redis.__version__}.",
             "",
             table(headers, out),
+            "",
+            *targets(latencies, args.sessions, args.fork_turns),
             "",
         ]
     )
