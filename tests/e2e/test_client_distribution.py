@@ -46,7 +46,7 @@ QUESTION, ANSWER = "What is 17 * 23?", "391"
 # The public protos (protos/generate.py's PUBLIC_PROTOS), the only stubs a client package carries.
 PUBLIC_STUBS = {
     *(f"cogmesh/common/v1/{name}" for name in ("errors", "events", "messages", "resources", "turns")),
-    *(f"cogmesh/gateway/v1/{name}" for name in ("gateway", "schedules", "webhooks")),
+    *(f"cogmesh/gateway/v1/{name}" for name in ("agents", "gateway", "schedules", "webhooks")),
     "cogmesh/policy/v1/hooks",
     "cogmesh/tools/v1/tools",
 }
