@@ -34,8 +34,9 @@ from gateway.turns import Turns
 from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
+from services.kit.errors import Unavailable
 from services.kit.event_log import EventLogReader
-from services.kit.logging import bind_request
+from services.kit.logging import bind_request, log
 from services.kit.protos import dict_to_struct
 from services.lib.models.watch import CatalogWatcher
 
@@ -229,7 +230,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     # ------------------------------------------------------------------ the catalogue
 
     async def ListAgents(self, request: gateway_pb2.ListAgentsRequest, context: Any) -> gateway_pb2.ListAgentsResponse:
-        stored = await self.sessions.stored.latest(auth.current.get().tenant_id)
+        tenant = auth.current.get().tenant_id
+        try:
+            stored = await self.sessions.stored.latest(tenant)
+        except Unavailable as exc:  # the built-ins need no other service: they are still listed
+            log.warning("stored agents left out of ListAgents", tenant=tenant, error=exc.message)
+            stored = []
         listed = [(a, 0) for a in self.agents.list()] + [(a, v) for a, v in stored if not a.hidden]
         listed.sort(key=lambda pair: pair[0].name)
         return gateway_pb2.ListAgentsResponse(agents=[agent_to_proto(a, version) for a, version in listed])

@@ -244,9 +244,17 @@ CASES: list[Any] = [
         "gateway",
         "UpdateSession",
         lambda env: G.UpdateSessionRequest(
-            session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["agent"])
+            session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["scope"])
         ),
         "update_mask",
+    ),
+    bad(  # a move names the agent to move to
+        "gateway",
+        "UpdateSession",
+        lambda env: G.UpdateSessionRequest(
+            session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["agent"])
+        ),
+        "agent",
     ),
     bad(
         "gateway",
@@ -578,9 +586,21 @@ CASES: list[Any] = [
         "sessions",
         "UpdateSession",
         lambda env: S.UpdateSessionRequest(
-            tenant_id=TENANT, session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["agent"])
+            tenant_id=TENANT, session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["scope"])
         ),
         "update_mask",
+    ),
+    bad(
+        "sessions",
+        "UpdateSession",
+        lambda env: S.UpdateSessionRequest(
+            tenant_id=TENANT,
+            session_id=env.session_id,
+            agent_version=-1,
+            update_mask=field_mask_pb2.FieldMask(paths=["agent"]),
+        ),
+        "agent",
+        "agent_version",
     ),
     bad(
         "sessions",

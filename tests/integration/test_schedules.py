@@ -449,8 +449,9 @@ async def test_a_schedule_follows_a_stored_agents_alias_at_each_run(replicas: Re
     schedule = await create(r, cron("0 9 * * *", agent="reporter", agent_version="prod", message="What is 2 * 3?"))
 
     async def run_version(k: int) -> int:
-        await r.schedules().TriggerSchedule(api.TriggerScheduleRequest(schedule_id=schedule.schedule_id), timeout=5)
-        run = (await ended_runs(r, schedule.schedule_id, k))[0]
+        trigger = api.TriggerScheduleRequest(schedule_id=schedule.schedule_id)
+        started = (await r.schedules().TriggerSchedule(trigger, timeout=5)).run
+        run = next(x for x in await ended_runs(r, schedule.schedule_id, k) if x.run_id == started.run_id)
         assert run.outcome == api.SCHEDULE_RUN_OUTCOME_COMPLETED, run.error
         got = await r.gateway().GetSession(gateway_pb2.GetSessionRequest(session_id=run.session_id), timeout=5)
         return int(got.session.agent_version)

@@ -388,7 +388,7 @@ async def test_bad_input_names_the_field(stub: Any) -> None:
         (
             stub.UpdateSession(
                 S.UpdateSessionRequest(
-                    tenant_id=TENANT, session_id=sid, update_mask=field_mask_pb2.FieldMask(paths=["agent"])
+                    tenant_id=TENANT, session_id=sid, update_mask=field_mask_pb2.FieldMask(paths=["scope"])
                 )
             ),
             ["update_mask"],

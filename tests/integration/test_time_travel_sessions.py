@@ -268,7 +268,7 @@ async def test_a_fork_copies_the_conversation_up_to_a_turn_and_leaves_the_origin
     assert (fork.agent, dict(fork.labels), fork.role_id, list(fork.active_skill_ids)) == (
         "critic",
         {"v": "2"},
-        "coach",
+        "",  # another agent starts in its own default role
         ["calc"],
     )
     assert (fork.forked_from.session_id, fork.forked_from.turn_id) == (sid, "t2")
