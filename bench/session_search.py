@@ -3,10 +3,10 @@ plain GetSession in the same run.
 
 One private redis-server; one tenant holds --sessions sessions, each labelled
 {team: t<i % teams>, tier: gold|free}, so one team holds 1 / --teams of them, spread evenly over
-the tenant's history (a rare label), and tier=gold half of them (a common one). A filtered
-listing reads at most SCAN_BUDGET index entries per call (services/sessions/redis_store.py),
-so a rare label's walk takes several calls, some answering few sessions or none; every call
-of a walk is one sample. Rows are interleaved so load from elsewhere hits every row alike.
+the tenant's history (a rare label), and tier=gold half of them (a common one). A label
+filter walks that label's index (services/sessions/redis_store.py: a sorted set per label value),
+reading at most SCAN_BUDGET entries per call; every call of a walk is one sample. Rows are
+interleaved so load from elsewhere hits every row alike.
 
 - GetSession: one session read by id (the baseline);
 - unfiltered page: the tenant's newest page;
@@ -169,9 +169,10 @@ async def main() -> None:
             "",
             f"One tenant of {args.sessions} sessions on a private redis-server {redis_version()} (no persistence);"
             f" labels team=t<i % {args.teams}> (one team: {args.sessions // args.teams} sessions spread over the"
-            f" tenant's history) and tier gold|free. Pages of {args.page}; a filtered call reads at most"
-            f" {redis_store.SCAN_BUDGET} index entries; {args.repeats} calls of each row, interleaved; the rare"
-            f" label's walk went through the whole tenant {rare.walks} times. Machine: {platform.machine()},"
+            f" tenant's history) and tier gold|free. Pages of {args.page}; a label filter walks that label's index,"
+            f" a call reading at most {redis_store.SCAN_BUDGET} entries; {args.repeats} calls of each row,"
+            f" interleaved; the rare label's walk went through its index {rare.walks} times. Machine:"
+            f" {platform.machine()},"
             f" {os.cpu_count()} CPUs (shared), Python {platform.python_version()}, redis-py {redis.__version__}.",
             "",
             table(headers, out),

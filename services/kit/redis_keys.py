@@ -76,18 +76,26 @@ class TenantKeys:
     key=value, under the same scores as the tenant's index; `scopes` names each scoped
     session's scope (so an entry can leave every index once its session is gone), and its
     field "*" says how far the one-time backfill of older sessions got ("done" once all are in).
+    A label index (`label_index(key, value)`) and `labels` (each labelled session's labels as
+    indexed) are the same for labels, which UpdateSession changes: an index may hold a session
+    that no longer has the label (a reader checks the session), never miss one that has it.
     """
 
-    __slots__ = ("base", "index", "scopes", "seq")
+    __slots__ = ("base", "index", "labels", "scopes", "seq")
 
     def __init__(self, prefix: str, tenant_id: str):
         self.base = f"{prefix}{{t:{tenant_id}}}"
         self.index, self.seq = f"{self.base}:sessions", f"{self.base}:seq"
         self.scopes = f"{self.base}:scope-of"
+        self.labels = f"{self.base}:label-of"
 
     def scope_index(self, key: str, value: str) -> str:
         # A scope key never holds "=" (services/kit/scope.py KEY_PATTERN): the first one ends it.
         return f"{self.base}:scope:{key}={value}"
+
+    def label_index(self, key: str, value: str) -> str:
+        # A label key never holds "=" (services/lib/session_search.py LABEL_KEY): the first one ends it.
+        return f"{self.base}:label:{key}={value}"
 
 
 def open_turn_bucket(prefix: str, session_id: str) -> tuple[str, str]:

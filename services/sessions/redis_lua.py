@@ -94,6 +94,7 @@ SCRIPTS = {name.upper(): text for name, text in _LUA.items() if name != "preambl
 # A tenant's index and its scope indexes (services/kit/redis_keys.py TenantKeys: one slot), which the store
 # keeps between session scripts.
 INDEX_ADD, INDEX_REMOVE, INDEX_BACKFILL = SCRIPTS["INDEX_ADD"], SCRIPTS["INDEX_REMOVE"], SCRIPTS["INDEX_BACKFILL"]
+LABEL_INDEX = SCRIPTS["LABEL_INDEX"]
 
 
 def source(name: str) -> str:

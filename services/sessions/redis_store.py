@@ -164,6 +164,15 @@ def _origin_json(origin: Origin | None) -> str:
     return json.dumps({"session_id": origin.session_id, "turn_id": origin.turn_id, "at": origin.forked_at})
 
 
+def _label_pairs(blob: Any) -> set[tuple[str, str]]:
+    """The (key, value) pairs a session is indexed under, as the label-of hash keeps them ("[]": none)."""
+    return {(str(k), str(v)) for k, v in json.loads(blob)} if blob else set()
+
+
+def _label_blob(pairs: set[tuple[str, str]]) -> str:
+    return json.dumps(sorted(pairs))
+
+
 def _origin(stored: bytes | None) -> Origin | None:
     if not stored:
         return None
@@ -275,6 +284,7 @@ class RedisSessionStore:
         self._index_add = client.register_script(lua.INDEX_ADD)
         self._index_remove = client.register_script(lua.INDEX_REMOVE)
         self._index_backfill = client.register_script(lua.INDEX_BACKFILL)
+        self._label_index = client.register_script(lua.LABEL_INDEX)
         self._indexed: OrderedDict[str, int] = OrderedDict()  # session -> token of its open turn, in the index
 
     @classmethod
@@ -442,6 +452,8 @@ class RedisSessionStore:
                 return await self.create(tenant_id, new, reuse_existing)
             if status == "ok":
                 await self._index(tenant_id, session_id, new.scope)
+                if new.labels:
+                    await self._relabel(tenant_id, session_id, add=new.labels, keep=new.labels)
             return self._record(reply[2]), status == "reused"
         raise StoreUnavailable(f"session identity {new.user_id}/{new.topic_id} kept changing under CreateSession")
 
@@ -459,14 +471,48 @@ class RedisSessionStore:
         gone = [sid for sid, present in zip(others, alive, strict=True) if not present]
         await self._unindex(tenant, gone)
 
-    async def _unindex(self, tenant: TenantKeys, session_ids: Sequence[str | bytes]) -> None:
-        """Take sessions out of their tenant's index and every scope index they are in."""
+    async def _unindex(self, tenant: TenantKeys, session_ids: Sequence[str | bytes], also: str = "") -> None:
+        """Take sessions out of their tenant's index and every scope and label index they are in (and `also`, the
+        index they were just read from)."""
         if not session_ids:
             return
-        # A session's scope never changes, so what the hash says still holds when the script runs.
-        stored: Any = await self._call(self._redis.hmget(tenant.scopes, list(session_ids)))
-        keys = {tenant.scope_index(k, v) for blob in stored if blob for k, v in json.loads(blob).items()}
-        await self._call(self._index_remove(keys=[tenant.index, tenant.scopes, *sorted(keys)], args=list(session_ids)))
+        # A session's scope never changes, so what the hash says still holds when the script runs; a label the
+        # session gains meanwhile is added after (by its update), so an entry left behind is only ever extra.
+        scoped: Any = await self._call(self._redis.hmget(tenant.scopes, list(session_ids)))
+        labelled: Any = await self._call(self._redis.hmget(tenant.labels, list(session_ids)))
+        keys = {tenant.scope_index(k, v) for blob in scoped if blob for k, v in json.loads(blob).items()}
+        keys |= {tenant.label_index(k, v) for blob in labelled for k, v in _label_pairs(blob)}
+        keys |= {also} - {"", tenant.index}
+        await self._call(
+            self._index_remove(keys=[tenant.index, tenant.scopes, tenant.labels, *sorted(keys)], args=list(session_ids))
+        )
+
+    async def _relabel(
+        self, tenant_id: str, session_id: str, add: Mapping[str, str], keep: Mapping[str, str] | None
+    ) -> None:
+        """Put the session into the label indexes of `add`, and (with `keep`: its labels now) out of those of any
+        other label it was indexed under; records the (key, value) pairs it is indexed under, which between the two
+        steps of an update may hold two values of one key. Adding comes before the session's labels change and
+        removing after, so an index never misses a session that has its label."""
+        tenant = TenantKeys(self._prefix, tenant_id)
+        for _ in range(5):  # another update of the session's labels in between: read again
+            recorded_blob = await self._call(self._redis.hget(tenant.labels, session_id))
+            recorded = _label_pairs(recorded_blob)
+            wanted = set(add.items())
+            after = wanted | {pair for pair in recorded if keep is None or keep.get(pair[0]) == pair[1]}
+            if keep is not None:
+                after |= set(keep.items())
+            adding = sorted(tenant.label_index(k, v) for k, v in after - recorded)
+            removing = sorted(tenant.label_index(k, v) for k, v in recorded - after)
+            done = await self._call(
+                self._label_index(
+                    keys=[tenant.index, tenant.labels, *adding, *removing],
+                    args=[session_id, len(adding), _label_blob(after), _s(recorded_blob) if recorded_blob else ""],
+                )
+            )
+            if int(done) >= 0:
+                return
+        raise StoreUnavailable(f"session {session_id}: its labels kept changing while they were indexed")
 
     async def _backfill(self, tenant_id: str, tenant: TenantKeys) -> None:
         """Put the tenant's sessions listed before scope indexes existed into them; once per tenant.
@@ -499,6 +545,34 @@ class RedisSessionStore:
             after = f"({int(page[-1][1])}"
         await self._call(self._redis.hset(tenant.scopes, "*", "done"))
 
+    async def _backfill_labels(self, tenant_id: str, tenant: TenantKeys) -> None:
+        """Put the tenant's labelled sessions listed before label indexes existed into them; once per tenant (as
+        `_backfill` does for scopes, its progress in the label-of hash's field "*")."""
+        done: Any = await self._call(self._redis.hget(tenant.labels, "*"))
+        if done == b"done":
+            return
+        top = int(await self._call(self._redis.get(tenant.seq)) or 0)
+        after = f"({int(done)}" if done else "-inf"
+        while True:
+            page: Any = await self._call(self._redis.zrangebyscore(tenant.index, after, top, 0, CLOSE_BATCH, True))
+            if not page:
+                break
+            held = await asyncio.gather(
+                *(self._call(self._redis.hmget(self._keys(_s(sid))[0], "tenant_id", "labels")) for sid, _ in page)
+            )
+            keys: dict[str, int] = {}
+            args: list[Any] = [int(page[-1][1])]
+            for (sid, _), (owner, blob) in zip(page, held, strict=True):
+                labels = json.loads(blob) if blob and _s(owner) == tenant_id else {}
+                if not labels:
+                    continue
+                names = [tenant.label_index(k, v) for k, v in sorted(labels.items())]
+                args += [sid, _label_blob(set(labels.items())), len(names)]
+                args += [keys.setdefault(name, len(keys) + 3) for name in names]
+            await self._call(self._index_backfill(keys=[tenant.index, tenant.labels, *keys], args=args))
+            after = f"({int(page[-1][1])}"
+        await self._call(self._redis.hset(tenant.labels, "*", "done"))
+
     async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
         reply = await self._run("GET", tenant_id, session_id)
         return self._record(reply[1])
@@ -525,10 +599,16 @@ class RedisSessionStore:
     ) -> Page[SessionRecord]:
         tenant = TenantKeys(self._prefix, tenant_id)
         index = tenant.index
+        names = []
         if scope_filter:
-            # The smallest of the filter's scope indexes; its scores are the tenant index's, so are the cursors.
             await self._backfill(tenant_id, tenant)
-            names = [tenant.scope_index(k, v) for k, v in sorted(scope_filter.items())]
+            names += [tenant.scope_index(k, v) for k, v in sorted(scope_filter.items())]
+        if where and where.labels:
+            await self._backfill_labels(tenant_id, tenant)
+            names += [tenant.label_index(k, v) for k, v in sorted(where.labels.items())]
+        if names:
+            # The smallest of the filter's scope and label indexes; its scores are the tenant index's, so are the
+            # cursors. The filter is still checked on every session read from it.
             index = names[0]
             if len(names) > 1:
                 sizes = await asyncio.gather(*(self._call(self._redis.zcard(name)) for name in names))
@@ -572,7 +652,7 @@ class RedisSessionStore:
                     continue  # changed since its facts were read
                 else:
                     found.append((record, int(score)))
-            await self._unindex(tenant, gone)
+            await self._unindex(tenant, gone, index)
             if ended:
                 break
         if len(found) > limit:
@@ -653,10 +733,17 @@ class RedisSessionStore:
         ops: list[Any] = []
         for key, value in changes.items():
             ops += [key, "" if value is None else "1", value or ""]
+        relabelled = update.labels is not None or bool(changes)
+        if relabelled:  # the labels it gains join their indexes first: an index never misses a session
+            gained = {k: v for k, v in {**(update.labels or {}), **changes}.items() if v is not None}
+            await self._relabel(tenant_id, session_id, add=gained, keep=None)
         reply = await self._run("UPDATE", tenant_id, session_id, token, search.MAX_LABELS, len(changes), *ops, *pairs)
         if _s(reply[0]) == "too_many":
             raise InvalidValue("labels", search.too_many_labels(session_id, int(reply[1])))
-        return self._record(reply[1])
+        record = self._record(reply[1])
+        if relabelled:  # and it leaves those of the labels it lost
+            await self._relabel(tenant_id, session_id, add={}, keep=record.labels)
+        return record
 
     async def delete(self, tenant_id: str, session_id: str) -> bool:
         try:

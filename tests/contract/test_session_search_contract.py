@@ -9,6 +9,7 @@ import time
 import pytest
 
 from cogmesh.common.v1 import events_pb2
+from services.kit.redis_keys import TenantKeys
 from services.lib import session_search as search
 from services.lib.session_search import SessionFilter
 from services.sessions import leases, redis_store
@@ -201,10 +202,39 @@ async def test_a_filtered_listing_past_its_scan_budget_answers_a_cursor_to_go_on
     page, each call within its budget (the memory store reads all; the same sessions come out)."""
     monkeypatch.setattr(redis_store, "SCAN_BUDGET", 5)
     monkeypatch.setattr(redis_store, "FILTER_BATCH", 2)
-    ids = [await create(store, str(i), labels={"rare": "yes"} if i in (1, 13) else {}) for i in range(16)]
-    seen, pages = await listed(store, SessionFilter(labels={"rare": "yes"}), page_size=10)
+    ids = [await create(store, str(i), agent="rare" if i in (1, 13) else "default") for i in range(16)]
+    seen, pages = await listed(store, SessionFilter(agent="rare"), page_size=10)
     assert seen == [ids[13], ids[1]]
     if isinstance(store, redis_store.RedisSessionStore):
         assert pages >= 4  # 16 entries, 5 a call at most
-    page = await store.list_sessions(ACME, None, 1, where=SessionFilter(labels={"rare": "yes"}))
+    page = await store.list_sessions(ACME, None, 1, where=SessionFilter(agent="rare"))
     assert [r.session_id for r in page.items] == [ids[13]] and page.next_cursor is not None
+
+
+async def test_a_label_filter_reads_the_labels_index_not_the_tenants(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Redis a label has an index of its own: a rare label is one call however many sessions lie between,
+    and the index follows the labels through UpdateSession, deletion and sessions labelled before it existed."""
+    monkeypatch.setattr(redis_store, "SCAN_BUDGET", 5)
+    monkeypatch.setattr(redis_store, "FILTER_BATCH", 2)
+    ids = [await create(store, str(i), labels={"rare": "yes"} if i in (1, 13) else {"common": "x"}) for i in range(16)]
+    rare = SessionFilter(labels={"rare": "yes"})
+    seen, pages = await listed(store, rare, page_size=10)
+    assert seen == [ids[13], ids[1]] and pages == 1
+    # Moved: a label gained, one lost, one changed value.
+    token = 0
+    await store.update(ACME, ids[5], SessionUpdate(label_changes={"rare": "yes"}), token)
+    await store.update(ACME, ids[13], SessionUpdate(labels={"rare": "no"}), token)
+    assert (await listed(store, rare, page_size=10))[0] == [ids[5], ids[1]]
+    assert (await listed(store, SessionFilter(labels={"rare": "no"}), page_size=10))[0] == [ids[13]]
+    await store.delete(ACME, ids[1])
+    assert (await listed(store, rare, page_size=10))[0] == [ids[5]]
+    if isinstance(store, redis_store.RedisSessionStore):
+        # Sessions labelled before label indexes existed: the first labelled listing puts them in.
+        tenant = TenantKeys(store._prefix, ACME)
+        index = tenant.label_index("rare", "yes")
+        assert await store.client.zcard(index) == 1
+        await store.client.delete(index, tenant.labels)
+        assert (await listed(store, rare, page_size=10))[0] == [ids[5]]
+        assert await store.client.zcard(index) == 1
