@@ -17,7 +17,7 @@ import { Code, createClient, type Client, type Interceptor, type Transport } fro
 import { ApprovalDecision, type RuntimeEvent } from "./gen/cogmesh/common/v1/events_pb.js";
 import type { Message } from "./gen/cogmesh/common/v1/messages_pb.js";
 import type { Agent, Model, Session } from "./gen/cogmesh/common/v1/resources_pb.js";
-import { ClientToolResultSchema, type TurnRecord } from "./gen/cogmesh/common/v1/turns_pb.js";
+import { ClientToolResultSchema, MultitaskStrategy, type TurnRecord } from "./gen/cogmesh/common/v1/turns_pb.js";
 import { AgentService, type AgentVersion } from "./gen/cogmesh/gateway/v1/agents_pb.js";
 import {
   AnswerInterruptRequestSchema,
@@ -85,7 +85,16 @@ export interface StreamOptions {
 export interface SendOptions extends StreamOptions {
   /** Model name for this turn instead of the agent's. */
   model?: string;
+  /**
+   * What the turn does while another turn of the session runs: "reject" (the default), "enqueue",
+   * "interrupt", or "rollback" (interrupt it, then drop what it added: its messages leave the
+   * conversation and a `rewound` event voids its events).
+   */
+  multitaskStrategy?: Multitask | MultitaskStrategy;
 }
+
+/** The multitask strategies by name (SendOptions.multitaskStrategy). */
+export type Multitask = "reject" | "enqueue" | "interrupt" | "rollback";
 
 export interface SubscribeOptions extends StreamOptions {
   /** Deliver events with seq greater than this; 0 (default) replays everything retained. */
@@ -239,6 +248,23 @@ function toSeq(name: string, value: unknown): bigint {
   if (typeof value === "bigint" && value >= 0n) return value;
   if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
   throw new TypeError(`${name} must be a non-negative integer (number or bigint), got ${String(value)}`);
+}
+
+const MULTITASK: Record<Multitask, MultitaskStrategy> = {
+  reject: MultitaskStrategy.REJECT,
+  enqueue: MultitaskStrategy.ENQUEUE,
+  interrupt: MultitaskStrategy.INTERRUPT,
+  rollback: MultitaskStrategy.ROLLBACK,
+};
+
+/** A multitask strategy by name or enum value; RangeError naming the value otherwise. */
+export function toMultitask(value: unknown): MultitaskStrategy {
+  if (value === undefined) return MultitaskStrategy.UNSPECIFIED;
+  if (typeof value === "string" && Object.hasOwn(MULTITASK, value)) return MULTITASK[value as Multitask];
+  if (typeof value === "number" && Object.values(MULTITASK).includes(value)) return value;
+  throw new RangeError(
+    `multitaskStrategy must be "reject", "enqueue", "interrupt" or "rollback", got ${describe(value)}`,
+  );
 }
 
 const DECISIONS: Record<Decision, ApprovalDecision> = {
@@ -593,6 +619,7 @@ export class CogmeshClientBase {
       sessionId: requireString("sessionId", sessionId),
       content: requireString("content", content),
       model: requireString("model", options.model, { optional: true }),
+      multitaskStrategy: toMultitask(options.multitaskStrategy),
     };
     yield* this.turn(request.sessionId, options.signal, (signal) => this.gateway.sendMessage(request, { signal }));
   }

@@ -1,6 +1,6 @@
 // @cogmesh/client: a typed Node client for cogmesh's GatewayService.
 export { CogmeshClient, DEFAULT_ADDRESS, type ClientOptions, type TlsOptions } from "./client.js";
-export { bearer, CogmeshClientBase } from "./core.js";
+export { bearer, CogmeshClientBase, toMultitask } from "./core.js";
 export type {
   AgentVersionsPage,
   CallOptions,
@@ -13,6 +13,7 @@ export type {
   ListMessagesOptions,
   ListSessionsOptions,
   ListTurnsOptions,
+  Multitask,
   ResolveApprovalOptions,
   RewindResult,
   SendOptions,

@@ -14,6 +14,7 @@ import {
   isTerminal,
   RuntimeEventSchema,
   streamedText,
+  toMultitask,
   finalText,
   TurnErrorSchema,
   TurnFailedError,
@@ -23,6 +24,7 @@ import {
   type EventOf,
   type RuntimeEvent,
 } from "../src/index.js";
+import { MultitaskStrategy } from "../src/gen/cogmesh/common/v1/turns_pb.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 
 function fromServer(code: Code, message: string, details: ConstructorParameters<typeof ConnectError>[3]): ConnectError {
@@ -150,4 +152,13 @@ test("a rewound event voids the dropped turns' events, as a step_retried notice 
     [1n, 4n, 5n],
   );
   assert.equal(streamedText(all), "kept late");
+});
+
+test("a multitask strategy is named or an enum value; anything else is refused before sending", () => {
+  assert.equal(toMultitask("rollback"), MultitaskStrategy.ROLLBACK);
+  assert.equal(toMultitask("enqueue"), MultitaskStrategy.ENQUEUE);
+  assert.equal(toMultitask(MultitaskStrategy.INTERRUPT), MultitaskStrategy.INTERRUPT);
+  assert.equal(toMultitask(undefined), MultitaskStrategy.UNSPECIFIED);
+  assert.throws(() => toMultitask("later"), /multitaskStrategy must be .* got "later"/);
+  assert.throws(() => toMultitask(42), RangeError);
 });
