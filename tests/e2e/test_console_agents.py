@@ -139,3 +139,13 @@ def test_console_shows_agent_versions(up: tuple[Up, str], tutor: None, capsys: p
     assert (agent["hash"], agent["name"], agent["sessionHidden"]) == ("#/agents/tutor", "tutor", True)
     assert agent["versions"] == [{"version": "2", "aliases": []}, {"version": "1", "aliases": ["prod"]}]
     assert agent["aliases"] == ["prod → v1"]
+
+    # What the console changed, read back over gRPC.
+    assert "definition: not JSON" in seen["refused"], seen["refused"]
+    assert seen["changed"] == {"versions": 1}
+    with grpc.insecure_channel(up[0].addresses["gateway"]) as channel:
+        agents: Any = agents_pb2_grpc.AgentServiceStub(channel)  # type: ignore[no-untyped-call]
+        prod = agents.GetAgent(agents_pb2.GetAgentRequest(name="tutor@prod"), timeout=30).agent
+        scribe = agents.GetAgent(agents_pb2.GetAgentRequest(name="scribe"), timeout=30).agent
+    assert (prod.version, prod.definition["description"]) == (3, "v3 from the console")
+    assert (scribe.version, list(scribe.definition["tools"])) == (1, ["calculator"])
