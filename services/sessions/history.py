@@ -206,19 +206,34 @@ def _outcome_of(event: events_pb2.RuntimeEvent) -> int | None:
 
 async def _read_range(
     store: SessionStore, tenant_id: str, session_id: str, turn_id: str, first: int, end: int
-) -> tuple[int, int | None]:
-    """The seq of the turn's last event in [first, end] and how its events say it ended."""
-    last, outcome = 0, None
+) -> tuple[int, int | None, events_pb2.RuntimeEvent | None]:
+    """The seq of the turn's last event in [first, end], how its events say it ended, and its final event."""
+    last, outcome, final = 0, None, None
     stream = store.read_events(tenant_id, session_id, first - 1, False, 60.0)
     async with contextlib.aclosing(stream):  # type: ignore[type-var]
         async for batch in stream:
             for event in batch or ():
                 if event.seq > end:
-                    return last, outcome
+                    return last, outcome, final
                 if event.turn_id == turn_id:
                     last = event.seq
                     outcome = _outcome_of(event) or outcome
-    return last, outcome
+                    if event.HasField("final") and not event.agent:  # the turn's, not a subagent's
+                        final = event
+    return last, outcome, final
+
+
+def _answer_step(final: events_pb2.RuntimeEvent) -> turns_pb2.TurnStep:
+    """The model call that gave the turn's answer: the journal records what recovery needs, and an answer needs
+    nothing recovered (it ends the turn in the same write), so this step is read from the final event."""
+    model = final.final.model
+    step = turns_pb2.TurnStep(
+        kind=turns_pb2.TURN_STEP_KIND_MODEL_CALL,
+        seq=final.seq,
+        summary=f"model {model}: the answer" if model else "the answer",
+    )
+    step.record_time.CopyFrom(final.create_time)
+    return step
 
 
 @dataclass(frozen=True)
@@ -251,10 +266,10 @@ async def list_turns(
         first = firsts.get(turn_id, 0)
         bounds = [firsts[t] for t in (page + later)[i + 1 :] if t in firsts and firsts[t] > first]
         end = min(bounds) - 1 if bounds else log.last_seq
-        last, outcome = 0, None
+        last, outcome, final = 0, None, None
         if first and first >= log.first_seq:
             try:
-                last, outcome = await _read_range(store, tenant_id, session_id, turn_id, first, end)
+                last, outcome, final = await _read_range(store, tenant_id, session_id, turn_id, first, end)
             except CogmeshError:  # trimmed meanwhile
                 last = 0
         if not last:
@@ -283,6 +298,8 @@ async def list_turns(
             record.end_time.CopyFrom(own[-1].create_time)
         if include_steps:
             record.steps.extend(_step(r) for r in journal)
+            if final is not None:
+                record.steps.append(_answer_step(final))
         turns.append(record)
     return TurnsPage(turns, offset + limit if offset + limit < len(order) else None)
 

@@ -193,11 +193,13 @@ async def test_list_turns_pages_oldest_first_with_their_steps_ranges_and_outcome
         turns_pb2.TURN_STEP_KIND_DECISION,
         turns_pb2.TURN_STEP_KIND_TOOL_CALL,
         turns_pb2.TURN_STEP_KIND_STEP_END,
+        turns_pb2.TURN_STEP_KIND_MODEL_CALL,  # the answer's, from the final event (the journal needs none)
     ]
     summaries = [s.summary for s in steps]
     assert summaries[0] == "asked: what is 2+2?" and "local/echo" in summaries[1]
     assert "calc" in summaries[2] and "calc -> run" in summaries[3] and summaries[4] == "ran calc ok"
     assert summaries[5] == ""  # unreadable: no summary, no error
+    assert summaries[6].endswith("the answer") and steps[6].seq == turns[1].last_seq
     assert all(turns[1].first_seq <= s.seq <= turns[1].last_seq for s in steps)
     plain = await stub.ListTurns(S.ListTurnsRequest(tenant_id=TENANT, session_id=sid), timeout=TIMEOUT_S)
     assert len(plain.turns) == 3 and all(not t.steps for t in plain.turns)
