@@ -19,12 +19,13 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import agents_pb2 as store
 from gateway import auth
 from gateway.agents import definitions
-from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
+from services.kit.agents import AgentDefinition, AgentRegistry, agent_from_json
 from services.kit.clients import Clients
 from services.kit.dependencies import AgentStoreClient, RuntimeClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, NotFound
 from services.kit.logging import log
 from services.lib.models.watch import CatalogWatcher
+from services.lib.stored_agents import StoredAgents
 
 MAX_PAGE = 200
 
@@ -82,26 +83,27 @@ def _native(agent: AgentDefinition) -> api.AgentVersion:
 
 class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
     def __init__(self, clients: Clients, builtins: AgentRegistry, catalogue: CatalogWatcher | None) -> None:
-        self.store = AgentStoreClient.of(clients)
+        self.stored = StoredAgents(clients, builtins)
+        self.store = self.stored.store
         self.runtime = RuntimeClient.of(clients)
-        self.builtins = builtins
         self.catalogue = catalogue
 
     def _builtin(self, name: str) -> AgentDefinition | None:
-        try:
-            return self.builtins.get(name)
-        except UnknownAgentError:
-            return None
+        return self.stored.builtin(name)
+
+    def _changeable(self, name: str) -> None:
+        """A valid name that is not a built-in's (built-ins are read-only here)."""
+        definitions.check_name(name)
+        if self._builtin(name) is not None:
+            raise _builtin_read_only(name)
 
     async def _exists(self, tenant: str, name: str) -> bool:
         if self._builtin(name) is not None:
             return True
         try:
-            await self.store.GetAgentVersion(store.GetAgentVersionRequest(tenant_id=tenant, name=name))
-        except DependencyError as exc:
-            if exc.status_code == grpc.StatusCode.NOT_FOUND:
-                return False
-            raise
+            await self.stored.read(tenant, name)
+        except NotFound:
+            return False
         return True
 
     async def _on_offer(self) -> definitions.OnOffer:
@@ -149,9 +151,7 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
 
     async def UpdateAgent(self, request: api.UpdateAgentRequest, context: Any) -> api.UpdateAgentResponse:
         principal = self._writer()
-        definitions.check_name(request.name)
-        if self._builtin(request.name) is not None:
-            raise _builtin_read_only(request.name)
+        self._changeable(request.name)
         if request.expected_version < 0:
             raise InvalidArgument([("expected_version", "must not be negative")])
         text = await self._checked(principal.tenant_id, request.name, request.definition)
@@ -215,18 +215,14 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
 
     async def DeleteAgent(self, request: api.DeleteAgentRequest, context: Any) -> api.DeleteAgentResponse:
         principal = self._writer()
-        definitions.check_name(request.name)
-        if self._builtin(request.name) is not None:
-            raise _builtin_read_only(request.name)
+        self._changeable(request.name)
         reply = await self.store.DeleteAgent(store.DeleteAgentRequest(tenant_id=principal.tenant_id, name=request.name))
         self._audit("agent.delete", principal, request.name, deleted_versions=reply.deleted_versions)
         return api.DeleteAgentResponse(deleted_versions=reply.deleted_versions)
 
     async def SetAgentAlias(self, request: api.SetAgentAliasRequest, context: Any) -> api.SetAgentAliasResponse:
         principal = self._writer()
-        definitions.check_name(request.name)
-        if self._builtin(request.name) is not None:
-            raise _builtin_read_only(request.name)
+        self._changeable(request.name)
         reply = await self.store.SetAgentAlias(
             store.SetAgentAliasRequest(
                 tenant_id=principal.tenant_id, name=request.name, alias=request.alias, version=request.version
@@ -246,9 +242,7 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         self, request: api.DeleteAgentAliasRequest, context: Any
     ) -> api.DeleteAgentAliasResponse:
         principal = self._writer()
-        definitions.check_name(request.name)
-        if self._builtin(request.name) is not None:
-            raise _builtin_read_only(request.name)
+        self._changeable(request.name)
         reply = await self.store.DeleteAgentAlias(
             store.DeleteAgentAliasRequest(tenant_id=principal.tenant_id, name=request.name, alias=request.alias)
         )

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
@@ -29,8 +29,11 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
 from services.kit.config import Settings
+from services.kit.errors import Unavailable
 from services.kit.logging import log
 from services.kit.redis_url import parse_redis_url
+
+T = TypeVar("T")
 
 POOL_SIZE = 100  # connections per client; more calls at once wait for one
 POOL_WAIT_FACTOR = 5  # a call waits up to this many socket timeouts for a free connection
@@ -291,6 +294,22 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
     rex.RedisClusterException,
     NotReplicated,
 )
+
+
+# Error replies that mean "not now" as well (a replica promoted, a server loading or busy).
+TRANSIENT_REPLIES = ("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "BUSY", "OOM")
+
+
+async def unless_unavailable(call: Awaitable[T], store: str) -> T:
+    """`call`'s reply; Unavailable naming `store` when Redis cannot answer now (the call may succeed later)."""
+    try:
+        return await call
+    except UNAVAILABLE_ERRORS as exc:
+        raise Unavailable(f"{store} unavailable: {exc or type(exc).__name__}") from exc
+    except rex.ResponseError as exc:
+        if str(exc).startswith(TRANSIENT_REPLIES):
+            raise Unavailable(f"{store} unavailable: {exc}") from exc
+        raise
 
 
 async def eval_then_wait(

@@ -514,14 +514,17 @@ class RedisSessionStore:
                 return
         raise StoreUnavailable(f"session {session_id}: its labels kept changing while they were indexed")
 
-    async def _backfill(self, tenant_id: str, tenant: TenantKeys) -> None:
-        """Put the tenant's sessions listed before scope indexes existed into them; once per tenant.
+    async def _backfill(self, tenant_id: str, tenant: TenantKeys, labels: bool = False) -> None:
+        """Put the tenant's sessions listed before its scope indexes (with `labels`: its label indexes) existed
+        into them; once per tenant.
 
         Sessions indexed since carry a score above the counter read here, and are in their
-        scope indexes already. Progress is kept after each batch, so an interrupted backfill
-        goes on where it stopped.
+        indexes already. Progress is kept after each batch (field "*" of the scope-of or
+        label-of hash), so an interrupted backfill goes on where it stopped.
         """
-        done: Any = await self._call(self._redis.hget(tenant.scopes, "*"))
+        field, held_by = ("labels", tenant.labels) if labels else ("scope", tenant.scopes)
+        index_of = tenant.label_index if labels else tenant.scope_index
+        done: Any = await self._call(self._redis.hget(held_by, "*"))
         if done == b"done":
             return
         top = int(await self._call(self._redis.get(tenant.seq)) or 0)
@@ -531,47 +534,20 @@ class RedisSessionStore:
             if not page:
                 break
             held = await asyncio.gather(
-                *(self._call(self._redis.hmget(self._keys(_s(sid))[0], "tenant_id", "scope")) for sid, _ in page)
+                *(self._call(self._redis.hmget(self._keys(_s(sid))[0], "tenant_id", field)) for sid, _ in page)
             )
             keys: dict[str, int] = {}
             args: list[Any] = [int(page[-1][1])]
             for (sid, _), (owner, blob) in zip(page, held, strict=True):
-                scope = json.loads(blob) if blob and _s(owner) == tenant_id else {}
-                if not scope:  # unscoped, or gone (a listing forgets it)
+                pairs = json.loads(blob) if blob and _s(owner) == tenant_id else {}
+                if not pairs:  # none, or gone (a listing forgets it)
                     continue
-                names = [tenant.scope_index(k, v) for k, v in sorted(scope.items())]
-                args += [sid, blob, len(names), *(keys.setdefault(name, len(keys) + 3) for name in names)]
-            await self._call(self._index_backfill(keys=[tenant.index, tenant.scopes, *keys], args=args))
+                names = [index_of(k, v) for k, v in sorted(pairs.items())]
+                recorded = _label_blob(set(pairs.items())) if labels else blob
+                args += [sid, recorded, len(names), *(keys.setdefault(name, len(keys) + 3) for name in names)]
+            await self._call(self._index_backfill(keys=[tenant.index, held_by, *keys], args=args))
             after = f"({int(page[-1][1])}"
-        await self._call(self._redis.hset(tenant.scopes, "*", "done"))
-
-    async def _backfill_labels(self, tenant_id: str, tenant: TenantKeys) -> None:
-        """Put the tenant's labelled sessions listed before label indexes existed into them; once per tenant (as
-        `_backfill` does for scopes, its progress in the label-of hash's field "*")."""
-        done: Any = await self._call(self._redis.hget(tenant.labels, "*"))
-        if done == b"done":
-            return
-        top = int(await self._call(self._redis.get(tenant.seq)) or 0)
-        after = f"({int(done)}" if done else "-inf"
-        while True:
-            page: Any = await self._call(self._redis.zrangebyscore(tenant.index, after, top, 0, CLOSE_BATCH, True))
-            if not page:
-                break
-            held = await asyncio.gather(
-                *(self._call(self._redis.hmget(self._keys(_s(sid))[0], "tenant_id", "labels")) for sid, _ in page)
-            )
-            keys: dict[str, int] = {}
-            args: list[Any] = [int(page[-1][1])]
-            for (sid, _), (owner, blob) in zip(page, held, strict=True):
-                labels = json.loads(blob) if blob and _s(owner) == tenant_id else {}
-                if not labels:
-                    continue
-                names = [tenant.label_index(k, v) for k, v in sorted(labels.items())]
-                args += [sid, _label_blob(set(labels.items())), len(names)]
-                args += [keys.setdefault(name, len(keys) + 3) for name in names]
-            await self._call(self._index_backfill(keys=[tenant.index, tenant.labels, *keys], args=args))
-            after = f"({int(page[-1][1])}"
-        await self._call(self._redis.hset(tenant.labels, "*", "done"))
+        await self._call(self._redis.hset(held_by, "*", "done"))
 
     async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
         reply = await self._run("GET", tenant_id, session_id)
@@ -604,7 +580,7 @@ class RedisSessionStore:
             await self._backfill(tenant_id, tenant)
             names += [tenant.scope_index(k, v) for k, v in sorted(scope_filter.items())]
         if where and where.labels:
-            await self._backfill_labels(tenant_id, tenant)
+            await self._backfill(tenant_id, tenant, labels=True)
             names += [tenant.label_index(k, v) for k, v in sorted(where.labels.items())]
         if names:
             # The smallest of the filter's scope and label indexes; its scores are the tenant index's, so are the

@@ -11,13 +11,11 @@ import hashlib
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from redis import exceptions as rex
-
 from cogmesh.sessions.v1 import agents_pb2 as pb
 from services.kit import lua
-from services.kit.errors import NotFound, Unavailable
+from services.kit.errors import NotFound
 from services.kit.redis_keys import check_prefix
-from services.kit.redis_pool import UNAVAILABLE_ERRORS, Client, pooled_client
+from services.kit.redis_pool import Client, pooled_client, unless_unavailable
 from services.sessions.agents.store import (
     AlreadyExists,
     Conflict,
@@ -72,14 +70,7 @@ class RedisAgentStore:
         return await self._call(self._scripts[script](keys=keys, args=args))
 
     async def _call(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except UNAVAILABLE_ERRORS as exc:
-            raise Unavailable(f"agent store unavailable: {exc or type(exc).__name__}") from exc
-        except rex.ResponseError as exc:
-            if str(exc).startswith(("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "BUSY", "OOM")):
-                raise Unavailable(f"agent store unavailable: {exc}") from exc
-            raise
+        return await unless_unavailable(call, "agent store")
 
     @staticmethod
     def _record(raw: bytes, version: int) -> pb.StoredAgentVersion:

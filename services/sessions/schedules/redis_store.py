@@ -21,13 +21,10 @@ import json
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from redis import exceptions as rex
-
 from cogmesh.sessions.v1 import schedules_pb2 as pb
 from services.kit import lua
-from services.kit.errors import Unavailable
 from services.kit.redis_keys import check_prefix
-from services.kit.redis_pool import UNAVAILABLE_ERRORS, Client, pooled_client
+from services.kit.redis_pool import Client, pooled_client, unless_unavailable
 from services.sessions.schedules.store import (
     RUNS_KEPT,
     AlreadyExists,
@@ -82,14 +79,7 @@ class RedisScheduleStore:
         return json.dumps(parts)
 
     async def _call(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except UNAVAILABLE_ERRORS as exc:
-            raise Unavailable(f"schedule store unavailable: {exc or type(exc).__name__}") from exc
-        except rex.ResponseError as exc:
-            if str(exc).startswith(("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "BUSY", "OOM")):
-                raise Unavailable(f"schedule store unavailable: {exc}") from exc
-            raise
+        return await unless_unavailable(call, "schedule store")
 
     # ----------------------------------------------------------------- records
 
