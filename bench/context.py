@@ -28,14 +28,14 @@ import grpc
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from services.context import main as context_main
-from services.kit.agents import AgentRegistry
 from services.kit.config import Settings
 from services.kit.errors import Violations
 from services.kit.server import start
-from services.kit.tokens import TokenCounter, make_counter
+from services.lib.agents import AgentRegistry
 from services.lib.context.api import budget_from_proto, recalled_text
 from services.lib.context.builder import ContextBuilder, ContextInput
 from services.lib.context.prompt_files import PromptFiles
+from services.lib.tokens import TokenCounter, make_counter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "context.md"
 MESSAGES, SKILLS = 200, 20

@@ -47,7 +47,7 @@ from bench.harness import RESULTS, median, percentile, suite, table, write_data,
 from bench.model_server import Script
 from bench.peer.server import VENV, ensure_venv, peer_env
 from bench.sessions import private_redis
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.suite.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent

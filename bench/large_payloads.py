@@ -51,7 +51,7 @@ from bench.sessions import private_redis
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.tools.v1 import tools_pb2, tools_pb2_grpc
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 
 NAME = "large_payloads"
 DELTA = "abcdefghijklmnopqrstuvwxyz0123456789 " * 55 + "\n"  # 2,036 bytes

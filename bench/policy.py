@@ -33,10 +33,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.harness import free_ports, percentile, table, write_result
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
-from services.kit.agents import AgentRegistry
 from services.kit.config import Settings
 from services.kit.logging import configure_logging
 from services.kit.protos import dict_to_struct
+from services.lib.agents import AgentRegistry
 from services.lib.policy.assembly import Shared
 from services.lib.policy.config import DEFAULT_POLICY_DIR, ConfigStore
 from services.lib.policy.domain import Phase, Scope, TurnContext

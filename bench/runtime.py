@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import Any
 
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ModelChunk,
     TextDelta,

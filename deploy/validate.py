@@ -693,7 +693,7 @@ def check_config(docs: list[dict[str, Any]], label: str = "base") -> list[str]:
     ConfigMaps (if any) layered on top by the image's entry point."""
     import tempfile
 
-    from services.kit.agents import AGENT_FILE_SUFFIXES, AgentRegistry
+    from services.lib.agents import AGENT_FILE_SUFFIXES, AgentRegistry
     from services.lib.models.catalog import CatalogError, ModelCatalog
     from services.lib.policy.config import ConfigRejected, ConfigStore
 

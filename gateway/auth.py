@@ -26,9 +26,9 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cogmesh.common.v1 import errors_pb2, resources_pb2
-from services.kit import scope as scopes
 from services.kit import yaml_config
 from services.kit.errors import NotFound, PermissionDenied, Unauthenticated, Violations
+from services.lib import scope as scopes
 
 # "agents:write": create, update and delete the tenant's agents and move their aliases (AgentService).
 AGENTS_WRITE = "agents:write"

@@ -40,7 +40,7 @@ SERVICE_FEATURES = {
 }
 # Features of every runtime engine that supports them, by RuntimeCapabilities field.
 RUNTIME_FEATURES = {"approvals": "pause_resume", "client_tools": "pause_resume", "delegation": "delegation"}
-# Features of this version's agent definitions (services/kit/agents.py: handoffs, todo_list, approvals).
+# Features of this version's agent definitions (services/lib/agents.py: handoffs, todo_list, approvals).
 AGENT_FEATURES = ("handoff", "plans")
 
 

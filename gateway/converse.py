@@ -24,8 +24,8 @@ from gateway.sessions import Sessions
 from gateway.turns import Turns
 from gateway.validation import Names
 from services.kit.errors import CogmeshError, InvalidArgument, Violations
-from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import bind_request, log
+from services.lib.event_log import EventLogReader, ends_stream
 
 OUTBOX_SIZE = 64  # responses (and wake-ups) a Converse stream holds for its writer
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}

@@ -32,11 +32,11 @@ from gateway.servicer import GatewayServicer
 from gateway.webhooks.servicer import GatewayWebhookServicer
 from services.kit.clients import Clients
 from services.kit.config import Settings
-from services.kit.event_log import EventLogReader
 from services.kit.logging import log
-from services.kit.redis_event_log import RedisEventLog
 from services.kit.server import App, mount, run
+from services.lib.event_log import EventLogReader
 from services.lib.models.watch import agents_of_catalog
+from services.lib.redis_event_log import RedisEventLog
 
 
 def is_loopback(address: str) -> bool:

@@ -21,9 +21,9 @@ from typing import Any
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.memory.v1 import memory_pb2_grpc
 from gateway import auth
-from services.kit import scope as scopes
 from services.kit.clients import Clients, call
 from services.kit.errors import NotFound
+from services.lib import scope as scopes
 
 SERVICE_PREFIX = "/cogmesh.memory.v1.MemoryService/"
 # The field naming the namespace (or prefix) of each request.

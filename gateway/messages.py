@@ -11,7 +11,7 @@ from gateway import contract
 from gateway.delivery import Outlet
 from gateway.streams import encoded, follow
 from gateway.turns import TurnOptions, Turns
-from services.kit.event_log import EventLogReader, ends_stream
+from services.lib.event_log import EventLogReader, ends_stream
 
 
 def options(request: gateway_pb2.SendMessageRequest) -> TurnOptions:

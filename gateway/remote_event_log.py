@@ -32,8 +32,8 @@ from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.clients import Clients
 from services.kit.dependencies import Exchange, SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, from_dependency_status
-from services.kit.event_log import Batch, SessionLog, session_gone, tail
 from services.kit.logging import log
+from services.lib.event_log import Batch, SessionLog, session_gone, tail
 
 UPSTREAM_HEARTBEAT_MS = 15_000
 # The upstream stream is away, or this mirror fell behind (cut off): pick up again from its cursor.

@@ -31,13 +31,13 @@ from gateway.sessions import Sessions
 from gateway.streams import follow, relay
 from gateway.subscribe import Subscriptions
 from gateway.turns import Turns
-from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.errors import Unavailable
-from services.kit.event_log import EventLogReader
 from services.kit.logging import bind_request, log
 from services.kit.protos import dict_to_struct
+from services.lib.agents import AgentDefinition, AgentRegistry
+from services.lib.event_log import EventLogReader
 from services.lib.models.watch import CatalogWatcher
 
 _MODES = {

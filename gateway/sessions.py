@@ -15,13 +15,13 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.streams import aclose
 from gateway.turns import Turns
-from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.dependencies import SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, InvalidArgument, NotFound
-from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import log
+from services.lib.agents import AgentDefinition, AgentRegistry, UnknownAgentError
+from services.lib.event_log import EventLogReader, ends_stream
 from services.lib.stored_agents import StoredAgents
 
 

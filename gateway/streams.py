@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 
 from cogmesh.common.v1 import events_pb2
 from gateway.delivery import Outlet
-from services.kit.event_log import Batch, EventLogReader, ends_stream
+from services.lib.event_log import Batch, EventLogReader, ends_stream
 
 
 def encoded(events: list[events_pb2.RuntimeEvent]) -> bytes:

@@ -14,7 +14,7 @@ from gateway.delivery import Outlet
 from gateway.streams import encoded
 from services.kit.clients import Clients, call
 from services.kit.errors import InvalidArgument, Unavailable
-from services.kit.event_log import EventLogReader
+from services.lib.event_log import EventLogReader
 
 _HEARTBEAT = gateway_pb2.SubscribeResponse(heartbeat=True)
 

@@ -44,15 +44,16 @@ from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import answers, auth, contract
-from services.kit import addresses, journal_kinds, turn_options
+from services.kit import addresses
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.dependencies import RuntimeClient, SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, RateLimited
-from services.kit.event_log import ends_stream as ends_stream  # re-exported for the servicers
-from services.kit.event_log import is_paused as is_paused
 from services.kit.logging import bind_request, log
 from services.kit.protos import error_event
+from services.lib import journal_kinds, turn_options
+from services.lib.event_log import ends_stream as ends_stream  # re-exported for the servicers
+from services.lib.event_log import is_paused as is_paused
 
 _ERROR_KINDS = {
     grpc.StatusCode.UNAVAILABLE: events_pb2.ERROR_KIND_UNAVAILABLE,

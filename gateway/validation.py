@@ -18,14 +18,14 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import answers
 from gateway.sessions import Sessions
-from services.kit import scope as scopes
-from services.kit import turn_options
-from services.kit.agents import AgentRegistry, UnknownAgentError
 from services.kit.clients import Clients, call
 from services.kit.dependencies import ModelsClient
 from services.kit.errors import DependencyError, InvalidArgument, NotFound, Violations
 from services.kit.protos import MAX_ID
+from services.lib import scope as scopes
 from services.lib import session_search as search
+from services.lib import turn_options
+from services.lib.agents import AgentRegistry, UnknownAgentError
 from services.lib.models.watch import CatalogWatcher, resolve_held
 
 MAX_CONTENT = 100_000

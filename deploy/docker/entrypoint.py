@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.kit.agents import AGENT_FILE_SUFFIXES, DEFAULT_AGENTS_DIR
 from services.kit.config import DEFAULT_PORTS as PORTS
+from services.lib.agents import AGENT_FILE_SUFFIXES, DEFAULT_AGENTS_DIR
 from services.suite.supervisor import MODULES
 
 HEALTH_TIMEOUT_S = 2.0

@@ -17,8 +17,8 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import webhooks_pb2
 from gateway.a2a.errors import ContentTypeNotSupported, InvalidParams, VersionNotSupported
-from services.kit.agents import AgentDefinition
 from services.kit.protos import MAX_ID
+from services.lib.agents import AgentDefinition
 
 PROTOCOL_VERSION = "1.0"
 GRPC_BINDING = "GRPC"

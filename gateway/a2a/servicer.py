@@ -33,13 +33,13 @@ from gateway.a2a.errors import (
 )
 from gateway.a2a.mapping import SendInput, TaskRef, TaskView
 from gateway.turns import Turns
-from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.dependencies import SessionsClient, WebhookStoreClient
 from services.kit.errors import CogmeshError, NotFound
-from services.kit.event_log import EventLogReader, ends_stream
 from services.kit.logging import bind_request
+from services.lib.agents import AgentDefinition, AgentRegistry
+from services.lib.event_log import EventLogReader, ends_stream
 
 CANCEL_WAIT_S = 5.0  # how long CancelTask waits for the turn to end before answering with its state
 

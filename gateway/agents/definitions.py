@@ -15,10 +15,10 @@ from typing import Any
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from services.kit.agents import AgentDefinition, agent_from_json, agent_to_json
 from services.kit.errors import InvalidArgument, Violations
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.kit.yaml_config import describe_error, field_path
+from services.lib.agents import AgentDefinition, agent_from_json, agent_to_json
 from services.lib.models.catalog import UnknownModelError
 from services.lib.models.watch import CatalogWatcher
 from services.lib.stored_agents import check_name, split_ref

@@ -19,11 +19,11 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import agents_pb2 as store
 from gateway import auth
 from gateway.agents import definitions
-from services.kit.agents import AgentDefinition, AgentRegistry, agent_from_json
 from services.kit.clients import Clients
 from services.kit.dependencies import AgentStoreClient, RuntimeClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, NotFound
 from services.kit.logging import log
+from services.lib.agents import AgentDefinition, AgentRegistry, agent_from_json
 from services.lib.models.watch import CatalogWatcher
 from services.lib.stored_agents import StoredAgents
 

@@ -50,13 +50,13 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.schedules import timing
 from gateway.turns import Turns
-from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.dependencies import ScheduleStoreClient, SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, InvalidArgument, NotFound, Unavailable
-from services.kit.event_log import EventLogReader, ends_stream, is_paused
 from services.kit.logging import bind_request, log
+from services.lib.agents import AgentRegistry
+from services.lib.event_log import EventLogReader, ends_stream, is_paused
 from services.lib.stored_agents import StoredAgents
 
 Clock = Callable[[], float]

@@ -25,10 +25,10 @@ from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.schedules import timing
 from gateway.schedules.scheduler import Scheduler, ms, run_to_api, schedule_to_api, spec_of
-from services.kit import scope as scopes
 from services.kit.dependencies import ScheduleStoreClient, SessionsClient
 from services.kit.errors import DependencyError, NotFound, Unavailable, Violations
 from services.kit.protos import MAX_ID
+from services.lib import scope as scopes
 
 MAX_MESSAGE = 100_000  # as SendMessage's content
 MAX_DESCRIPTION = 1_000

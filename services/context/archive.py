@@ -18,8 +18,9 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from services.kit.redis_keys import SessionKeys, check_prefix
 from services.kit.redis_pool import REDIS_ERRORS, Client
+from services.kit.redis_url import check_prefix
+from services.lib.redis_keys import SessionKeys
 
 MARKER_PREFIX = "SUMMARIZED executionId:"
 _MAX_SUFFIX = 1000
@@ -99,7 +100,7 @@ class MemoryToolArchive:
 class RedisToolArchive:
     """One Redis hash per session and tenant, ``<prefix>{<session>}:archive:<tenant>``, expiring after ``ttl_s``.
 
-    The key is in its session's cluster slot, with the session's other keys (services/kit/redis_keys.py).
+    The key is in its session's cluster slot, with the session's other keys (services/lib/redis_keys.py).
     """
 
     def __init__(self, client: Client, prefix: str = "cogmesh:", ttl_s: int = 30 * 86_400) -> None:

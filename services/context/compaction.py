@@ -37,8 +37,8 @@ from typing import Any, Literal
 
 from services.context.archive import ToolArchive, is_marker, marker
 from services.context.summarizer import Summarizer
-from services.kit.tokens import TokenCounter
 from services.lib.context.builder import truncate
+from services.lib.tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4
 SUMMARY_CONCURRENCY = 4

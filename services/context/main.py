@@ -12,10 +12,10 @@ from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
-from services.kit.tokens import make_counter
 from services.lib.context.builder import ContextBuilder
 from services.lib.context.prompt_files import PromptFiles
 from services.lib.models.watch import agents_of_catalog
+from services.lib.tokens import make_counter
 
 
 async def build(settings: Settings, clients: Clients) -> App:

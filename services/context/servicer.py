@@ -19,7 +19,6 @@ from services.context import sessions_link
 from services.context.archive import ArchiveFull, ArchiveUnavailable, ToolArchive
 from services.context.compaction import CompactionLimits, Compactor, Message, ToolCallRef
 from services.context.summarizer import ModelFactory, SummarizerError, summarizer_for
-from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients, call
 from services.kit.errors import (
     FailedPrecondition,
@@ -29,6 +28,7 @@ from services.kit.errors import (
     Unavailable,
     Violations,
 )
+from services.lib.agents import AgentDefinition, AgentRegistry
 from services.lib.context.api import MAX_TEXT, ROLE_NAMES, agent_of, build_context, check_text_sizes
 from services.lib.context.builder import ContextBuilder
 from services.lib.context.rehydration import RehydrationPayload

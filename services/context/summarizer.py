@@ -24,9 +24,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from services.kit.llm import ChatMessage, ChatModel, ModelError, TextDelta
-from services.kit.tokens import TokenCounter
 from services.lib.context.builder import truncate
+from services.lib.llm import ChatMessage, ChatModel, ModelError, TextDelta
+from services.lib.tokens import TokenCounter
 
 CHUNK_INSTRUCTION = (
     "Summarize this part of a conversation between a user and an assistant for the assistant's own "

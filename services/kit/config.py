@@ -12,8 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.kit import addresses
-from services.kit.redis_keys import check_prefix
-from services.kit.redis_url import parse_redis_url
+from services.kit.redis_url import check_prefix, parse_redis_url
 
 # Default port of each service (DESIGN.md). Internal services bind loopback by default.
 DEFAULT_PORTS: dict[str, int] = {

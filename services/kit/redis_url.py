@@ -94,3 +94,10 @@ def redact(url: str) -> str:
     if "@" in rest:
         rest = "***@" + rest.rsplit("@", 1)[1]
     return scheme + sep + rest
+
+
+def check_prefix(prefix: str) -> str:
+    """A key prefix may not hold braces: they would move every key's hash tag."""
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(f"redis key prefix {prefix!r} must not contain '{{' or '}}' (they pick Redis Cluster slots)")
+    return prefix

@@ -16,7 +16,7 @@ from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import Violations
 from services.kit.protos import APPROVAL_DECISIONS
-from services.kit.turn_options import MAX_SCHEMA_BYTES
+from services.lib.turn_options import MAX_SCHEMA_BYTES
 
 # The pauses, by the Checkpoint.request field that says what the turn waits for.
 APPROVAL, USER_INPUT, CLIENT_TOOL = "approval", "user_input", "client_tool"

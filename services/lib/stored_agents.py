@@ -17,10 +17,10 @@ import grpc
 from cogmesh.common.v1 import errors_pb2, resources_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import agents_pb2 as store
-from services.kit.agents import AGENT_NAME_PATTERN, AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
 from services.kit.clients import Clients
 from services.kit.dependencies import AgentStoreClient
 from services.kit.errors import DependencyError, InvalidArgument, NotFound
+from services.lib.agents import AGENT_NAME_PATTERN, AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
 
 CACHED_VERSIONS = 1024  # definitions kept per process (each at most 256 KiB, most far less)
 LISTED_AGENTS = 1000  # a tenant's stored agents ListAgents shows

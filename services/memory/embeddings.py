@@ -1,7 +1,7 @@
 """Embeddings for vector search: the OpenAI embeddings endpoint through the official `openai` SDK.
 
 The provider comes from the same providers file as the runtime's models
-(COGMESH_PROVIDERS_FILE, services.kit.providers): its base_url, so any server that
+(COGMESH_PROVIDERS_FILE, services.lib.providers): its base_url, so any server that
 speaks the OpenAI wire format (vLLM, Ollama, llama.cpp server, a local test server)
 works, and its key source. Vectors are normalised to unit length, so a dot product
 is their cosine similarity.
@@ -15,7 +15,7 @@ import openai
 
 from services.kit.config import Settings
 from services.kit.errors import Unavailable
-from services.kit.providers import ProviderConfigError, load_providers
+from services.lib.providers import ProviderConfigError, load_providers
 
 MAX_ATTEMPTS = 2  # the SDK retries a failed call once (connection errors, 429, 5xx)
 

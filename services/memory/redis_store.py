@@ -5,7 +5,7 @@ namespace lives on one Redis Cluster slot and each Lua script gets all its keys 
 KEYS (no cross-slot operation):
 
     <prefix>mem:{acme/u1/memories}:items   HASH  key -> "created|updated|expire|<json body>"
-    (names from services/kit/redis_keys.py: memory_keys, memory_registry)
+    (names from services/lib/redis_keys.py: memory_keys, memory_registry)
     <prefix>mem:{acme/u1/memories}:meta    HASH  epoch, ver, floor, bytes, perm
     <prefix>mem:{acme/u1/memories}:log     ZSET  key -> version of its last change
     <prefix>mem:{acme/u1/memories}:exp     ZSET  key -> expiry (ms), memories with a TTL
@@ -39,8 +39,9 @@ import numpy as np
 from services.kit import lua
 from services.kit.config import Settings
 from services.kit.errors import Unavailable
-from services.kit.redis_keys import check_prefix, memory_keys, memory_registry
 from services.kit.redis_pool import UNAVAILABLE_ERRORS, Client, pooled_client
+from services.kit.redis_url import check_prefix
+from services.lib.redis_keys import memory_keys, memory_registry
 from services.memory.index import NamespaceIndex, tokenize
 from services.memory.model import (
     MAX_BYTES_SETTING,

@@ -10,12 +10,12 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
-from services.kit.agents import load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
+from services.lib.agents import load_agents
 from services.lib.models.catalog import DEFAULT_CATALOG_PATH
 from services.models.registry import FileModelStore, ModelRegistry, ModelStore, RedisModelStore
 from services.models.servicer import ModelsServicer

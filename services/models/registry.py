@@ -38,10 +38,11 @@ from redis.asyncio import RedisCluster
 from redis.asyncio.client import PubSub
 
 from services.kit.logging import log
-from services.kit.redis_keys import check_prefix, models_keys
 from services.kit.redis_pool import REDIS_ERRORS, Client, broadcast_subscription, next_message, publish
+from services.kit.redis_url import check_prefix
 from services.kit.yaml_config import ConfigError, parse, read_text_if_exists
 from services.lib.models.catalog import CatalogError, ModelCatalog, ModelSpec
+from services.lib.redis_keys import models_keys
 
 _ADDED = "<added models>"
 FOLLOW_PING_S = 30.0  # a quiet subscription to the store's announcements is pinged this often

@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
-from services.kit.agents import ReloadingAgentRegistry
 from services.kit.errors import InvalidArgument, Unavailable, Violations
 from services.kit.snapshots import SnapshotFeed
+from services.lib.agents import ReloadingAgentRegistry
 from services.lib.models.api import MAX_NAME, model_from_proto, model_to_proto, resolve_model, snapshot_of
 from services.lib.models.catalog import ModelCatalog
 from services.models.registry import ModelConflict, ModelExists, ModelRegistry, StoreError

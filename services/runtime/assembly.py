@@ -29,12 +29,12 @@ from cogmesh.models.v1 import models_pb2
 from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import turn_options
-from services.kit.agents import AgentDefinition, AgentRegistry, PinnedAgentRegistry, UnknownAgentError, agent_from_json
 from services.kit.clients import Clients, call
 from services.kit.errors import CogmeshError, FailedPrecondition, InvalidArgument, NotFound
-from services.kit.llm import ChatMessage, ChatModel, ToolSchema
 from services.kit.protos import struct_to_dict
+from services.lib import turn_options
+from services.lib.agents import AgentDefinition, AgentRegistry, PinnedAgentRegistry, UnknownAgentError, agent_from_json
+from services.lib.llm import ChatMessage, ChatModel, ToolSchema
 from services.lib.policy.domain import PHASE_FROM_PROTO, PHASE_TO_PROTO
 from services.lib.stored_agents import StoredAgents
 from services.runtime.budget import CostBudget, CostTracker, Limits, SessionCosts

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, cast
 
-from services.kit.llm import ToolSchema
+from services.lib.llm import ToolSchema
 
 MAX_EXPRESSION_LENGTH = 200
 MAX_ABS_EXPONENT = 1000

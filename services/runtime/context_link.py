@@ -26,11 +26,11 @@ from typing import Any
 import grpc
 
 from cogmesh.context.v1 import context_pb2
-from services.kit.agents import AgentDefinition
 from services.kit.clients import Clients
 from services.kit.dependencies import ContextClient
 from services.kit.errors import CogmeshError, DependencyError
-from services.kit.llm import ChatMessage, ToolSchema
+from services.lib.agents import AgentDefinition
+from services.lib.llm import ChatMessage, ToolSchema
 from services.runtime.policy_link import message_from_proto, message_to_proto
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
 from services.runtime.turn import Compaction, CompactionFailed

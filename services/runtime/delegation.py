@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.kit.agents import AgentDefinition
-from services.kit.llm import ToolSchema
+from services.lib.agents import AgentDefinition
+from services.lib.llm import ToolSchema
 from services.runtime.tools.base import Tool, answered_outside
 
 TASK_TOOL = "task"

@@ -40,9 +40,9 @@ from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ChatMessage, ModelError, ToolCallRequest, UsageChunk
 from services.kit.metrics import record_genai_operation
 from services.kit.telemetry import GENAI
+from services.lib.llm import ChatMessage, ModelError, ToolCallRequest, UsageChunk
 from services.runtime.steps.state import CallState, Run
 from services.runtime.turn import ModelInfo
 

@@ -1,6 +1,6 @@
 """A turn's journal as the sessions service keeps it, and reading it back for a takeover.
 
-Entries, in order (their kinds: sessions.v1.JournalEntryKind, services/kit/journal_kinds.py):
+Entries, in order (their kinds: sessions.v1.JournalEntryKind, services/lib/journal_kinds.py):
 REQUEST (the RunTurnRequest that started the turn), then one per recorded step with the
 loop's state after it (steps/state.py), an ANSWER when a paused turn is resumed with the
 answer it waited for, and a TAKEOVER when another replica went on with the turn. Entries
@@ -19,7 +19,7 @@ from typing import Any
 
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import journal_kinds
+from services.lib import journal_kinds
 
 GROWING = ("messages", "new_messages")  # lists that mostly grow: stored as (kept prefix, tail)
 # The kinds this module reads (the runner and the turn's writer import them from here).

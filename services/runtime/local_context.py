@@ -15,12 +15,12 @@ service, as do compaction and the tool-result archive.
 from __future__ import annotations
 
 from cogmesh.context.v1 import context_pb2
-from services.kit.agents import AgentRegistry
 from services.kit.config import Settings
-from services.kit.tokens import make_counter
+from services.lib.agents import AgentRegistry
 from services.lib.context.api import build_context
 from services.lib.context.builder import ContextBuilder
 from services.lib.context.prompt_files import PromptFiles
+from services.lib.tokens import make_counter
 
 
 class LocalContext:

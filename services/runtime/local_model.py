@@ -54,7 +54,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from services.kit.limits import depth_problem, json_text_depth
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ModelChunk,
     ModelError,

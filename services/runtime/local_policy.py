@@ -29,7 +29,6 @@ from typing import Any
 import grpc
 
 from cogmesh.policy.v1 import policy_pb2
-from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.dependencies import PolicyClient
@@ -37,6 +36,7 @@ from services.kit.errors import DependencyError
 from services.kit.logging import log
 from services.kit.metrics import POLICY_DENIALS
 from services.kit.snapshots import WATCH_RENEW_S, SnapshotWatcher
+from services.lib.agents import AgentRegistry
 from services.lib.policy.api import PolicyAPI, store_of
 from services.lib.policy.assembly import Shared
 from services.lib.policy.compactor import ContextServiceCompactor

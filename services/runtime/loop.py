@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import journal_kinds
+from services.lib import journal_kinds
 from services.runtime import genai_telemetry
 from services.runtime.steps.act import act
 from services.runtime.steps.compact import compact

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
-from services.kit.agents import SnapshotAgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.metrics import BREAKERS, register_breakers
-from services.kit.providers import ProviderConfigError, load_providers
 from services.kit.server import App, mount, run
+from services.lib.agents import SnapshotAgentRegistry
 from services.lib.models.watch import first_wait_s, follow_agents, read_folder_unless_synced
+from services.lib.providers import ProviderConfigError, load_providers
 from services.runtime.engines import default_registry
 from services.runtime.local_model import LocalModel
 from services.runtime.local_policy import LocalPolicy

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.kit.llm import ChatMessage, ToolCallRequest, ToolSchema
+from services.lib.llm import ChatMessage, ToolCallRequest, ToolSchema
 
 # The policy's enum, so a phase means the same on both sides (its proto table is there too).
 from services.lib.policy.domain import Phase

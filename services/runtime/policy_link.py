@@ -24,8 +24,8 @@ from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.policy.v1 import policy_pb2
 from services.kit.clients import Clients, call
 from services.kit.errors import Unavailable
-from services.kit.llm import ChatMessage, ToolCallRequest, ToolSchema
 from services.kit.protos import dict_to_struct, struct_to_dict
+from services.lib.llm import ChatMessage, ToolCallRequest, ToolSchema
 from services.lib.policy.domain import PHASE_TO_PROTO
 from services.runtime.phases import Intercept, Phase, PhaseContext
 from services.runtime.turn import Verdict

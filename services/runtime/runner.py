@@ -33,16 +33,17 @@ from google.protobuf.message import DecodeError
 from cogmesh.common.v1 import events_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import lease_holders, tasks
+from services.kit import tasks
 from services.kit.clients import Clients, call
 from services.kit.config import Settings
 from services.kit.dependencies import RuntimeClient, SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, RateLimited
-from services.kit.llm import ChatMessage
 from services.kit.logging import bind_request, log
 from services.kit.metrics import TurnMeter
 from services.kit.protos import dict_to_struct, error_event, struct_to_dict
+from services.lib import lease_holders
 from services.lib.answers import decided, same
+from services.lib.llm import ChatMessage
 from services.runtime.admission import Admission
 from services.runtime.append_channel import AppendChannel
 from services.runtime.assembly import BlockedTurn, CommandTurn, NewTurn, TurnBuilder

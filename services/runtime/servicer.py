@@ -11,14 +11,14 @@ from typing import Any
 
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
-from services.kit import turn_options
-from services.kit.agents import AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.errors import InvalidArgument, Violations
 from services.kit.limits import MAX_ARGUMENT_DEPTH, json_depth
-from services.kit.llm import ChatModel
 from services.kit.protos import MAX_ID, struct_to_dict
+from services.lib import turn_options
+from services.lib.agents import AgentRegistry
+from services.lib.llm import ChatModel
 from services.runtime.assembly import TurnBuilder
 from services.runtime.budget import SessionCosts
 from services.runtime.context_link import SessionMemory
@@ -49,7 +49,7 @@ def prefixed(prefix: str) -> Iterator[None]:
 def validate_run_turn(request: runtime_pb2.RunTurnRequest) -> OutputSpec | None:
     """Every field problem of a turn to start at once; returns the parsed output schema.
 
-    The turn's options follow services/kit/turn_options.py, the rules the gateway applies too.
+    The turn's options follow services/lib/turn_options.py, the rules the gateway applies too.
     """
     problems = Violations()
     for name in ("tenant_id", "session_id", "turn_id", "content"):

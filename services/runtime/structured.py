@@ -20,7 +20,7 @@ import jsonschema
 from jsonschema.exceptions import SchemaError
 
 from services.kit.limits import MAX_ARGUMENT_DEPTH, depth_problem, json_text_depth
-from services.kit.llm import ToolSchema
+from services.lib.llm import ToolSchema
 
 RESPOND_TOOL = "final_response"
 MAX_REPAIRS = 1

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import journal_kinds
-from services.kit.agents import ApprovalSettings
-from services.kit.llm import ChatMessage, ChatModel, ToolCallRequest
+from services.lib import journal_kinds
+from services.lib.agents import ApprovalSettings
+from services.lib.llm import ChatMessage, ChatModel, ToolCallRequest
 from services.runtime.budget import CostBudget, CostTracker, Limits
 from services.runtime.phases import Intercept, Interceptor, Phase, PhaseContext
 from services.runtime.structured import OutputSpec

@@ -32,10 +32,11 @@ import grpc
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import journal_kinds, tasks
-from services.kit.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
+from services.kit import tasks
 from services.kit.logging import log
 from services.kit.metrics import TurnMeter
+from services.lib import journal_kinds
+from services.lib.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
 from services.runtime.journal import ANSWER, PAUSE, REQUEST, TAKEOVER, encode_state
 
 # A turn's end event stays well under the log's 1 MiB per event: what a long reply would push over is left

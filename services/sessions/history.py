@@ -30,8 +30,8 @@ from google.protobuf.message import DecodeError
 
 from cogmesh.common.v1 import events_pb2, messages_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2
-from services.kit import journal_kinds
 from services.kit.errors import CogmeshError
+from services.lib import journal_kinds
 from services.sessions.model import (
     Acquired,
     HistoryChanged,

@@ -1,7 +1,7 @@
 """The Redis session store's Lua scripts (files of services/sessions/lua/, read here): each store method is
 one script, so each is atomic.
 
-Every script gets the session's keys (services/kit/redis_keys.py: all in the session's
+Every script gets the session's keys (services/lib/redis_keys.py: all in the session's
 cluster slot) through KEYS, in the order of `SESSION_KEYS`, then the key of the
 session's identity; CREATE gets a second session's keys after them. ARGV = tenant, the
 lease-free channel, session TTL (ms, 0 = none), session id, the clock's offset (ms, 0
@@ -45,7 +45,7 @@ acquire by the same turn, a consume with the same token all answer as the first 
 from __future__ import annotations
 
 from services.kit import lua
-from services.kit.redis_event_log import DROPPED_TTL_S
+from services.lib.redis_event_log import DROPPED_TTL_S
 from services.sessions.model import JOURNALS_KEPT
 
 # Scripts that write nothing (no WAIT after them; services/kit/redis_pool.py ReplicaWait).
@@ -63,7 +63,7 @@ READS = READS | {"DUE", "DUE_ALL"}
 # Scripts that read Redis's clock only when they need it (`clock()`); every other session script has it as `now`.
 CLOCK_ON_DEMAND = frozenset({"APPEND_EVENTS"})
 
-# The names (services/kit/redis_keys.py SessionKeys) of a session's keys, in KEYS order; the identity key follows.
+# The names (services/lib/redis_keys.py SessionKeys) of a session's keys, in KEYS order; the identity key follows.
 SESSION_KEYS = (
     *("s", "m", "g", "c", "co", "d", "x", "q", "w", "a", "al"),
     *("events", "events:batches", "j", "jt", "events:dropped", "events:news", "tr"),
@@ -91,7 +91,7 @@ _LUA = lua.load(
 PREAMBLE = _LUA["preamble"]
 SCRIPTS = {name.upper(): text for name, text in _LUA.items() if name != "preamble"}
 
-# A tenant's index and its scope indexes (services/kit/redis_keys.py TenantKeys: one slot), which the store
+# A tenant's index and its scope indexes (services/lib/redis_keys.py TenantKeys: one slot), which the store
 # keeps between session scripts.
 INDEX_ADD, INDEX_REMOVE, INDEX_BACKFILL = SCRIPTS["INDEX_ADD"], SCRIPTS["INDEX_REMOVE"], SCRIPTS["INDEX_BACKFILL"]
 LABEL_INDEX = SCRIPTS["LABEL_INDEX"]

@@ -1,7 +1,7 @@
 """The Redis session store: every replica of the sessions service shares one Redis (or Redis Cluster).
 
 Each method on a session is one Lua script (services/sessions/redis_lua.py) over that
-session's keys, which share one cluster slot (services/kit/redis_keys.py), so it is
+session's keys, which share one cluster slot (services/lib/redis_keys.py), so it is
 atomic: an append lands whole or not at all, and two replicas appending to one session
 see one order. Session keys carry the session TTL (Redis expiry does the eviction), set when a
 turn ends rather than at each of its writes (redis_lua.py: `touch`, `keep`);
@@ -40,19 +40,7 @@ from typing import Any, TypeVar
 from redis import exceptions as rex
 from redis.commands.core import AsyncScript
 
-from services.kit import lease_holders
-from services.kit import scope as scopes
-from services.kit.event_log import Batch, check_cursor, field_one, leaves_idle
 from services.kit.protos import now as proto_now
-from services.kit.redis_event_log import DROP_WAKE_S, RedisEventLog, decode_entries, read_range
-from services.kit.redis_keys import (
-    SessionKeys,
-    TenantKeys,
-    check_prefix,
-    identity_key,
-    open_turn_bucket,
-    open_turn_buckets,
-)
 from services.kit.redis_pool import (
     POOL_SIZE,
     UNAVAILABLE_ERRORS,
@@ -64,8 +52,14 @@ from services.kit.redis_pool import (
     is_cluster,
     pooled_client,
 )
+from services.kit.redis_url import check_prefix
+from services.lib import lease_holders
+from services.lib import scope as scopes
 from services.lib import session_search as search
 from services.lib.answers import misfit
+from services.lib.event_log import Batch, check_cursor, field_one, leaves_idle
+from services.lib.redis_event_log import DROP_WAKE_S, RedisEventLog, decode_entries, read_range
+from services.lib.redis_keys import SessionKeys, TenantKeys, identity_key, open_turn_bucket, open_turn_buckets
 from services.sessions import redis_lua as lua
 from services.sessions.model import (
     CONSUMED_TTL_S,

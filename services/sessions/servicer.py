@@ -27,8 +27,6 @@ from google.protobuf.message import Message
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
-from services.kit import journal_kinds, lease_holders
-from services.kit import scope as scopes
 from services.kit.errors import (
     CogmeshError,
     FailedPrecondition,
@@ -38,10 +36,11 @@ from services.kit.errors import (
     Unavailable,
     Violations,
 )
-from services.kit.event_log import MAX_EVENTS_PER_APPEND
 from services.kit.protos import APPROVAL_DECISIONS, MAX_ID, dict_to_struct, now, struct_to_dict
-from services.lib import answers
+from services.lib import answers, journal_kinds, lease_holders
+from services.lib import scope as scopes
 from services.lib import session_search as search
+from services.lib.event_log import MAX_EVENTS_PER_APPEND
 from services.sessions import history, leases
 from services.sessions.append_stream import serve_appends
 from services.sessions.model import (
@@ -570,7 +569,7 @@ def _check_events(events: Sequence[events_pb2.RuntimeEvent], problems: Violation
 
 def _check_entries(entries: Sequence[sessions_pb2.JournalEntry], problems: Violations) -> None:
     for i, entry in enumerate(entries):
-        # Stored by name: the enum's, or the one an older writer sent in `kind` (services/kit/journal_kinds.py).
+        # Stored by name: the enum's, or the one an older writer sent in `kind` (services/lib/journal_kinds.py).
         _check_id(journal_kinds.stored_name(entry), f"entries[{i}].entry_kind", problems)
         problems.check(
             len(entry.state) <= MAX_ENTRY_BYTES,

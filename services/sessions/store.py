@@ -17,11 +17,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from services.kit import scope as scopes
-from services.kit.event_log import Batch, SessionLog, check_cursor, leaves_idle, tail
 from services.kit.protos import now as proto_now
+from services.lib import scope as scopes
 from services.lib import session_search as search
 from services.lib.answers import misfit
+from services.lib.event_log import Batch, SessionLog, check_cursor, leaves_idle, tail
 from services.sessions.model import (
     CONSUMED_TTL_S,
     ENQUEUE_BASE,

@@ -24,9 +24,9 @@ from typing import Any
 
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import CogmeshError, ResourceExhausted, Unavailable, Violations
-from services.kit.event_log import Batch
 from services.kit.logging import log
 from services.kit.protos import MAX_ID
+from services.lib.event_log import Batch
 from services.sessions.model import SessionError
 from services.sessions.store import SessionStore
 

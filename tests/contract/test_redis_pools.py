@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import redis_event_log
 from services.kit.errors import Unavailable
-from services.kit.event_log import Batch
-from services.kit.redis_event_log import RedisEventLog
+from services.lib import redis_event_log
+from services.lib.event_log import Batch
 from services.lib.policy.ratelimit import RedisWindowStore, redis_client
+from services.lib.redis_event_log import RedisEventLog
 from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore, connect
 from tests.support.redis_server import RedisServer, admin_client, delete_prefix, unique_prefix

@@ -8,8 +8,8 @@ import pytest
 import redis
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.redis_event_log import DROP_WAKE_S, DROPPED_TTL_S
-from services.kit.redis_keys import SessionKeys, TenantKeys, identity_key
+from services.lib.redis_event_log import DROP_WAKE_S, DROPPED_TTL_S
+from services.lib.redis_keys import SessionKeys, TenantKeys, identity_key
 from services.sessions.model import Acquired, NewEvents, NewSession, SessionNotFound, Strategy
 from services.sessions.redis_lua import EXPIRY_SLACK
 from services.sessions.redis_store import RedisSessionStore

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis
 
-from services.kit.redis_keys import TenantKeys
 from services.kit.redis_url import parse_redis_url
+from services.lib.redis_keys import TenantKeys
 from services.sessions.model import SessionNotFound
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.store import SessionStore

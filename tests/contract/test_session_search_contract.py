@@ -9,8 +9,8 @@ import time
 import pytest
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.redis_keys import TenantKeys
 from services.lib import session_search as search
+from services.lib.redis_keys import TenantKeys
 from services.lib.session_search import SessionFilter
 from services.sessions import leases, redis_store
 from services.sessions.model import (

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy import validate
-from services.kit.agents import AgentRegistry
+from services.lib.agents import AgentRegistry
 from tests.deploy.conftest import objects
 
 layer_config = validate._entrypoint().layer_config

@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from services.kit.agents import DEFAULT_AGENTS_DIR
 from services.kit.config import DEFAULT_PORTS
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from tests.e2e.test_cogmesh_up import ROOT, suite_addresses
 from tests.e2e.test_grpcurl_docs import start_gateway, start_up, stop
 from tools import golang

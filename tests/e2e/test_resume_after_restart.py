@@ -23,7 +23,7 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from tests.e2e.test_cogmesh_up import free_ports
 from tests.e2e.test_replicas import wait_serving
 

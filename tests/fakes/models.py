@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ModelChunk,
     ModelError,

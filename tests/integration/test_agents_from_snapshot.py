@@ -22,9 +22,9 @@ import pytest
 from cogmesh.context.v1 import context_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.policy.v1 import policy_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR, AgentRegistry, ReloadingAgentRegistry, SnapshotAgentRegistry
 from services.kit.config import Settings
 from services.kit.server import RunningServer, start
+from services.lib.agents import DEFAULT_AGENTS_DIR, AgentRegistry, ReloadingAgentRegistry, SnapshotAgentRegistry
 from services.models import main as models_main
 from services.suite.inprocess import ORDER, Suite
 from tests.integration.conftest import (

@@ -21,7 +21,7 @@ from google.protobuf import json_format, struct_pb2
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from gateway.auth import hash_key
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.sessions.model import StoreUnavailable
 from services.suite.inprocess import Suite, start_suite
 from tests.integration.conftest import STUB_CLASSES, SUITE_SETTINGS, TIMEOUT_S, payload

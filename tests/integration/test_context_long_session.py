@@ -21,9 +21,9 @@ import pytest_asyncio
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.context.v1 import context_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.llm import ChatMessage, TextDelta, ToolCallChunk, ToolCallRequest
 from services.kit.protos import dict_to_struct, struct_to_dict
-from services.kit.tokens import TiktokenCounter
+from services.lib.llm import ChatMessage, TextDelta, ToolCallChunk, ToolCallRequest
+from services.lib.tokens import TiktokenCounter
 from services.runtime.calculator import CALCULATOR_SCHEMA, evaluate, format_number
 from services.runtime.local_model import LocalModel
 from tests.integration.conftest import SUITE_SETTINGS

@@ -14,7 +14,7 @@ import tracemalloc
 from collections.abc import Awaitable
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.redis_event_log import RedisEventLog
+from services.lib.redis_event_log import RedisEventLog
 from tests.support.session_log import LogWriter
 
 EVENTS = 3_000

@@ -1,7 +1,7 @@
 """A session's event log end to end: written by the session store (AppendEvents, under the turn's
 lease), read the way a gateway reads it. In memory the store serves its own readers (ReadEvents);
 on Redis (standalone, Sentinel, cluster) every gateway replica follows the streams itself
-(services/kit/redis_event_log.py), so "replicas" here are separate stores and readers on one Redis.
+(services/lib/redis_event_log.py), so "replicas" here are separate stores and readers on one Redis.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytest
 import pytest_asyncio
 
 from cogmesh.common.v1 import errors_pb2, events_pb2
-from services.kit import redis_event_log
 from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted, Unavailable
-from services.kit.event_log import Batch, SessionLog
-from services.kit.redis_event_log import RedisEventLog
-from services.kit.redis_keys import SessionKeys
+from services.lib import redis_event_log
+from services.lib.event_log import Batch, SessionLog
+from services.lib.redis_event_log import RedisEventLog
+from services.lib.redis_keys import SessionKeys
 from services.sessions.model import Acquired, NewEvents, NewSession, SessionNotFound, StoreUnavailable, Strategy
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.store import MemorySessionStore, SessionStore

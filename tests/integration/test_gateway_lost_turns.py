@@ -18,7 +18,7 @@ import redis
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.redis_keys import SessionKeys
+from services.lib.redis_keys import SessionKeys
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, payload, running_suite, status_details
 
 LONG = "w " * 12_000  # about 4,000 streamed deltas: a turn that runs for a while

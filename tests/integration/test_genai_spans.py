@@ -28,9 +28,9 @@ from prometheus_client import REGISTRY
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR
 from services.kit.config import Settings
 from services.kit.telemetry import GENAI, configure_tracing
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.suite.inprocess import Suite, start_suite
 from tests.fakes.providers import Fail, FakeOpenAI, Reply
 from tests.integration.conftest import STUB_CLASSES, SUITE_SETTINGS, TIMEOUT_S, new_session, send

@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.suite.inprocess import start_suite
 from tests.integration.conftest import STUB_CLASSES, SUITE_SETTINGS, TIMEOUT_S, new_session, payload
 from tests.integration.test_pause_resume import Env, message, session_of, stream

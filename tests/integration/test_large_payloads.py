@@ -23,7 +23,7 @@ import pytest_asyncio
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.suite.inprocess import Suite, start_suite
 from tests.fakes.providers import FakeOpenAI, Reply
 from tests.integration.conftest import STUB_CLASSES, SUITE_SETTINGS, TIMEOUT_S, new_session, send

@@ -29,11 +29,11 @@ from cogmesh.context.v1 import context_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR, AgentRegistry
 from services.kit.errors import CogmeshError
-from services.kit.tokens import ScriptAwareCounter
+from services.lib.agents import DEFAULT_AGENTS_DIR, AgentRegistry
 from services.lib.context.builder import RECALLED_HEADING
 from services.lib.context.prompt_files import PromptFiles
+from services.lib.tokens import ScriptAwareCounter
 from services.runtime.local_context import LocalContext
 from services.suite.inprocess import Suite, start_suite
 from tests.fakes.providers import Call, FakeOpenAI, Reply

@@ -30,12 +30,12 @@ from prometheus_client import REGISTRY
 
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
-from services.kit.agents import DEFAULT_AGENTS_DIR, load_agents
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.errors import CogmeshError
 from services.kit.protos import dict_to_struct
 from services.kit.server import RunningServer, start
+from services.lib.agents import DEFAULT_AGENTS_DIR, load_agents
 from services.lib.policy import config as policy_config
 from services.lib.policy.api import store_of
 from services.lib.policy.config import DEFAULT_POLICY_DIR, ConfigRejected, digest_of, read_texts

@@ -26,9 +26,9 @@ from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from gateway import main as gateway_main
 from gateway.auth import hash_key
-from services.kit.agents import DEFAULT_AGENTS_DIR, AgentDefinition
 from services.kit.clients import Clients
 from services.kit.server import start
+from services.lib.agents import DEFAULT_AGENTS_DIR, AgentDefinition
 from services.lib.context.builder import RECALLED_HEADING
 from services.memory import main as memory_main
 from services.runtime import main as runtime_main

@@ -20,7 +20,7 @@ from cogmesh.common.v1 import events_pb2, messages_pb2, turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.sessions.model import StoreUnavailable
 from services.suite.inprocess import Suite, start_suite
 from tests.integration.conftest import (

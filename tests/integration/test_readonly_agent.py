@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cogmesh.gateway.v1 import gateway_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR, AgentRegistry
+from services.lib.agents import DEFAULT_AGENTS_DIR, AgentRegistry
 from tests.integration.conftest import TIMEOUT_S, new_session, payload, send
 
 # Built-ins that only read or compute; save_memory, ask_user, task and the session tools are not among them.

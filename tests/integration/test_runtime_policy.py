@@ -13,8 +13,8 @@ import pytest_asyncio
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR
 from services.kit.protos import struct_to_dict
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, payload
 from tests.integration.test_pause_resume import Env, agents_suite, message, session_of, stream
 

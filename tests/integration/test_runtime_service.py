@@ -21,7 +21,7 @@ from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.runtime.structured import RESPOND_TOOL
 from services.suite.inprocess import Suite, start_suite
 from tests.fakes.processes import ROOT, node_tool_server

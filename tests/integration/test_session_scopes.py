@@ -26,8 +26,8 @@ from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from cogmesh.policy.v1 import hooks_pb2, hooks_pb2_grpc
 from cogmesh.tools.v1 import tools_pb2, tools_pb2_grpc
 from gateway.auth import hash_key
-from services.kit.agents import DEFAULT_AGENTS_DIR
 from services.kit.protos import struct_to_dict
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.suite.inprocess import Suite, start_suite
 from tests.fakes.processes import ROOT
 from tests.fakes.providers import Call, FakeOpenAI, Reply

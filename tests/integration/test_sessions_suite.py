@@ -9,7 +9,7 @@ import redis
 
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.redis_keys import SessionKeys
+from services.lib.redis_keys import SessionKeys
 from tests.integration.conftest import (
     SUITE_SETTINGS,
     TIMEOUT_S,

@@ -18,8 +18,8 @@ import pytest
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2 as S
 from cogmesh.sessions.v1 import sessions_pb2_grpc
-from services.kit import journal_kinds
 from services.kit.config import Settings
+from services.lib import journal_kinds
 from tests.integration.test_sessions import TENANT, TIMEOUT_S, create, expect_error, sessions_service
 from tests.support.redis_topologies import redis_for
 

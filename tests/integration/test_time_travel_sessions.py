@@ -20,9 +20,9 @@ from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2 as S
 from cogmesh.sessions.v1 import sessions_pb2_grpc
-from services.kit import journal_kinds
 from services.kit.config import Settings
 from services.kit.server import start
+from services.lib import journal_kinds
 from services.sessions import main as sessions_main
 from tests.integration.conftest import DOMAIN, status_details
 from tests.support.redis_topologies import redis_for

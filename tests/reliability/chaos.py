@@ -50,7 +50,7 @@ from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from cogmesh.tools.v1 import tools_pb2, tools_pb2_grpc
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from tests.support.redis_server import RedisServer
 from tests.support.replica_processes import GATEWAYS, RUNTIMES, ReplicaProcesses
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from services.kit.agents import DEFAULT_AGENTS_DIR
+from services.lib.agents import DEFAULT_AGENTS_DIR
 from tests.reliability.cluster import ROOT, Cluster, base_env
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import ProxyHost, TcpProxy

@@ -37,8 +37,8 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
-from services.kit.redis_keys import SessionKeys
 from services.kit.redis_pool import ReplicaWait
+from services.lib.redis_keys import SessionKeys
 from services.sessions.model import NewSession, StoreUnavailable, Strategy
 from services.sessions.redis_store import RedisSessionStore
 from tests.reliability.cluster import Cluster, base_env

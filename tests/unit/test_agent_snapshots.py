@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from cogmesh.models.v1 import models_pb2
-from services.kit.agents import (
+from services.kit.config import Settings
+from services.kit.snapshots import SnapshotWatcher
+from services.lib.agents import (
     DEFAULT_AGENTS_DIR,
     AgentRegistry,
     SnapshotAgentRegistry,
     agent_from_json,
     agent_to_json,
 )
-from services.kit.config import Settings
-from services.kit.snapshots import SnapshotWatcher
 from services.lib.models.api import agents_of, snapshot_of
 from services.lib.models.catalog import DEFAULT_CATALOG_PATH, ModelCatalog
 from services.lib.models.watch import CatalogWatcher, follow_agents, held_of

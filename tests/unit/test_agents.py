@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from services.kit.agents import (
+from services.lib.agents import (
     AgentConfig,
     AgentDefinition,
     AgentLoadError,

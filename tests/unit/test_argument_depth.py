@@ -21,7 +21,6 @@ from google.protobuf import json_format
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.runtime.v1 import runtime_pb2
-from services.kit.agents import AgentDefinition
 from services.kit.errors import InvalidArgument
 from services.kit.limits import (
     MAX_ARGUMENT_DEPTH,
@@ -30,9 +29,10 @@ from services.kit.limits import (
     json_depth,
     json_text_depth,
 )
-from services.kit.llm import ChatMessage, ToolCallChunk, ToolSchema
 from services.kit.protos import dict_to_struct
-from services.kit.providers import ProviderConfig
+from services.lib.agents import AgentDefinition
+from services.lib.llm import ChatMessage, ToolCallChunk, ToolSchema
+from services.lib.providers import ProviderConfig
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.delegation import task_tool
 from services.runtime.local_model import MAX_PARSE_DEPTH, LocalModel

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cogmesh.common.v1 import messages_pb2
-from services.kit import turn_options
 from services.kit.errors import Violations
+from services.lib import turn_options
 from services.runtime.assembly import RESERVED_TOOLS
 
 

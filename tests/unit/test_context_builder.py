@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.kit.agents import AgentDefinition
-from services.kit.tokens import CharRatioCounter
+from services.lib.agents import AgentDefinition
 from services.lib.context.builder import (
     TRUNCATION_MARKER,
     BuiltContext,
@@ -20,6 +19,7 @@ from services.lib.context.builder import (
     truncate,
 )
 from services.lib.context.prompt_files import PromptFiles, read_utf8
+from services.lib.tokens import CharRatioCounter
 
 
 class WordCounter:

@@ -21,8 +21,8 @@ from services.context.summarizer import (
     SummarizerError,
     summarizer_for,
 )
-from services.kit.llm import ChatMessage, ModelChunk, ModelError, ToolSchema
-from services.kit.tokens import TiktokenCounter
+from services.lib.llm import ChatMessage, ModelChunk, ModelError, ToolSchema
+from services.lib.tokens import TiktokenCounter
 from services.runtime.local_model import LocalModel
 from tests.support.redis_topologies import RedisUnderTest
 
@@ -276,8 +276,8 @@ async def test_redis_archive_shares_results_and_suffixes_collisions(any_redis: R
     import redis.asyncio as redis
 
     from services.context.archive import ArchiveUnavailable, RedisToolArchive
-    from services.kit.redis_keys import SessionKeys
     from services.kit.redis_pool import pooled_client
+    from services.lib.redis_keys import SessionKeys
 
     client = pooled_client(any_redis.url, 2.0)
     prefix = any_redis.prefix

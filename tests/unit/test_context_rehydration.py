@@ -13,12 +13,12 @@ from google.protobuf import struct_pb2
 from cogmesh.common.v1 import messages_pb2, resources_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.context.sessions_link import payload_from_proto
-from services.kit.agents import AgentDefinition
-from services.kit.tokens import TiktokenCounter
+from services.lib.agents import AgentDefinition
 from services.lib.context.api import recalled_text
 from services.lib.context.builder import ContextBudget, ContextBuilder, ContextInput, _keep_recent
 from services.lib.context.prompt_files import PromptFiles, read_utf8
 from services.lib.context.rehydration import RehydrationPayload, rehydrate
+from services.lib.tokens import TiktokenCounter
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2
 from services.kit.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
-from services.kit.event_log import Batch, SessionLog, check_cursor, tail
+from services.lib.event_log import Batch, SessionLog, check_cursor, tail
 
 
 class Log:

@@ -10,8 +10,8 @@ import grpc
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.streams import encoded
-from services.kit.event_log import Batch, SessionLog, tail, wire_entry
 from services.kit.server import ObservabilityInterceptor
+from services.lib.event_log import Batch, SessionLog, tail, wire_entry
 
 
 def varied_events() -> list[events_pb2.RuntimeEvent]:

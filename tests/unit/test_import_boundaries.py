@@ -1,7 +1,7 @@
 """Services share code only through services/kit and services/lib, never through another service's package.
 
-Every module under services/<name>/ (except kit, the boot kit, lib, the libraries a
-control plane and a data plane share, and suite, which wires all services into one
+Every module under services/<name>/ (except kit, the boot kit, which imports nothing above itself;
+lib, the libraries a control plane and a data plane share, and suite, which wires all services into one
 process) may import from services.kit, services.lib and its own package, but not
 from services.<other>. A library imports only services.kit and services.lib.
 The gateway (gateway/, the public edge) is a service too: it imports services.kit,
@@ -94,6 +94,21 @@ def test_a_library_imports_only_the_kit_and_other_libraries() -> None:
     assert not problems, "services/lib imports a service:\n  " + "\n  ".join(problems)
 
 
+def test_the_kit_imports_no_library_service_or_gateway() -> None:
+    # The kit is the bottom layer (configuration, logging, tracing, errors, server, clients, protobuf and
+    # Redis helpers): domain code that it would need belongs in services/lib or its one owner.
+    found = _crossings(
+        SERVICES / "kit",
+        lambda module: (
+            module.split(".")[0] == "gateway"
+            or (module.startswith("services.") and module.split(".")[1] != "kit" and module != "services.kit")
+        ),
+    )
+    assert not found, "services/kit imports above itself:\n  " + "\n  ".join(
+        f"{f} imports {m}" for f, m in sorted(found)
+    )
+
+
 def test_the_check_resolves_absolute_relative_and_package_imports() -> None:
     # The detector itself: each spelling of a cross-service import is caught, kit and own-package ones are not.
     source = "\n".join(
@@ -102,7 +117,7 @@ def test_the_check_resolves_absolute_relative_and_package_imports() -> None:
             "from services.runtime.llm import ChatModel",
             "from services import sessions",
             "from ...context import builder",
-            "from services.kit.tokens import TokenCounter",
+            "from services.lib.tokens import TokenCounter",
             "from services.policy import engine",
             "from . import sibling",
             "def later():",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import structlog
 
-from services.kit.agents import AgentDefinition, AgentRegistry
+from services.lib.agents import AgentDefinition, AgentRegistry
 from services.lib.policy.assembly import Shared, build_bundle
 from services.lib.policy.config import ConfigRejected, ConfigStore, HITLSpec, RoleGateSpec, load_config
 from services.lib.policy.domain import ModelFailure, Msg, Phase, Scope, ToolCallRef, ToolInfo, TurnContext

@@ -29,9 +29,9 @@ from google.protobuf import json_format
 from cogmesh.common.v1 import events_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import journal_kinds
-from services.kit.agents import AgentDefinition
-from services.kit.llm import ChatMessage, ModelChunk, ToolSchema
+from services.lib import journal_kinds
+from services.lib.agents import AgentDefinition
+from services.lib.llm import ChatMessage, ModelChunk, ToolSchema
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.delegation import task_tool
 from services.runtime.journal import ANSWER, REQUEST, TAKEOVER, Replay, decode_state, encode_state, replay

@@ -12,10 +12,11 @@ from structlog.testing import capture_logs
 
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2
-from services.kit import tasks, turn_options
+from services.kit import tasks
 from services.kit.config import Settings, load_settings
 from services.kit.errors import InvalidArgument, NotFound, Violations
 from services.kit.redis_pool import next_message
+from services.lib import turn_options
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,8 @@
-"""The one reader of a lease holder's old text form (services/kit/lease_holders.py)."""
+"""The one reader of a lease holder's old text form (services/lib/lease_holders.py)."""
 
 from __future__ import annotations
 
-from services.kit.lease_holders import Holder, parse_holder
+from services.lib.lease_holders import Holder, parse_holder
 
 
 def test_a_resume_holders_text_reads_as_the_turn_and_its_attempt() -> None:

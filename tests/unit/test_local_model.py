@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ChatModel,
     ModelChunk,

@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ChatMessage, ModelChunk, ToolCallChunk, ToolCallRequest, ToolSchema, UsageChunk
+from services.lib.llm import ChatMessage, ModelChunk, ToolCallChunk, ToolCallRequest, ToolSchema, UsageChunk
 from services.runtime.budget import Limits
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.local_model import LocalModel

@@ -15,7 +15,7 @@ import pytest
 from google.protobuf import json_format
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ModelError,
     TextDelta,

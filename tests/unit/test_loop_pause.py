@@ -15,8 +15,8 @@ from google.protobuf import json_format
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.agents import AgentDefinition
-from services.kit.llm import ChatMessage, ToolSchema
+from services.lib.agents import AgentDefinition
+from services.lib.llm import ChatMessage, ToolSchema
 from services.runtime.budget import Limits
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.delegation import task_tool

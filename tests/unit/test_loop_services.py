@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ChatMessage, ModelError, ToolCallRequest
+from services.lib.llm import ChatMessage, ModelError, ToolCallRequest
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.context_link import estimate_tokens
 from services.runtime.local_model import LocalModel

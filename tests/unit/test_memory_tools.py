@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.kit.agents import AgentDefinition, AgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
+from services.lib.agents import AgentDefinition, AgentRegistry
 from services.lib.context.builder import RECALLED_HEADING, ContextBudget, ContextBuilder, ContextInput
 from services.lib.context.prompt_files import PromptFiles
 from services.runtime.steps.state import validate

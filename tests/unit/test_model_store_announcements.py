@@ -15,9 +15,9 @@ import pytest_asyncio
 import redis
 import yaml
 
-from services.kit.redis_keys import models_keys
 from services.kit.redis_pool import Client, pooled_client
 from services.lib.models.catalog import ModelSpec
+from services.lib.redis_keys import models_keys
 from services.models.registry import ModelRegistry, RedisModelStore
 from tests.support.redis_server import RedisServer, unique_prefix
 from tests.support.redis_topologies import RedisUnderTest

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import journal_kinds
-from services.kit.agents import AgentDefinition
+from services.lib import journal_kinds
+from services.lib.agents import AgentDefinition
 from services.runtime.loop import run_turn
 from services.runtime.steps.state import decode_snapshot, encode_snapshot
 from services.runtime.tools.handoff import BACK_TOOL, TRANSFER_TOOL, back_tool, transfer_tool

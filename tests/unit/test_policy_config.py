@@ -269,7 +269,7 @@ interceptors:
 
 
 async def test_every_interceptor_type_builds_from_yaml(tmp_path: Path) -> None:
-    from services.kit.agents import AgentDefinition
+    from services.lib.agents import AgentDefinition
     from services.lib.policy.assembly import Shared, build_bundle
     from services.lib.policy.domain import Phase, Scope, ToolInfo
     from services.lib.policy.ratelimit import MemoryWindowStore

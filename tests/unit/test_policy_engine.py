@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import structlog
 
-from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError
+from services.lib.agents import AgentDefinition, AgentRegistry, UnknownAgentError
 from services.lib.policy.assembly import Shared
 from services.lib.policy.config import ConfigStore
 from services.lib.policy.domain import Msg, Phase, Scope, ToolInfo, TurnContext

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ChatModel,
     ModelChunk,
@@ -21,7 +21,7 @@ from services.kit.llm import (
     ToolSchema,
     UsageChunk,
 )
-from services.kit.providers import ProviderConfig
+from services.lib.providers import ProviderConfig
 from services.runtime.providers.registry import ProviderRegistry
 from tests.fakes.providers import Call, Fail, FakeAnthropic, FakeGoogle, FakeOpenAI, FakeProvider, Reply
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.kit.providers import BUILTIN_PROVIDERS, ProviderConfig, ProviderConfigError, load_providers
+from services.lib.providers import BUILTIN_PROVIDERS, ProviderConfig, ProviderConfigError, load_providers
 from services.runtime.providers.errors import retry_after_s
 from services.runtime.providers.registry import ProviderRegistry, ProviderUnavailable
 

@@ -7,7 +7,8 @@ from pydantic import ValidationError
 from redis.cluster import key_slot
 
 from services.kit.config import Settings
-from services.kit.redis_keys import (
+from services.kit.redis_url import parse_redis_url
+from services.lib.redis_keys import (
     OPEN_TURN_BUCKETS,
     SessionKeys,
     TenantKeys,
@@ -17,7 +18,6 @@ from services.kit.redis_keys import (
     open_turn_buckets,
     session_tag,
 )
-from services.kit.redis_url import parse_redis_url
 
 
 def test_standalone_urls_pass_through_as_redis_py_reads_them() -> None:

@@ -19,7 +19,7 @@ from cogmesh.common.v1 import errors_pb2, events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway.remote_event_log import RETRY_S, RemoteEventLog, _continuing, _Mirror
 from services.kit.errors import NotFound, OutOfRange, Unavailable
-from services.kit.event_log import SessionLog
+from services.lib.event_log import SessionLog
 
 TENANT, SESSION = "acme", "s1"
 

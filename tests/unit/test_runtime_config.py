@@ -8,7 +8,7 @@ import pytest
 
 from services.kit.clients import Clients
 from services.kit.config import Settings
-from services.kit.providers import load_providers
+from services.lib.providers import load_providers
 from services.runtime import main as runtime_main
 from services.runtime.tools.catalog import load_tool_servers
 

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from services.kit import tokens
-from services.kit.token_corpus import CORPUS, samples
-from services.kit.tokens import (
+from services.lib import tokens
+from services.lib.token_corpus import CORPUS, samples
+from services.lib.tokens import (
     COUNTERS,
     CharRatioCounter,
     ScriptAwareCounter,
@@ -72,7 +72,7 @@ def test_corpus_covers_scripts_code_and_data() -> None:
     assert len(samples()) >= 20
 
 
-# The figures documented in services/kit/tokens.py, with a little slack for rounding.
+# The figures documented in services/lib/tokens.py, with a little slack for rounding.
 def test_char_ratio_accuracy_is_as_documented(real: TiktokenCounter) -> None:
     m = measure(CharRatioCounter(), real)
     assert m["mean_abs_error"] == pytest.approx(0.332, abs=0.005)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import journal_kinds
+from services.lib import journal_kinds
 from services.runtime.calculator import calculator_tool
 from services.runtime.local_model import CALCULATOR_SCHEMA
 from services.runtime.loop import run_turn

@@ -19,8 +19,8 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit import journal_kinds as K
-from services.kit.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
+from services.lib import journal_kinds as K
+from services.lib.event_log import MAX_APPEND_BYTES, MAX_EVENTS_PER_APPEND
 from services.runtime.journal import decode_state, encode_state, replay
 from services.runtime.turn_log import DURABLE, HandedOver, TurnLog, TurnLost
 

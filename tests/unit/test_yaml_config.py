@@ -12,11 +12,11 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from gateway.auth import hash_key, load_keys
 from services.kit import yaml_config
-from services.kit.agents import AgentRegistry, ReloadingAgentRegistry
-from services.kit.providers import load_providers
 from services.kit.yaml_config import ConfigError, ConfigProblem
+from services.lib.agents import AgentRegistry, ReloadingAgentRegistry
 from services.lib.models.catalog import CatalogError, ModelCatalog
 from services.lib.policy.config import ConfigRejected, ConfigStore, InterceptorsFile, load_config, parse_text
+from services.lib.providers import load_providers
 from services.models.registry import FileModelStore, ModelRegistry, StoreError
 from services.runtime.tools.catalog import load_tool_servers
 

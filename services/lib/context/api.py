@@ -17,8 +17,8 @@ from typing import Any
 
 from cogmesh.common.v1 import errors_pb2, messages_pb2
 from cogmesh.context.v1 import context_pb2
-from services.kit.agents import AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
 from services.kit.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
+from services.lib.agents import AgentDefinition, AgentRegistry, UnknownAgentError, agent_from_json
 from services.lib.context.builder import ContextBudget, ContextBuilder, ContextInput
 from services.lib.context.rehydration import DEFAULT_LAST_N, RehydrationPayload, RehydrationReport, rehydrate
 

@@ -56,9 +56,9 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
-from services.kit.agents import AgentDefinition
-from services.kit.tokens import CharRatioCounter, TokenCounter
+from services.lib.agents import AgentDefinition
 from services.lib.context.prompt_files import PromptFiles
+from services.lib.tokens import CharRatioCounter, TokenCounter
 
 TRUNCATION_MARKER = " …"
 PROMPT_HASH_CHARS = 16

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from cogmesh.common.v1 import errors_pb2, resources_pb2
 from cogmesh.models.v1 import models_pb2
-from services.kit.agents import AgentLoadError, AgentRegistry, agent_to_json, agents_of_snapshot
 from services.kit.errors import InvalidArgument, NotFound
+from services.lib.agents import AgentLoadError, AgentRegistry, agent_to_json, agents_of_snapshot
 from services.lib.models.catalog import ModelCatalog, ModelSpec, UnknownModelError, format_validation_error
 
 MATCH = {

@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cogmesh.models.v1 import models_pb2
-from services.kit.agents import AgentRegistry, SnapshotAgentRegistry
 from services.kit.clients import Clients
 from services.kit.config import Settings
 from services.kit.dependencies import ModelsClient
 from services.kit.logging import log
 from services.kit.snapshots import SnapshotWatcher, stream_of
+from services.lib.agents import AgentRegistry, SnapshotAgentRegistry
 from services.lib.models.api import agents_of, catalog_of, resolve_model
 from services.lib.models.catalog import ModelCatalog
 

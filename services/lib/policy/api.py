@@ -13,9 +13,9 @@ from typing import Any
 
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.policy.v1 import policy_pb2
-from services.kit.agents import UnknownAgentError
 from services.kit.errors import InvalidArgument, NotFound, Violations
 from services.kit.protos import dict_to_struct, struct_to_dict
+from services.lib.agents import UnknownAgentError
 from services.lib.policy import wire
 from services.lib.policy.commands import CommandResult
 from services.lib.policy.config import ConfigError, ConfigRejected, ConfigStore, PolicyConfig, digest_of

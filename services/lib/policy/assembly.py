@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.kit.agents import AgentDefinition
+from services.lib.agents import AgentDefinition
 from services.lib.policy import interceptors as icp
 from services.lib.policy.budget import ToolBudget
 from services.lib.policy.commands import CommandRegistry, builtin_registry, static_reply

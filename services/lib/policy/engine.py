@@ -15,8 +15,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from services.kit.agents import AgentDefinition, AgentRegistry, agent_from_json
 from services.kit.logging import log
+from services.lib.agents import AgentDefinition, AgentRegistry, agent_from_json
 from services.lib.policy.assembly import (
     Bundle,
     Router,

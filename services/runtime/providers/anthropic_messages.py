@@ -15,7 +15,7 @@ from typing import Any
 
 import anthropic
 
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ModelChunk,
     TextDelta,

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pydantic
 
-from services.kit.llm import ModelError
+from services.lib.llm import ModelError
 
 try:  # google-genai streams over aiohttp instead of httpx whenever aiohttp is installed
     import aiohttp

@@ -16,7 +16,7 @@ from typing import Any
 from google import genai
 from google.genai import types
 
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ModelChunk,
     TextDelta,

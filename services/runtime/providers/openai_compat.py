@@ -23,7 +23,7 @@ from typing import Any
 
 import openai
 
-from services.kit.llm import (
+from services.lib.llm import (
     ChatMessage,
     ModelChunk,
     TextDelta,

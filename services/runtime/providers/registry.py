@@ -15,8 +15,8 @@ import openai
 from google import genai
 from google.genai import types as genai_types
 
-from services.kit.llm import ChatModel
-from services.kit.providers import ProviderConfig, ProviderConfigError
+from services.lib.llm import ChatModel
+from services.lib.providers import ProviderConfig, ProviderConfigError
 from services.runtime.providers.anthropic_messages import AnthropicChatModel
 from services.runtime.providers.google_genai import GoogleChatModel
 from services.runtime.providers.openai_compat import OpenAIChatModel

@@ -17,8 +17,8 @@ import json
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import journal_kinds
-from services.kit.llm import ChatMessage
+from services.lib import journal_kinds
+from services.lib.llm import ChatMessage
 from services.runtime.steps.answers import settle
 from services.runtime.steps.call import invoke, post_act
 from services.runtime.steps.decide import NOT_RUN_BUDGET

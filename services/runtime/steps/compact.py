@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ChatMessage
+from services.lib.llm import ChatMessage
 from services.runtime.steps.start import is_marker
 from services.runtime.steps.state import Run, event, notice
 from services.runtime.turn import CompactionFailed

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
 from services.kit.limits import argument_depth_problem
-from services.kit.llm import ToolCallRequest
 from services.kit.protos import dict_to_struct
+from services.lib.llm import ToolCallRequest
 from services.runtime.phases import Phase
 from services.runtime.steps.finish import invalid_message
 from services.runtime.steps.state import CallState, Run, event, validate

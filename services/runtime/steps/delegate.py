@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import journal_kinds
+from services.lib import journal_kinds
 from services.runtime import genai_telemetry
 from services.runtime.steps.answers import take_decision
 from services.runtime.steps.call import idempotency_key

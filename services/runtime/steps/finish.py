@@ -8,7 +8,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ChatMessage
+from services.lib.llm import ChatMessage
 from services.runtime.budget import Limits
 from services.runtime.phases import Intercept, Phase
 from services.runtime.steps.state import Run, error, event

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ChatMessage
+from services.lib.llm import ChatMessage
 from services.runtime.phases import Phase
 from services.runtime.steps.finish import stopped
 from services.runtime.steps.state import Run, event, notice

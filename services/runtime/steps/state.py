@@ -27,10 +27,10 @@ from google.protobuf import json_format
 from jsonschema.exceptions import SchemaError
 
 from cogmesh.common.v1 import events_pb2
-from services.kit import journal_kinds
 from services.kit.limits import argument_depth_problem
-from services.kit.llm import ChatMessage, ModelError, ToolCallRequest, ToolSchema
 from services.kit.protos import dict_to_struct
+from services.lib import journal_kinds
+from services.lib.llm import ChatMessage, ModelError, ToolCallRequest, ToolSchema
 from services.runtime.budget import CostBudget, CostTracker, Limits, ToolBudget
 from services.runtime.phases import Intercept, Phase, PhaseContext, merge, run_phase
 from services.runtime.structured import OutputSpec

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ChatMessage, ModelError, TextDelta, ToolCallChunk, ToolSchema, UsageChunk
+from services.lib.llm import ChatMessage, ModelError, TextDelta, ToolCallChunk, ToolSchema, UsageChunk
 from services.runtime import genai_telemetry
 from services.runtime.phases import Phase
 from services.runtime.steps.finish import finish, output_invalid, stopped

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from services.kit.llm import ToolSchema
+from services.lib.llm import ToolSchema
 from services.runtime.tools.retry import DEFAULT_BACKOFF, Backoff
 
 ToolSource: TypeAlias = Literal["builtin", "mcp", "remote", "client", "internal"]

@@ -6,7 +6,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from services.kit.llm import ToolSchema
+from services.lib.llm import ToolSchema
 from services.runtime.calculator import CALCULATOR_SCHEMA, calculator_tool
 from services.runtime.tools.base import Tool, ToolError, answered_outside, builtin
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.agents import AgentDefinition
-from services.kit.llm import ToolSchema
+from services.lib.agents import AgentDefinition
+from services.lib.llm import ToolSchema
 from services.runtime.tools.base import Tool, answered_outside
 
 TRANSFER_TOOL = "transfer_to_agent"

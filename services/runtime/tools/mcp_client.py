@@ -19,8 +19,8 @@ from typing import Any
 import mcp
 import mcp_types
 
-from services.kit.llm import ToolSchema
 from services.kit.logging import log
+from services.lib.llm import ToolSchema
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable, mcp_tool_name
 from services.runtime.tools.retry import DEFAULT_BACKOFF, Backoff, CallSettings, unknown_overrides
 

@@ -27,13 +27,13 @@ from typing import Any
 import grpc
 
 from cogmesh.memory.v1 import memory_pb2
-from services.kit import scope as scopes
-from services.kit.agents import AgentDefinition, AgentMemory, namespace_placeholder
 from services.kit.clients import Clients
 from services.kit.dependencies import MemoryClient
 from services.kit.errors import DependencyError
-from services.kit.llm import ToolSchema
 from services.kit.protos import dict_to_struct
+from services.lib import scope as scopes
+from services.lib.agents import AgentDefinition, AgentMemory, namespace_placeholder
+from services.lib.llm import ToolSchema
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
 
 # The circuit breaker of the memory service as a tool server. Not a possible tool server name

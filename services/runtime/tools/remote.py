@@ -17,8 +17,8 @@ import grpc
 
 from cogmesh.tools.v1 import tools_pb2, tools_pb2_grpc
 from services.kit.clients import PEER_CHANNEL_OPTIONS
-from services.kit.llm import ToolSchema
 from services.kit.protos import dict_to_struct, struct_to_dict
+from services.lib.llm import ToolSchema
 from services.runtime.tools.base import Tool, ToolContext, ToolError, ToolUnavailable
 from services.runtime.tools.retry import DEFAULT_BACKOFF, Backoff, CallSettings, unknown_overrides
 

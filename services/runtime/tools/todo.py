@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cogmesh.common.v1 import events_pb2
-from services.kit.llm import ToolSchema
+from services.lib.llm import ToolSchema
 from services.runtime.tools.base import Tool, answered_outside
 
 TODO_TOOL = "manage_todo_list"

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from cogmesh.sessions.v1 import agents_pb2 as pb
 from services.kit import lua
 from services.kit.errors import NotFound
-from services.kit.redis_keys import check_prefix
 from services.kit.redis_pool import Client, pooled_client, unless_unavailable
+from services.kit.redis_url import check_prefix
 from services.sessions.agents.store import (
     AlreadyExists,
     Conflict,

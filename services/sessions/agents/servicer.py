@@ -7,13 +7,13 @@ from typing import Any
 
 from cogmesh.sessions.v1 import agents_pb2 as pb
 from cogmesh.sessions.v1 import agents_pb2_grpc
-from services.kit.agents import AGENT_NAME_PATTERN
 from services.kit.config import Settings
 from services.kit.errors import Violations
 from services.kit.logging import log
 from services.kit.protos import MAX_ID
 from services.kit.redis_pool import Client
 from services.kit.redis_url import redact
+from services.lib.agents import AGENT_NAME_PATTERN
 from services.sessions.agents.redis_store import RedisAgentStore
 from services.sessions.agents.store import AgentStore, MemoryAgentStore, check_alias, next_token, page_bounds
 

@@ -15,8 +15,8 @@ from typing import Protocol
 import grpc
 
 from cogmesh.sessions.v1 import agents_pb2 as pb
-from services.kit.agents import AGENT_NAME_PATTERN
 from services.kit.errors import CogmeshError, InvalidArgument, NotFound
+from services.lib.agents import AGENT_NAME_PATTERN
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 200

@@ -1,4 +1,4 @@
--- INDEX_ADD, on a tenant's index and its scope indexes (services/kit/redis_keys.py TenantKeys: one slot; not a session
+-- INDEX_ADD, on a tenant's index and its scope indexes (services/lib/redis_keys.py TenantKeys: one slot; not a session
 -- script). KEYS = the index, its counter, the scope-of hash, then the session's scope indexes; ARGV = session id, how
 -- many of the oldest entries to return for a check, its scope as JSON. Adds the session once, newest last, to the
 -- tenant's index and under the same score to each of its scope indexes; retried, it keeps its place. A scoped session

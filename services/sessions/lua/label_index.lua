@@ -1,4 +1,4 @@
--- LABEL_INDEX, on a tenant's label indexes (services/kit/redis_keys.py TenantKeys: one slot; not a session script).
+-- LABEL_INDEX, on a tenant's label indexes (services/lib/redis_keys.py TenantKeys: one slot; not a session script).
 -- KEYS = the tenant's index, the label-of hash, then n label indexes to add the session to, then the ones to take it
 -- out of; ARGV = session id, n, the (key, value) pairs to record for it as a JSON list ('[]': none), the pairs
 -- recorded now as JSON ('' when none are). Applies the change only while the recorded labels are still the ones given (a compare-and-set:

@@ -87,7 +87,7 @@ end
 -- The lease, while it is held: until it expires, or, for an open turn, until another replica claims it.
 -- Its holder is a turn (`lease_turn`) or a resume of it (`lease_resume`: the attempt's id). A lease written
 -- before `lease_resume` existed has a resume's holder as '<turn>:resume:<attempt>' in `lease_turn`, which
--- the store reads back the same (services/kit/lease_holders.py); the scripts compare it as it is.
+-- the store reads back the same (services/lib/lease_holders.py); the scripts compare it as it is.
 local function live_lease()
   local h = meta()
   if h.lease_turn and h.lease_turn ~= '' and (h.lease_open == '1' or tonumber(h.lease_exp) > clock()) then

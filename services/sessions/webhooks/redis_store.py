@@ -1,6 +1,6 @@
 """Webhooks in Redis, shared by every sessions replica; standalone, Sentinel or Cluster.
 
-Slots (services/kit/redis_keys.py's rule: a script touches one slot):
+Slots (services/lib/redis_keys.py's rule: a script touches one slot):
 
 - a tenant's webhooks and its delivery log: `<prefix>{wh:t:<tenant>}:...` (the records,
   sealed secrets, their order, the tenant-wide set and one set per session);

@@ -17,10 +17,10 @@ from typing import Annotated, Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from services.kit import scope as scopes
 from services.kit import yaml_config
 from services.kit.errors import Violations
 from services.kit.yaml_config import ConfigError, ConfigProblem
+from services.lib import scope as scopes
 
 CASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/\-]{0,127}")
 NO_GRADER = "give at least one grader, or `expected` (graded as an exact match)"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cogmesh.client import GatewayClient
-from services.kit.llm import ChatMessage, ChatModel, TextDelta
+from services.lib.llm import ChatMessage, ChatModel, TextDelta
 from services.suite.eval.dataset import Case
 
 INSTRUCTION = (
@@ -74,7 +74,7 @@ class CatalogModels:
     """Chat models by the names the gateway's catalogue knows, built on the suite's provider adapters."""
 
     def __init__(self, client: GatewayClient, providers_file: Path | None):
-        from services.kit.providers import load_providers  # the SDKs load only when a rubric needs them
+        from services.lib.providers import load_providers  # the SDKs load only when a rubric needs them
         from services.runtime.providers.registry import ProviderRegistry
 
         self._client = client

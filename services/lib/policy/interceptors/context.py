@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from services.kit.tokens import CharRatioCounter, TokenCounter
 from services.lib.policy.domain import Msg, Notice, Scope, TurnContext
 from services.lib.policy.interceptors.base import Interceptor, InterceptResult
+from services.lib.tokens import CharRatioCounter, TokenCounter
 
 # Marks the message that carries the rolling summary, so the next compaction folds it in.
 SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"

@@ -41,7 +41,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import ErrorDetails
 
 from services.kit.logging import log
-from services.kit.scope import KEY_PATTERN as SCOPE_KEY_PATTERN
 from services.kit.yaml_config import (
     ConfigError,
     ConfigProblem,
@@ -51,6 +50,7 @@ from services.kit.yaml_config import (
     parse,
     read_text,
 )
+from services.lib.scope import KEY_PATTERN as SCOPE_KEY_PATTERN
 
 AGENT_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 AGENT_FILE_SUFFIXES = (".yaml", ".yml", ".md")

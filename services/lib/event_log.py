@@ -5,7 +5,7 @@ AppendEventsStream, under the turn's lease): in its memory (services/sessions/st
 `SessionLog` per session) or on Redis Streams (services/sessions/lua/append_events.lua). Readers
 follow it with `tail`: the memory store's ReadEvents and WatchEvents, and each gateway's
 mirror of the sessions it serves (gateway/remote_event_log.py from one WatchEvents stream,
-services/kit/redis_event_log.py from Redis).
+services/lib/redis_event_log.py from Redis).
 
 Appends never wait for readers, so a slow subscriber cannot slow the turn or the other
 subscribers. A live reader that falls more than `max_lag` events behind is cut off with

@@ -40,11 +40,11 @@ from redis.typing import KeyT, StreamIdT
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit.errors import Unavailable
-from services.kit.event_log import Batch, SessionLog, check_cursor, leaves_idle, session_gone, tail
 from services.kit.logging import log
-from services.kit.redis_keys import SessionKeys, check_prefix
 from services.kit.redis_pool import POOL_SIZE, REDIS_ERRORS, Client, closed_under_us, next_message, pooled_client
-from services.kit.redis_url import parse_redis_url
+from services.kit.redis_url import check_prefix, parse_redis_url
+from services.lib.event_log import Batch, SessionLog, check_cursor, leaves_idle, session_gone, tail
+from services.lib.redis_keys import SessionKeys
 
 T = TypeVar("T")
 
@@ -134,7 +134,7 @@ class _Follower:
 
 
 class _LogKeys:
-    """A session's keys the log is read from, all in the session's slot (services/kit/redis_keys.py):
+    """A session's keys the log is read from, all in the session's slot (services/lib/redis_keys.py):
     the stream, the session's hash (its `eseq` field is the last seq), the tombstone and the channel."""
 
     __slots__ = ("channel", "dropped", "session", "stream")

@@ -16,10 +16,10 @@ Three counters implement ``TokenCounter``; ``Settings.token_counter``
     The seed's rule of thumb: one token per four characters.
 
 Measured accuracy against ``cl100k_base`` on the fixed corpus of
-``services.kit.token_corpus`` (12 categories, 25 samples: English,
+``services.lib.token_corpus`` (12 categories, 25 samples: English,
 German, French, Spanish, Russian, Chinese, Japanese, Arabic, Python,
 TypeScript, JSON, Markdown and logs). Error is estimate / real - 1 per sample;
-reproduce with ``python -m services.kit.tokens``:
+reproduce with ``python -m services.lib.tokens``:
 
 =========  ====================  =================  =================  ===========
 counter    mean absolute error   worst under-count  worst over-count   corpus total
@@ -229,7 +229,7 @@ def measure(counter: TokenCounter, reference: TokenCounter) -> dict[str, float]:
     Returns the mean absolute relative error, the worst under- and over-count
     (estimate / real - 1 per sample) and the aggregate ratio over the corpus.
     """
-    from services.kit.token_corpus import samples
+    from services.lib.token_corpus import samples
 
     errors: list[float] = []
     estimated = real = 0
@@ -248,7 +248,7 @@ def measure(counter: TokenCounter, reference: TokenCounter) -> dict[str, float]:
 
 def measure_by_category(counter: TokenCounter, reference: TokenCounter) -> dict[str, float]:
     """Estimate / real per corpus category (summed over the category's samples)."""
-    from services.kit.token_corpus import CORPUS
+    from services.lib.token_corpus import CORPUS
 
     return {
         category: sum(counter.count(t) for t in texts) / sum(reference.count(t) for t in texts)

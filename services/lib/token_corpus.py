@@ -2,8 +2,8 @@
 
 Written for cogmesh: prose, several languages and scripts, source code and
 structured data in the proportions a system prompt and a transcript hold.
-The figures quoted in ``services.kit.tokens`` are measured on it
-(``python -m services.kit.tokens``) and tests/unit/test_tokens.py holds the
+The figures quoted in ``services.lib.tokens`` are measured on it
+(``python -m services.lib.tokens``) and tests/unit/test_tokens.py holds the
 estimators to them, so a change of estimator or corpus shows up in the numbers.
 """
 

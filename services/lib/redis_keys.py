@@ -31,13 +31,6 @@ OPEN_TURN_BUCKETS = 16  # the reaper's index of open turns is spread over this m
 MODELS_TAG = "models"
 
 
-def check_prefix(prefix: str) -> str:
-    """A key prefix may not hold braces: they would move every key's hash tag."""
-    if "{" in prefix or "}" in prefix:
-        raise ValueError(f"redis key prefix {prefix!r} must not contain '{{' or '}}' (they pick Redis Cluster slots)")
-    return prefix
-
-
 def session_tag(session_id: str) -> str:
     """The hash tag of a session's keys (see the module docstring)."""
     head = session_id.split(".", 1)[0]
@@ -90,7 +83,7 @@ class TenantKeys:
         self.labels = f"{self.base}:label-of"
 
     def scope_index(self, key: str, value: str) -> str:
-        # A scope key never holds "=" (services/kit/scope.py KEY_PATTERN): the first one ends it.
+        # A scope key never holds "=" (services/lib/scope.py KEY_PATTERN): the first one ends it.
         return f"{self.base}:scope:{key}={value}"
 
     def label_index(self, key: str, value: str) -> str:
