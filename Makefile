@@ -37,6 +37,7 @@ test-under-load:  ## make test 5 times in a row with every core kept busy (RUNS=
 
 check: lint typecheck protos-check node-check go-check breaking deploy-check
 	$(BIN)/python tools/agentdoc.py --check
+	$(BIN)/python tools/settingsdoc.py --check
 
 lint: $(VENV)/.installed $(BUF)
 	$(BUF) lint

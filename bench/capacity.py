@@ -58,7 +58,7 @@ from bench.hotpath import by_service, cpu_seconds, load_average, redis_pid, serv
 from bench.sessions import private_redis
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.kit.addresses import channel_target
-from services.kit.config import Settings
+from services.suite.settings import SuiteSettings
 from services.suite.supervisor import Supervisor, runtime_workers
 
 TOKENS = 50
@@ -87,7 +87,7 @@ async def running(
     addresses = suite_addresses(runtimes)
     if gateways > 1:
         addresses["gateway_addr"] = ",".join(f"127.0.0.1:{port}" for port in free_ports(gateways))
-    settings = Settings(**(addresses | overrides))  # type: ignore[arg-type]
+    settings = SuiteSettings(**(addresses | overrides))  # type: ignore[arg-type]
     supervisor = Supervisor(settings, Path(tempfile.mkdtemp(prefix="cogmesh-bench-")), lambda _: None, READY_TIMEOUT_S)
     with exported_settings(overrides):
         await supervisor.start()
@@ -423,7 +423,7 @@ def model(data: dict[str, Any]) -> dict[str, Any]:
     turn = model_turn(data)
     mem, sub = data["memory"], data["subscribers"]
     # The single suite ran `cogmesh up`'s default number of runtime workers (recorded since; this machine's else).
-    workers = data["params"].get("runtime_workers") or runtime_workers(Settings())
+    workers = data["params"].get("runtime_workers") or runtime_workers(SuiteSettings())
     # Background: a runtime replica's takeover polls and a gateway's watch loop, whether turns run or not.
     background_per_replica = data["idle"]["redis_per_s"]["commands"] / (workers + 1)
     rows = []

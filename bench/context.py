@@ -28,7 +28,7 @@ import grpc
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from services.context import main as context_main
-from services.kit.config import Settings
+from services.context.settings import ContextSettings
 from services.kit.errors import Violations
 from services.kit.server import start
 from services.lib.agents import AgentRegistry
@@ -123,7 +123,7 @@ async def run(iterations: int) -> str:
 
     calls.append(("in-process, warm rebuild (unchanged inputs)", warm))
 
-    server = await start(context_main.build, Settings(), "127.0.0.1:0")
+    server = await start(context_main.build, ContextSettings(), "127.0.0.1:0")
     channel = grpc.aio.insecure_channel(server.address)
     stub = context_pb2_grpc.ContextServiceStub(channel)  # type: ignore[no-untyped-call]
     try:

@@ -62,7 +62,7 @@ from bench.harness import (
 )
 from bench.hotpath import Driver, by_service, cpu_seconds, load_average, service_pids, stop_process
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from services.kit.config import Settings
+from services.suite.settings import SuiteSettings
 from services.suite.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -397,7 +397,7 @@ async def client_main(config: dict[str, Any]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def suite_with_edge(**overrides: object) -> AsyncIterator[tuple[Settings, Supervisor]]:
+async def suite_with_edge(**overrides: object) -> AsyncIterator[tuple[SuiteSettings, Supervisor]]:
     """bench.harness.suite with the browser edge started after the gateway, as `cogmesh up` starts it."""
     addresses = suite_addresses(int(str(overrides.get("runtime_workers", 0))))
     taken = {a for value in addresses.values() for a in value.split(",")}
@@ -405,7 +405,7 @@ async def suite_with_edge(**overrides: object) -> AsyncIterator[tuple[Settings, 
     while web in taken:  # the services' ports were free a moment ago: the kernel may hand one out again
         web = f"127.0.0.1:{free_ports(1)[0]}"
     overrides = {**overrides, "web_addr": web}
-    settings = Settings(**addresses, **overrides)  # type: ignore[arg-type]
+    settings = SuiteSettings(**addresses, **overrides)  # type: ignore[arg-type]
     log_dir = Path(tempfile.mkdtemp(prefix="cogmesh-bench-edges-"))
     supervisor = Supervisor(settings, log_dir, lambda _: None, ready_timeout_s=READY_TIMEOUT_S, edges=["web"])
     with exported_settings(overrides):

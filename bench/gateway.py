@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 
 from bench.harness import free_ports, median, percentile, suite_processes, table, write_result
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from services.kit.config import Settings
+from services.suite.settings import SuiteSettings
 
 WORDS_PER_DELTA = 3  # the local model streams its echo three words per delta
 MAX_CLIENT_PROCESSES = 4  # subscribers are spread over up to this many client processes
@@ -157,7 +157,7 @@ async def fan_out_raw(subscribers: int, events: int, rate: float = 0.0) -> FanOu
         await server.wait()
 
 
-async def paced_cogmesh(settings: Settings, subscribers: int, events: int, rate: float) -> tuple[FanOut, float]:
+async def paced_cogmesh(settings: SuiteSettings, subscribers: int, events: int, rate: float) -> tuple[FanOut, float]:
     """`events` deltas appended one by one at `rate`/s to one session's shared log, read by `subscribers`."""
     async with grpc.aio.insecure_channel(settings.gateway_addr) as channel:
         stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -246,7 +246,7 @@ async def run(subscriber_counts: list[int], words: int, turns: int, rate: float,
             bursts[n] = ours
         ttfe, full = await first_event(settings.gateway_addr, turns)
     paced_events = int(rate * seconds)
-    budget = Settings(**OVERRIDES).fanout_messages_per_s  # type: ignore[arg-type]
+    budget = SuiteSettings(**OVERRIDES).fanout_messages_per_s  # type: ignore[arg-type]
     prefix = f"cogmesh-bench-{uuid.uuid4().hex[:8]}:"
     try:
         async with suite_processes(**OVERRIDES, redis_url=redis_url, redis_key_prefix=prefix) as settings:

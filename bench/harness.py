@@ -18,8 +18,8 @@ from typing import Any
 
 from bench.peer.timing import Timing as Timing  # the one timing code, shared with the peer's venv
 from bench.peer.timing import time_stream as time_stream
-from services.kit.config import Settings
 from services.suite import supervisor
+from services.suite.settings import SuiteSettings
 from services.suite.supervisor import ORDER, Supervisor
 
 RESULTS = Path(os.environ.get("COGMESH_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
@@ -39,7 +39,7 @@ def free_ports(n: int) -> list[int]:
 def suite_addresses(runtime_workers: int = 0) -> dict[str, str]:
     """`<service>_addr` settings on free loopback ports; the runtime's lists one port per worker,
     as many as `cogmesh up` runs (`runtime_workers`, 0: one per core, at least 2)."""
-    workers = supervisor.runtime_workers(Settings(runtime_workers=runtime_workers))
+    workers = supervisor.runtime_workers(SuiteSettings(runtime_workers=runtime_workers))
     ports = iter(free_ports(len(ORDER) + workers - 1))
     addresses = {f"{name}_addr": f"127.0.0.1:{next(ports)}" for name in ORDER if name != "runtime"}
     addresses["runtime_addr"] = ",".join(f"127.0.0.1:{next(ports)}" for _ in range(workers))
@@ -47,15 +47,15 @@ def suite_addresses(runtime_workers: int = 0) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def suite(ready_timeout_s: float = 30.0, **overrides: object) -> AsyncIterator[tuple[Settings, Supervisor]]:
+async def suite(ready_timeout_s: float = 30.0, **overrides: object) -> AsyncIterator[tuple[SuiteSettings, Supervisor]]:
     """`cogmesh up` in miniature: every service its own process, as in production.
 
-    Overrides are Settings fields; the children read them from COGMESH_* variables,
+    Overrides are SuiteSettings fields; the children read them from COGMESH_* variables,
     so they are exported to the children's environment too. `ready_timeout_s`: how long
     each service may take to say SERVING (longer on a machine shared with other jobs).
     """
     workers = overrides.get("runtime_workers", 0)
-    settings = Settings(**suite_addresses(int(workers)), **overrides)  # type: ignore[arg-type]
+    settings = SuiteSettings(**suite_addresses(int(workers)), **overrides)  # type: ignore[arg-type]
     log_dir = Path(tempfile.mkdtemp(prefix="cogmesh-bench-"))
     supervisor = Supervisor(settings, log_dir, lambda _: None, ready_timeout_s=ready_timeout_s)
     with exported_settings(overrides):  # for the suite's lifetime: a restarted child must get them too
@@ -80,7 +80,7 @@ def exported_settings(overrides: dict[str, object]) -> Iterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def suite_processes(**overrides: object) -> AsyncIterator[Settings]:
+async def suite_processes(**overrides: object) -> AsyncIterator[SuiteSettings]:
     async with suite(**overrides) as (settings, _):
         yield settings
 

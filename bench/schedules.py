@@ -28,9 +28,9 @@ from bench.harness import percentile, table, write_data, write_result
 from cogmesh.gateway.v1 import schedules_pb2 as api
 from cogmesh.gateway.v1 import schedules_pb2_grpc
 from gateway import main as gateway_main
-from services.kit.config import Settings
 from services.kit.server import start
 from services.suite.inprocess import start_suite
+from services.suite.settings import SuiteSettings
 
 
 async def patiently(rpc: Any, request: Any) -> Any:
@@ -45,7 +45,7 @@ async def patiently(rpc: Any, request: Any) -> Any:
 
 
 async def scenario(schedules: int, minutes: float, second: int | None) -> dict[str, Any]:
-    settings = Settings(log_level="warning", tenant_rate_per_s=10_000, tenant_burst=10_000)
+    settings = SuiteSettings(log_level="warning", tenant_rate_per_s=10_000, tenant_burst=10_000)
     suite = await start_suite(settings)
     assert suite.settings is not None
     second_gateway = await start(gateway_main.build, suite.settings, "127.0.0.1:0")

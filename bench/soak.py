@@ -29,7 +29,7 @@ import grpc
 
 from bench.harness import RESULTS, median, percentile, suite_addresses, table
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from services.kit.config import Settings
+from services.suite.settings import SuiteSettings
 from services.suite.supervisor import Supervisor
 
 FLAT_MIB = 20.0  # growth after warm-up below this (and below FLAT_RATIO) counts as flat
@@ -73,7 +73,7 @@ async def suite_processes() -> AsyncIterator[Suite]:
     addresses = suite_addresses()
     saved = {key: os.environ.get(key) for key in SUITE_ENV}
     os.environ.update(SUITE_ENV)  # the supervisor hands its environment to the children
-    supervisor = Supervisor(Settings(**addresses), Path(tempfile.mkdtemp(prefix="cogmesh-soak-")), print)  # type: ignore[arg-type]
+    supervisor = Supervisor(SuiteSettings(**addresses), Path(tempfile.mkdtemp(prefix="cogmesh-soak-")), print)  # type: ignore[arg-type]
     try:
         await supervisor.start()
         pids = {name: child.process.pid for name, child in supervisor.children.items() if child.process}

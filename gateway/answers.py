@@ -18,7 +18,6 @@ from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway.a2a import mapping
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, NotFound, Violations
-from services.kit.protos import MAX_ID
 from services.lib import answers
 
 # The field of AnswerInterruptRequest that answers each kind of pause.
@@ -27,16 +26,10 @@ ANSWERED_BY = {answers.APPROVAL: "approval", answers.USER_INPUT: "user_input", a
 A2A_RESUMABLE = (answers.APPROVAL, answers.USER_INPUT)
 
 
-def check_interrupt(value: str, problems: Violations, prefix: str = "") -> None:
-    problems.require(value, f"{prefix}interrupt_id")
-    problems.check(len(value) <= MAX_ID, f"{prefix}interrupt_id", f"must be at most {MAX_ID} characters")
-
-
 def resolve_approval(
     request: gateway_pb2.ResolveApprovalRequest, problems: Violations, prefix: str = ""
 ) -> sessions_pb2.CheckpointDecision:
     """ResolveApproval (or its Converse frame) as the decision to record."""
-    check_interrupt(request.interrupt_id, problems, prefix)
     edited = request.edited_arguments if request.HasField("edited_arguments") else None
     return answers.approval(request.decision, edited, request.reason, problems, prefix)
 
@@ -44,18 +37,17 @@ def resolve_approval(
 def answer_interrupt(
     request: gateway_pb2.AnswerInterruptRequest, problems: Violations, prefix: str = ""
 ) -> tuple[str, sessions_pb2.CheckpointDecision]:
-    """AnswerInterrupt (or its Converse frame): which answer field it sets, and the decision to record."""
-    check_interrupt(request.interrupt_id, problems, prefix)
+    """AnswerInterrupt (or its Converse frame): which answer field it sets, and the decision to record
+    (the answer itself is required by the request's rules)."""
     given = request.WhichOneof("answer") or ""
-    problems.check(bool(given), f"{prefix}answer", "is required: approval, user_input or tool_result")
     if given == "approval":
         approval = request.approval
         edited = approval.edited_arguments if approval.HasField("edited_arguments") else None
         return given, answers.approval(approval.decision, edited, approval.reason, problems, f"{prefix}approval.")
     if given == "user_input":
-        return given, answers.user_input(request.user_input, problems, f"{prefix}user_input")
+        return given, answers.user_input(request.user_input)
     result = request.tool_result
-    return given, answers.tool_result(result.content, result.is_error, problems, f"{prefix}tool_result.")
+    return given, answers.tool_result(result.content, result.is_error)
 
 
 def from_a2a(kind: str, text: str) -> sessions_pb2.CheckpointDecision | None:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.policy.v1 import policy_pb2
 from cogmesh.runtime.v1 import runtime_pb2
+from gateway.settings import GatewaySettings
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.dependencies import PolicyClient, RuntimeClient
 from services.lib.policy.config import (
     INTERCEPTORS_FILE,
@@ -53,7 +53,7 @@ def version() -> str:
 
 
 async def describe(
-    settings: Settings, clients: Clients, services: Sequence[str]
+    settings: GatewaySettings, clients: Clients, services: Sequence[str]
 ) -> gateway_pb2.GetCapabilitiesResponse:
     """The answer for a gateway serving `services` (full service names)."""
     runtimes, interceptors = await asyncio.gather(_runtimes(clients), _interceptors(clients, settings))
@@ -87,7 +87,7 @@ async def _runtimes(clients: Clients) -> list[runtime_pb2.RuntimeEngine]:
     return list(reply.runtimes)
 
 
-async def _interceptors(clients: Clients, settings: Settings) -> list[str]:
+async def _interceptors(clients: Clients, settings: GatewaySettings) -> list[str]:
     """Names of the interceptors the policy snapshot configures (top level, per agent, per role), in order."""
     stream = PolicyClient.of(clients).WatchPolicy(policy_pb2.WatchPolicyRequest(), timeout=settings.call_timeout_s)
     try:

@@ -3,6 +3,8 @@
 The first frame opens a session (from a seq, or from now). Each later frame (a message, an
 approval, an answer, a cancel) is acted on as its own RPC would be and acked, or rejected with
 the status that RPC would have ended with, as a message: a refused frame does not end the stream.
+So the kit does not check the frames against the protos' field rules (ConverseRequest's frames are
+IGNORE_ALWAYS); each frame's request is checked here, with the stream's session filled in.
 The stream ends when the client cancels it, or once the client has half-closed and every turn it
 started or resumed here has ended or paused.
 """
@@ -25,6 +27,8 @@ from gateway.turns import Turns
 from gateway.validation import Names
 from services.kit.errors import CogmeshError, InvalidArgument, Violations
 from services.kit.logging import bind_request, log
+from services.kit.validation import check as check_rules
+from services.kit.validation import violations as rule_violations
 from services.lib.event_log import EventLogReader, ends_stream
 
 OUTBOX_SIZE = 64  # responses (and wake-ups) a Converse stream holds for its writer
@@ -71,9 +75,7 @@ class Conversations:
         if first.WhichOneof("frame") != "open":
             raise InvalidArgument([("open", "the first frame must open a session (ConverseOpen)")])
         session_id = first.open.session_id
-        problems = Violations()
-        validation.check_session_id(session_id, problems, "open.session_id")
-        problems.raise_if_any()
+        check_rules(first.open, "open.")
         await self.sessions.visible(tenant, session_id)
         bind_request(session_id=session_id)
         opened = first.open
@@ -159,10 +161,13 @@ class Conversations:
             problems.check(
                 given in ("", session_id), f"{kind}.session_id", "must be empty or the session this stream opened"
             )
+            # The frame's request as its own RPC would get it: the stream's session, the protos' rules.
+            request = type(getattr(frame, kind))()
+            request.CopyFrom(getattr(frame, kind))
+            request.session_id = session_id
+            problems.items += [(f"{kind}.{v.field}", v.description) for v in rule_violations(request)]
         if kind == "message":
-            message = gateway_pb2.SendMessageRequest()
-            message.CopyFrom(frame.message)
-            message.session_id = session_id
+            message = request
             validation.check_message(message, problems, "message.")
             problems.raise_if_any()
             await self.names.check(tenant, message, "message.")
@@ -170,16 +175,15 @@ class Conversations:
             return turn_id
         if kind in ("approval", "answer"):
             if kind == "approval":
-                given, decision = "approval", answers.resolve_approval(frame.approval, problems, "approval.")
+                given, decision = "approval", answers.resolve_approval(request, problems, "approval.")
             else:
-                given, decision = answers.answer_interrupt(frame.answer, problems, "answer.")
+                given, decision = answers.answer_interrupt(request, problems, "answer.")
             problems.raise_if_any()
             interrupt_id = getattr(frame, kind).interrupt_id
             answered = interrupts.answer(self.turns, tenant, session_id, interrupt_id, given, decision, deadline)
             turn_id, _ = await answered
             return turn_id
         if kind == "cancel":
-            validation.check_id(frame.cancel.turn_id, problems, "cancel.turn_id")
             problems.raise_if_any()
             return await self.turns.cancel(session_id, frame.cancel.turn_id, tenant)
         problems.check(False, kind or "frame", "the stream is already open" if kind == "open" else "is required")

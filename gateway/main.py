@@ -29,11 +29,11 @@ from gateway.remote_event_log import RemoteEventLog
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.servicer import ScheduleServicer
 from gateway.servicer import GatewayServicer
+from gateway.settings import GatewaySettings
 from gateway.webhooks.servicer import GatewayWebhookServicer
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.logging import log
-from services.kit.server import App, mount, run
+from services.kit.server import App, mount, run, server_credentials
 from services.lib.event_log import EventLogReader
 from services.lib.models.watch import agents_of_catalog
 from services.lib.redis_event_log import RedisEventLog
@@ -49,7 +49,7 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def authenticator(settings: Settings) -> Authenticator:
+def authenticator(settings: GatewaySettings) -> Authenticator:
     """API keys when configured; otherwise only an explicit, loopback-only dev mode."""
     if settings.api_keys_file is not None:
         try:
@@ -68,7 +68,7 @@ def authenticator(settings: Settings) -> Authenticator:
     return Authenticator(None, settings.tenant_id)
 
 
-def event_log(settings: Settings, clients: Clients) -> EventLogReader:
+def event_log(settings: GatewaySettings, clients: Clients) -> EventLogReader:
     """Read from Redis Streams when COGMESH_REDIS_URL is set, else from the sessions service (its memory).
 
     Either way the sessions service writes the log; the gateway only reads it."""
@@ -91,12 +91,14 @@ def event_log(settings: Settings, clients: Clients) -> EventLogReader:
     )
 
 
-def a2a_url(settings: Settings) -> str:
+def a2a_url(settings: GatewaySettings) -> str:
     """The address the A2A agent card advertises: COGMESH_A2A_URL, else where the gateway listens."""
     return settings.a2a_url or settings.listen_address("gateway")
 
 
-async def build(settings: Settings, clients: Clients) -> App:
+async def build(settings: GatewaySettings, clients: Clients) -> App:
+    # First: a TLS file that cannot be read stops the gateway before it waits on anything.
+    credentials = server_credentials(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
     guard = GatewayGuard(
         authenticator(settings),
         TenantLimits(settings.tenant_rate_per_s, settings.tenant_burst, settings.tenant_max_streams),
@@ -134,10 +136,11 @@ async def build(settings: Settings, clients: Clients) -> App:
         on_serving=[lambda _address: scheduler.start()],
         interceptors=[guard],
         public=True,
+        credentials=credentials,
     )
     servicer.services = tuple(m.service_name for m in app.mounts)  # GetCapabilities reports their features
     return app
 
 
 def main() -> None:
-    run("gateway", build)
+    run("gateway", build, GatewaySettings)

@@ -1,7 +1,7 @@
-"""GatewayService: the public API, adapted to gRPC. Each RPC checks its request
-(gateway/validation.py), acts through the module that owns it, and writes its stream
-through an Outlet (gateway/delivery.py); a raised CogmeshError becomes the call's
-status in services/kit/errors.py's ErrorMappingInterceptor.
+"""GatewayService: the public API, adapted to gRPC. Each RPC's fields have been checked against the
+protos' rules before it runs (services/kit/validation.py); it checks the rest (gateway/validation.py),
+acts through the module that owns it, and writes its stream through an Outlet (gateway/delivery.py);
+a raised CogmeshError becomes the call's status in services/kit/errors.py's ErrorMappingInterceptor.
 
 Sessions: gateway/sessions.py. Turns run on runtime replicas and write the event log
 themselves (gateway/turns.py): SendMessage starts one (gateway/messages.py) and streams
@@ -28,11 +28,11 @@ from gateway.delivery import Outlet
 from gateway.history import History
 from gateway.messages import Messages
 from gateway.sessions import Sessions
+from gateway.settings import GatewaySettings
 from gateway.streams import follow, relay
 from gateway.subscribe import Subscriptions
 from gateway.turns import Turns
 from services.kit.clients import Clients, call
-from services.kit.config import Settings
 from services.kit.errors import Unavailable
 from services.kit.logging import bind_request, log
 from services.kit.protos import dict_to_struct
@@ -70,7 +70,7 @@ def _tenant() -> str:
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     def __init__(
         self,
-        settings: Settings,
+        settings: GatewaySettings,
         clients: Clients,
         agents: AgentRegistry,
         events: EventLogReader,
@@ -95,11 +95,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def CreateSession(
         self, request: gateway_pb2.CreateSessionRequest, context: Any
     ) -> gateway_pb2.CreateSessionResponse:
-        validation.create_session(request)
         return gateway_pb2.CreateSessionResponse(session=await self.sessions.create(_tenant(), request))
 
     async def GetSession(self, request: gateway_pb2.GetSessionRequest, context: Any) -> gateway_pb2.GetSessionResponse:
-        validation.session_request(request.session_id)
         return gateway_pb2.GetSessionResponse(session=await self.sessions.visible(_tenant(), request.session_id))
 
     async def ListSessions(
@@ -117,19 +115,16 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def DeleteSession(
         self, request: gateway_pb2.DeleteSessionRequest, context: Any
     ) -> gateway_pb2.DeleteSessionResponse:
-        validation.session_request(request.session_id)
         return gateway_pb2.DeleteSessionResponse(deleted=await self.sessions.delete(_tenant(), request.session_id))
 
     # ------------------------------------------------------------------ history (gateway/history.py)
 
     async def ListTurns(self, request: gateway_pb2.ListTurnsRequest, context: Any) -> gateway_pb2.ListTurnsResponse:
-        validation.list_turns(request)
         return await self.history.list_turns(request)
 
     async def ListMessages(
         self, request: gateway_pb2.ListMessagesRequest, context: Any
     ) -> gateway_pb2.ListMessagesResponse:
-        validation.list_messages(request)
         return await self.history.list_messages(request)
 
     async def ForkSession(
@@ -141,7 +136,6 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def RewindSession(
         self, request: gateway_pb2.RewindSessionRequest, context: Any
     ) -> gateway_pb2.RewindSessionResponse:
-        validation.rewind_session(request)
         return await self.history.rewind(request)
 
     # ------------------------------------------------------------------ turns
@@ -193,7 +187,6 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         await relay(out, turn, response)
 
     async def CancelTurn(self, request: gateway_pb2.CancelTurnRequest, context: Any) -> gateway_pb2.CancelTurnResponse:
-        validation.cancel_turn(request)
         tenant = _tenant()
         await self.sessions.visible(tenant, request.session_id)
         turn_id = await self.turns.cancel(request.session_id, request.turn_id, tenant)
@@ -204,7 +197,6 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     async def Subscribe(
         self, request: gateway_pb2.SubscribeRequest, context: Any
     ) -> AsyncIterator[gateway_pb2.SubscribeResponse]:
-        validation.session_request(request.session_id)
         tenant = _tenant()
         await self.sessions.visible(tenant, request.session_id)
         bind_request(session_id=request.session_id)

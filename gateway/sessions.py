@@ -13,10 +13,10 @@ from cogmesh.common.v1 import errors_pb2, resources_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
+from gateway.settings import GatewaySettings
 from gateway.streams import aclose
 from gateway.turns import Turns
 from services.kit.clients import Clients, call
-from services.kit.config import Settings
 from services.kit.dependencies import SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, InvalidArgument, NotFound
 from services.kit.logging import log
@@ -27,7 +27,7 @@ from services.lib.stored_agents import StoredAgents
 
 class Sessions:
     def __init__(
-        self, settings: Settings, clients: Clients, agents: AgentRegistry, events: EventLogReader, turns: Turns
+        self, settings: GatewaySettings, clients: Clients, agents: AgentRegistry, events: EventLogReader, turns: Turns
     ) -> None:
         self.settings, self.clients, self.agents, self.events, self.turns = settings, clients, agents, events, turns
         self.stored = StoredAgents(clients, agents)  # the tenant's versioned agents (AgentService)

@@ -44,9 +44,9 @@ from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import answers, auth, contract
+from gateway.settings import GatewaySettings
 from services.kit import addresses
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.dependencies import RuntimeClient, SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, RateLimited
 from services.kit.logging import bind_request, log
@@ -118,7 +118,7 @@ class TurnOptions:
 
 
 class Turns:
-    def __init__(self, settings: Settings, clients: Clients) -> None:
+    def __init__(self, settings: GatewaySettings, clients: Clients) -> None:
         self.settings, self.clients = settings, clients
         self.sessions, self.runtime = SessionsClient.of(clients), RuntimeClient.of(clients)
         self.lease_ttl_s = settings.turn_lease_ttl_s

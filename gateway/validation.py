@@ -1,8 +1,12 @@
-"""The gateway's request checks, made before anything is asked of another service.
+"""The gateway's request checks beyond the field rules, made before anything is asked of another service.
 
-Each RPC's fields are checked at once, every problem named (BadRequest violations, as the
-caller spelled the field). `Names` then checks what only another service knows: a runtime
-engine, a model, a client tool clashing with the agent's own, before a turn takes the lease.
+The rules of single fields (lengths, ranges, required ids, label and scope maps, known enum values)
+are declared on the protos and checked for every RPC before its servicer runs
+(services/kit/validation.py). What stays here are the rules across fields or needing a meaning: an
+update mask's paths, a fork's turn, blank content, a turn's options. Each RPC's problems are named
+at once (BadRequest violations, as the caller spelled the field). `Names` then checks what only
+another service knows: a runtime engine, a model, a client tool clashing with the agent's own,
+before a turn takes the lease.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import asyncio
 
 import grpc
 
-from cogmesh.common.v1 import errors_pb2, turns_pb2
+from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.models.v1 import models_pb2
 from cogmesh.runtime.v1 import runtime_pb2
@@ -21,78 +25,38 @@ from gateway.sessions import Sessions
 from services.kit.clients import Clients, call
 from services.kit.dependencies import ModelsClient
 from services.kit.errors import DependencyError, InvalidArgument, NotFound, Violations
-from services.kit.protos import MAX_ID
-from services.lib import scope as scopes
 from services.lib import session_search as search
 from services.lib import turn_options
 from services.lib.agents import AgentRegistry, UnknownAgentError
 from services.lib.models.watch import CatalogWatcher, resolve_held
 
-MAX_CONTENT = 100_000
-MAX_TURNS_PAGE = 200  # ListTurns' page_size bound (gateway.proto)
-MAX_MESSAGES_PAGE = 1000  # ListMessages'
-MAX_PAGE_TOKEN = 1024  # the sessions service's tokens are far shorter: a longer one was not one of them
-
-
-def check_id(value: str, problems: Violations, field: str) -> None:
-    problems.check(len(value) <= MAX_ID, field, f"must be at most {MAX_ID} characters")
-
-
-def check_session_id(value: str, problems: Violations, field: str = "session_id") -> None:
-    problems.require(value, field)
-    check_id(value, problems, field)
-
 
 def check_message(request: gateway_pb2.SendMessageRequest, problems: Violations, prefix: str = "") -> None:
-    """A message's own fields (SendMessage, or a Converse frame's under `prefix`)."""
-    problems.require(request.content, f"{prefix}content")
-    problems.check(len(request.content) <= MAX_CONTENT, f"{prefix}content", f"must be at most {MAX_CONTENT} characters")
-    check_id(request.model, problems, f"{prefix}model")
-    problems.check(
-        request.multitask_strategy in turns_pb2.MultitaskStrategy.values(),
-        f"{prefix}multitask_strategy",
-        f"unknown value {request.multitask_strategy}",
-    )
-    # The turn's options: the runtime's own rules (limits, budget, output schema, client tools).
+    """A message's rules beyond its fields' own (SendMessage, or a Converse frame's under `prefix`)."""
+    # (Empty content breaks its rule already.)
+    problems.check(not request.content or bool(request.content.strip()), f"{prefix}content", "must not be blank")
+    # The turn's options: the runtime's own rules (output schema, client tools).
     turn_options.check(request, problems, prefix)
 
 
-# --------------------------------------------------------------------------- one function per RPC
-
-
-def session_request(session_id: str) -> None:
-    """GetSession, DeleteSession and Subscribe: the session named."""
-    problems = Violations()
-    check_session_id(session_id, problems)
-    problems.raise_if_any()
-
-
-def create_session(request: gateway_pb2.CreateSessionRequest) -> None:
-    problems = Violations()
-    for name in ("agent", "user_id", "topic_id"):
-        check_id(getattr(request, name), problems, name)
-    search.check_labels(request.labels, "labels", problems)
-    problems.raise_if_any()
+# --------------------------------------------------------------------------- the RPCs with more than field rules
 
 
 def list_sessions(request: gateway_pb2.ListSessionsRequest) -> None:
     problems = Violations()
-    scopes.check(request.scope_filter, "scope_filter", problems)
-    search.filter_of(request, problems)  # labels, statuses, agent, time ranges: the sessions service's rules
+    search.filter_of(request, problems)  # the time ranges: the sessions service's rules
     problems.raise_if_any()
 
 
 def update_session(request: gateway_pb2.UpdateSessionRequest) -> None:
     """Label paths ("labels": all of them, "labels.<key>": one) and "agent" (a move to another agent or version)."""
     problems = Violations()
-    check_session_id(request.session_id, problems)
     paths = list(request.update_mask.paths)
     problems.check(bool(paths), "update_mask", "must name 'labels', 'labels.<key>' or 'agent' paths")
     for path in paths:
         known = path in ("labels", "agent") or path.startswith("labels.")
         problems.check(known, "update_mask", f"unknown path {path!r}: only labels and the agent can be updated")
     if "agent" in paths:
-        check_id(request.agent, problems, "agent")
         problems.require(request.agent, "agent")
     search.label_update([p for p in paths if p != "agent"], request.labels, problems)
     problems.raise_if_any()
@@ -100,7 +64,6 @@ def update_session(request: gateway_pb2.UpdateSessionRequest) -> None:
 
 def send_message(request: gateway_pb2.SendMessageRequest) -> None:
     problems = Violations()
-    check_session_id(request.session_id, problems)
     check_message(request, problems)
     problems.raise_if_any()
 
@@ -108,7 +71,6 @@ def send_message(request: gateway_pb2.SendMessageRequest) -> None:
 def resolve_approval(request: gateway_pb2.ResolveApprovalRequest) -> sessions_pb2.CheckpointDecision:
     """The decision to record (gateway/answers.py says what fits)."""
     problems = Violations()
-    check_session_id(request.session_id, problems)
     decision = answers.resolve_approval(request, problems)
     problems.raise_if_any()
     return decision
@@ -117,55 +79,15 @@ def resolve_approval(request: gateway_pb2.ResolveApprovalRequest) -> sessions_pb
 def answer_interrupt(request: gateway_pb2.AnswerInterruptRequest) -> tuple[str, sessions_pb2.CheckpointDecision]:
     """The answer field set, and the decision to record."""
     problems = Violations()
-    check_session_id(request.session_id, problems)
     given, decision = answers.answer_interrupt(request, problems)
     problems.raise_if_any()
     return given, decision
 
 
-def cancel_turn(request: gateway_pb2.CancelTurnRequest) -> None:
-    problems = Violations()
-    check_session_id(request.session_id, problems)
-    check_id(request.turn_id, problems, "turn_id")
-    problems.raise_if_any()
-
-
-def check_page(page_size: int, page_token: str, most: int, problems: Violations) -> None:
-    problems.check(0 <= page_size <= most, "page_size", f"must be between 0 and {most} (0: the default)")
-    problems.check(len(page_token) <= MAX_PAGE_TOKEN, "page_token", "is not a token returned by this API")
-
-
-def list_turns(request: gateway_pb2.ListTurnsRequest) -> None:
-    problems = Violations()
-    check_session_id(request.session_id, problems)
-    check_page(request.page_size, request.page_token, MAX_TURNS_PAGE, problems)
-    problems.raise_if_any()
-
-
-def list_messages(request: gateway_pb2.ListMessagesRequest) -> None:
-    problems = Violations()
-    check_session_id(request.session_id, problems)
-    check_page(request.page_size, request.page_token, MAX_MESSAGES_PAGE, problems)
-    check_id(request.through_turn_id, problems, "through_turn_id")
-    problems.raise_if_any()
-
-
 def fork_session(request: gateway_pb2.ForkSessionRequest) -> None:
     problems = Violations()
-    check_session_id(request.session_id, problems)
-    check_id(request.turn_id, problems, "turn_id")
     # "Before the last turn" would silently depend on what ran last: name the turn.
     problems.check(bool(request.turn_id) or not request.before_turn, "turn_id", "is required with before_turn")
-    check_id(request.agent, problems, "agent")
-    search.check_labels(request.labels, "labels", problems)
-    problems.raise_if_any()
-
-
-def rewind_session(request: gateway_pb2.RewindSessionRequest) -> None:
-    problems = Violations()
-    check_session_id(request.session_id, problems)
-    problems.require(request.turn_id, "turn_id")
-    check_id(request.turn_id, problems, "turn_id")
     problems.raise_if_any()
 
 

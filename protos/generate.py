@@ -18,6 +18,13 @@ the servers import the internal stubs from the same `cogmesh` package in this tr
 cogmesh-client wheel leaves the internal modules out (clients/python/setup.py reads
 PUBLIC_MODULES below); Go (clients/go/gen) and TypeScript (clients/node/buf.gen.yaml) get the
 public protos only.
+
+Vendored: VENDORED_PROTOS are other projects' protos kept under protos/ in their own package
+(buf/validate/validate.proto: protovalidate's field rules, which the public protos import).
+They are generated for every language beside ours: Python as buf.validate.validate_pb2 (the
+wheel ships it; the protovalidate package imports it by that name), Go as
+cogmesh.dev/go/gen/buf/validate (mapped into our module, so the Go client needs no BSR module),
+TypeScript under src/gen/buf/validate.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ PUBLIC_PROTOS = [
     "cogmesh/policy/v1/hooks.proto",
     "cogmesh/tools/v1/tools.proto",
 ]
+# Other projects' protos, vendored unchanged (protos/README.md says from where); no gRPC services.
+VENDORED_PROTOS = ["buf/validate/validate.proto"]
+VENDORED_GO_PACKAGES = {"buf/validate/validate.proto": f"{GO_MODULE}/gen/buf/validate;validate"}
 
 
 def connect_plugin() -> str:
@@ -104,6 +114,9 @@ def generate_python(out: Path) -> None:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    vendored = ["grpc_tools.protoc", f"-I{PROTO_ROOT}", f"-I{well_known}", f"--python_out={out}", f"--pyi_out={out}"]
+    if protoc.main([*vendored, *VENDORED_PROTOS]) != 0:
+        raise SystemExit("protoc failed for the vendored protos")
     connect = [
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
@@ -114,19 +127,25 @@ def generate_python(out: Path) -> None:
     ]
     if protoc.main(connect) != 0:
         raise SystemExit("protoc (connectrpc) failed")
-    # Every generated folder is a regular package so `cogmesh.<area>.v1` imports cleanly.
-    for folder in (out / PACKAGE).rglob("*"):
-        if folder.is_dir():
-            (folder / "__init__.py").touch()
+    # Every generated folder is a regular package so `cogmesh.<area>.v1` (and `buf.validate`) import cleanly.
+    # (cogmesh/__init__.py itself is hand-written: it is not the generator's.)
+    folders = [f for top in (PACKAGE, *vendored_roots()) for f in (out / top).rglob("*") if f.is_dir()]
+    for folder in [*folders, *(out / top for top in vendored_roots())]:
+        (folder / "__init__.py").touch()
+    for top in vendored_roots():  # typed (PEP 561) like cogmesh: the public stubs' .pyi import it
+        (out / top / "py.typed").touch()
+
+
+def vendored_roots() -> list[str]:
+    """The top-level folders of the vendored protos ("buf"): the generator owns them whole."""
+    return sorted({name.split("/", 1)[0] for name in VENDORED_PROTOS})
 
 
 def python_files(root: Path) -> set[Path]:
-    """Files the generator owns: everything in cogmesh/<area>/v1/ plus each area's marker."""
-    owned: set[Path] = set()
-    for area in (PROTO_ROOT / PACKAGE).iterdir():
-        area_out = root / PACKAGE / area.name
-        owned |= {p.relative_to(root) for p in area_out.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    return owned
+    """Files the generator owns: everything in cogmesh/<area>/v1/ plus each area's marker, and the vendored trees."""
+    folders = [root / PACKAGE / area.name for area in (PROTO_ROOT / PACKAGE).iterdir()]
+    folders += [root / top for top in vendored_roots()]
+    return {p.relative_to(root) for f in folders for p in f.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 def go_package(proto_package: str) -> str:
@@ -165,8 +184,11 @@ def generate_go(out: Path) -> None:
         raise SystemExit("\n".join(problems))
     out.mkdir(parents=True, exist_ok=True)
     module = f"module={GO_MODULE}"  # files land under out/gen/..., as the import path says
-    args = ["protoc", f"-I{PROTO_ROOT}", f"--go_out={out}", f"--go_opt={module}"]
-    args += [f"--go-grpc_out={out}", f"--go-grpc_opt={module}", *public_proto_files()]
+    # The vendored protos' own go_package points at the BSR; map them into this module instead.
+    mapped = [f"M{name}={package}" for name, package in VENDORED_GO_PACKAGES.items()]
+    args = ["protoc", f"-I{PROTO_ROOT}", f"--go_out={out}", *(f"--go_opt={o}" for o in (module, *mapped))]
+    args += [f"--go-grpc_out={out}", *(f"--go-grpc_opt={o}" for o in (module, *mapped))]
+    args += [*public_proto_files(), *VENDORED_PROTOS]
     if subprocess.run(args, cwd=PROTO_ROOT).returncode != 0:
         raise SystemExit("protoc failed for Go")
 

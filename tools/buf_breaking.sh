@@ -43,7 +43,8 @@ if [[ -z "$against" ]]; then
 fi
 # The public files (protos/generate.py's PUBLIC_PROTOS), which the WIRE pass leaves to the FILE one.
 public='"protos/cogmesh/common", "protos/cogmesh/gateway", "protos/cogmesh/tools", "protos/cogmesh/policy/v1/hooks.proto"'
-internal="{\"version\": \"v2\", \"modules\": [{\"path\": \"protos\"}], \"breaking\": {\"use\": [\"WIRE\"], \"ignore\": [$public]}}"
+# protos/buf is vendored (protovalidate's rules), ignored by both passes.
+internal="{\"version\": \"v2\", \"modules\": [{\"path\": \"protos\"}], \"breaking\": {\"use\": [\"WIRE\"], \"ignore\": [$public, \"protos/buf\"]}}"
 echo "buf breaking against $against: public protos (FILE)"
 "$BUF" breaking --against "$against"
 echo "buf breaking against $against: internal protos (WIRE)"

@@ -17,8 +17,10 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from google.protobuf import descriptor_pb2
+from buf.validate import validate_pb2  # registers the rules' options, so the descriptor set parses them
+from google.protobuf import descriptor_pb2, text_format
 from grpc_tools import protoc  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,8 +161,22 @@ def render_message(
             description = f"oneof `{message.oneof_decl[field.oneof_index].name}`: {description}"
         if field.options.deprecated:
             description = f"**deprecated.** {description}"
+        rules = field_rules(field)
+        if rules:
+            description = f"{description}<br>rules: `{rules}`" if description else f"rules: `{rules}`"
         out.append(f"| `{field.name}` | {field.number} | {ctx.field_type(field)} | {description} |")
     return [*out, ""]
+
+
+_FIELD_RULES: Any = validate_pb2.field  # typed as a plain field by the generated stubs
+
+
+def field_rules(field: descriptor_pb2.FieldDescriptorProto) -> str:
+    """The field's protovalidate rules on one line (`string { min_len: 1 max_len: 256 }`), "" when none."""
+    if not field.options.HasExtension(_FIELD_RULES):
+        return ""
+    text = text_format.MessageToString(field.options.Extensions[_FIELD_RULES], as_one_line=True)
+    return text.replace("|", "\\|")
 
 
 def render_enum(ctx: Context, full: str, enum: descriptor_pb2.EnumDescriptorProto, path: tuple[int, ...]) -> list[str]:
@@ -204,6 +220,10 @@ def render(files: descriptor_pb2.FileDescriptorSet) -> str:
         "change only compatibly: `make breaking` checks them with buf's FILE rules (generated code keeps",
         "compiling) and the internal ones with WIRE rules (replicas of two versions keep talking), against",
         "the last commit that changed `protos/` (protos/README.md).",
+        "",
+        "A field's `rules:` are its protovalidate annotations (`buf.validate`): every service refuses a request",
+        "that breaks one with INVALID_ARGUMENT naming the field, and clients can check them first with",
+        "protovalidate-go or protovalidate-es (protos/README.md, Field rules).",
         "",
         "## Packages",
         "",

@@ -4,7 +4,9 @@ The generated code of every proto lives in this package's tree, because cogmesh'
 import their internal stubs (cogmesh.sessions.v1, cogmesh.runtime.v1, ...) from it in a
 checkout. A client needs none of them: the wheel keeps the public API (common, the gateway,
 ToolService, HookService: protos/generate.py's PUBLIC_PROTOS, which
-tests/unit/test_public_protos.py holds this list to) and the hand-written cogmesh.client.
+tests/unit/test_public_protos.py holds this list to) and the hand-written cogmesh.client,
+plus buf.validate (the vendored protovalidate rules the public protos import and annotate
+their fields with: protos/generate.py's VENDORED_PROTOS).
 
 COGMESH_CLIENT_STUBS=all builds the servers' variant with every stub (the server image,
 deploy/docker/Dockerfile, installs that one).
@@ -46,11 +48,12 @@ def shipped(path: str) -> bool:
 
 
 def packages() -> list[str]:
-    """cogmesh, cogmesh.client and the areas with a public proto (all areas for the servers)."""
+    """cogmesh, cogmesh.client, the areas with a public proto (all areas for the servers) and buf.validate."""
     found = find_packages(include=["cogmesh", "cogmesh.*"])
+    vendored = find_packages(include=["buf", "buf.*"])
     if every_stub():
-        return found
-    return [p for p in found if p == "cogmesh" or p.split(".")[1] in PUBLIC_AREAS | {"client"}]
+        return found + vendored
+    return [p for p in found if p == "cogmesh" or p.split(".")[1] in PUBLIC_AREAS | {"client"}] + vendored
 
 
 class PublicBuildPy(build_py):  # type: ignore[misc]

@@ -32,9 +32,9 @@ from gateway.a2a.errors import (
     UnsupportedOperation,
 )
 from gateway.a2a.mapping import SendInput, TaskRef, TaskView
+from gateway.settings import GatewaySettings
 from gateway.turns import Turns
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.dependencies import SessionsClient, WebhookStoreClient
 from services.kit.errors import CogmeshError, NotFound
 from services.kit.logging import bind_request
@@ -65,7 +65,7 @@ def _version() -> str:
 class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     def __init__(
         self,
-        settings: Settings,
+        settings: GatewaySettings,
         clients: Clients,
         agents: AgentRegistry,
         events: EventLogReader,

@@ -27,8 +27,6 @@ from services.lib.agents import AgentDefinition, AgentRegistry, agent_from_json
 from services.lib.models.watch import CatalogWatcher
 from services.lib.stored_agents import StoredAgents
 
-MAX_PAGE = 200
-
 
 class AlreadyExists(CogmeshError):
     code = grpc.StatusCode.ALREADY_EXISTS
@@ -152,8 +150,6 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
     async def UpdateAgent(self, request: api.UpdateAgentRequest, context: Any) -> api.UpdateAgentResponse:
         principal = self._writer()
         self._changeable(request.name)
-        if request.expected_version < 0:
-            raise InvalidArgument([("expected_version", "must not be negative")])
         text = await self._checked(principal.tenant_id, request.name, request.definition)
         stored = await _put(
             self.store,
@@ -170,8 +166,6 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
 
     async def GetAgent(self, request: api.GetAgentRequest, context: Any) -> api.GetAgentResponse:
         name, version, alias = definitions.split_ref(request.name, "name")
-        if request.version < 0:
-            raise InvalidArgument([("version", "must not be negative")])
         version, alias = request.version or version, request.alias or alias
         if version and alias:
             raise InvalidArgument([("alias", "give a version or an alias, not both")])
@@ -194,8 +188,6 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         self, request: api.ListAgentVersionsRequest, context: Any
     ) -> api.ListAgentVersionsResponse:
         definitions.check_name(request.name)
-        if not 0 <= request.page_size <= MAX_PAGE:
-            raise InvalidArgument([("page_size", f"must be between 0 and {MAX_PAGE}")])
         builtin = self._builtin(request.name)
         if builtin is not None:
             return api.ListAgentVersionsResponse(versions=[_native(builtin)])

@@ -49,9 +49,9 @@ from cogmesh.sessions.v1 import schedules_pb2 as store_pb
 from cogmesh.sessions.v1 import sessions_pb2
 from gateway import auth
 from gateway.schedules import timing
+from gateway.settings import GatewaySettings
 from gateway.turns import Turns
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.dependencies import ScheduleStoreClient, SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, InvalidArgument, NotFound, Unavailable
 from services.kit.logging import bind_request, log
@@ -96,7 +96,7 @@ class LostRun(Exception):
 class Scheduler:
     def __init__(
         self,
-        settings: Settings,
+        settings: GatewaySettings,
         clients: Clients,
         agents: AgentRegistry,
         events: EventLogReader,

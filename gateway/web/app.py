@@ -35,13 +35,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1.gateway_connect import GatewayServiceASGIApplication
+from gateway.settings import GatewaySettings
 from gateway.web import mcp_server
 from gateway.web.agui import routes as agui_routes
 from gateway.web.forward import GatewayForwarder, connect_code
 from gateway.web.forward_agents import AGENT_SERVICE_PATH, AgentForwarder, AgentServiceASGIApplication
 from gateway.web.openai import routes as openai_routes
 from services.kit.clients import open_channel
-from services.kit.config import Settings
 from services.kit.errors import CogmeshError, InvalidArgument
 
 SERVICE_PATH = "/cogmesh.gateway.v1.GatewayService/"
@@ -166,7 +166,7 @@ class ObjectJSONCodec:
         return decoded
 
 
-def cors_origins(settings: Settings) -> list[str]:
+def cors_origins(settings: GatewaySettings) -> list[str]:
     return [origin.strip().rstrip("/") for origin in settings.web_cors_origins.split(",") if origin.strip()]
 
 
@@ -187,7 +187,7 @@ def console_routes(directory: Path) -> list[BaseRoute]:
     return [Route("/", to_console), Route("/console", to_console), console]
 
 
-def create_app(settings: Settings) -> ASGIApp:
+def create_app(settings: GatewaySettings) -> ASGIApp:
     forwarder = GatewayForwarder()
     agent_forwarder = AgentForwarder()
     # JSON with a field the protos do not have (a typo such as "scopes") is refused, as the

@@ -9,12 +9,13 @@ from __future__ import annotations
 import uvicorn
 
 from gateway.main import is_loopback
+from gateway.settings import GatewaySettings
 from gateway.web.app import create_app
-from services.kit.config import Settings, load_settings
+from services.kit.config import load_settings
 from services.kit.logging import configure_logging, log
 
 
-def listen_address(settings: Settings) -> tuple[str, int]:
+def listen_address(settings: GatewaySettings) -> tuple[str, int]:
     """host and port to bind; a gateway without API keys (dev mode) is only put on loopback."""
     listen = settings.listen or settings.web_addr
     host, sep, port = listen.rpartition(":")
@@ -29,7 +30,7 @@ def listen_address(settings: Settings) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = load_settings(argv, prog="cogmesh-web")
+    settings = load_settings(GatewaySettings, argv, prog="cogmesh-web")
     configure_logging("web", settings)
     host, port = listen_address(settings)
     log.info("browser edge", listen=f"{host}:{port}", gateway=settings.gateway_addr, console="/console/")

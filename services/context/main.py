@@ -8,8 +8,8 @@ from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from services.context.archive import MemoryToolArchive, RedisToolArchive, ToolArchive
 from services.context.compaction import Compactor
 from services.context.servicer import ContextServicer
+from services.context.settings import ContextSettings
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
 from services.lib.context.builder import ContextBuilder
@@ -18,15 +18,15 @@ from services.lib.models.watch import agents_of_catalog
 from services.lib.tokens import make_counter
 
 
-async def build(settings: Settings, clients: Clients) -> App:
+async def build(settings: ContextSettings, clients: Clients) -> App:
     counter = make_counter(settings.token_counter)
     archive: ToolArchive = MemoryToolArchive()
     on_close: list[Callable[[], Awaitable[None]]] = []
-    redis_url = getattr(settings, "redis_url", "")
+    redis_url = settings.redis_url
     if redis_url:
-        timeout = getattr(settings, "redis_timeout_s", 2.0)
+        timeout = settings.redis_timeout_s
         client = pooled_client(redis_url, timeout)
-        archive = RedisToolArchive(client, getattr(settings, "redis_key_prefix", "cogmesh:"))
+        archive = RedisToolArchive(client, settings.redis_key_prefix)
 
         async def close() -> None:
             await client.aclose()
@@ -47,4 +47,4 @@ async def build(settings: Settings, clients: Clients) -> App:
 
 
 def main() -> None:
-    run("context", build)
+    run("context", build, ContextSettings)

@@ -29,12 +29,11 @@ from services.kit.errors import (
     Violations,
 )
 from services.lib.agents import AgentDefinition, AgentRegistry
-from services.lib.context.api import MAX_TEXT, ROLE_NAMES, agent_of, build_context, check_text_sizes
+from services.lib.context.api import MAX_TEXT, ROLE_NAMES, agent_of, build_context
 from services.lib.context.builder import ContextBuilder
 from services.lib.context.rehydration import RehydrationPayload
 
 _LIMIT_FIELDS = [f.name for f in dataclasses.fields(CompactionLimits)]
-MAX_MESSAGES = 10_000
 
 
 def message_from_proto(message: messages_pb2.Message) -> Message:
@@ -79,17 +78,10 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         self, request: context_pb2.CompactHistoryRequest, context: Any
     ) -> context_pb2.CompactHistoryResponse:
         problems = Violations()
-        for name in ("tenant_id", "session_id", "agent"):
-            problems.require(getattr(request, name), name)
-        check_text_sizes(request, ("summary",), problems)
-        problems.check(len(request.model) <= 256, "model", "must be at most 256 characters")
-        problems.check(len(request.messages) <= MAX_MESSAGES, "messages", f"must hold at most {MAX_MESSAGES}")
+        # Message is also what the service answers and events carry: its fields have no rules of their own.
         for i, message in enumerate(request.messages):
             problems.check(message.role in ROLE_NAMES, f"messages[{i}].role", "must be set")
             problems.check(len(message.content) <= MAX_TEXT, f"messages[{i}].content", "must be at most 1 MiB")
-        for name in _LIMIT_FIELDS:
-            problems.check(getattr(request.limits, name) >= 0, f"limits.{name}", "must be >= 0")
-        problems.check(request.covered_message_count >= 0, "covered_message_count", "must be >= 0")
         problems.raise_if_any()
         # The agent only names the model when the request does not (a tenant's stored agent is unknown here).
         resolved = await call(
@@ -167,11 +159,6 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     async def GetToolResponse(
         self, request: context_pb2.GetToolResponseRequest, context: Any
     ) -> context_pb2.GetToolResponseResponse:
-        problems = Violations()
-        _check_archive_ids(request, ("tenant_id", "session_id", "execution_id"), problems)
-        problems.check(request.offset >= 0, "offset", "must be >= 0")
-        problems.check(request.max_chars >= 0, "max_chars", "must be >= 0 (0: the whole rest)")
-        problems.raise_if_any()
         try:
             found = await self.archive.get(request.tenant_id, request.session_id, request.execution_id)
         except ArchiveUnavailable as exc:
@@ -198,11 +185,6 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     async def ArchiveToolResult(
         self, request: context_pb2.ArchiveToolResultRequest, context: Any
     ) -> context_pb2.ArchiveToolResultResponse:
-        problems = Violations()
-        _check_archive_ids(request, ("tenant_id", "session_id", "tool_call_id"), problems)
-        problems.check(len(request.tool_name) <= 256, "tool_name", "must be at most 256 characters")
-        problems.require(request.content, "content")
-        problems.raise_if_any()
         try:
             execution_id = await self.archive.put(
                 request.tenant_id,
@@ -217,9 +199,3 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         except ArchiveFull as exc:
             raise FailedPrecondition(str(exc)) from exc
         return context_pb2.ArchiveToolResultResponse(execution_id=execution_id)
-
-
-def _check_archive_ids(request: Any, names: tuple[str, ...], problems: Violations) -> None:
-    for name in names:
-        problems.require(getattr(request, name), name)
-        problems.check(len(getattr(request, name)) <= 256, name, "must be at most 256 characters")

@@ -1,4 +1,12 @@
-"""Suite configuration: environment (COGMESH_*) first, command-line flags override."""
+"""Configuration: environment (COGMESH_*) first, command-line flags override.
+
+`Settings` holds what every process reads alike (where to listen and where the others are,
+logs, traces, metrics, connections, deadlines, Redis, turn leases, the event log). Each service
+owns its other knobs in a subclass in its own package (services/<name>/settings.py,
+gateway/settings.py), so its `--help` lists only what it reads and mypy refuses a read of
+another service's field; services/suite/settings.py combines them all for the processes that
+run the whole suite. docs/settings.md (tools/settingsdoc.py) lists every field by owner.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,7 @@ import argparse
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,10 +40,11 @@ _ADDRESS_FORMS = ": host:port, a list of replicas ip:port,ip:port, or dns:///nam
 
 
 class Settings(BaseSettings):
-    """One settings model for the whole suite; each service reads the fields it needs."""
+    """The settings every service shares; a field goes here only if it means the same thing to all its readers."""
 
-    # Inputs stay out of error messages: a Redis URL may carry a password.
-    model_config = SettingsConfigDict(env_prefix="COGMESH_", extra="ignore", hide_input_in_errors=True)
+    # Inputs stay out of error messages: a Redis URL may carry a password. Environment variables of
+    # other services' fields are not read; a field of another class given in code is an error.
+    model_config = SettingsConfigDict(env_prefix="COGMESH_", extra="forbid", hide_input_in_errors=True)
 
     listen: str = Field("", description="host:port to bind; empty means 127.0.0.1:<service default port>")
     gateway_addr: str = Field(f"127.0.0.1:{DEFAULT_PORTS['gateway']}", description="gateway address")
@@ -86,12 +95,6 @@ class Settings(BaseSettings):
         description="then its calls get this long before they are cut (every stream resumes: by seq, or is "
         "opened again)",
     )
-    runtime_workers: int = Field(
-        0, ge=0, description="runtime processes `cogmesh up` runs, each on its own port; 0: one per core, at least 2"
-    )
-    replicas: int = Field(
-        1, ge=1, description="processes of every other service `cogmesh up` runs; above 1 needs redis_url"
-    )
 
     call_timeout_s: float = Field(5.0, gt=0, description="deadline of internal unary calls, seconds")
     max_message_bytes: int = Field(
@@ -100,34 +103,12 @@ class Settings(BaseSettings):
         description="largest gRPC message a service takes from another one (tool results, journals, long "
         "replies); the gateway's public port keeps gRPC's 4 MiB for what clients send",
     )
-    tool_result_limit_tokens: int = Field(
-        25_000,
-        ge=100,
-        description="tool results over this many tokens (4 characters a token) are archived and the model gets "
-        "their head behind a marker it pages through; an agent's config.tool_token_limit_before_evict overrides it",
-    )
     turn_timeout_s: float = Field(300.0, gt=0, description="deadline of a whole turn, seconds")
     shutdown_grace_s: float = Field(5.0, ge=0, description="seconds in-flight RPCs get to finish on shutdown")
-    heartbeat_s: float = Field(15.0, gt=0, description="idle seconds before a Subscribe heartbeat")
 
+    # Read alike by several services: one folder of agents, one providers file, one way to count tokens
+    # (the runtime builds prompts with the context service's code), one event log, one turn lease.
     agents_dir: Path | None = Field(None, description="folder of agent YAML files; default: the shipped agents")
-    models_file: Path | None = Field(None, description="model catalogue YAML; default: the shipped models.yaml")
-    models_store_file: Path | None = Field(
-        None, description="YAML file where AddModel persists models when redis_url is empty; default: not persisted"
-    )
-    models_strict: bool = Field(False, description="unknown model names are NOT_FOUND instead of the default model")
-    models_refresh_s: float = Field(
-        1.0, ge=0, description="seconds between checks of the catalogue file and store for changes; 0: every call"
-    )
-    local_reply_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="the built-in local model answers plain messages with exactly this many tokens, "
-        "one delta each (benchmarks); default: its echo",
-    )
-    local_delay_ms: float = Field(
-        0.0, ge=0, description="the built-in local model waits this long before each chunk: a slow model, for tests"
-    )
     token_counter: Literal["tiktoken", "script", "chars"] = Field(
         "tiktoken", description="context token counter: tiktoken (cl100k_base), script (estimate) or chars (len/4)"
     )
@@ -139,9 +120,6 @@ class Settings(BaseSettings):
         description="messages a second to all subscribers of one session together: token deltas that come "
         "faster are sent in batches (0: every event at once)",
     )
-    subscriber_stall_s: float = Field(
-        10.0, gt=0, description="seconds a subscriber may take no message before it is ended with RESOURCE_EXHAUSTED"
-    )
     turn_lease_ttl_s: int = Field(
         6,
         ge=2,
@@ -151,58 +129,12 @@ class Settings(BaseSettings):
     turn_lease_renew_s: float = Field(
         2.0, gt=0, description="seconds between lease renewals of a running turn (how fast an INTERRUPT reaches it)"
     )
-    takeover_poll_s: float = Field(
-        1.0,
-        gt=0,
-        description="seconds between a runtime replica's looks for turns to take over (their runtime stopped)",
-    )
-    max_takeovers: int = Field(
-        3, ge=0, description="takeovers a turn gets; a turn whose runtime keeps stopping then ends with an error"
-    )
-    runtime_max_turns: int = Field(
-        0,
-        ge=0,
-        description="turns one runtime worker runs at once; past it StartTurn is refused (RESOURCE_EXHAUSTED) and "
-        "the gateway tries another worker. 0: no fixed limit (a worker refuses turns anyway while its lease "
-        "renewals or its event loop run late: services/runtime/admission.py)",
-    )
-    journal_steps: bool = Field(
-        True,
-        description="record each step of a turn in its journal; false only to measure what the journal costs "
-        "(bench.journal): a turn taken over then starts again from its request, its tools run again",
-    )
-    handover_grace_s: float = Field(
-        2.0,
-        ge=0,
-        description="on shutdown, seconds a running turn gets to reach its next recorded step before it is "
-        "handed over to another runtime replica where it stands",
-    )
-    delta_flush_ms: float = Field(
-        100.0,
-        ge=0,
-        description="a running turn appends assistant deltas to the event log at most this often (the first "
-        "delta after a pause, and every other event, at once); 0: each delta at once",
-    )
     advertise_host: str = Field(
         "",
         description="host other replicas reach this one at (its pod IP on Kubernetes); empty: the listen host, "
         "or this machine's name when listening on every interface",
     )
-    event_log_outage_s: float = Field(
-        10.0,
-        gt=0,
-        description="seconds a running turn waits for an unreachable event log (Redis) before it ends "
-        "with a retryable error",
-    )
-    tenant_id: str = Field("default", description="tenant of unauthenticated (dev mode) callers")
-    policy_dir: Path | None = Field(
-        None, description="folder of policy.yaml, interceptors.yaml, role_router.yaml; default: the shipped policy"
-    )
-    policy_reload_s: float = Field(1.0, gt=0, description="seconds between checks of the policy files for changes")
-
-    runtime: str = Field("", description="runtime engine when neither the turn nor the agent names one")
     providers_file: Path | None = Field(None, description="YAML of model provider endpoints and key sources")
-    tool_servers_file: Path | None = Field(None, description="YAML of MCP and ToolService tool servers")
 
     redis_url: str = Field(
         "",
@@ -223,77 +155,6 @@ class Settings(BaseSettings):
         gt=0,
         description="longest wait for redis_wait_replicas; past it the write fails as UNAVAILABLE (retryable), "
         "though the primary has it",
-    )
-    session_ttl_s: float = Field(86_400.0, ge=0, description="idle seconds before a session is evicted; 0: never")
-    # Webhooks (docs/webhooks.md), delivered by the sessions service.
-    webhook_allow_private_targets: bool = Field(
-        False, description="let webhooks target private, loopback and link-local addresses (refused: SSRF)"
-    )
-    webhook_secrets_key_file: Path | None = Field(
-        None, description="32 random bytes in base64 that seal webhook secrets at rest; required with redis_url"
-    )
-    webhook_timeout_s: float = Field(10.0, gt=0, description="seconds one webhook POST may take")
-    webhook_retry_first_s: float = Field(1.0, gt=0, description="delay before a failed webhook's first retry")
-    webhook_retry_max_s: float = Field(3600.0, gt=0, description="longest delay between webhook retries")
-    webhook_retry_window_s: float = Field(
-        86_400.0, gt=0, description="seconds a webhook delivery is retried before it is dead"
-    )
-    webhook_poll_s: float = Field(
-        1.0,
-        gt=0,
-        description="seconds between a sessions replica's checks of its clock against its next look for due "
-        "deliveries (no Redis call); also the retry after a failed look",
-    )
-
-    memory_ttl_s: float = Field(0.0, ge=0, description="seconds a memory lives when its put names no TTL; 0: forever")
-    memory_max_items: int = Field(10_000, gt=0, description="memories one namespace may hold")
-    memory_max_bytes: int = Field(
-        32 * 2**20, gt=0, description="bytes (values, texts, embeddings) one namespace may hold"
-    )
-    memory_max_value_bytes: int = Field(64 * 2**10, gt=0, description="bytes of one memory's value and text together")
-    memory_embedding_model: str = Field(
-        "", description="embedding model for vector search, e.g. text-embedding-3-small; empty: BM25 only"
-    )
-    memory_embedding_provider: str = Field(
-        "openai", description="provider (of providers_file) serving memory_embedding_model; an OpenAI-compatible one"
-    )
-    memory_cache_items: int = Field(
-        1_000_000, gt=0, description="memories a memory replica keeps indexed from Redis (least recently used go first)"
-    )
-
-    api_keys_file: Path | None = Field(None, description="YAML of hashed API keys -> tenant; enables auth")
-    dev_mode: bool = Field(False, description="no auth: every caller is tenant_id; loopback only")
-    tenant_rate_per_s: float = Field(200.0, gt=0, description="requests per second per tenant at the gateway")
-    tenant_burst: int = Field(400, gt=0, description="burst of requests per tenant at the gateway")
-    tenant_max_streams: int = Field(500, gt=0, description="concurrent streams per tenant at the gateway")
-    tls_cert_file: Path | None = Field(None, description="PEM certificate: the gateway serves TLS")
-    tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
-    tls_client_ca_file: Path | None = Field(None, description="PEM CA bundle: require client certificates (mTLS)")
-    a2a_url: str = Field("", description="address the A2A agent card advertises; empty: the gateway's listen address")
-    web_addr: str = Field(
-        f"127.0.0.1:{DEFAULT_PORTS['web']}",
-        description="HTTP address of the browser edge (Connect, gRPC-Web and the web console)",
-    )
-    web_cors_origins: str = Field(
-        "",
-        description="comma-separated origins (https://app.example.com) whose pages may call the browser edge, "
-        "or *; empty: the edge's own pages only",
-    )
-    web_console_dir: Path | None = Field(
-        None, description="folder of the built web console; default: gateway/web/console/dist (`make console`)"
-    )
-    scheduler_tick_s: float = Field(
-        1.0,
-        gt=0,
-        description="seconds between a gateway scheduler's checks of its clock against its next look at the store "
-        "(no store call); it looks when a schedule fires or a run's lease lapses, and at least every "
-        "min(lease, grace / 2)",
-    )
-    scheduler_lease_s: float = Field(
-        30.0, gt=0, description="seconds a gateway holds a schedule run unrenewed before another replica takes it over"
-    )
-    scheduler_grace_s: float = Field(
-        60.0, ge=0, description="seconds after its time a schedule's tick still counts as on time, not missed"
     )
 
     @field_validator("runtime_addr", "policy_addr", "context_addr", "sessions_addr", "models_addr", "memory_addr")
@@ -334,10 +195,25 @@ class Settings(BaseSettings):
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def load_settings(argv: Sequence[str] | None = None, *, prog: str = "cogmesh") -> Settings:
-    """Build Settings from the environment, then apply `--field-name value` flags."""
+S = TypeVar("S", bound=Settings)
+
+
+def declared_fields(cls: type[Settings]) -> list[str]:
+    """The fields `cls` itself declares, in order (not those it inherits): what that class owns."""
+    return [name for name in vars(cls).get("__annotations__", {}) if name in cls.model_fields]
+
+
+def settings_parser(cls: type[Settings], prog: str = "cogmesh") -> argparse.ArgumentParser:
+    """A `--field-name value` flag for each field of `cls`: a service's own and the shared ones."""
     parser = argparse.ArgumentParser(prog=prog, description="Environment variables COGMESH_<FIELD> set defaults.")
-    for name, field in Settings.model_fields.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=field.description)
-    flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-    return Settings(**flags)
+    for name, field in cls.model_fields.items():
+        # argparse formats help with %: a literal one ("+-10% jitter") must be doubled.
+        help_text = (field.description or "").replace("%", "%%")
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=help_text)
+    return parser
+
+
+def load_settings(cls: type[S], argv: Sequence[str] | None = None, *, prog: str = "cogmesh") -> S:
+    """Build `cls` from the environment, then apply its flags from `argv`."""
+    flags = {k: v for k, v in vars(settings_parser(cls, prog).parse_args(argv)).items() if v is not None}
+    return cls(**flags)

@@ -26,11 +26,14 @@ def now() -> timestamp_pb2.Timestamp:
     return stamp
 
 
-# The longest id a request may carry (session, turn, interrupt, schedule, webhook...), everywhere.
+# The longest id a request may carry (session, turn, interrupt, schedule, webhook...), everywhere: the
+# protos' rules say it on each request field (`string.max_len = 256`); code checking ids of anything
+# else (stored records, keys files) uses this.
 MAX_ID = 256
 
-# The approval answers a turn knows. Every layer checks membership, never "not UNSPECIFIED":
-# a value from a newer or hostile client must be refused, not read as approval.
+# The approval answers a turn knows. Every layer checks membership, never "not UNSPECIFIED" (the
+# requests' rules with `enum.in`, and this set for recorded decisions): a value from a newer or
+# hostile client must be refused, not read as approval.
 APPROVAL_DECISIONS = frozenset(
     {
         events_pb2.APPROVAL_DECISION_APPROVE,

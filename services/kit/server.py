@@ -13,8 +13,9 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -29,6 +30,7 @@ from services.kit.errors import ErrorMappingInterceptor
 from services.kit.logging import configure_logging, debug_enabled, log
 from services.kit.metrics import MetricsServer, RpcRecorder, current_recorder, serve_metrics
 from services.kit.telemetry import configure_tracing
+from services.kit.validation import ValidationInterceptor
 
 HEALTH = health.SERVICE_NAME
 _HEALTH_PREFIX = f"/{HEALTH}/"
@@ -94,8 +96,10 @@ class App:
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # Run inside the kit's own interceptors, so errors they raise are mapped like any other.
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
-    # Faces clients: serves TLS when configured (internal hops get mTLS from the service mesh).
+    # Faces clients: keeps gRPC's 4 MiB limit on what they send.
     public: bool = False
+    # TLS of a public port (server_credentials); internal hops get mTLS from the service mesh.
+    credentials: grpc.ServerCredentials | None = None
     # Told the address other replicas reach this one at, once the server is bound and serving.
     on_serving: list[Callable[[str], None]] = field(default_factory=list)
     # Run when the drain ends, before calls in flight get their grace period: e.g. end streams
@@ -103,7 +107,10 @@ class App:
     on_drained: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
 
-Build = Callable[[Settings, Clients], Awaitable[App]]
+S = TypeVar("S", bound=Settings)
+# A service's build takes its own settings class (services/<name>/settings.py); the in-process suite
+# passes its class that has every service's fields.
+Build = Callable[[S, Clients], Awaitable[App]]
 
 
 # Request fields bound to every log line (and span) of an RPC: field name -> log key.
@@ -348,23 +355,25 @@ class RunningServer:
         await self._clients.close()
 
 
-def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+def server_credentials(
+    cert_file: Path | None, key_file: Path | None, client_ca_file: Path | None
+) -> grpc.ServerCredentials | None:
     """TLS when a certificate is configured; mTLS when a client CA is configured too."""
-    if settings.tls_cert_file is None and settings.tls_key_file is None:
-        if settings.tls_client_ca_file is not None:
+    if cert_file is None and key_file is None:
+        if client_ca_file is not None:
             raise SystemExit("COGMESH_TLS_CLIENT_CA_FILE needs COGMESH_TLS_CERT_FILE and COGMESH_TLS_KEY_FILE")
         return None
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
+    if cert_file is None or key_file is None:
         raise SystemExit("TLS needs both COGMESH_TLS_CERT_FILE and COGMESH_TLS_KEY_FILE")
     try:
-        key, cert = settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes()
-        ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
+        key, cert = key_file.read_bytes(), cert_file.read_bytes()
+        ca = client_ca_file.read_bytes() if client_ca_file else None
     except OSError as exc:
         raise SystemExit(f"cannot read TLS file {exc.filename}: {exc.strerror}") from exc
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
 
 
-async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
+async def start(build: Build[S], settings: S, listen: str) -> RunningServer:
     """Build the app, bind `listen` and start serving; health turns SERVING when ready."""
     settings = settings.model_copy(update={"listen": listen})
     clients = Clients(settings)
@@ -373,6 +382,7 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
         ObservabilityInterceptor(app.name, settings.metrics, settings.tracing),
         ErrorMappingInterceptor(),
         *app.interceptors,
+        ValidationInterceptor(),  # innermost: after authentication, before the servicer (the protos' field rules)
     ]
     server = grpc.aio.server(interceptors=interceptors, options=server_options(settings, app.public))
     health_servicer = health.aio.HealthServicer()
@@ -382,8 +392,7 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
     names = [m.service_name for m in app.mounts]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     try:
-        credentials = server_credentials(settings) if app.public else None
-        port = server.add_secure_port(listen, credentials) if credentials else server.add_insecure_port(listen)
+        port = server.add_secure_port(listen, app.credentials) if app.credentials else server.add_insecure_port(listen)
     except RuntimeError as exc:
         raise SystemExit(f"{app.name}: cannot bind {listen}: {exc}") from exc
     await server.start()
@@ -394,7 +403,7 @@ async def start(build: Build, settings: Settings, listen: str) -> RunningServer:
     return RunningServer(app, server, health_servicer, clients, port, drain_s=settings.drain_s)
 
 
-async def serve(service: str, build: Build, settings: Settings) -> None:
+async def serve(service: str, build: Build[S], settings: S) -> None:
     listen = settings.listen_address(service)
     metrics_server: MetricsServer | None = None
     if settings.metrics and settings.metrics_port:
@@ -425,9 +434,9 @@ async def serve(service: str, build: Build, settings: Settings) -> None:
             metrics_server.close()
 
 
-def run(service: str, build: Build, argv: list[str] | None = None) -> None:
-    """Entry point of every service process: `python -m services.<name> [--flags]`."""
-    settings = load_settings(argv, prog=f"cogmesh-{service}")
+def run(service: str, build: Build[S], settings_class: type[S], argv: list[str] | None = None) -> None:
+    """Entry point of every service process: `python -m services.<name> [--flags]`, flags of `settings_class`."""
+    settings = load_settings(settings_class, argv, prog=f"cogmesh-{service}")
     configure_logging(service, settings)
     configure_tracing(service, settings)
     asyncio.run(serve(service, build, settings))

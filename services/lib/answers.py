@@ -5,7 +5,10 @@ A paused turn waits for one of three things, named by its checkpoint's request
 (sessions.v1.Checkpoint): an approval, the user's input, or a client-side tool's result. An
 answer is recorded as a sessions.v1.CheckpointDecision. The gateway (its API and A2A), the
 sessions service (AnswerPause) and the runtime (ContinueTurn) build, check and compare answers
-with these functions, so an answer means the same wherever it arrives.
+with these functions, so an answer means the same wherever it arrives. The rules of the answers' own
+fields (a known decision, the lengths of a reason, a user's input, a tool's result) are declared on
+the requests that carry them (ResolveApprovalRequest, ApprovalAnswer, ClientToolResult, ...) and
+checked before any of this runs (services/kit/validation.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from services.lib.turn_options import MAX_SCHEMA_BYTES
 APPROVAL, USER_INPUT, CLIENT_TOOL = "approval", "user_input", "client_tool"
 KINDS = (APPROVAL, USER_INPUT, CLIENT_TOOL)
 WAITS_FOR = {APPROVAL: "an approval", USER_INPUT: "user input", CLIENT_TOOL: "a client tool result"}
-MAX_TEXT = 100_000  # characters of a reason, a user's answer or a tool's result
 MAX_EDITED_BYTES = MAX_SCHEMA_BYTES  # an edit's arguments, serialized
 
 
@@ -56,13 +58,8 @@ def approval(
 ) -> sessions_pb2.CheckpointDecision:
     """A human's decision on a tool call (its fields `decision`, `edited_arguments`, `reason` after `prefix`).
 
-    Only APPROVE, EDIT and REJECT are answers (a value from a newer or hostile client is refused, never
-    read as an approval); EDIT needs the arguments to run the call with."""
-    problems.check(
-        decision in APPROVAL_DECISIONS,
-        f"{prefix}decision",
-        f"must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT, not {decision}",
-    )
+    Only APPROVE, EDIT and REJECT are answers (the requests' rules refuse any other value, so one from a
+    newer or hostile client is never read as an approval); EDIT needs the arguments to run the call with."""
     problems.check(
         decision != events_pb2.APPROVAL_DECISION_EDIT or edited is not None,
         f"{prefix}edited_arguments",
@@ -73,26 +70,20 @@ def approval(
         f"{prefix}edited_arguments",
         f"must be at most {MAX_EDITED_BYTES} bytes",
     )
-    problems.check(len(reason) <= MAX_TEXT, f"{prefix}reason", f"must be at most {MAX_TEXT} characters")
     recorded = sessions_pb2.CheckpointDecision(approval=decision, text=reason, decided_by=decided_by)  # type: ignore[arg-type]
     if decision == events_pb2.APPROVAL_DECISION_EDIT and edited is not None:
         recorded.edited_arguments.CopyFrom(edited)
     return recorded
 
 
-def user_input(text: str, problems: Violations, field: str = "user_input") -> sessions_pb2.CheckpointDecision:
+def user_input(text: str) -> sessions_pb2.CheckpointDecision:
     """The user's answer to a question: some text."""
-    problems.require(text, field)
-    problems.check(len(text) <= MAX_TEXT, field, f"must be at most {MAX_TEXT} characters")
     return sessions_pb2.CheckpointDecision(text=text)
 
 
-def tool_result(
-    content: str, is_error: bool, problems: Violations, prefix: str = "tool_result."
-) -> sessions_pb2.CheckpointDecision:
+def tool_result(content: str, is_error: bool) -> sessions_pb2.CheckpointDecision:
     """A client-side tool's result, given back to the model as a tool message; a failure's content says
     so ("error: ..."), which is how the turn tells it from a result."""
-    problems.check(len(content) <= MAX_TEXT, f"{prefix}content", f"must be at most {MAX_TEXT} characters")
     if is_error and not content.startswith("error:"):
         content = f"error: {content}"
     message = messages_pb2.Message(role=messages_pb2.ROLE_TOOL, content=content)

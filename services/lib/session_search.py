@@ -9,6 +9,7 @@ Redis) filters with `matches`, so they answer alike.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,13 +17,13 @@ from typing import Any
 
 from cogmesh.common.v1 import resources_pb2
 from services.kit.errors import Violations
-from services.kit.protos import MAX_ID
 
+# A session's labels: the requests' rules (protos: `labels`, `label_filter`) bound a map to 64 entries,
+# keys to LABEL_KEY, values to 256 characters without control characters (they show up in logs,
+# consoles and CLI tables). An update's "labels.<key>" paths and the count after an update are
+# checked here.
 MAX_LABELS = 64
-MAX_LABEL_KEY = 63
-MAX_LABEL_VALUE = 256
 LABEL_KEY = re.compile(r"[a-z0-9][a-z0-9_.\-/]{0,62}")
-_BAD_VALUE = re.compile(r"[\x00-\x1f\x7f]")  # values show up in logs, consoles and CLI tables
 
 # A session's status (cogmesh.common.v1.SessionStatus), as the stores name it.
 IDLE, RUNNING, PAUSED, FAILED = "idle", "running", "paused", "failed"
@@ -38,24 +39,6 @@ STATUS_PROTOS = {name: number for number, name in _STATUS_NAMES.items()}
 
 # How the last turn that stopped ended (SessionRecord.outcome), set as its end or pause is logged.
 COMPLETED, CANCELLED = "completed", "cancelled"
-
-
-def check_labels(labels: Mapping[str, str], field_name: str, problems: Violations) -> None:
-    """Every problem of a label map, each naming its entry (`labels[team]`)."""
-    problems.check(len(labels) <= MAX_LABELS, field_name, f"must have at most {MAX_LABELS} entries, not {len(labels)}")
-    for key, value in labels.items():
-        check_label(key, value, field_name, problems)
-
-
-def check_label(key: str, value: str, field_name: str, problems: Violations) -> None:
-    where = f"{field_name}[{key}]"
-    problems.check(
-        bool(LABEL_KEY.fullmatch(key)),
-        where,
-        f"key must be 1 to {MAX_LABEL_KEY} characters of [a-z0-9_.-/], starting with a letter or digit",
-    )
-    problems.check(len(value) <= MAX_LABEL_VALUE, where, f"value must be at most {MAX_LABEL_VALUE} characters")
-    problems.check(not _BAD_VALUE.search(value), where, "value must not hold control characters")
 
 
 def too_many_labels(session_id: str, count: int) -> str:
@@ -142,21 +125,11 @@ def _seconds(request: Any, name: str, problems: Violations) -> float | None:
 
 
 def filter_of(request: Any, problems: Violations) -> SessionFilter:
-    """The filter of a ListSessionsRequest (the gateway's or the sessions service's: the same fields), every
-    problem named; an empty range (after not before before) is INVALID_ARGUMENT, as an unknown status is."""
-    check_labels(request.label_filter, "label_filter", problems)
-    statuses = []
-    for i, number in enumerate(request.statuses):
-        name = _STATUS_NAMES.get(number)
-        problems.check(name is not None, f"statuses[{i}]", f"must be IDLE, RUNNING, PAUSED or FAILED, not {number}")
-        if name is not None:
-            statuses.append(name)
-    problems.check(len(request.agent) <= MAX_ID, "agent", f"must be at most {MAX_ID} characters")
-    problems.check(len(request.forked_from) <= MAX_ID, "forked_from", f"must be at most {MAX_ID} characters")
-    problems.check(request.agent_version >= 0, "agent_version", "must not be negative")
+    """The filter of a ListSessionsRequest (the gateway's or the sessions service's: the same fields and
+    rules, the field rules checked already); an empty or impossible time range is INVALID_ARGUMENT."""
     where = SessionFilter(
         labels=dict(request.label_filter),
-        statuses=frozenset(statuses),
+        statuses=frozenset(name for number in request.statuses if (name := _STATUS_NAMES.get(number))),
         agent=request.agent,
         created_after=_seconds(request, "created_after", problems),
         created_before=_seconds(request, "created_before", problems),
@@ -189,10 +162,9 @@ def label_update(paths: Sequence[str], labels: Mapping[str, str], problems: Viol
     for key in keys:
         problems.check(bool(LABEL_KEY.fullmatch(key)), "update_mask", f"path 'labels.{key}' names no valid label key")
     if whole:
-        check_labels(labels, "labels", problems)
         return LabelUpdate(replace=dict(labels))
     named = set(keys)
     for key in labels:
-        problems.check(key in named, f"labels[{key}]", "is not named by a 'labels.<key>' path of update_mask")
-    check_labels({k: v for k, v in labels.items() if k in named}, "labels", problems)
+        where = f"labels[{json.dumps(key, ensure_ascii=False)}]"  # as the field rules spell a map entry
+        problems.check(key in named, where, "is not named by a 'labels.<key>' path of update_mask")
     return LabelUpdate(changes={key: labels.get(key) for key in keys})

@@ -1,7 +1,9 @@
 """The per-turn options a client may set, and the rules they must follow.
 
 SendMessage (gateway) and StartTurn (runtime, in its RunTurnRequest) carry the same options: `runtime`, `limits`,
-`cost_budget`, `output_schema` and `client_tools`. The gateway applies these rules before
+`cost_budget`, `output_schema` and `client_tools`. The bounds of single fields (the runtime's name, the
+limits, the budget, how many client tools) are rules on both requests' protos, which every service
+checks before its servicer runs (services/kit/validation.py); the rest is here. The gateway applies these rules before
 it takes the session's lease, so bad options are INVALID_ARGUMENT with field violations
 instead of a turn that starts and fails; the runtime applies the same ones to whoever
 calls it. Names only another service knows (the runtime engine, the model) are checked
@@ -14,7 +16,6 @@ turn, and the runtime refuses that one when it builds the turn.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -29,22 +30,13 @@ from cogmesh.runtime.v1 import runtime_pb2
 from services.kit.errors import Violations
 from services.kit.protos import struct_to_dict
 
-MAX_RUNTIME_NAME = 64
 # The live transcript a turn starts with: at most this many messages after the rolling summary,
 # read with the turn's lease grant. Compaction keeps them within the token budget; a longer
 # window costs every turn a bigger load, PRE_THINK payload and model call (+6 ms a turn at 200).
 HISTORY_MESSAGES = 50
 MAX_SCHEMA_BYTES = 64_000
-MAX_CLIENT_TOOLS = 64
+MAX_CLIENT_TOOLS = 64  # the requests' `client_tools` rule (repeated.max_items) refuses more
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a function name
-LIMIT_FIELDS = (
-    "max_iterations",
-    "max_tool_calls",
-    "max_mcp_calls",
-    "tool_timeout_ms",
-    "max_parallel_tools",
-    "max_wall_clock_ms",
-)
 # The runtime's own tools, which it may offer whatever the agent lists: delegation's "task",
 # structured output's "final_response", archived results' "get_tool_response", handoffs'
 # "transfer_to_agent" and "transfer_back", the todo list's "manage_todo_list" (the runtime's
@@ -109,23 +101,9 @@ def schema_validator(schema: Mapping[str, Any]) -> Any:
 
 
 def check(options: TurnOptions, problems: Violations, prefix: str = "") -> None:
-    """Add every problem of the turn's options to `problems`, fields named `<prefix><field>`."""
-    problems.check(
-        len(options.runtime) <= MAX_RUNTIME_NAME,
-        f"{prefix}runtime",
-        f"must be at most {MAX_RUNTIME_NAME} characters",
-    )
-    for name in LIMIT_FIELDS:
-        problems.check(
-            getattr(options.limits, name) >= 0, f"{prefix}limits.{name}", "must be >= 0 (0 keeps the default)"
-        )
-    budget = options.cost_budget
-    problems.check(
-        math.isfinite(budget.max_cost_usd) and budget.max_cost_usd >= 0,
-        f"{prefix}cost_budget.max_cost_usd",
-        "must be a finite number >= 0",
-    )
-    problems.check(budget.max_total_tokens >= 0, f"{prefix}cost_budget.max_total_tokens", "must be >= 0")
+    """Add every problem of the turn's options to `problems`, fields named `<prefix><field>`: those beyond
+    the fields' own rules (the runtime's name, limits, budget and how many client tools are on the
+    requests' protos, checked before)."""
     _check_client_tools(options.client_tools, problems, prefix)
     if options.HasField("output_schema"):
         size = options.output_schema.ByteSize()
@@ -139,9 +117,8 @@ def check(options: TurnOptions, problems: Violations, prefix: str = "") -> None:
 
 
 def _check_client_tools(specs: Sequence[messages_pb2.ToolSpec], problems: Violations, prefix: str) -> None:
-    problems.check(
-        len(specs) <= MAX_CLIENT_TOOLS, f"{prefix}client_tools", f"must hold at most {MAX_CLIENT_TOOLS} tools"
-    )
+    # A name's pattern is checked here, not on ToolSpec: the type also lists the agent's own tools
+    # (MCP servers name theirs), which this does not bind.
     seen: set[str] = set()
     for i, spec in enumerate(specs[:MAX_CLIENT_TOOLS]):
         field = f"{prefix}client_tools[{i}]"

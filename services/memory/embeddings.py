@@ -13,9 +13,9 @@ import httpx2
 import numpy as np
 import openai
 
-from services.kit.config import Settings
 from services.kit.errors import Unavailable
 from services.lib.providers import ProviderConfigError, load_providers
+from services.memory.settings import MemorySettings
 
 MAX_ATTEMPTS = 2  # the SDK retries a failed call once (connection errors, 429, 5xx)
 
@@ -31,7 +31,7 @@ class Embedder:
         self._client = client
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Embedder | None:
+    def from_settings(cls, settings: MemorySettings) -> Embedder | None:
         """The configured embedder, None without an embedding model; SystemExit naming what is wrong."""
         model, name = settings.memory_embedding_model, settings.memory_embedding_provider
         if not model:

@@ -11,17 +11,17 @@ from collections.abc import Awaitable, Callable
 
 from cogmesh.memory.v1 import memory_pb2, memory_pb2_grpc
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.server import App, mount, run
 from services.memory.embeddings import Embedder
 from services.memory.memories import Memories
 from services.memory.model import Limits
 from services.memory.servicer import MemoryServicer
+from services.memory.settings import MemorySettings
 from services.memory.store import InProcessMemoryStore, MemoryStore
 
 
-def limits_of(settings: Settings) -> Limits:
+def limits_of(settings: MemorySettings) -> Limits:
     return Limits(
         max_items=settings.memory_max_items,
         max_bytes=settings.memory_max_bytes,
@@ -30,7 +30,7 @@ def limits_of(settings: Settings) -> Limits:
     )
 
 
-async def open_store(settings: Settings, limits: Limits) -> MemoryStore:
+async def open_store(settings: MemorySettings, limits: Limits) -> MemoryStore:
     if not settings.redis_url:
         return InProcessMemoryStore(limits)
     from services.memory.redis_store import open_redis_store
@@ -38,7 +38,7 @@ async def open_store(settings: Settings, limits: Limits) -> MemoryStore:
     return await open_redis_store(settings, limits)
 
 
-async def build(settings: Settings, clients: Clients) -> App:
+async def build(settings: MemorySettings, clients: Clients) -> App:
     limits = limits_of(settings)
     embedder = Embedder.from_settings(settings)
     store = await open_store(settings, limits)
@@ -55,4 +55,4 @@ async def build(settings: Settings, clients: Clients) -> App:
 
 
 def main() -> None:
-    run("memory", build)
+    run("memory", build, MemorySettings)

@@ -19,9 +19,10 @@ import numpy as np
 from cogmesh.common.v1 import errors_pb2
 from services.kit.errors import NotFound, ResourceExhausted
 
-MAX_LABELS = 8  # labels after the tenant
+# A namespace's labels and a memory's key: memory.proto's rules bound them on every request (at most 8
+# labels of 1 to 384 characters without "/", "{", "}" or control characters; keys of 1 to 256). The
+# tenant id is held to the same as a label here: the gateway fills it in, so no rule can.
 MAX_LABEL_CHARS = 384  # room for a scope label: a 64-character key, '=', a 256-character value
-MAX_KEY_CHARS = 256
 _BAD_LABEL_CHARS = re.compile(r"[/{}\x00-\x1f\x7f]")
 
 # The settings (environment variables) behind each limit, named in the errors they raise.
@@ -40,23 +41,6 @@ def label_problem(label: str) -> str:
         return f"must be at most {MAX_LABEL_CHARS} characters"
     if _BAD_LABEL_CHARS.search(label):
         return 'must not contain "/", "{", "}" or control characters'
-    return ""
-
-
-def namespace_problems(labels: list[str], field: str, *, allow_empty: bool = False) -> list[tuple[str, str]]:
-    """Field violations of a namespace (or a namespace prefix, with allow_empty)."""
-    if not labels and not allow_empty:
-        return [(field, "must have at least one label")]
-    if len(labels) > MAX_LABELS:
-        return [(field, f"must have at most {MAX_LABELS} labels, not {len(labels)}")]
-    return [(f"{field}[{i}]", problem) for i, label in enumerate(labels) if (problem := label_problem(label))]
-
-
-def key_problem(key: str) -> str:
-    if not key:
-        return "is required"
-    if len(key) > MAX_KEY_CHARS:
-        return f"must be at most {MAX_KEY_CHARS} characters"
     return ""
 
 

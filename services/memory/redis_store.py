@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from services.kit import lua
-from services.kit.config import Settings
 from services.kit.errors import Unavailable
 from services.kit.redis_pool import UNAVAILABLE_ERRORS, Client, pooled_client
 from services.kit.redis_url import check_prefix
@@ -54,6 +53,7 @@ from services.memory.model import (
     decode_body,
     encode_body,
 )
+from services.memory.settings import MemorySettings
 
 SYNC_MAX = 2_000  # changes one sync call returns; past that, a reload
 SCAN_BATCH = 1_000
@@ -237,7 +237,7 @@ class RedisMemoryStore:
         await self._redis.aclose()
 
 
-async def open_redis_store(settings: Settings, limits: Limits) -> RedisMemoryStore:
+async def open_redis_store(settings: MemorySettings, limits: Limits) -> RedisMemoryStore:
     client = pooled_client(settings.redis_url, settings.redis_timeout_s, health_check_interval=15)
     store = RedisMemoryStore(client, settings.redis_key_prefix, limits, settings.memory_cache_items)
     try:

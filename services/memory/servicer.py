@@ -15,16 +15,11 @@ from services.memory.model import (
     MAX_VALUE_BYTES_SETTING,
     Namespace,
     Record,
-    key_problem,
     label_problem,
-    namespace_problems,
 )
 
-MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
-MAX_SEARCH_LIMIT = 100
 DEFAULT_SEARCH_LIMIT = 10
-MAX_QUERY_CHARS = 4096
 
 _MODES = {
     memory_pb2.SEARCH_MODE_UNSPECIFIED: Mode.AUTO,
@@ -58,21 +53,13 @@ def memory_to_proto(namespace: Namespace, record: Record) -> memory_pb2.Memory:
 
 
 class _Checks(Violations):
-    """Field checks shared by the requests of MemoryService."""
+    """Checks shared by the requests of MemoryService beyond their field rules (memory.proto: namespaces,
+    keys, page sizes, limits; checked before the servicer runs)."""
 
     def tenant(self, tenant_id: str) -> None:
+        # Not a rule on the protos: the gateway serves the same API and fills the tenant in from the API key.
         if problem := label_problem(tenant_id):
             self.items.append(("tenant_id", "is required" if not tenant_id else problem))
-
-    def namespace(self, labels: Any, field: str = "namespace", *, prefix: bool = False) -> None:
-        self.items.extend(namespace_problems(list(labels), field, allow_empty=prefix))
-
-    def key(self, key: str) -> None:
-        if problem := key_problem(key):
-            self.items.append(("key", problem))
-
-    def bounded(self, value: int, field: str, most: int) -> None:
-        self.check(0 <= value <= most, field, f"must be between 0 and {most}")
 
 
 def _namespace(request: Any) -> Namespace:
@@ -86,8 +73,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def PutMemory(self, request: memory_pb2.PutMemoryRequest, context: Any) -> memory_pb2.PutMemoryResponse:
         checks = _Checks()
         checks.tenant(request.tenant_id)
-        checks.namespace(request.namespace)
-        checks.key(request.key)
         value = struct_to_dict(request.value)
         checks.check(bool(value) or bool(request.text.strip()), "value", "is required when text is empty")
         depth = json_depth(value)
@@ -123,8 +108,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.ListMemoriesResponse:
         checks = _Checks()
         checks.tenant(request.tenant_id)
-        checks.namespace(request.namespace_prefix, "namespace_prefix", prefix=True)
-        checks.bounded(request.page_size, "page_size", MAX_PAGE_SIZE)
         checks.raise_if_any()
         page, token = await self.memories.list_page(
             request.tenant_id,
@@ -141,10 +124,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.SearchMemoriesResponse:
         checks = _Checks()
         checks.tenant(request.tenant_id)
-        checks.namespace(request.namespace_prefix, "namespace_prefix", prefix=True)
-        checks.bounded(request.limit, "limit", MAX_SEARCH_LIMIT)
-        checks.check(len(request.query) <= MAX_QUERY_CHARS, "query", f"must be at most {MAX_QUERY_CHARS} characters")
-        checks.check(request.mode in _MODES, "mode", f"unknown search mode {request.mode}")
         checks.raise_if_any()
         outcome = await self.memories.search(
             request.tenant_id,
@@ -168,9 +147,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.ListNamespacesResponse:
         checks = _Checks()
         checks.tenant(request.tenant_id)
-        checks.namespace(request.prefix, "prefix", prefix=True)
-        checks.bounded(request.max_depth, "max_depth", 1_000)
-        checks.bounded(request.page_size, "page_size", MAX_PAGE_SIZE)
         checks.raise_if_any()
         found, token = await self.memories.namespaces(
             request.tenant_id,
@@ -187,6 +163,4 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     def _check_address(request: memory_pb2.GetMemoryRequest | memory_pb2.DeleteMemoryRequest) -> None:
         checks = _Checks()
         checks.tenant(request.tenant_id)
-        checks.namespace(request.namespace)
-        checks.key(request.key)
         checks.raise_if_any()

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
@@ -19,20 +18,21 @@ from services.lib.agents import load_agents
 from services.lib.models.catalog import DEFAULT_CATALOG_PATH
 from services.models.registry import FileModelStore, ModelRegistry, ModelStore, RedisModelStore
 from services.models.servicer import ModelsServicer
+from services.models.settings import ModelsSettings
 
 # With Redis, other replicas' AddModel/RemoveModel are announced (pub/sub); the store's version
 # is still read this often in case an announcement was lost.
 STORE_RECHECK_S = 60.0
 
 
-async def build(settings: Settings, clients: Clients) -> App:
+async def build(settings: ModelsSettings, clients: Clients) -> App:
     on_close: list[Callable[[], Awaitable[None]]] = []
     store: ModelStore | None = None
-    redis_url = getattr(settings, "redis_url", "")
+    redis_url = settings.redis_url
     if redis_url:
-        timeout = getattr(settings, "redis_timeout_s", 2.0)
+        timeout = settings.redis_timeout_s
         client = pooled_client(redis_url, timeout)
-        store = RedisModelStore(client, getattr(settings, "redis_key_prefix", "cogmesh:"))
+        store = RedisModelStore(client, settings.redis_key_prefix)
 
         async def close() -> None:
             await client.aclose()
@@ -83,4 +83,4 @@ async def build(settings: Settings, clients: Clients) -> App:
 
 
 def main() -> None:
-    run("models", build)
+    run("models", build, ModelsSettings)

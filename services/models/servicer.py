@@ -11,10 +11,10 @@ from typing import Any
 import grpc
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
-from services.kit.errors import InvalidArgument, Unavailable, Violations
+from services.kit.errors import InvalidArgument, Unavailable
 from services.kit.snapshots import SnapshotFeed
 from services.lib.agents import ReloadingAgentRegistry
-from services.lib.models.api import MAX_NAME, model_from_proto, model_to_proto, resolve_model, snapshot_of
+from services.lib.models.api import model_from_proto, model_to_proto, resolve_model, snapshot_of
 from services.lib.models.catalog import ModelCatalog
 from services.models.registry import ModelConflict, ModelExists, ModelRegistry, StoreError
 
@@ -95,9 +95,6 @@ class ModelsServicer(models_pb2_grpc.ModelsServiceServicer):
         )
 
     async def AddModel(self, request: models_pb2.AddModelRequest, context: Any) -> models_pb2.AddModelResponse:
-        problems = Violations()
-        problems.check(request.HasField("model"), "model", "is required")
-        problems.raise_if_any()
         spec = model_from_proto(request.model)
         try:
             added = await self.registry.add(spec, replace=request.replace)
@@ -113,10 +110,6 @@ class ModelsServicer(models_pb2_grpc.ModelsServiceServicer):
         )
 
     async def RemoveModel(self, request: models_pb2.RemoveModelRequest, context: Any) -> models_pb2.RemoveModelResponse:
-        problems = Violations()
-        problems.require(request.id, "id")
-        problems.check(len(request.id) <= MAX_NAME, "id", f"must be at most {MAX_NAME} characters")
-        problems.raise_if_any()
         try:
             removed = await self.registry.remove(request.id)
         except StoreError as exc:

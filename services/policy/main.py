@@ -7,7 +7,6 @@ import contextlib
 
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.metrics import register_breakers
 from services.kit.server import App, mount, run
 from services.kit.snapshots import SnapshotFeed
@@ -22,9 +21,10 @@ from services.lib.policy.hooks import HookHandler
 from services.lib.policy.ratelimit import MemoryWindowStore, RedisWindowStore, WindowStore
 from services.lib.policy.ratelimit import redis_client as connect_redis
 from services.policy.servicer import PolicyServicer
+from services.policy.settings import PolicySettings
 
 
-async def build(settings: Settings, clients: Clients) -> App:
+async def build(settings: PolicySettings, clients: Clients) -> App:
     directory = settings.policy_dir or DEFAULT_POLICY_DIR
     try:
         store = ConfigStore(directory)
@@ -37,12 +37,12 @@ async def build(settings: Settings, clients: Clients) -> App:
         return RemoteHook(channels, address, timeout_s)
 
     # Rate windows are shared by every replica through Redis when the suite has one.
-    redis_url: str = getattr(settings, "redis_url", "")
+    redis_url = settings.redis_url
     redis_client = None
     windows: WindowStore = MemoryWindowStore()
     if redis_url:
-        redis_client = connect_redis(redis_url, getattr(settings, "redis_timeout_s", 2.0))
-        prefix = getattr(settings, "redis_key_prefix", "cogmesh:") + "policy:ratelimit:"
+        redis_client = connect_redis(redis_url, settings.redis_timeout_s)
+        prefix = settings.redis_key_prefix + "policy:ratelimit:"
         windows = RedisWindowStore(redis_client, prefix)
 
     shared = Shared(windows, remote_hook, ContextServiceCompactor(clients), {})
@@ -88,4 +88,4 @@ async def build(settings: Settings, clients: Clients) -> App:
 
 
 def main() -> None:
-    run("policy", build)
+    run("policy", build, PolicySettings)

@@ -176,8 +176,11 @@ class TurnBuilder:
         memory: SessionMemory,
         models: ModelCatalogLink | None = None,
         local_context: LocalContext | None = None,
+        *,
+        tool_result_limit_tokens: int,
     ) -> None:
         self.clients, self.agents, self.catalog, self.local_model = clients, agents, catalog, local_model
+        self.tool_result_limit_tokens = tool_result_limit_tokens  # unless the agent sets its own
         self.providers, self.engines, self.default_runtime = providers, engines, default_runtime
         self.session_costs, self.memory = session_costs, memory
         self.models = models or ModelCatalogLink(clients)
@@ -845,7 +848,7 @@ class TurnBuilder:
 
     def _archive(self, agent: AgentDefinition, tenant: str, session_id: str) -> dict[str, Any]:
         """The turn's limit on tool results, the archive over it and get_tool_response to page through it."""
-        tokens = agent.config.tool_token_limit_before_evict or self.clients.settings.tool_result_limit_tokens
+        tokens = agent.config.tool_token_limit_before_evict or self.tool_result_limit_tokens
         limit = tokens * 4  # characters, at the 4 a token every local estimate uses
         return {
             "result_limit_chars": limit,

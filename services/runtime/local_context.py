@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from cogmesh.context.v1 import context_pb2
 from services.kit.config import Settings
+from services.kit.validation import check as check_rules
 from services.lib.agents import AgentRegistry
 from services.lib.context.api import build_context
 from services.lib.context.builder import ContextBuilder
@@ -40,4 +41,5 @@ class LocalContext:
         return not request.rehydrate
 
     async def BuildContext(self, request: context_pb2.BuildContextRequest) -> context_pb2.BuildContextResponse:
+        check_rules(request)  # the protos' field rules, as the service's interceptor checks them
         return await build_context(self.builder, self.agents, request)

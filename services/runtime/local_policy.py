@@ -36,6 +36,7 @@ from services.kit.errors import DependencyError
 from services.kit.logging import log
 from services.kit.metrics import POLICY_DENIALS
 from services.kit.snapshots import WATCH_RENEW_S, SnapshotWatcher
+from services.kit.validation import check as check_rules
 from services.lib.agents import AgentRegistry
 from services.lib.policy.api import PolicyAPI, store_of
 from services.lib.policy.assembly import Shared
@@ -169,6 +170,7 @@ class LocalPolicy:
         if held is None or method in held.remote:
             answer = await getattr(self.clients.policy, method)(request, **options)
             return answer, self.service_version
+        check_rules(request)  # the protos' field rules, as the service's interceptor checks them
         answer = await getattr(held.api, method)(request)
         if method in TOOL_CALL_CHECKS:
             _count_denials(answer)  # the service counts the denials it serves; these are decided here

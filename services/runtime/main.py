@@ -6,7 +6,6 @@ import asyncio
 
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.metrics import BREAKERS, register_breakers
 from services.kit.server import App, mount, run
@@ -18,11 +17,12 @@ from services.runtime.local_model import LocalModel
 from services.runtime.local_policy import LocalPolicy
 from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.servicer import RuntimeServicer
+from services.runtime.settings import RuntimeSettings
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog, ToolServersError
 
 
-async def build(settings: Settings, clients: Clients) -> App:
+async def build(settings: RuntimeSettings, clients: Clients) -> App:
     try:
         providers = ProviderRegistry(load_providers(settings.providers_file))
         catalog = ToolCatalog.from_file(builtin_tools(), settings.tool_servers_file)
@@ -76,4 +76,4 @@ async def build(settings: Settings, clients: Clients) -> App:
 
 
 def main() -> None:
-    run("runtime", build)
+    run("runtime", build, RuntimeSettings)

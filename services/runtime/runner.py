@@ -35,7 +35,6 @@ from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
 from services.kit import tasks
 from services.kit.clients import Clients, call
-from services.kit.config import Settings
 from services.kit.dependencies import RuntimeClient, SessionsClient
 from services.kit.errors import CogmeshError, DependencyError, FailedPrecondition, InvalidArgument, RateLimited
 from services.kit.logging import bind_request, log
@@ -51,6 +50,7 @@ from services.runtime.context_link import Memory, SessionMemory
 from services.runtime.engines import Engine
 from services.runtime.journal import ANSWER, TAKEOVER, replay
 from services.runtime.policy_link import message_to_proto
+from services.runtime.settings import RuntimeSettings
 from services.runtime.steps.state import decode_snapshot
 from services.runtime.structured import OutputSpec
 from services.runtime.turn import Decision, ResumePoint, Turn
@@ -139,7 +139,7 @@ CLAIMS_PER_LOOK = 10  # orphaned turns one look may claim
 
 class TurnRunner:
     def __init__(
-        self, clients: Clients, settings: Settings, builder: TurnBuilder, store: TurnStore, memory: SessionMemory
+        self, clients: Clients, settings: RuntimeSettings, builder: TurnBuilder, store: TurnStore, memory: SessionMemory
     ) -> None:
         self.clients, self.settings, self.builder, self.store, self.memory = clients, settings, builder, store, memory
         self.appends = AppendChannel(clients.sessions)  # every turn's log writes, on one stream

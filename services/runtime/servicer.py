@@ -1,21 +1,19 @@
-"""RuntimeService: validates requests and hands turns to `TurnRunner` (services/runtime/runner.py),
-which builds them with `TurnBuilder`, runs them in the background into the session's event log,
-and takes over turns whose runtime stopped."""
+"""RuntimeService: checks requests beyond the protos' field rules (the kit checked those) and hands turns
+to `TurnRunner` (services/runtime/runner.py), which builds them with `TurnBuilder`, runs them in the
+background into the session's event log, and takes over turns whose runtime stopped."""
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from typing import Any
 
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.errors import InvalidArgument, Violations
 from services.kit.limits import MAX_ARGUMENT_DEPTH, json_depth
-from services.kit.protos import MAX_ID, struct_to_dict
+from services.kit.protos import struct_to_dict
 from services.lib import turn_options
 from services.lib.agents import AgentRegistry
 from services.lib.llm import ChatModel
@@ -26,15 +24,13 @@ from services.runtime.engines import RuntimeRegistry, default_registry
 from services.runtime.local_context import LocalContext
 from services.runtime.providers.registry import ProviderRegistry
 from services.runtime.runner import TurnRunner
+from services.runtime.settings import RuntimeSettings
 from services.runtime.structured import OutputSpec
 from services.runtime.tools.builtin import builtin_tools
 from services.runtime.tools.catalog import ToolCatalog
 from services.runtime.turn_store import TurnStore, decision_of
 
 __all__ = ["RuntimeServicer", "builtin_tools"]
-
-MAX_CONTENT = 100_000
-MAX_MODEL_NAME = 256
 
 
 @contextlib.contextmanager
@@ -47,38 +43,21 @@ def prefixed(prefix: str) -> Iterator[None]:
 
 
 def validate_run_turn(request: runtime_pb2.RunTurnRequest) -> OutputSpec | None:
-    """Every field problem of a turn to start at once; returns the parsed output schema.
+    """Every problem of a turn to start beyond its fields' rules, at once; returns the parsed output schema.
 
     The turn's options follow services/lib/turn_options.py, the rules the gateway applies too.
     """
     problems = Violations()
-    for name in ("tenant_id", "session_id", "turn_id", "content"):
-        problems.require(getattr(request, name), name)
-    problems.check(len(request.content) <= MAX_CONTENT, "content", f"must be at most {MAX_CONTENT} characters")
-    problems.check(len(request.model) <= MAX_MODEL_NAME, "model", f"must be at most {MAX_MODEL_NAME} characters")
-    problems.check(request.lease_token > 0, "lease_token", "is required: run turns while holding the lease")
     turn_options.check(request, problems)
-    usage = request.session_usage
-    problems.check(
-        math.isfinite(usage.cost_usd) and usage.cost_usd >= 0 and usage.input_tokens >= 0 and usage.output_tokens >= 0,
-        "session_usage",
-        "must not be negative",
-    )
     problems.raise_if_any()
     return OutputSpec.of(struct_to_dict(request.output_schema)) if request.HasField("output_schema") else None
 
 
 def validate_resume(request: runtime_pb2.ResumeTurnRequest) -> str:
-    """Field problems of a resume; returns which answer it carries ("" for none)."""
+    """Problems of a resume beyond its fields' rules; returns which answer it carries ("" for none)."""
     problems = Violations()
-    for name in ("tenant_id", "session_id", "turn_id", "interrupt_id"):
-        problems.require(getattr(request, name), name)
-        problems.check(len(getattr(request, name)) <= MAX_ID, name, f"must be at most {MAX_ID} characters")
-    problems.check(request.lease_token > 0, "lease_token", "is required: resume turns while holding the lease")
     answer = request.WhichOneof("answer") or ""
-    if answer == "abandon":
-        problems.check(request.abandon, "abandon", "must be true when set")
-    elif answer:
+    if answer and answer != "abandon":
         decision_of(request, answer, problems)  # the rules every layer applies (services/lib/answers.py)
     if answer == "approval":
         depth = json_depth(struct_to_dict(request.approval.edited_arguments))
@@ -112,7 +91,7 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         providers: ProviderRegistry | None = None,
         engines: RuntimeRegistry | None = None,
         default_runtime: str = "",
-        settings: Settings | None = None,
+        settings: RuntimeSettings | None = None,
     ) -> None:
         self.clients, self.agents, self.catalog, self.local_model = clients, agents, catalog, local_model
         self.providers = providers or ProviderRegistry({})
@@ -120,6 +99,7 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         self.default_runtime = default_runtime
         self.session_costs = SessionCosts()
         self.memory = SessionMemory()
+        settings = settings or RuntimeSettings()
         self.builder = TurnBuilder(
             clients,
             agents,
@@ -130,10 +110,11 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
             default_runtime,
             self.session_costs,
             self.memory,
-            local_context=LocalContext.from_settings(agents, settings or Settings()),
+            local_context=LocalContext.from_settings(agents, settings),
+            tool_result_limit_tokens=settings.tool_result_limit_tokens,
         )
         self.store = TurnStore(clients, self.memory, self.builder.resolve)
-        self.runner = TurnRunner(clients, settings or Settings(), self.builder, self.store, self.memory)
+        self.runner = TurnRunner(clients, settings, self.builder, self.store, self.memory)
 
     async def StartTurn(self, request: runtime_pb2.StartTurnRequest, context: Any) -> runtime_pb2.StartTurnResponse:
         with prefixed("turn."):
@@ -155,18 +136,9 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         return runtime_pb2.ContinueTurnResponse(holder=self.runner.address)
 
     async def CancelTurn(self, request: runtime_pb2.CancelTurnRequest, context: Any) -> runtime_pb2.CancelTurnResponse:
-        problems = Violations()
-        problems.require(request.session_id, "session_id")
-        problems.require(request.turn_id, "turn_id")
-        problems.raise_if_any()
         return runtime_pb2.CancelTurnResponse(cancelled=self.runner.cancel(request.session_id, request.turn_id))
 
     async def AdoptTurn(self, request: runtime_pb2.AdoptTurnRequest, context: Any) -> runtime_pb2.AdoptTurnResponse:
-        problems = Violations()
-        problems.require(request.session_id, "session_id")
-        problems.require(request.turn_id, "turn_id")
-        problems.check(request.lease_token > 0, "lease_token", "is required: the token of the claim")
-        problems.raise_if_any()
         adopted = self.runner.adopt(request.session_id, request.turn_id, request.lease_token)
         return runtime_pb2.AdoptTurnResponse(adopted=adopted)
 

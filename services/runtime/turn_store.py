@@ -191,8 +191,8 @@ def decision_of(
         edited = given.edited_arguments if given.HasField("edited_arguments") else None
         return answers.approval(given.decision, edited, given.reason, problems, "approval.", given.decided_by)
     if answer == "user_input":
-        return answers.user_input(request.user_input, problems)
-    return answers.tool_result(request.tool_result.content, request.tool_result.is_error, problems)
+        return answers.user_input(request.user_input)
+    return answers.tool_result(request.tool_result.content, request.tool_result.is_error)
 
 
 def decision_from(checkpoint: sessions_pb2.Checkpoint) -> Decision | None:

@@ -17,7 +17,6 @@ from cogmesh.sessions.v1 import (
     webhooks_pb2_grpc,
 )
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.logging import log
 from services.kit.redis_pool import ReplicaWait
 from services.kit.redis_url import redact
@@ -27,11 +26,12 @@ from services.sessions.model import StoreUnavailable
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.schedules import servicer as schedules
 from services.sessions.servicer import SessionsServicer
+from services.sessions.settings import SessionsSettings
 from services.sessions.store import MemorySessionStore, SessionStore
 from services.sessions.webhooks import open_webhooks
 
 
-async def open_store(settings: Settings) -> SessionStore:
+async def open_store(settings: SessionsSettings) -> SessionStore:
     if not settings.redis_url:
         return MemorySessionStore(
             session_ttl_s=settings.session_ttl_s,
@@ -58,7 +58,7 @@ async def open_store(settings: Settings) -> SessionStore:
     return store
 
 
-async def build(settings: Settings, clients: Clients) -> App:
+async def build(settings: SessionsSettings, clients: Clients) -> App:
     store = await open_store(settings)
     # One Redis pool for the process: the schedules and webhooks stores share the session store's.
     shared = store.client if isinstance(store, RedisSessionStore) else None
@@ -81,4 +81,4 @@ async def build(settings: Settings, clients: Clients) -> App:
 
 
 def main() -> None:
-    run("sessions", build)
+    run("sessions", build, SessionsSettings)

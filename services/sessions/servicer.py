@@ -37,10 +37,9 @@ from services.kit.errors import (
     Violations,
 )
 from services.kit.protos import APPROVAL_DECISIONS, MAX_ID, dict_to_struct, now, struct_to_dict
+from services.kit.validation import check as check_rules
 from services.lib import answers, journal_kinds, lease_holders
-from services.lib import scope as scopes
 from services.lib import session_search as search
-from services.lib.event_log import MAX_EVENTS_PER_APPEND
 from services.sessions import history, leases
 from services.sessions.append_stream import serve_appends
 from services.sessions.model import (
@@ -84,24 +83,17 @@ from services.sessions.model import Checkpoint as CheckpointRecord
 from services.sessions.store import SessionStore
 from services.sessions.watch import watch_events
 
-MAX_PAGE = 1000
 # A stored message may hold a long reply: internal calls take up to COGMESH_MAX_MESSAGE_BYTES (64 MiB).
 MAX_MESSAGE_BYTES = 16 << 20
 MAX_DECISION_BYTES = 1 << 20
-MAX_MESSAGES_PER_APPEND = 1000
 MAX_PAGE_BYTES = 3 << 20  # stay well under gRPC's 4 MiB message limit
 MAX_JSON_BYTES = 64 << 10
-MAX_SUMMARY_BYTES = 256 << 10
-MAX_GOAL_TEXT = 16 << 10
-MAX_SKILLS = 100
 MAX_PAYLOAD_BYTES = 3 << 20  # a checkpoint's payload (paused turns keep theirs in the journal)
 MAX_ENTRY_BYTES = 32 << 20  # a journal entry: a step's state, a long reply in it
 DEFAULT_LEASE_TTL_S = 300
 DEFAULT_REHYDRATION_MESSAGES = 10
 MAX_LEASE_WAIT_S = 600.0  # an ENQUEUE without a deadline still gives up eventually
 MAX_EVENT_BYTES = 1 << 20
-MAX_CLAIMS = 100
-MAX_RENEWALS = 10_000
 DEFAULT_CLAIMS = 10
 DEFAULT_HEARTBEAT_MS = 15_000
 MAX_HEARTBEAT_MS = 600_000
@@ -304,8 +296,8 @@ def decode_page_token(token: str, kind: str) -> int | None:
     return number
 
 
-def page_size(value: int, default: int, problems: Violations) -> int:
-    problems.check(0 <= value <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
+def page_size(value: int, default: int) -> int:
+    """A page's size: the request's (0..1000 by its rules, sessions.proto) or the RPC's default."""
     return value or default
 
 
@@ -323,35 +315,31 @@ def _fit(payloads: Sequence[bytes], budget: int, newest: bool = False) -> list[b
 
 
 # --------------------------------------------------------------------------- validation
+# The rules of single fields (ids, page sizes, TTLs, tokens, label and scope maps, known enum values)
+# are on sessions.proto and checked before a servicer runs (services/kit/validation.py): what is
+# here goes beyond them (across fields, sizes of what a field holds, what the service knows).
 
 
-def _check_id(value: str, name: str, problems: Violations, required: bool = True) -> None:
-    if required:
-        problems.require(value, name)
+def _rules_only(r: Message, problems: Violations) -> None:
+    """For an RPC whose request's field rules (checked before) are all there is to check."""
+
+
+def _check_id(value: str, name: str, problems: Violations) -> None:
+    """An id inside a record the rules do not reach (a journal entry's kind, a decision's author)."""
     problems.check(len(value) <= MAX_ID, name, f"must be at most {MAX_ID} characters")
 
 
-def _identify(request: Any, problems: Violations) -> None:
-    _check_id(request.tenant_id, "tenant_id", problems)
-    _check_id(request.session_id, "session_id", problems)
-
-
-def _check_skills(skills: Sequence[str], name: str, problems: Violations) -> None:
-    problems.check(len(skills) <= MAX_SKILLS, name, f"must hold at most {MAX_SKILLS} skills")
-    for i, skill in enumerate(skills):
-        problems.check(len(skill.strip()) > 0 and len(skill) <= MAX_ID, f"{name}[{i}]", "must be 1..256 characters")
+def _require_id(value: str, name: str, problems: Violations) -> None:
+    problems.require(value, name)
+    _check_id(value, name, problems)
 
 
 def _check_json(value: struct_pb2.Struct, name: str, problems: Violations) -> None:
     problems.check(value.ByteSize() <= MAX_JSON_BYTES, name, f"must be at most {MAX_JSON_BYTES >> 10} KiB")
 
 
-def _check_token(token: int, problems: Violations) -> None:
-    problems.check(token > 0, "lease_token", "is required: write while holding the turn lease")
-
-
-def _lease_ttl(value: int, problems: Violations) -> float:
-    problems.check(0 <= value <= 86_400, "ttl_seconds", "must be between 0 and 86400")
+def _lease_ttl(value: int) -> float:
+    """A lease's TTL: the request's (0..86400 by its rules) or the default."""
     return float(value or DEFAULT_LEASE_TTL_S)
 
 
@@ -376,14 +364,7 @@ def _decision_bytes(decision: sessions_pb2.CheckpointDecision) -> bytes:
 
 
 def _check_create(r: sessions_pb2.CreateSessionRequest, problems: Violations) -> None:
-    _check_id(r.tenant_id, "tenant_id", problems)
-    _check_id(r.agent, "agent", problems)
-    for name in ("user_id", "topic_id", "role_id", "delegated_from"):
-        _check_id(getattr(r, name), name, problems, required=False)
-    _check_skills(r.active_skill_ids, "active_skill_ids", problems)
     _check_json(r.runtime_config, "runtime_config", problems)
-    scopes.check(r.scope, "scope", problems)
-    search.check_labels(r.labels, "labels", problems)
     problems.check(
         not r.reuse_existing or bool(r.user_id or r.topic_id),
         "reuse_existing",
@@ -392,21 +373,14 @@ def _check_create(r: sessions_pb2.CreateSessionRequest, problems: Violations) ->
 
 
 def _check_lookup(r: sessions_pb2.LookupSessionRequest, problems: Violations) -> None:
-    _check_id(r.tenant_id, "tenant_id", problems)
-    _check_id(r.user_id, "user_id", problems, required=False)
-    _check_id(r.topic_id, "topic_id", problems, required=False)
     problems.check(bool(r.user_id or r.topic_id), "user_id", "user_id or topic_id is required")
-    scopes.check(r.scope, "scope", problems)
 
 
 def _check_list_sessions(r: sessions_pb2.ListSessionsRequest, problems: Violations) -> tuple[int, search.SessionFilter]:
-    _check_id(r.tenant_id, "tenant_id", problems)
-    scopes.check(r.scope_filter, "scope_filter", problems)
-    return page_size(r.page_size, 50, problems), search.filter_of(r, problems)
+    return page_size(r.page_size, 50), search.filter_of(r, problems)
 
 
 def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) -> search.LabelUpdate | None:
-    _identify(r, problems)
     paths = list(r.update_mask.paths)
     named = ", ".join((*_UPDATE_PATHS, "labels", "labels.<key>"))
     problems.check(bool(paths), "update_mask", f"must name at least one of {named}")
@@ -414,34 +388,16 @@ def _check_update(r: sessions_pb2.UpdateSessionRequest, problems: Violations) ->
         known = path in _UPDATE_PATHS or path == "labels" or path.startswith("labels.")
         problems.check(known, "update_mask", f"unknown path {path!r}")
     labels = search.label_update(paths, r.labels, problems)
-    _check_id(r.role_id, "role_id", problems, required=False)
-    _check_id(r.prompt_hash, "prompt_hash", problems, required=False)
-    _check_id(r.delegated_from, "delegated_from", problems, required=False)
-    _check_id(r.active_agent, "active_agent", problems, required=False)
     if "agent" in paths:
-        _check_id(r.agent, "agent", problems)
-    problems.check(r.agent_version >= 0, "agent_version", "must not be negative")
+        problems.require(r.agent, "agent")
+    # The plan is an event's payload too (PlanUpdated): a list that long is refused here only.
     problems.check(len(r.plan.items) <= MAX_PLAN_ITEMS, "plan.items", f"must be at most {MAX_PLAN_ITEMS} items")
-    _check_skills(r.active_skill_ids, "active_skill_ids", problems)
     _check_json(r.runtime_config, "runtime_config", problems)
-    problems.check(r.delegation_turn_count >= 0, "delegation_turn_count", "must not be negative")
     return labels
-
-
-def _check_close_all(r: sessions_pb2.CloseAllSessionsRequest, problems: Violations) -> None:
-    _check_id(r.tenant_id, "tenant_id", problems)
-    _check_id(r.user_id, "user_id", problems, required=False)
 
 
 def _stored_messages(r: sessions_pb2.AppendMessagesRequest, problems: Violations) -> list[bytes]:
     """The messages as stored: stamped with the time they arrived, each within the size limit."""
-    _identify(r, problems)
-    problems.check(len(r.messages) > 0, "messages", "must not be empty")
-    problems.check(
-        len(r.messages) <= MAX_MESSAGES_PER_APPEND, "messages", f"must hold at most {MAX_MESSAGES_PER_APPEND} messages"
-    )
-    problems.check(r.lease_token > 0, "lease_token", "is required: append while holding the turn lease")
-    problems.check(len(r.request_id) <= 128, "request_id", "must be at most 128 characters")
     stamp = now()
     payloads = []
     for i, message in enumerate(r.messages):
@@ -457,58 +413,26 @@ def _stored_messages(r: sessions_pb2.AppendMessagesRequest, problems: Violations
     return payloads
 
 
-def _check_last_n(
-    r: sessions_pb2.ListMessagesRequest | sessions_pb2.GetRehydrationPayloadRequest, problems: Violations
-) -> None:
-    problems.check(0 <= r.last_n <= MAX_PAGE, "last_n", f"must be between 0 and {MAX_PAGE}")
-
-
 def _check_list_messages(r: sessions_pb2.ListMessagesRequest, problems: Violations) -> int:
-    _identify(r, problems)
-    size = page_size(r.page_size, 100, problems)
-    _check_last_n(r, problems)
-    _check_id(r.through_turn_id, "through_turn_id", problems, required=False)
+    size = page_size(r.page_size, 100)
     problems.check(not (r.through_turn_id and r.last_n), "through_turn_id", "cannot be combined with last_n")
     return size
 
 
 def _check_list_turns(r: sessions_pb2.ListTurnsRequest, problems: Violations) -> int:
-    _identify(r, problems)
-    limit = history.MAX_TURNS_PAGE
-    problems.check(0 <= r.page_size <= limit, "page_size", f"must be between 0 and {limit}")
-    return r.page_size or history.DEFAULT_TURNS_PAGE
+    return r.page_size or history.DEFAULT_TURNS_PAGE  # at most history.MAX_TURNS_PAGE by the request's rules
 
 
 def _check_fork(r: sessions_pb2.ForkSessionRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    for name in ("turn_id", "agent", "user_id", "topic_id", "requested_by"):
-        _check_id(getattr(r, name), name, problems, required=False)
     problems.check(not r.before_turn or bool(r.turn_id), "before_turn", "needs turn_id: the turn to stop before")
-    search.check_labels(r.labels, "labels", problems)
-
-
-def _check_rewind(r: sessions_pb2.RewindSessionRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    _check_id(r.turn_id, "turn_id", problems)
-    _check_id(r.requested_by, "requested_by", problems, required=False)
-
-
-def _check_rehydrate(r: sessions_pb2.GetRehydrationPayloadRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    _check_last_n(r, problems)
 
 
 def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations) -> tuple[float, NewEvents | None]:
-    _identify(r, problems)
-    _check_id(r.turn_id, "turn_id", problems)
     if r.HasField("resume"):
-        _check_id(r.resume.attempt_id, "resume.attempt_id", problems)
         problems.check(
             not lease_holders.parse_holder(r.turn_id).resume, "turn_id", "must be the paused turn's id with resume set"
         )
-    ttl = _lease_ttl(r.ttl_seconds, problems)
-    problems.check(0 <= r.start_messages <= MAX_PAGE, "start_messages", f"must be between 0 and {MAX_PAGE}")
-    problems.check(r.strategy in _STRATEGIES, "strategy", "must be REJECT, ENQUEUE, INTERRUPT or ROLLBACK")
+    ttl = _lease_ttl(r.ttl_seconds)
     _check_events(r.events, problems)
     _check_entries(r.entries, problems)
     opening = None
@@ -519,31 +443,22 @@ def _check_acquire(r: sessions_pb2.AcquireTurnLeaseRequest, problems: Violations
     return ttl, opening
 
 
-def _check_holder(
-    r: sessions_pb2.ReleaseTurnLeaseRequest | sessions_pb2.RenewTurnLeaseRequest, problems: Violations
-) -> None:
-    _identify(r, problems)
-    problems.check(r.lease_token > 0, "lease_token", "is required")
-
-
 def _check_renew(r: sessions_pb2.RenewTurnLeaseRequest, problems: Violations) -> float:
-    _check_holder(r, problems)
-    _check_id(r.holder, "holder", problems, required=False)
-    return _lease_ttl(r.ttl_seconds, problems)
+    return _lease_ttl(r.ttl_seconds)
 
 
 def _check_renew_many(r: sessions_pb2.RenewTurnLeasesRequest, problems: Violations) -> list[Renewal]:
-    problems.check(len(r.leases) <= MAX_RENEWALS, "leases", f"must hold at most {MAX_RENEWALS} leases")
-    renewals = []
-    for i, lease in enumerate(r.leases):
-        one = Violations()
-        ttl = _check_renew(lease, one)
-        for field_name, description in one.items:
-            problems.check(False, f"leases[{i}].{field_name}", description)
-        renewals.append(
-            Renewal(lease.tenant_id, lease.session_id, lease.lease_token, ttl, lease.holder, lease.hand_over)
+    return [
+        Renewal(
+            lease.tenant_id,
+            lease.session_id,
+            lease.lease_token,
+            _lease_ttl(lease.ttl_seconds),
+            lease.holder,
+            lease.hand_over,
         )
-    return renewals
+        for lease in r.leases
+    ]
 
 
 def _renewed_to_proto(renewed: Renewed) -> sessions_pb2.RenewedTurnLease:
@@ -559,7 +474,6 @@ def _renewed_to_proto(renewed: Renewed) -> sessions_pb2.RenewedTurnLease:
 
 
 def _check_events(events: Sequence[events_pb2.RuntimeEvent], problems: Violations, name: str = "events") -> None:
-    problems.check(len(events) <= MAX_EVENTS_PER_APPEND, name, f"must hold at most {MAX_EVENTS_PER_APPEND} events")
     for i, event in enumerate(events):
         problems.check(event.WhichOneof("payload") is not None, f"{name}[{i}]", "must carry a payload")
         problems.check(
@@ -570,7 +484,7 @@ def _check_events(events: Sequence[events_pb2.RuntimeEvent], problems: Violation
 def _check_entries(entries: Sequence[sessions_pb2.JournalEntry], problems: Violations) -> None:
     for i, entry in enumerate(entries):
         # Stored by name: the enum's, or the one an older writer sent in `kind` (services/lib/journal_kinds.py).
-        _check_id(journal_kinds.stored_name(entry), f"entries[{i}].entry_kind", problems)
+        _require_id(journal_kinds.stored_name(entry), f"entries[{i}].entry_kind", problems)
         problems.check(
             len(entry.state) <= MAX_ENTRY_BYTES,
             f"entries[{i}].state",
@@ -579,14 +493,8 @@ def _check_entries(entries: Sequence[sessions_pb2.JournalEntry], problems: Viola
 
 
 def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> NewEvents:
-    _identify(r, problems)
-    _check_id(r.turn_id, "turn_id", problems)
-    _check_token(r.lease_token, problems)
     _check_events(r.events, problems)
     _check_entries(r.entries, problems)
-    problems.check(len(r.append_id) <= 256, "append_id", "must be at most 256 characters")
-    _check_id(r.holder, "holder", problems, required=False)
-    _check_id(r.consume_interrupt_id, "consume_interrupt_id", problems, required=False)
     problems.check(
         not (r.release_lease and r.HasField("pause")),
         "pause",
@@ -597,9 +505,6 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
         _check_pause(r.pause, problems)
         if not problems.items:
             pause = _new_checkpoint(r.pause)
-    problems.check(
-        len(r.messages) <= MAX_MESSAGES_PER_APPEND, "messages", f"must hold at most {MAX_MESSAGES_PER_APPEND}"
-    )
     messages = []
     stamp = now()
     for i, message in enumerate(r.messages):
@@ -627,8 +532,9 @@ def _check_append(r: sessions_pb2.AppendEventsRequest, problems: Violations) -> 
 
 
 def _check_pause(checkpoint: sessions_pb2.Checkpoint, problems: Violations) -> None:
-    _check_id(checkpoint.interrupt_id, "pause.interrupt_id", problems)
-    _check_id(checkpoint.turn_id, "pause.turn_id", problems)
+    # A Checkpoint is also what the service answers (and the runtime is sent back): its fields carry no rules.
+    _require_id(checkpoint.interrupt_id, "pause.interrupt_id", problems)
+    _require_id(checkpoint.turn_id, "pause.turn_id", problems)
     kind = checkpoint.WhichOneof("request")
     problems.check(kind is not None, "pause.request", "must be approval, user_input or client_tool")
     problems.check(not checkpoint.payload, "pause.payload", "must be empty: the turn's journal holds its state")
@@ -638,11 +544,6 @@ def _appended_to_proto(appended: Appended) -> sessions_pb2.AppendEventsResponse:
     return sessions_pb2.AppendEventsResponse(
         last_seq=appended.last_seq, duplicate=appended.duplicate, message_count=appended.message_count
     )
-
-
-def _check_journal(r: sessions_pb2.GetJournalRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    _check_id(r.turn_id, "turn_id", problems)
 
 
 def _journal_to_proto(records: list[JournalRecord]) -> sessions_pb2.GetJournalResponse:
@@ -661,15 +562,7 @@ def _journal_to_proto(records: list[JournalRecord]) -> sessions_pb2.GetJournalRe
 
 
 def _check_claim(r: sessions_pb2.ClaimOrphanedTurnsRequest, problems: Violations) -> tuple[int, float]:
-    _check_id(r.holder, "holder", problems)
-    problems.check(0 <= r.max_turns <= MAX_CLAIMS, "max_turns", f"must be between 0 and {MAX_CLAIMS}")
-    return r.max_turns or DEFAULT_CLAIMS, _lease_ttl(r.ttl_seconds, problems)
-
-
-def _check_interrupt_turn(r: sessions_pb2.InterruptTurnRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    _check_id(r.turn_id, "turn_id", problems, required=False)
-    _check_id(r.requested_by, "requested_by", problems, required=False)
+    return r.max_turns or DEFAULT_CLAIMS, _lease_ttl(r.ttl_seconds)
 
 
 def _interrupted_to_proto(info: LeaseInfo | None) -> sessions_pb2.InterruptTurnResponse:
@@ -679,42 +572,22 @@ def _interrupted_to_proto(info: LeaseInfo | None) -> sessions_pb2.InterruptTurnR
 
 
 def _check_read(r: sessions_pb2.ReadEventsRequest, problems: Violations) -> float:
-    _identify(r, problems)
-    problems.check(0 <= r.heartbeat_ms <= MAX_HEARTBEAT_MS, "heartbeat_ms", f"must be between 0 and {MAX_HEARTBEAT_MS}")
     return (r.heartbeat_ms or DEFAULT_HEARTBEAT_MS) / 1000
 
 
-def _check_summary(r: sessions_pb2.UpdateSummaryRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    problems.check(len(r.text.encode()) <= MAX_SUMMARY_BYTES, "text", f"must be at most {MAX_SUMMARY_BYTES >> 10} KiB")
-    problems.check(r.covered_message_count >= 0, "covered_message_count", "must not be negative")
-
-
 def _check_goal(r: sessions_pb2.SaveGoalRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    goal = r.goal
-    problems.check(r.HasField("goal"), "goal", "is required")
-    problems.require(goal.text, "goal.text")
-    problems.check(len(goal.text.encode()) <= MAX_GOAL_TEXT, "goal.text", "must be at most 16 KiB")
-    _check_id(goal.goal_id, "goal.goal_id", problems, required=False)
-    problems.check(goal.status in _GOAL_STATUS, "goal.status", "must be ACTIVE, COMPLETED or ABANDONED")
-    _check_json(goal.data, "goal.data", problems)
+    problems.check(bool(r.goal.text.strip()), "goal.text", "must not be blank")
+    _check_json(r.goal.data, "goal.data", problems)
 
 
 def _check_phase(r: sessions_pb2.SetPhaseRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    problems.check(r.HasField("phase"), "phase", "is required")
-    _check_id(r.phase.phase, "phase.phase", problems)
     _check_json(r.phase.data, "phase.data", problems)
 
 
 def _check_write_checkpoint(r: sessions_pb2.WriteCheckpointRequest, problems: Violations) -> None:
-    _identify(r, problems)
-    _check_token(r.lease_token, problems)
     checkpoint = r.checkpoint
-    problems.check(r.HasField("checkpoint"), "checkpoint", "is required")
-    _check_id(checkpoint.interrupt_id, "checkpoint.interrupt_id", problems)
-    _check_id(checkpoint.turn_id, "checkpoint.turn_id", problems)
+    _require_id(checkpoint.interrupt_id, "checkpoint.interrupt_id", problems)
+    _require_id(checkpoint.turn_id, "checkpoint.turn_id", problems)
     kind = checkpoint.WhichOneof("request")
     problems.check(kind is not None, "checkpoint.request", "must be approval, user_input or client_tool")
     problems.check(
@@ -730,25 +603,10 @@ def _check_write_checkpoint(r: sessions_pb2.WriteCheckpointRequest, problems: Vi
         )
 
 
-def _check_interrupt(
-    r: sessions_pb2.GetCheckpointRequest | sessions_pb2.DecideCheckpointRequest | sessions_pb2.ConsumeCheckpointRequest,
-    problems: Violations,
-) -> None:
-    _identify(r, problems)
-    _check_id(r.interrupt_id, "interrupt_id", problems)
-
-
 def _check_decide(r: sessions_pb2.DecideCheckpointRequest, problems: Violations) -> None:
-    _check_interrupt(r, problems)
-    problems.check(r.HasField("decision"), "decision", "is required")
-    _check_id(r.decision.decided_by, "decision.decided_by", problems, required=False)
+    _check_id(r.decision.decided_by, "decision.decided_by", problems)
     _check_json(r.decision.edited_arguments, "decision.edited_arguments", problems)
     problems.check(r.decision.ByteSize() <= MAX_DECISION_BYTES, "decision", "must be at most 1 MiB")
-
-
-def _check_consume(r: sessions_pb2.ConsumeCheckpointRequest, problems: Violations) -> None:
-    _check_interrupt(r, problems)
-    _check_token(r.lease_token, problems)
 
 
 def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> None:
@@ -773,17 +631,12 @@ def _check_decision(kind: str, decision: sessions_pb2.CheckpointDecision) -> Non
 
 
 def _check_answer_pause(r: sessions_pb2.AnswerPauseRequest, problems: Violations) -> PauseAnswer:
-    _identify(r, problems)
-    _check_id(r.interrupt_id, "interrupt_id", problems)
-    problems.check(r.HasField("resume"), "resume", "is required: the id of this attempt to resume")
-    _check_id(r.resume.attempt_id, "resume.attempt_id", problems)
-    problems.check(1 <= r.ttl_seconds <= 3600, "ttl_seconds", "must be between 1 and 3600")
     decision = None
     kind = ""
     if r.HasField("decision"):
         problems.check(not r.abandon, "decision", "must be unset with abandon: a turn given up needs no answer")
         kind = answers.check(r.decision, problems, "decision")
-        _check_id(r.decision.decided_by, "decision.decided_by", problems, required=False)
+        _check_id(r.decision.decided_by, "decision.decided_by", problems)
         _check_json(r.decision.edited_arguments, "decision.edited_arguments", problems)
         problems.check(r.decision.ByteSize() <= MAX_DECISION_BYTES, "decision", "must be at most 1 MiB")
         decision = _decision_bytes(r.decision)
@@ -1125,7 +978,7 @@ RPCS: dict[str, Rpc] = {
     ),
     "GetSession": rpc(
         sessions_pb2.GetSessionRequest,
-        _identify,
+        _rules_only,
         lambda store, r, _, __: store.get(r.tenant_id, r.session_id),
         lambda record: _with_state(sessions_pb2.GetSessionResponse(), record),
     ),
@@ -1154,13 +1007,13 @@ RPCS: dict[str, Rpc] = {
     ),
     "DeleteSession": rpc(
         sessions_pb2.DeleteSessionRequest,
-        _identify,
+        _rules_only,
         lambda store, r, _, __: store.delete(r.tenant_id, r.session_id),
         lambda deleted: sessions_pb2.DeleteSessionResponse(deleted=deleted),
     ),
     "CloseAllSessions": rpc(
         sessions_pb2.CloseAllSessionsRequest,
-        _check_close_all,
+        _rules_only,
         lambda store, r, _, __: store.close_all(r.tenant_id, r.user_id),
         lambda closed: sessions_pb2.CloseAllSessionsResponse(closed_count=closed),
     ),
@@ -1185,7 +1038,7 @@ RPCS: dict[str, Rpc] = {
     "AcquireTurnLease": rpc(sessions_pb2.AcquireTurnLeaseRequest, _check_acquire, _acquire, _grant_response),
     "ReleaseTurnLease": rpc(
         sessions_pb2.ReleaseTurnLeaseRequest,
-        _check_holder,
+        _rules_only,
         lambda store, r, _, __: store.release_lease(r.tenant_id, r.session_id, r.lease_token),
         lambda released: sessions_pb2.ReleaseTurnLeaseResponse(released=released),
     ),
@@ -1201,14 +1054,14 @@ RPCS: dict[str, Rpc] = {
     ),
     "GetTurnLease": rpc(
         sessions_pb2.GetTurnLeaseRequest,
-        _identify,
+        _rules_only,
         lambda store, r, _, __: store.lease_state(r.tenant_id, r.session_id),
         _lease_response,
     ),
     # summary, goals, phase
     "UpdateSummary": rpc(
         sessions_pb2.UpdateSummaryRequest,
-        _check_summary,
+        _rules_only,
         lambda store, r, _, __: store.update_summary(
             r.tenant_id, r.session_id, r.text, r.covered_message_count, r.lease_token
         ),
@@ -1230,7 +1083,7 @@ RPCS: dict[str, Rpc] = {
     ),
     "ListGoals": rpc(
         sessions_pb2.ListGoalsRequest,
-        _identify,
+        _rules_only,
         lambda store, r, _, __: store.list_goals(r.tenant_id, r.session_id),
         lambda goals: sessions_pb2.ListGoalsResponse(goals=[goal_to_proto(g) for g in goals]),
     ),
@@ -1253,13 +1106,13 @@ RPCS: dict[str, Rpc] = {
     ),
     "GetCheckpoint": rpc(
         sessions_pb2.GetCheckpointRequest,
-        _check_interrupt,
+        _rules_only,
         lambda store, r, _, __: store.get_checkpoint(r.tenant_id, r.session_id, r.interrupt_id),
         lambda found: sessions_pb2.GetCheckpointResponse(checkpoint=checkpoint_to_proto(found)),
     ),
     "ListCheckpoints": rpc(
         sessions_pb2.ListCheckpointsRequest,
-        _identify,
+        _rules_only,
         lambda store, r, _, __: store.list_checkpoints(r.tenant_id, r.session_id),
         lambda found: sessions_pb2.ListCheckpointsResponse(checkpoints=[checkpoint_to_proto(c) for c in found]),
     ),
@@ -1271,7 +1124,7 @@ RPCS: dict[str, Rpc] = {
     ),
     "ConsumeCheckpoint": rpc(
         sessions_pb2.ConsumeCheckpointRequest,
-        _check_consume,
+        _rules_only,
         lambda store, r, _, __: store.consume_checkpoint(
             r.tenant_id, r.session_id, r.interrupt_id, r.lease_token, r.allow_undecided
         ),
@@ -1287,7 +1140,7 @@ RPCS: dict[str, Rpc] = {
     ),
     "GetEventLogState": rpc(
         sessions_pb2.GetEventLogStateRequest,
-        _identify,
+        _rules_only,
         lambda store, r, _, __: store.log_state(r.tenant_id, r.session_id),
         lambda state: sessions_pb2.GetEventLogStateResponse(
             first_seq=state.first_seq, last_seq=state.last_seq, ends_with_turn_end=state.ends_with_turn_end
@@ -1295,7 +1148,7 @@ RPCS: dict[str, Rpc] = {
     ),
     "GetJournal": rpc(
         sessions_pb2.GetJournalRequest,
-        _check_journal,
+        _rules_only,
         lambda store, r, _, __: store.journal(r.tenant_id, r.session_id, r.turn_id),
         _journal_to_proto,
     ),
@@ -1313,7 +1166,7 @@ RPCS: dict[str, Rpc] = {
     ),
     "InterruptTurn": rpc(
         sessions_pb2.InterruptTurnRequest,
-        _check_interrupt_turn,
+        _rules_only,
         lambda store, r, _, __: store.interrupt_turn(r.tenant_id, r.session_id, r.turn_id, r.requested_by or "cancel"),
         _interrupted_to_proto,
     ),
@@ -1334,14 +1187,14 @@ RPCS: dict[str, Rpc] = {
     ),
     "RewindSession": rpc(
         sessions_pb2.RewindSessionRequest,
-        _check_rewind,
+        _rules_only,
         lambda store, r, _, __: history.rewind(store, r.tenant_id, r.session_id, r.turn_id, r.requested_by),
         lambda done: sessions_pb2.RewindSessionResponse(session=session_to_proto(done[0]), event=done[1]),
     ),
     # rehydration
     "GetRehydrationPayload": rpc(
         sessions_pb2.GetRehydrationPayloadRequest,
-        _check_rehydrate,
+        _rules_only,
         lambda store, r, _, __: store.rehydrate(r.tenant_id, r.session_id, r.last_n or DEFAULT_REHYDRATION_MESSAGES),
         _rehydration_response,
     ),
@@ -1484,7 +1337,11 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
     async def AppendEventsStream(
         self, requests: AsyncIterator[sessions_pb2.AppendEventsStreamRequest], context: Any
     ) -> AsyncIterator[sessions_pb2.AppendEventsStreamResponse]:
-        async for result in serve_appends(requests, lambda r: self._answer("AppendEvents", r, context), self.draining):
+        async def append(request: sessions_pb2.AppendEventsRequest) -> Message:
+            check_rules(request)  # the stream's appends skip the kit's interceptor: each fails on its own
+            return await self._answer("AppendEvents", request, context)
+
+        async for result in serve_appends(requests, append, self.draining):
             yield result
 
     async def WatchEvents(

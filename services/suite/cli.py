@@ -37,6 +37,7 @@ from services.suite import agents_cli, history_cli
 from services.suite.chat import interactive, spin
 from services.suite.eval import command as eval_command
 from services.suite.render import EventPrinter, agent_lines, message_json, model_lines
+from services.suite.settings import SuiteSettings
 from services.suite.supervisor import EDGES, ORDER, StartupError, Supervisor
 
 DEMO_MESSAGE = "What is 17 * 23?"
@@ -213,7 +214,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
             err.print("error: --replicas must be at least 1", markup=False)
             return 1
         os.environ["COGMESH_REPLICAS"] = str(args.replicas)
-    settings = Settings()
+    settings = SuiteSettings()
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="cogmesh-logs-"))
 
     def report(text: str) -> None:

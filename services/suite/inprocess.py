@@ -6,16 +6,16 @@ from dataclasses import dataclass
 
 from gateway import main as gateway_main
 from services.context import main as context_main
-from services.kit.config import Settings
 from services.kit.server import Build, RunningServer, start
 from services.memory import main as memory_main
 from services.models import main as models_main
 from services.policy import main as policy_main
 from services.runtime import main as runtime_main
 from services.sessions import main as sessions_main
+from services.suite.settings import SuiteSettings
 
 # Dependency order: a service is built once the services it calls are listening.
-ORDER: list[tuple[str, Build]] = [
+ORDER: list[tuple[str, Build[SuiteSettings]]] = [
     ("models", models_main.build),
     ("sessions", sessions_main.build),
     ("memory", memory_main.build),
@@ -29,7 +29,7 @@ ORDER: list[tuple[str, Build]] = [
 @dataclass
 class Suite:
     servers: dict[str, RunningServer]  # by service; replicas after the first as runtime-2, runtime-3, ...
-    settings: Settings | None = None  # with every service's address
+    settings: SuiteSettings | None = None  # with every service's address
 
     async def restart(self, name: str) -> RunningServer:
         """Start server `name` again on its port (after `servers[name].stop()`), as a restarted process would."""
@@ -50,9 +50,9 @@ class Suite:
             await self.servers[name].stop(grace)
 
 
-async def start_suite(settings: Settings | None = None, host: str = "127.0.0.1", runtimes: int = 1) -> Suite:
+async def start_suite(settings: SuiteSettings | None = None, host: str = "127.0.0.1", runtimes: int = 1) -> Suite:
     """Every service on a port of its own; `runtimes` runtime replicas, which the gateway balances over."""
-    settings = settings or Settings()
+    settings = settings or SuiteSettings()
     if settings.api_keys_file is None:
         settings = settings.model_copy(update={"dev_mode": True})  # a local test suite: loopback, no keys
     servers: dict[str, RunningServer] = {}

@@ -37,8 +37,8 @@ import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.kit import addresses
-from services.kit.config import Settings
 from services.suite import listeners
+from services.suite.settings import SuiteSettings
 
 # Start order: dependencies first, the public gateway last.
 ORDER = ["models", "sessions", "memory", "context", "policy", "runtime", "gateway"]
@@ -56,7 +56,7 @@ class StartupError(RuntimeError):
 REPLICA_PORT_STEP = 10  # replica k of a service listens on its port + 10 * k
 
 
-def address_of(settings: Settings, name: str) -> str:
+def address_of(settings: SuiteSettings, name: str) -> str:
     return str(getattr(settings, f"{name}_addr"))
 
 
@@ -68,11 +68,11 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def runtime_workers(settings: Settings) -> int:
+def runtime_workers(settings: SuiteSettings) -> int:
     return settings.runtime_workers or max(2, cpu_count())
 
 
-def replica_addresses(settings: Settings, service: str) -> list[str]:
+def replica_addresses(settings: SuiteSettings, service: str) -> list[str]:
     """Where `cogmesh up` runs each process of `service`: the addresses of a list, or port, port + 10, ..."""
     variable = f"COGMESH_{service.upper()}_ADDR"
     address = address_of(settings, service)
@@ -142,7 +142,7 @@ class Child:
 class Supervisor:
     def __init__(
         self,
-        settings: Settings,
+        settings: SuiteSettings,
         log_dir: Path,
         report: Callable[[str], None],
         ready_timeout_s: float = 30.0,

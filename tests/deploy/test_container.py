@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from deploy import validate
-from services.kit.config import Settings
 from services.kit.server import start
 from services.models import main as models_main
+from services.models.settings import ModelsSettings
 from tests.integration.test_tracing import free_port
 
 ENTRYPOINT = validate.DEPLOY / "docker" / "entrypoint.py"
@@ -62,7 +62,7 @@ async def health(*args: str, env: dict[str, str] | None = None) -> tuple[int, st
 
 
 async def test_health_check_exit_codes_follow_the_servers_status() -> None:
-    running = await start(models_main.build, Settings(), "127.0.0.1:0")
+    running = await start(models_main.build, ModelsSettings(), "127.0.0.1:0")
     try:
         assert await health(running.address) == (0, f"{running.address}: SERVING\n")
         code, out = await health(running.address, "cogmesh.models.v1.ModelsService")

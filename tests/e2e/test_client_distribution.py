@@ -49,6 +49,7 @@ PUBLIC_STUBS = {
     *(f"cogmesh/gateway/v1/{name}" for name in ("agents", "gateway", "schedules", "webhooks")),
     "cogmesh/policy/v1/hooks",
     "cogmesh/tools/v1/tools",
+    "buf/validate/validate",  # the vendored field rules the public protos import (protos/README.md)
 }
 
 

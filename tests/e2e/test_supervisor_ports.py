@@ -14,7 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.kit.config import Settings
+from services.suite.settings import SuiteSettings
 from services.suite.supervisor import StartupError, Supervisor
 from tests.support.ports import free_port, free_ports
 
@@ -74,7 +74,7 @@ async def test_a_foreign_server_on_a_childs_port_is_not_taken_for_the_child(tmp_
     foreign.add_insecure_port(f"127.0.0.1:{port}")
     await foreign.start()
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    supervisor = Supervisor(Settings(models_addr=f"127.0.0.1:{port}"), tmp_path, print, ready_timeout_s=120)
+    supervisor = Supervisor(SuiteSettings(models_addr=f"127.0.0.1:{port}"), tmp_path, print, ready_timeout_s=120)
     try:
         with pytest.raises(StartupError) as refused:
             await supervisor._start_one(supervisor.children["models"])

@@ -28,12 +28,12 @@ from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from cogmesh.runtime.v1 import runtime_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2_grpc
-from services.kit.config import Settings
 from services.kit.server import RunningServer, start
 from services.suite.inprocess import ORDER, Suite, start_suite
+from services.suite.settings import SuiteSettings
 
 # Short heartbeats keep Subscribe tests fast; short internal deadlines keep failure tests fast.
-SUITE_SETTINGS = Settings(heartbeat_s=0.2, call_timeout_s=2, dev_mode=True)
+SUITE_SETTINGS = SuiteSettings(heartbeat_s=0.2, call_timeout_s=2, dev_mode=True)
 TIMEOUT_S = 10.0  # no single RPC or stream of these tests may take longer
 DOMAIN = "cogmesh.dev"
 
@@ -138,7 +138,7 @@ def subscribe(gateway: gateway_pb2_grpc.GatewayServiceStub, session_id: str, aft
 
 
 @contextlib.asynccontextmanager
-async def running_suite(settings: Settings | None = None) -> AsyncIterator[tuple[Suite, dict[str, Any]]]:
+async def running_suite(settings: SuiteSettings | None = None) -> AsyncIterator[tuple[Suite, dict[str, Any]]]:
     """A suite of its own (for tests that stop servers or need other settings) and a stub per service."""
     suite = await start_suite(settings or SUITE_SETTINGS)
     channels = {name: grpc.aio.insecure_channel(server.address) for name, server in suite.servers.items()}
@@ -159,7 +159,7 @@ LEAF_SERVICES = {
 
 @contextlib.asynccontextmanager
 async def suite_with_hanging(
-    dependency: str, settings: Settings | None = None
+    dependency: str, settings: SuiteSettings | None = None
 ) -> AsyncIterator[tuple[dict[str, RunningServer], asyncio.Event]]:
     """The suite with one leaf service (models, policy or context) replaced by a black hole.
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cogmesh.gateway.v1 import gateway_pb2
-from services.kit.config import Settings
+from services.suite.settings import SuiteSettings
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, running_suite, send
 
 pytestmark = pytest.mark.asyncio
@@ -32,7 +32,7 @@ MINE_MODEL = """  - id: mine-model
 """
 
 
-async def catalogue(settings: Settings) -> tuple[set[str], set[str]]:
+async def catalogue(settings: SuiteSettings) -> tuple[set[str], set[str]]:
     """The agents and model ids the gateway lists under these settings."""
     async with running_suite(settings) as (_, stubs):
         gateway = stubs["gateway"]

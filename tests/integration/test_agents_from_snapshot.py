@@ -22,11 +22,11 @@ import pytest
 from cogmesh.context.v1 import context_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.policy.v1 import policy_pb2
-from services.kit.config import Settings
 from services.kit.server import RunningServer, start
 from services.lib.agents import DEFAULT_AGENTS_DIR, AgentRegistry, ReloadingAgentRegistry, SnapshotAgentRegistry
 from services.models import main as models_main
 from services.suite.inprocess import ORDER, Suite
+from services.suite.settings import SuiteSettings
 from tests.integration.conftest import (
     STUB_CLASSES,
     SUITE_SETTINGS,
@@ -156,7 +156,7 @@ async def test_an_agent_added_or_changed_reaches_every_process_in_the_snapshot(
         assert owner(servers).reloads >= 3
 
 
-async def start_without_models(settings: Settings) -> tuple[Suite, str, Settings]:
+async def start_without_models(settings: SuiteSettings) -> tuple[Suite, str, SuiteSettings]:
     """Every service but the models service, which is to listen on the address returned (and their settings)."""
     address = f"127.0.0.1:{free_port()}"
     settings = settings.model_copy(update={"models_addr": address})

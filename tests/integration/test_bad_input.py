@@ -143,7 +143,8 @@ CASES: list[Any] = [
     bad("gateway", "CreateSession", G.CreateSessionRequest(agent=LONG_ID), "agent"),
     bad("gateway", "CreateSession", G.CreateSessionRequest(user_id=LONG_ID, topic_id=LONG_ID), "user_id", "topic_id"),
     bad("gateway", "GetSession", G.GetSessionRequest(), "session_id"),
-    bad("gateway", "GetSession", G.GetSessionRequest(session_id=" \t "), "session_id"),
+    # A blank id is an id no session has (the rules bound an id's length, not what it holds).
+    missing("gateway", "GetSession", G.GetSessionRequest(session_id=" \t "), "SESSION_NOT_FOUND"),
     bad("gateway", "GetSession", G.GetSessionRequest(session_id=LONG_ID), "session_id"),
     missing("gateway", "GetSession", G.GetSessionRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
     bad("gateway", "ListSessions", G.ListSessionsRequest(page_size=-1), "page_size"),
@@ -175,10 +176,11 @@ CASES: list[Any] = [
         "ForkSession",
         G.ForkSessionRequest(before_turn=True, agent=LONG_ID, labels={"Team": "a"}),
         "session_id",
-        "turn_id",
         "agent",
-        "labels[Team]",
+        'labels["Team"]',
     ),
+    # Rules across fields are checked once every field keeps its own (before_turn names no turn).
+    bad("gateway", "ForkSession", G.ForkSessionRequest(session_id=UNKNOWN_ID, before_turn=True), "turn_id"),
     missing("gateway", "ForkSession", G.ForkSessionRequest(session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
     missing(
         "gateway",
@@ -205,16 +207,32 @@ CASES: list[Any] = [
         "gateway",
         "CreateSession",
         G.CreateSessionRequest(labels={"Team": "a", "k": "v" * 257}),
-        "labels[Team]",
-        "labels[k]",
+        'labels["Team"]',
+        'labels["k"]',
+    ),
+    bad(
+        "gateway",
+        "CreateSession",
+        G.CreateSessionRequest(scope={"End-User": "a", "team": "x/y", "empty": ""}),
+        'scope["End-User"]',
+        'scope["team"]',
+        'scope["empty"]',
     ),
     bad("gateway", "CreateSession", G.CreateSessionRequest(labels={f"k{i}": "" for i in range(65)}), "labels"),
     bad(
         "gateway",
         "ListSessions",
         G.ListSessionsRequest(label_filter={"": "x", "ok": "a\nb"}),
-        "label_filter[]",
-        "label_filter[ok]",
+        'label_filter[""]',
+        'label_filter["ok"]',
+    ),
+    bad(
+        "gateway",
+        "ListSessions",
+        G.ListSessionsRequest(page_size=1001, page_token="t" * 1025, agent_version=-1),
+        "page_size",
+        "page_token",
+        "agent_version",
     ),
     bad("gateway", "ListSessions", G.ListSessionsRequest(statuses=[0, 99]), "statuses[0]", "statuses[1]"),
     bad("gateway", "ListSessions", G.ListSessionsRequest(agent=LONG_ID), "agent"),
@@ -239,7 +257,8 @@ CASES: list[Any] = [
         "created_after",
         "active_before",
     ),
-    bad("gateway", "UpdateSession", G.UpdateSessionRequest(), "session_id", "update_mask"),
+    bad("gateway", "UpdateSession", G.UpdateSessionRequest(), "session_id"),
+    bad("gateway", "UpdateSession", G.UpdateSessionRequest(session_id=UNKNOWN_ID), "update_mask"),
     bad(
         "gateway",
         "UpdateSession",
@@ -271,7 +290,7 @@ CASES: list[Any] = [
         lambda env: G.UpdateSessionRequest(
             session_id=env.session_id, labels={"b": "1"}, update_mask=field_mask_pb2.FieldMask(paths=["labels.a"])
         ),
-        "labels[b]",
+        'labels["b"]',
     ),
     missing(
         "gateway",
@@ -291,7 +310,7 @@ CASES: list[Any] = [
         "sessions",
         "CreateSession",
         S.CreateSessionRequest(tenant_id=TENANT, agent="a", labels={"a b": ""}),
-        "labels[a b]",
+        'labels["a b"]',
     ),
     bad("sessions", "ListSessions", S.ListSessionsRequest(tenant_id=TENANT, statuses=[7]), "statuses[0]"),
     bad("gateway", "DeleteSession", G.DeleteSessionRequest(), "session_id"),
@@ -522,8 +541,13 @@ CASES: list[Any] = [
         "tenant_id",
         "session_id",
         "agent",
+        'labels["Team"]',
+    ),
+    bad(
+        "sessions",
+        "ForkSession",
+        S.ForkSessionRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, before_turn=True),
         "before_turn",
-        "labels[Team]",
     ),
     missing(
         "sessions", "ForkSession", S.ForkSessionRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"
@@ -576,12 +600,13 @@ CASES: list[Any] = [
         lambda r: r.released is False,
     ),
     # ------------------------------------------------------------------ SessionsService (issue 6)
-    bad("sessions", "LookupSession", S.LookupSessionRequest(), "tenant_id", "user_id"),
+    bad("sessions", "LookupSession", S.LookupSessionRequest(), "tenant_id"),
+    bad("sessions", "LookupSession", S.LookupSessionRequest(tenant_id=TENANT), "user_id"),
     bad("sessions", "LookupSession", S.LookupSessionRequest(tenant_id=TENANT, user_id=LONG_ID), "user_id"),
     missing(
         "sessions", "LookupSession", S.LookupSessionRequest(tenant_id=TENANT, user_id="nobody"), "SESSION_NOT_FOUND"
     ),
-    bad("sessions", "UpdateSession", S.UpdateSessionRequest(), "tenant_id", "session_id", "update_mask"),
+    bad("sessions", "UpdateSession", S.UpdateSessionRequest(), "tenant_id", "session_id"),
     bad(
         "sessions",
         "UpdateSession",
@@ -599,8 +624,15 @@ CASES: list[Any] = [
             agent_version=-1,
             update_mask=field_mask_pb2.FieldMask(paths=["agent"]),
         ),
-        "agent",
         "agent_version",
+    ),
+    bad(
+        "sessions",
+        "UpdateSession",
+        lambda env: S.UpdateSessionRequest(
+            tenant_id=TENANT, session_id=env.session_id, update_mask=field_mask_pb2.FieldMask(paths=["agent"])
+        ),
+        "agent",
     ),
     bad(
         "sessions",
@@ -782,7 +814,8 @@ CASES: list[Any] = [
         S.UpdateSummaryRequest(tenant_id=TENANT, session_id=UNKNOWN_ID),
         "SESSION_NOT_FOUND",
     ),
-    bad("sessions", "SaveGoal", S.SaveGoalRequest(), "tenant_id", "session_id", "goal", "goal.text"),
+    bad("sessions", "SaveGoal", S.SaveGoalRequest(), "tenant_id", "session_id", "goal"),
+    bad("sessions", "SaveGoal", S.SaveGoalRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, goal=S.Goal()), "goal.text"),
     bad(
         "sessions",
         "SaveGoal",
@@ -797,7 +830,13 @@ CASES: list[Any] = [
     ),
     bad("sessions", "ListGoals", S.ListGoalsRequest(), "tenant_id", "session_id"),
     missing("sessions", "ListGoals", S.ListGoalsRequest(tenant_id=TENANT, session_id=UNKNOWN_ID), "SESSION_NOT_FOUND"),
-    bad("sessions", "SetPhase", S.SetPhaseRequest(), "tenant_id", "session_id", "phase", "phase.phase"),
+    bad("sessions", "SetPhase", S.SetPhaseRequest(), "tenant_id", "session_id", "phase"),
+    bad(
+        "sessions",
+        "SetPhase",
+        S.SetPhaseRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, phase=S.PhaseState()),
+        "phase.phase",
+    ),
     missing(
         "sessions",
         "SetPhase",
@@ -812,6 +851,11 @@ CASES: list[Any] = [
         "session_id",
         "lease_token",
         "checkpoint",
+    ),
+    bad(
+        "sessions",
+        "WriteCheckpoint",
+        S.WriteCheckpointRequest(tenant_id=TENANT, session_id=UNKNOWN_ID, lease_token=1, checkpoint=S.Checkpoint()),
         "checkpoint.interrupt_id",
         "checkpoint.turn_id",
         "checkpoint.request",
@@ -902,6 +946,14 @@ CASES: list[Any] = [
         "session_id",
         "interrupt_id",
         "resume",
+        "ttl_seconds",
+    ),
+    bad(
+        "sessions",
+        "AnswerPause",
+        S.AnswerPauseRequest(
+            tenant_id=TENANT, session_id=UNKNOWN_ID, interrupt_id="i", resume=S.LeaseResume(), ttl_seconds=3601
+        ),
         "resume.attempt_id",
         "ttl_seconds",
     ),
@@ -976,7 +1028,7 @@ CASES: list[Any] = [
     bad(
         "runtime",
         "StartTurn",
-        R.StartTurnRequest(),
+        R.StartTurnRequest(turn=R.RunTurnRequest()),
         "turn.tenant_id",
         "turn.session_id",
         "turn.turn_id",
@@ -991,7 +1043,7 @@ CASES: list[Any] = [
     bad(
         "runtime",
         "ContinueTurn",
-        R.ContinueTurnRequest(),
+        R.ContinueTurnRequest(resume=R.ResumeTurnRequest()),
         "resume.tenant_id",
         "resume.session_id",
         "resume.turn_id",
@@ -1081,12 +1133,13 @@ CASES: list[Any] = [
     ),
     # ------------------------------------------------------------------ policy: phases, hooks, routing, commands
     bad("policy", "CheckToolCalls", P.CheckToolCallsRequest(), "calls"),
-    bad("policy", "CheckToolResult", P.CheckToolResultRequest(), "scope.agent", "tool_name"),
-    bad("policy", "RunInterceptors", P.RunInterceptorsRequest(), "phase", "scope.agent"),
-    bad("policy", "BeginTurn", P.BeginTurnRequest(), "scope.agent"),
+    bad("policy", "CheckToolResult", P.CheckToolResultRequest(scope=P.Scope()), "scope.agent", "tool_name"),
+    bad("policy", "RunInterceptors", P.RunInterceptorsRequest(), "phase", "scope"),
+    bad("policy", "RunInterceptors", P.RunInterceptorsRequest(phase=99, scope=P.Scope()), "phase", "scope.agent"),  # type: ignore[arg-type]
+    bad("policy", "BeginTurn", P.BeginTurnRequest(), "scope"),
     bad("policy", "ResolveRole", P.ResolveRoleRequest(), "agent"),
-    bad("policy", "HandleCommand", P.HandleCommandRequest(), "scope.agent"),
-    bad("policy", "SelectTools", P.SelectToolsRequest(), "scope.agent"),
+    bad("policy", "HandleCommand", P.HandleCommandRequest(scope=P.Scope()), "scope.agent"),
+    bad("policy", "SelectTools", P.SelectToolsRequest(scope=P.Scope(role_id=LONG_ID)), "scope.agent", "scope.role_id"),
     ok("policy", "GetPolicyStatus", P.GetPolicyStatusRequest(), lambda r: r.config_version >= 1),
     ok(
         "policy",
@@ -1317,7 +1370,10 @@ BAD_OPTIONS: list[Any] = [
     ),
     pytest.param({"cost_budget": T.CostBudget(max_cost_usd=-1)}, ("cost_budget.max_cost_usd",), id="budget-cost"),
     pytest.param(
-        {"cost_budget": T.CostBudget(max_cost_usd=float("nan"))}, ("cost_budget.max_cost_usd",), id="budget-nan"
+        # NaN breaks both of the field's rules: not below 0 (NaN is no number) and finite.
+        {"cost_budget": T.CostBudget(max_cost_usd=float("nan"))},
+        ("cost_budget.max_cost_usd", "cost_budget.max_cost_usd"),
+        id="budget-nan",
     ),
     pytest.param(
         {"cost_budget": T.CostBudget(max_total_tokens=-1)}, ("cost_budget.max_total_tokens",), id="budget-tokens"

@@ -20,13 +20,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from cogmesh.client import GatewayClient
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.kit.clients import open_channel
-from services.kit.config import Settings
 from services.kit.server import RunningServer, start
 from services.models import main as models_main
+from services.models.settings import ModelsSettings
 from services.suite.inprocess import start_suite
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S
 
-PINGS = Settings(keepalive_time_s=0.2, keepalive_timeout_s=2.0)
+PINGS = ModelsSettings(keepalive_time_s=0.2, keepalive_timeout_s=2.0)
 IDLE_PINGS = 15  # an idle connection that sees this many pings in a row was not punished for them
 
 

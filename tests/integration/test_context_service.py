@@ -18,12 +18,12 @@ from cogmesh.common.v1 import messages_pb2
 from cogmesh.context.v1 import context_pb2, context_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.context import main as context_main
-from services.kit.config import Settings
 from services.kit.server import App, RunningServer, mount, start
 from services.models import main as models_main
 from services.sessions import main as sessions_main
 from services.sessions.servicer import SessionsServicer
 from services.sessions.store import MemorySessionStore
+from services.suite.settings import SuiteSettings
 from tests.integration.conftest import SUITE_SETTINGS, status_details
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -51,7 +51,7 @@ async def stubs() -> AsyncIterator[dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def context_with_dependencies(settings: Settings) -> AsyncIterator[dict[str, Any]]:
+async def context_with_dependencies(settings: SuiteSettings) -> AsyncIterator[dict[str, Any]]:
     servers: list[RunningServer] = []
     channels: list[grpc.aio.Channel] = []
     try:
@@ -143,9 +143,14 @@ async def test_rehydrate_needs_a_session(stubs: dict[str, Any]) -> None:
     await expect_invalid(
         stubs["context"].BuildContext,
         context_pb2.BuildContextRequest(agent="default", rehydrate=True, rehydrate_last_n=5000),
+        "rehydrate_last_n",
+    )
+    # The fields' rules first (context.proto), then what rehydrating needs.
+    await expect_invalid(
+        stubs["context"].BuildContext,
+        context_pb2.BuildContextRequest(agent="default", rehydrate=True),
         "tenant_id",
         "session_id",
-        "rehydrate_last_n",
     )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stubs["context"].BuildContext(
@@ -345,9 +350,15 @@ async def test_compaction_bad_input_names_fields(stubs: dict[str, Any]) -> None:
             messages=[messages_pb2.Message(content="no role")],
             limits=context_pb2.CompactionLimits(max_tokens=-1, chunk_tokens=-2),
         ),
-        "messages[0].role",
         "limits.max_tokens",
         "limits.chunk_tokens",
+    )
+    await expect_invalid(  # the fields' rules kept, a message's own problems
+        compact,
+        context_pb2.CompactHistoryRequest(
+            tenant_id=TENANT, session_id="s", agent="default", messages=[messages_pb2.Message(content="no role")]
+        ),
+        "messages[0].role",
     )
     # A summary as large as the whole transcript budget cannot work.
     await expect_invalid(
@@ -389,7 +400,7 @@ class SessionsWithoutSummaries(SessionsServicer):
 
 
 async def test_older_sessions_service_degrades_without_failing_turns() -> None:
-    async def build_old_sessions(settings: Settings, clients: Any) -> App:
+    async def build_old_sessions(settings: SuiteSettings, clients: Any) -> App:
         servicer = SessionsWithoutSummaries(MemorySessionStore())
         return App("sessions", [mount(servicer, sessions_pb2, sessions_pb2_grpc, "SessionsService")])
 

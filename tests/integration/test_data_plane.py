@@ -17,10 +17,10 @@ import pytest
 from cogmesh.common.v1 import resources_pb2
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.config import Settings
 from services.kit.metrics import RPC_SECONDS
 from services.kit.server import start
 from services.models import main as models_main
+from services.models.settings import ModelsSettings
 from services.suite.inprocess import Suite
 from tests.integration.conftest import TIMEOUT_S, new_session, payload, send
 
@@ -55,7 +55,7 @@ async def first(stream: Any) -> models_pb2.CatalogSnapshot:
     return reply.snapshot  # type: ignore[no-any-return]
 
 
-async def models_service(settings: Settings) -> AsyncIterator[models_pb2_grpc.ModelsServiceStub]:
+async def models_service(settings: ModelsSettings) -> AsyncIterator[models_pb2_grpc.ModelsServiceStub]:
     server = await start(models_main.build, settings, "127.0.0.1:0")
     channel = grpc.aio.insecure_channel(server.address)
     try:
@@ -66,8 +66,8 @@ async def models_service(settings: Settings) -> AsyncIterator[models_pb2_grpc.Mo
 
 
 async def test_the_catalogue_is_pushed_as_versioned_snapshots(tmp_path: Any) -> None:
-    settings = Settings(models_store_file=tmp_path / "added.yaml")
-    replicas = [models_service(settings), models_service(Settings())]
+    settings = ModelsSettings(models_store_file=tmp_path / "added.yaml")
+    replicas = [models_service(settings), models_service(ModelsSettings())]
     one, two = [await anext(replica) for replica in replicas]
     try:
         watch = one.WatchCatalog(models_pb2.WatchCatalogRequest())

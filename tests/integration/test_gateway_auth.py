@@ -15,7 +15,7 @@ from grpc_status import rpc_status
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.auth import hash_key
 from gateway.main import authenticator
-from services.kit.config import Settings
+from gateway.settings import GatewaySettings
 from tests.integration.conftest import SUITE_SETTINGS, running_suite, status_details
 
 KEYS = {"acme": "key-acme-1", "globex": "key-globex-1"}
@@ -137,14 +137,14 @@ async def test_concurrent_stream_cap_per_tenant() -> None:
 
 def test_dev_mode_is_explicit_and_loopback_only(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no API keys configured"):
-        authenticator(Settings(listen="127.0.0.1:1"))
+        authenticator(GatewaySettings(listen="127.0.0.1:1"))
     with pytest.raises(SystemExit, match="binds loopback only"):
-        authenticator(Settings(dev_mode=True, listen="0.0.0.0:1"))
-    assert authenticator(Settings(dev_mode=True, listen="[::1]:1")).dev_mode
+        authenticator(GatewaySettings(dev_mode=True, listen="0.0.0.0:1"))
+    assert authenticator(GatewaySettings(dev_mode=True, listen="[::1]:1")).dev_mode
     bad = tmp_path / "bad.yaml"
     bad.write_text("keys:\n  - {sha256: xyz, tenant: a, principal: b}\n")
     with pytest.raises(SystemExit, match=r"bad.yaml:2: keys\[0\]\.sha256"):
-        authenticator(Settings(api_keys_file=bad))
+        authenticator(GatewaySettings(api_keys_file=bad))
 
 
 def make_cert(tmp_path: Path, name: str, ca: tuple[Path, Path] | None = None) -> tuple[Path, Path]:

@@ -31,7 +31,6 @@ from prometheus_client import REGISTRY
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.kit.errors import CogmeshError
 from services.kit.protos import dict_to_struct
 from services.kit.server import RunningServer, start
@@ -40,6 +39,7 @@ from services.lib.policy import config as policy_config
 from services.lib.policy.api import store_of
 from services.lib.policy.config import DEFAULT_POLICY_DIR, ConfigRejected, digest_of, read_texts
 from services.policy import main as policy_main
+from services.policy.settings import PolicySettings
 from services.runtime.local_policy import TOOL_CALL_CHECKS, LocalPolicy
 from services.runtime.policy_link import begin_turn, policy_version
 from tests.integration.conftest import TIMEOUT_S, new_session, payload
@@ -129,7 +129,7 @@ class Pair:
 async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pair]:
     directory = tmp_path_factory.mktemp("policy")
     write_files(directory, SHIPPED)
-    settings = Settings(policy_dir=directory, policy_reload_s=0.05, call_timeout_s=2)
+    settings = PolicySettings(policy_dir=directory, policy_reload_s=0.05, call_timeout_s=2)
     server = await start(policy_main.build, settings, "127.0.0.1:0")
     clients = Clients(settings.model_copy(update={"policy_addr": server.address}))
     local = LocalPolicy(clients, load_agents(DEFAULT_AGENTS_DIR), clients.settings)
@@ -314,7 +314,7 @@ def _free_address() -> str:
 async def test_with_the_service_down_the_runtime_asks_it_then_decides_locally(tmp_path: Path) -> None:
     address = _free_address()
     write_files(tmp_path, SHIPPED)
-    settings = Settings(policy_dir=tmp_path, policy_reload_s=0.05, call_timeout_s=1, policy_addr=address)
+    settings = PolicySettings(policy_dir=tmp_path, policy_reload_s=0.05, call_timeout_s=1, policy_addr=address)
     clients = Clients(settings)
     local = LocalPolicy(clients, load_agents(DEFAULT_AGENTS_DIR), settings)
     clients.policy_api = local
@@ -343,7 +343,7 @@ async def test_with_the_service_down_the_runtime_asks_it_then_decides_locally(tm
 async def test_rate_limits_in_memory_keep_the_tool_call_checks_with_the_service(tmp_path: Path) -> None:
     files = {**SHIPPED, "interceptors.yaml": f"interceptors:\n  - {KINDS['RateLimiter']}\n"}
     write_files(tmp_path, files)
-    settings = Settings(policy_dir=tmp_path, policy_reload_s=0.05, call_timeout_s=2)
+    settings = PolicySettings(policy_dir=tmp_path, policy_reload_s=0.05, call_timeout_s=2)
     server = await start(policy_main.build, settings, "127.0.0.1:0")
     clients = Clients(settings.model_copy(update={"policy_addr": server.address}))
     local = LocalPolicy(clients, load_agents(DEFAULT_AGENTS_DIR), clients.settings)

@@ -24,9 +24,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2
 from gateway.auth import hash_key
+from gateway.settings import GatewaySettings
 from gateway.web.app import create_app
 from gateway.web.mcp_server import SESSION_META, TURN_META, WAITING_META
-from services.kit.config import Settings
 from tests.integration.conftest import SUITE_SETTINGS, running_suite
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -64,7 +64,7 @@ class Edges:
 
 
 @contextlib.asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[str]:
+async def serving(settings: GatewaySettings) -> AsyncIterator[str]:
     """One edge served by uvicorn on a free port; its /mcp URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -15,9 +15,9 @@ import yaml
 
 from cogmesh.common.v1 import resources_pb2
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
-from services.kit.config import Settings
 from services.kit.server import RunningServer, start
 from services.models import main as models_main
+from services.models.settings import ModelsSettings
 from tests.integration.conftest import status_details
 from tests.unit.test_models_catalog import SEED_ALIASES
 
@@ -39,7 +39,9 @@ def model(model_id: str, aliases: tuple[str, ...] = (), **extra: Any) -> resourc
     return resources_pb2.Model(**fields)
 
 
-async def running(settings: Settings) -> tuple[RunningServer, grpc.aio.Channel, models_pb2_grpc.ModelsServiceStub]:
+async def running(
+    settings: ModelsSettings,
+) -> tuple[RunningServer, grpc.aio.Channel, models_pb2_grpc.ModelsServiceStub]:
     server = await start(models_main.build, settings, "127.0.0.1:0")
     channel = grpc.aio.insecure_channel(server.address)
     return server, channel, models_pb2_grpc.ModelsServiceStub(channel)
@@ -47,7 +49,7 @@ async def running(settings: Settings) -> tuple[RunningServer, grpc.aio.Channel, 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def default_models() -> AsyncIterator[models_pb2_grpc.ModelsServiceStub]:
-    server, channel, stub = await running(Settings())
+    server, channel, stub = await running(ModelsSettings())
     try:
         yield stub
     finally:
@@ -183,7 +185,7 @@ async def test_custom_catalogue_hot_reload_added_models_persist_and_strict_mode(
     catalog = tmp_path / "models.yaml"
     store = tmp_path / "added.yaml"
     _write(catalog, _catalog_doc("alpha"))
-    settings = Settings(models_file=catalog, models_store_file=store, models_refresh_s=0, models_strict=True)
+    settings = ModelsSettings(models_file=catalog, models_store_file=store, models_refresh_s=0, models_strict=True)
 
     server, channel, stub = await running(settings)
     try:

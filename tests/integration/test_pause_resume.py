@@ -384,7 +384,11 @@ async def test_answers_that_do_not_fit_are_refused_naming_the_field(env: Env) ->
     bad = gateway_pb2.ResolveApprovalRequest(session_id=session_id, decision=events_pb2.APPROVAL_DECISION_EDIT)
     error = await rpc_error(stream(env.gateway.ResolveApproval(bad, timeout=TIMEOUT_S)))
     _, violations = status_details(error)
-    assert [field for field, _ in violations] == ["interrupt_id", "edited_arguments"]
+    assert [field for field, _ in violations] == ["interrupt_id"]  # the fields' rules first
+    bad.interrupt_id = interrupt_id
+    error = await rpc_error(stream(env.gateway.ResolveApproval(bad, timeout=TIMEOUT_S)))
+    _, violations = status_details(error)
+    assert [field for field, _ in violations] == ["edited_arguments"]
 
     empty = gateway_pb2.AnswerInterruptRequest(session_id=session_id, interrupt_id=interrupt_id)
     error = await rpc_error(stream(env.gateway.AnswerInterrupt(empty, timeout=TIMEOUT_S)))
@@ -416,7 +420,12 @@ async def test_an_unknown_decision_is_refused_at_every_layer_and_never_approves(
     error = await rpc_error(stream(env.gateway.ResolveApproval(resolve, timeout=TIMEOUT_S)))
     _, violations = status_details(error)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert violations == [("decision", "must be APPROVAL_DECISION_APPROVE, _EDIT or _REJECT, not 99")]
+    assert violations == [
+        (
+            "decision",
+            "must be one of APPROVAL_DECISION_APPROVE, APPROVAL_DECISION_EDIT, APPROVAL_DECISION_REJECT, not 99",
+        )
+    ]
 
     answer = gateway_pb2.AnswerInterruptRequest(
         session_id=session_id,

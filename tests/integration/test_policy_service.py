@@ -20,13 +20,14 @@ import redis.asyncio as aioredis
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.policy.v1 import policy_pb2, policy_pb2_grpc
 from services.context import main as context_main
-from services.kit.config import Settings
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.kit.server import RunningServer, start
 from services.lib.policy.domain import TurnContext
 from services.lib.policy.interceptors import Interceptor, InterceptResult
 from services.models import main as models_main
 from services.policy import main as policy_main
+from services.policy.settings import PolicySettings
+from services.suite.settings import SuiteSettings
 from tests.integration.conftest import status_details
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -195,7 +196,7 @@ class Policy:
 async def policy_server(directory: Path, **settings: Any) -> AsyncIterator[Policy]:
     server = await start(
         policy_main.build,
-        Settings(policy_dir=directory, policy_reload_s=0.05, call_timeout_s=2, **settings),
+        PolicySettings(policy_dir=directory, policy_reload_s=0.05, call_timeout_s=2, **settings),
         "127.0.0.1:0",
     )
     channel = grpc.aio.insecure_channel(server.address)
@@ -709,7 +710,7 @@ async def test_context_compressor_uses_the_context_service(tmp_path: Path) -> No
         tmp_path / "interceptors.yaml",
         "interceptors:\n  - type: ContextCompressor\n    threshold_tokens: 200\n    keep_recent: 2\n",
     )
-    settings = Settings(call_timeout_s=5)
+    settings = SuiteSettings(call_timeout_s=5)
     models = await start(models_main.build, settings, "127.0.0.1:0")
     context_server = await start(
         context_main.build, settings.model_copy(update={"models_addr": models.address}), "127.0.0.1:0"
@@ -766,8 +767,9 @@ async def test_context_compressor_uses_the_context_service(tmp_path: Path) -> No
             ),
             {"calls[1].agent", "calls[1].tool_name"},
         ),
-        ("CheckToolResult", policy_pb2.CheckToolResultRequest(), {"scope.agent", "tool_name"}),
-        ("RunInterceptors", policy_pb2.RunInterceptorsRequest(), {"phase", "scope.agent"}),
+        ("CheckToolResult", policy_pb2.CheckToolResultRequest(), {"scope", "tool_name"}),
+        ("CheckToolResult", policy_pb2.CheckToolResultRequest(scope=policy_pb2.Scope()), {"scope.agent", "tool_name"}),
+        ("RunInterceptors", policy_pb2.RunInterceptorsRequest(), {"phase", "scope"}),
         (
             "RunInterceptors",
             policy_pb2.RunInterceptorsRequest(
@@ -789,12 +791,19 @@ async def test_context_compressor_uses_the_context_service(tmp_path: Path) -> No
         ),
         (
             "BeginTurn",
-            policy_pb2.BeginTurnRequest(tools=[messages_pb2.ToolSpec(name="")]),
-            {"scope.agent", "tools[0].name"},
+            policy_pb2.BeginTurnRequest(scope=policy_pb2.Scope(), tools=[messages_pb2.ToolSpec(name="")]),
+            {"scope.agent"},  # the fields' rules first, a tool's name once they hold (next case)
+        ),
+        (
+            "BeginTurn",
+            policy_pb2.BeginTurnRequest(
+                scope=policy_pb2.Scope(agent="default"), tools=[messages_pb2.ToolSpec(name="")]
+            ),
+            {"tools[0].name"},
         ),
         ("ResolveRole", policy_pb2.ResolveRoleRequest(), {"agent"}),
-        ("HandleCommand", policy_pb2.HandleCommandRequest(), {"scope.agent"}),
-        ("SelectTools", policy_pb2.SelectToolsRequest(), {"scope.agent"}),
+        ("HandleCommand", policy_pb2.HandleCommandRequest(), {"scope"}),
+        ("SelectTools", policy_pb2.SelectToolsRequest(scope=policy_pb2.Scope()), {"scope.agent"}),
     ],
 )
 async def test_bad_input_is_invalid_argument_naming_fields(

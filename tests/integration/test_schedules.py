@@ -32,14 +32,14 @@ from cogmesh.sessions.v1 import schedules_pb2_grpc as store_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from gateway import main as gateway_main
 from gateway.schedules.scheduler import Scheduler, run_turn_id
-from services.kit.config import Settings
 from services.kit.server import RunningServer, start
 from services.suite.inprocess import Suite, start_suite
+from services.suite.settings import SuiteSettings
 from tests.integration.conftest import status_details
 
 T0 = 2_051_222_400.0  # 2035-01-01T00:00:00Z: after any real now, so a real clock never finds these ticks due
 TIMEOUT_S = 20.0
-SETTINGS = Settings(
+SETTINGS = SuiteSettings(
     heartbeat_s=0.2,
     call_timeout_s=2,
     dev_mode=True,

@@ -207,7 +207,7 @@ async def test_the_api_key_decides_what_scope_a_session_gets(env: Env) -> None:
     error = await refused(create(env, "key-app", Team="red", end_user="x/y"))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     _, bad = status_details(error)
-    assert {where for where, _ in bad} == {"scope[Team]", "scope[end_user]"}
+    assert {where for where, _ in bad} == {'scope["Team"]', 'scope["end_user"]'}
     # The unpinned key sets what it likes.
     assert dict((await create(env, "key-app", end_user="carol", region="eu")).scope) == {
         "end_user": "carol",

@@ -22,10 +22,10 @@ from google.protobuf import field_mask_pb2
 from cogmesh.common.v1 import events_pb2, messages_pb2
 from cogmesh.sessions.v1 import sessions_pb2 as S
 from cogmesh.sessions.v1 import sessions_pb2_grpc
-from services.kit.config import Settings
 from services.kit.protos import dict_to_struct, struct_to_dict
 from services.kit.server import start
 from services.sessions import main as sessions_main
+from services.sessions.settings import SessionsSettings
 from tests.integration.conftest import DOMAIN, status_details
 from tests.support.redis_server import RedisServer
 from tests.support.redis_topologies import REDIS_TOPOLOGIES, redis_for
@@ -35,7 +35,7 @@ TIMEOUT_S = 10.0
 
 
 @contextlib.asynccontextmanager
-async def sessions_service(settings: Settings) -> AsyncIterator[sessions_pb2_grpc.SessionsServiceStub]:
+async def sessions_service(settings: SessionsSettings) -> AsyncIterator[sessions_pb2_grpc.SessionsServiceStub]:
     server = await start(sessions_main.build, settings, "127.0.0.1:0")
     channel = grpc.aio.insecure_channel(server.address)
     try:
@@ -48,10 +48,10 @@ async def sessions_service(settings: Settings) -> AsyncIterator[sessions_pb2_grp
 @pytest.fixture(params=["memory", *REDIS_TOPOLOGIES])
 async def stub(request: pytest.FixtureRequest) -> AsyncIterator[sessions_pb2_grpc.SessionsServiceStub]:
     with contextlib.ExitStack() as stack:
-        settings = Settings()
+        settings = SessionsSettings()
         if request.param != "memory":
             redis = stack.enter_context(redis_for(request, request.param))
-            settings = Settings(redis_url=redis.url, redis_key_prefix=redis.prefix)
+            settings = SessionsSettings(redis_url=redis.url, redis_key_prefix=redis.prefix)
         async with sessions_service(settings) as client:
             yield client
 
@@ -432,9 +432,23 @@ async def test_bad_input_names_the_field(stub: Any) -> None:
                     ),
                 )
             ),
-            ["lease_token", "checkpoint.user_input.interrupt_id"],
+            ["lease_token"],  # the fields' rules first; the rest once they hold (next case)
         ),
-        (stub.SaveGoal(S.SaveGoalRequest(tenant_id=TENANT, session_id=sid)), ["goal", "goal.text"]),
+        (
+            stub.WriteCheckpoint(
+                S.WriteCheckpointRequest(
+                    tenant_id=TENANT,
+                    session_id=sid,
+                    lease_token=token,
+                    checkpoint=S.Checkpoint(
+                        interrupt_id="i", turn_id="t", user_input=events_pb2.UserInputRequested(interrupt_id="j")
+                    ),
+                )
+            ),
+            ["checkpoint.user_input.interrupt_id"],
+        ),
+        (stub.SaveGoal(S.SaveGoalRequest(tenant_id=TENANT, session_id=sid)), ["goal"]),
+        (stub.SaveGoal(S.SaveGoalRequest(tenant_id=TENANT, session_id=sid, goal=S.Goal())), ["goal.text"]),
         (
             stub.GetRehydrationPayload(S.GetRehydrationPayloadRequest(tenant_id=TENANT, session_id=sid, last_n=-1)),
             ["last_n"],
@@ -481,7 +495,7 @@ async def test_unknown_and_foreign_sessions_are_not_found(stub: Any) -> None:
 
 
 async def test_redis_going_away_is_unavailable_and_retryable_then_recovers(private_redis: RedisServer) -> None:
-    settings = Settings(redis_url=private_redis.url, redis_timeout_s=0.5)
+    settings = SessionsSettings(redis_url=private_redis.url, redis_timeout_s=0.5)
     async with sessions_service(settings) as stub:
         sid = (await create(stub)).session.session_id
         private_redis.kill()
@@ -500,7 +514,7 @@ async def test_redis_going_away_is_unavailable_and_retryable_then_recovers(priva
 
 
 async def test_a_hung_redis_times_out_as_unavailable(private_redis: RedisServer) -> None:
-    settings = Settings(redis_url=private_redis.url, redis_timeout_s=0.3)
+    settings = SessionsSettings(redis_url=private_redis.url, redis_timeout_s=0.3)
     async with sessions_service(settings) as stub:
         sid = (await create(stub)).session.session_id
         private_redis.pause()
@@ -519,7 +533,7 @@ async def test_a_hung_redis_times_out_as_unavailable(private_redis: RedisServer)
 
 
 async def test_the_service_refuses_to_start_without_its_redis() -> None:
-    settings = Settings(redis_url="redis://:secret@127.0.0.1:1/0", redis_timeout_s=0.3)
+    settings = SessionsSettings(redis_url="redis://:secret@127.0.0.1:1/0", redis_timeout_s=0.3)
     with pytest.raises(SystemExit, match=re.escape("cannot reach Redis at redis://***@127.0.0.1:1/0")):
         await start(sessions_main.build, settings, "127.0.0.1:0")
 
@@ -532,13 +546,13 @@ async def test_the_session_ttl_setting_evicts_idle_sessions(kind: str, request: 
             "redis_url": request.getfixturevalue("redis_url"),
             "redis_key_prefix": request.getfixturevalue("redis_prefix"),
         }
-    async with sessions_service(Settings(session_ttl_s=0.3, **redis_fields)) as short:
+    async with sessions_service(SessionsSettings(session_ttl_s=0.3, **redis_fields)) as short:
         sid = (await create(short)).session.session_id
         await asyncio.sleep(0.5)
         info, _, _ = await expect_error(
             short.GetSession(S.GetSessionRequest(tenant_id=TENANT, session_id=sid)), grpc.StatusCode.NOT_FOUND
         )
         assert info.reason == "SESSION_NOT_FOUND"
-    async with sessions_service(Settings(session_ttl_s=0, **redis_fields)) as forever:
+    async with sessions_service(SessionsSettings(session_ttl_s=0, **redis_fields)) as forever:
         created = await create(forever)
         assert not created.state.HasField("expire_time")

@@ -18,18 +18,18 @@ import pytest
 from cogmesh.common.v1 import events_pb2
 from cogmesh.sessions.v1 import sessions_pb2 as S
 from cogmesh.sessions.v1 import sessions_pb2_grpc
-from services.kit.config import Settings
 from services.lib import journal_kinds
+from services.sessions.settings import SessionsSettings
 from tests.integration.test_sessions import TENANT, TIMEOUT_S, create, expect_error, sessions_service
 from tests.support.redis_topologies import redis_for
 
 
 @pytest.fixture(params=["memory", "redis"])
 async def stub(request: pytest.FixtureRequest) -> AsyncIterator[sessions_pb2_grpc.SessionsServiceStub]:
-    settings = Settings()
+    settings = SessionsSettings()
     if request.param == "redis":
         with redis_for(request, "standalone") as redis:
-            async with sessions_service(Settings(redis_url=redis.url, redis_key_prefix=redis.prefix)) as client:
+            async with sessions_service(SessionsSettings(redis_url=redis.url, redis_key_prefix=redis.prefix)) as client:
                 yield client
         return
     async with sessions_service(settings) as client:

@@ -422,7 +422,7 @@ async def test_bad_requests_name_the_field(env: Env) -> None:
             lambda: env.gateway.ForkSession(
                 G.ForkSessionRequest(session_id=session_id, labels={"Bad Key": "x"}), metadata=AUTH
             ),
-            "labels[Bad Key]",
+            'labels["Bad Key"]',
         ),
         (lambda: env.gateway.RewindSession(G.RewindSessionRequest(session_id=session_id), metadata=AUTH), "turn_id"),
         (lambda: env.gateway.RewindSession(G.RewindSessionRequest(turn_id="t"), metadata=AUTH), "session_id"),

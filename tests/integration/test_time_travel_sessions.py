@@ -20,10 +20,10 @@ from cogmesh.common.v1 import events_pb2, messages_pb2, resources_pb2, turns_pb2
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2 as S
 from cogmesh.sessions.v1 import sessions_pb2_grpc
-from services.kit.config import Settings
 from services.kit.server import start
 from services.lib import journal_kinds
 from services.sessions import main as sessions_main
+from services.sessions.settings import SessionsSettings
 from tests.integration.conftest import DOMAIN, status_details
 from tests.support.redis_topologies import redis_for
 
@@ -35,10 +35,10 @@ Stub = sessions_pb2_grpc.SessionsServiceStub
 @pytest.fixture(params=["memory", "standalone", "cluster"])
 async def stub(request: pytest.FixtureRequest) -> AsyncIterator[Stub]:
     with contextlib.ExitStack() as stack:
-        settings = Settings()
+        settings = SessionsSettings()
         if request.param != "memory":
             redis = stack.enter_context(redis_for(request, request.param))
-            settings = Settings(redis_url=redis.url, redis_key_prefix=redis.prefix)
+            settings = SessionsSettings(redis_url=redis.url, redis_key_prefix=redis.prefix)
         server = await start(sessions_main.build, settings, "127.0.0.1:0")
         channel = grpc.aio.insecure_channel(server.address)
         try:
@@ -324,7 +324,7 @@ async def test_a_fork_copies_the_conversation_up_to_a_turn_and_leaves_the_origin
         stub.ForkSession(S.ForkSessionRequest(tenant_id=TENANT, session_id=sid, labels={"BAD": "x"})),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
-    assert [f for f, _ in violations] == ["labels[BAD]"]
+    assert [f for f, _ in violations] == ['labels["BAD"]']
 
 
 # --------------------------------------------------------------------------- RewindSession and ROLLBACK

@@ -31,7 +31,7 @@ from cogmesh.gateway.v1 import gateway_pb2
 from cogmesh.gateway.v1.gateway_connect import GatewayServiceClient
 from gateway.auth import hash_key
 from gateway.web.app import create_app
-from services.kit.config import Settings
+from services.suite.settings import SuiteSettings
 from tests.integration.conftest import SUITE_SETTINGS, running_suite
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -97,7 +97,7 @@ def keys_file(tmp: Path) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def edge_for(settings: Settings) -> AsyncIterator[Edge]:
+async def edge_for(settings: SuiteSettings) -> AsyncIterator[Edge]:
     """The suite with these settings and the edge in front of it, served by uvicorn on a free port."""
     async with running_suite(settings) as (suite, stubs):
         edge_settings = settings.model_copy(update={"gateway_addr": suite.gateway_address})
@@ -119,7 +119,7 @@ async def edge_for(settings: Settings) -> AsyncIterator[Edge]:
             sock.close()
 
 
-def settings_with_keys(tmp: Path, **changes: Any) -> Settings:
+def settings_with_keys(tmp: Path, **changes: Any) -> SuiteSettings:
     update = {"api_keys_file": keys_file(tmp), "dev_mode": False, "web_cors_origins": ORIGIN, **changes}
     return SUITE_SETTINGS.model_copy(update=update)
 

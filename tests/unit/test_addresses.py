@@ -12,6 +12,7 @@ from services.kit import addresses
 from services.kit.clients import channel_options
 from services.kit.config import Settings
 from services.kit.server import server_options
+from services.suite.settings import SuiteSettings
 from services.suite.supervisor import StartupError, Supervisor, replica_addresses, runtime_workers
 
 
@@ -77,28 +78,28 @@ def test_connection_age_and_its_grace_come_from_the_settings() -> None:
 
 def test_cogmesh_up_runs_runtime_workers_on_ports_ten_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("services.suite.supervisor.cpu_count", lambda: 1)
-    assert runtime_workers(Settings()) == 2  # at least two, so a worker's restart loses no capacity
+    assert runtime_workers(SuiteSettings()) == 2  # at least two, so a worker's restart loses no capacity
     monkeypatch.setattr("services.suite.supervisor.cpu_count", lambda: 4)
-    assert replica_addresses(Settings(), "runtime") == [f"127.0.0.1:{50052 + 10 * k}" for k in range(4)]
-    assert replica_addresses(Settings(runtime_workers=1), "runtime") == ["127.0.0.1:50052"]
-    assert replica_addresses(Settings(), "sessions") == ["127.0.0.1:50055"]
-    listed = Settings(runtime_addr="127.0.0.1:7001,127.0.0.1:7002", runtime_workers=5)
+    assert replica_addresses(SuiteSettings(), "runtime") == [f"127.0.0.1:{50052 + 10 * k}" for k in range(4)]
+    assert replica_addresses(SuiteSettings(runtime_workers=1), "runtime") == ["127.0.0.1:50052"]
+    assert replica_addresses(SuiteSettings(), "sessions") == ["127.0.0.1:50055"]
+    listed = SuiteSettings(runtime_addr="127.0.0.1:7001,127.0.0.1:7002", runtime_workers=5)
     assert replica_addresses(listed, "runtime") == ["127.0.0.1:7001", "127.0.0.1:7002"]  # a list wins
 
 
 def test_cogmesh_up_runs_replicas_of_stateful_services_only_on_redis() -> None:
     with pytest.raises(StartupError, match="2 sessions processes would each keep their own state"):
-        replica_addresses(Settings(replicas=2), "sessions")
-    shared = Settings(replicas=2, redis_url="redis://127.0.0.1:6379/0")
+        replica_addresses(SuiteSettings(replicas=2), "sessions")
+    shared = SuiteSettings(replicas=2, redis_url="redis://127.0.0.1:6379/0")
     assert replica_addresses(shared, "gateway") == ["127.0.0.1:50051", "127.0.0.1:50061"]
     with pytest.raises(StartupError, match="not a dns: name"):
-        replica_addresses(Settings(runtime_addr="dns:///runtime:50052"), "runtime")
+        replica_addresses(SuiteSettings(runtime_addr="dns:///runtime:50052"), "runtime")
     with pytest.raises(StartupError, match=r"COGMESH_GATEWAY_ADDR.*dns:///name:port"):
         replica_addresses(shared.model_copy(update={"gateway_addr": "localhost:50051"}), "gateway")
 
 
 def test_every_process_is_told_every_replica(tmp_path: Path) -> None:
-    settings = Settings(runtime_workers=3, metrics_port=9500)
+    settings = SuiteSettings(runtime_workers=3, metrics_port=9500)
     supervisor = Supervisor(settings, tmp_path, print)
     assert [c.name for c in supervisor.of("runtime")] == ["runtime-1", "runtime-2", "runtime-3"]
     assert [c.name for c in supervisor.of("gateway")] == ["gateway"]

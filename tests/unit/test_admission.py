@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.config import Settings
 from services.kit.errors import RateLimited
 from services.runtime.admission import Admission
 from services.runtime.runner import TurnRunner
+from services.runtime.settings import RuntimeSettings
 
 TIMEOUT_S = 30
 
@@ -171,7 +171,7 @@ class FakeClients:
 
 async def test_a_runner_whose_renewal_is_late_refuses_start_turn_with_retry_info_and_renews_first() -> None:
     sessions = Renewals()
-    settings = Settings(turn_lease_ttl_s=6, turn_lease_renew_s=2, takeover_poll_s=3600)
+    settings = RuntimeSettings(turn_lease_ttl_s=6, turn_lease_renew_s=2, takeover_poll_s=3600)
     runner = TurnRunner(FakeClients(sessions), settings, None, None, None)  # type: ignore[arg-type]
     clock = Clock()
     runner.admission.clock = clock
@@ -203,7 +203,7 @@ async def test_a_runner_whose_renewal_is_late_refuses_start_turn_with_retry_info
 async def test_a_lagging_runner_renews_for_longer_and_claims_nothing() -> None:
     sessions = Renewals()
     sessions.release.set()
-    settings = Settings(turn_lease_ttl_s=6, turn_lease_renew_s=0.01, takeover_poll_s=0.01)
+    settings = RuntimeSettings(turn_lease_ttl_s=6, turn_lease_renew_s=0.01, takeover_poll_s=0.01)
     runner = TurnRunner(FakeClients(sessions), settings, None, None, None)  # type: ignore[arg-type]
     clock = Clock()
     runner.admission = Admission(6, 2, clock=clock)  # its limits as with the defaults, measured on a fake clock

@@ -9,8 +9,8 @@ from typing import Any
 import grpc
 
 from cogmesh.sessions.v1 import sessions_pb2
+from gateway.settings import GatewaySettings
 from gateway.turns import Turns
-from services.kit.config import Settings
 
 
 class FakeSessions:
@@ -48,7 +48,7 @@ class FakeClients:
 
 async def test_the_waiting_notice_is_not_taken_for_a_resend_of_the_opening() -> None:
     clients = FakeClients()
-    turns = Turns(Settings(), clients)  # type: ignore[arg-type]
+    turns = Turns(GatewaySettings(), clients)  # type: ignore[arg-type]
     try:
         await turns.start("acme", "s1", "hello", "")
         await asyncio.wait_for(clients.sessions.appended.wait(), 30)

@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2
-from services.kit import tasks
+from services.kit import tasks, validation
 from services.kit.config import Settings, load_settings
 from services.kit.errors import InvalidArgument, NotFound, Violations
 from services.kit.redis_pool import next_message
@@ -22,7 +22,7 @@ from services.lib import turn_options
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COGMESH_LOG_LEVEL", "debug")
     monkeypatch.setenv("COGMESH_CALL_TIMEOUT_S", "2.5")
-    settings = load_settings(["--call-timeout-s", "7", "--listen", "0.0.0.0:9000"])
+    settings = load_settings(Settings, ["--call-timeout-s", "7", "--listen", "0.0.0.0:9000"])
     assert settings.log_level == "debug"
     assert settings.call_timeout_s == 7.0
     assert settings.listen_address("models") == "0.0.0.0:9000"
@@ -31,7 +31,7 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_invalid_setting_names_the_field() -> None:
     with pytest.raises(ValueError, match="call_timeout_s"):
-        load_settings(["--call-timeout-s", "-1"])
+        load_settings(Settings, ["--call-timeout-s", "-1"])
 
 
 def test_violations_become_bad_request_details() -> None:
@@ -68,16 +68,18 @@ def test_turn_options_name_each_field_with_the_callers_prefix() -> None:
         output_schema=json_format.ParseDict({"type": "banana"}, struct_pb2.Struct()),
         client_tools=[messages_pb2.ToolSpec(name="ok"), messages_pb2.ToolSpec(name="ok")],
     )
+    # The fields' own bounds are the request's rules (gateway.proto, common turns.proto), the rest turn_options'.
+    assert [v.field for v in validation.violations(request)] == [
+        "session_id",
+        "content",
+        "runtime",
+        "limits.max_parallel_tools",
+        "cost_budget.max_cost_usd",
+        "cost_budget.max_total_tokens",
+    ]
     problems = Violations()
     turn_options.check(request, problems, "message.")
-    assert [field for field, _ in problems.items] == [
-        "message.runtime",
-        "message.limits.max_parallel_tools",
-        "message.cost_budget.max_cost_usd",
-        "message.cost_budget.max_total_tokens",
-        "message.client_tools[1].name",
-        "message.output_schema",
-    ]
+    assert [field for field, _ in problems.items] == ["message.client_tools[1].name", "message.output_schema"]
     fine = Violations()
     turn_options.check(gateway_pb2.SendMessageRequest(runtime="single-shot"), fine)
     assert fine.items == []

@@ -9,7 +9,7 @@ import pytest
 
 from services.memory import index as index_module
 from services.memory.index import NamespaceIndex, canonical, tokenize
-from services.memory.model import Record, index_text, label_problem, namespace_problems
+from services.memory.model import Record, index_text, label_problem
 
 
 def record(key: str, text: str, embedding: list[float] | None = None, **value: object) -> Record:
@@ -151,8 +151,6 @@ def test_labels_and_index_text() -> None:
     assert label_problem("日本") == ""
     for bad in ("", "a/b", "a{b", "a}b", "tab\there", "x" * 385):
         assert label_problem(bad), bad
-    assert namespace_problems(["ok", "a/b"], "namespace") == [("namespace[1]", label_problem("a/b"))]
-    assert namespace_problems([], "prefix", allow_empty=True) == []
     assert index_text({"a": "one", "b": {"c": ["two", 3, "three"]}}, "") == "one two three"
     assert index_text({"a": "ignored"}, "given") == "given"
 

@@ -136,15 +136,23 @@ def test_the_python_wheel_keeps_exactly_the_public_protos_stubs() -> None:
         base = module.removesuffix("_grpc").removesuffix("_pb2").removesuffix("_connect")
         assert shipped(f"{module}.py") == (base in public), module
         assert shipped(f"{module}.pyi") == (base in public), module
+    # The vendored rules the public protos import (buf.validate) go with them.
+    for name in generate.VENDORED_PROTOS:
+        assert shipped(name.removesuffix(".proto") + "_pb2.py"), name
 
 
 def test_go_and_typescript_carry_only_the_public_protos() -> None:
-    public = {name.removesuffix(".proto") for name in generate.public_proto_files()}
+    """And the vendored protos they import (buf/validate: the field rules)."""
+    public = {name.removesuffix(".proto") for name in generate.public_proto_files() + generate.VENDORED_PROTOS}
     go = ROOT / "clients" / "go" / "gen"
     have_go = {str(p.relative_to(go)).removesuffix("_grpc.pb.go").removesuffix(".pb.go") for p in go.rglob("*.go")}
     assert have_go == public
     ts = ROOT / "clients" / "node" / "src" / "gen"
-    have_ts = {str(p.relative_to(ts)).removesuffix("_pb.ts") for p in ts.rglob("cogmesh/**/*.ts")}
+    have_ts = {
+        str(p.relative_to(ts)).removesuffix("_pb.ts")
+        for p in ts.rglob("*.ts")
+        if p.relative_to(ts).parts[0] != "google"
+    }
     assert have_ts == public
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.config import Settings
 from services.runtime.runner import Running, TurnRunner
+from services.runtime.settings import RuntimeSettings
 
 TIMEOUT_S = 30
 
@@ -87,7 +87,7 @@ class FakeClients:
 
 def runner(sessions: FakeSessions, runtimes: dict[str, FakeRuntime] | None = None, **settings: Any) -> TurnRunner:
     clients = FakeClients(sessions, runtimes)
-    return TurnRunner(clients, Settings(**settings), None, None, None)  # type: ignore[arg-type]
+    return TurnRunner(clients, RuntimeSettings(**settings), None, None, None)  # type: ignore[arg-type]
 
 
 class ClaimedFromAnother(FakeSessions):

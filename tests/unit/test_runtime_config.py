@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from services.kit.clients import Clients
-from services.kit.config import Settings
 from services.lib.providers import load_providers
 from services.runtime import main as runtime_main
+from services.runtime.settings import RuntimeSettings
 from services.runtime.tools.catalog import load_tool_servers
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "services" / "runtime" / "examples"
@@ -38,13 +38,13 @@ async def test_bad_config_stops_the_runtime_with_the_reason(
 ) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    settings = Settings(**{field: path})
+    settings = RuntimeSettings(**{field: path})
     with pytest.raises(SystemExit) as caught:
         await runtime_main.build(settings, Clients(settings))
     assert expected in str(caught.value) and "bad.yaml" in str(caught.value)
 
 
 async def test_unknown_default_runtime_stops_the_runtime() -> None:
-    settings = Settings(runtime="warp")
+    settings = RuntimeSettings(runtime="warp")
     with pytest.raises(SystemExit, match="COGMESH_RUNTIME='warp' is not a runtime engine; known: cogmesh, single-shot"):
         await runtime_main.build(settings, Clients(settings))

@@ -34,11 +34,7 @@ ROLE_NAMES = {
     messages_pb2.ROLE_TOOL: "tool",
 }
 _CAP_FIELDS = [f.name for f in dataclasses.fields(ContextBudget) if f.name != "total_tokens"]
-MAX_TEXT = 1 << 20
-MAX_LAST_N = 1000
-MAX_RECALLED = 50
-MAX_RECALLED_TEXT = 64 << 10
-MAX_MEMORY_KEY = 256
+MAX_TEXT = 1 << 20  # characters of a free text (context.proto's rules say it of the requests' own fields)
 ROLE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 # (tenant_id, session_id, last_n) -> the session's rehydration payload.
@@ -46,14 +42,13 @@ PayloadLoader = Callable[[str, str, int], Awaitable[RehydrationPayload]]
 
 
 def budget_from_proto(budget: context_pb2.ContextBudget, problems: Violations) -> ContextBudget:
-    """Zero keeps a field's default (never above the total); negative values and caps above the total are reported."""
+    """Zero keeps a field's default (never above the total); caps above the total are reported (a negative
+    value is refused by the request's rules)."""
     defaults = ContextBudget()
-    problems.check(budget.total_tokens >= 0, "budget.total_tokens", "must be >= 0")
     total = budget.total_tokens if budget.total_tokens > 0 else defaults.total_tokens
     values = {"total_tokens": total}
     for name in _CAP_FIELDS:
         value = getattr(budget, name)
-        problems.check(value >= 0, f"budget.{name}", "must be >= 0")
         problems.check(
             value <= total,
             f"budget.{name}",
@@ -63,21 +58,10 @@ def budget_from_proto(budget: context_pb2.ContextBudget, problems: Violations) -
     return defaults if problems.items else ContextBudget(**values)
 
 
-def check_text_sizes(request: Any, names: tuple[str, ...], problems: Violations) -> None:
-    for name in names:
-        problems.check(len(getattr(request, name)) <= MAX_TEXT, name, "must be at most 1 MiB")
-
-
 def check_recalled(memories: Any, problems: Violations) -> None:
-    problems.check(len(memories) <= MAX_RECALLED, "recalled_memories", f"must hold at most {MAX_RECALLED}")
-    for i, memory in enumerate(memories[:MAX_RECALLED]):
-        problems.check(bool(memory.text.strip()), f"recalled_memories[{i}].text", "must not be empty")
-        problems.check(len(memory.text) <= MAX_RECALLED_TEXT, f"recalled_memories[{i}].text", "must be at most 64 KiB")
-        problems.check(
-            len(memory.key) <= MAX_MEMORY_KEY,
-            f"recalled_memories[{i}].key",
-            f"must be at most {MAX_MEMORY_KEY} characters",
-        )
+    """Beyond the rules of RecalledMemory (context.proto: at most 50, a text of 1 to 65536 characters, a key)."""
+    for i, memory in enumerate(memories):
+        problems.check(bool(memory.text.strip()), f"recalled_memories[{i}].text", "must not be blank")
 
 
 def recalled_text(message: messages_pb2.Message) -> tuple[str, str]:
@@ -132,19 +116,9 @@ async def build_context(
     caller should have sent it to the context service).
     """
     problems = Violations()
-    problems.require(request.agent, "agent")
-    check_text_sizes(request, ("user_text", "goal", "phase", "summary"), problems)
-    problems.check(
-        not request.role_id or ROLE_ID.fullmatch(request.role_id) is not None,
-        "role_id",
-        "must be 1-64 letters, digits, '_' or '-', starting with a letter or digit",
-    )
     if request.rehydrate:
         problems.require(request.tenant_id, "tenant_id")
         problems.require(request.session_id, "session_id")
-    problems.check(
-        0 <= request.rehydrate_last_n <= MAX_LAST_N, "rehydrate_last_n", f"must be between 0 and {MAX_LAST_N}"
-    )
     check_recalled(request.recalled_memories, problems)
     budget = budget_from_proto(request.budget, problems)
     problems.raise_if_any()

@@ -25,7 +25,6 @@ MATCH = {
     "prefix": models_pb2.MATCH_KIND_PREFIX,
     "default": models_pb2.MATCH_KIND_DEFAULT,
 }
-MAX_NAME = 256
 
 
 def model_to_proto(spec: ModelSpec) -> resources_pb2.Model:
@@ -79,9 +78,7 @@ def resolve_model(
     catalog: ModelCatalog, request: models_pb2.ResolveModelRequest, strict: bool = False
 ) -> models_pb2.ResolveModelResponse:
     """ResolveModel's answer: `strict` is the service's own setting, or-ed with the request's."""
-    strict = request.strict or strict
-    if len(request.name) > MAX_NAME:
-        raise InvalidArgument([("name", f"must be at most {MAX_NAME} characters")])
+    strict = request.strict or strict  # (the name's length is the request's rule: models.proto)
     if strict and not request.name.strip():
         raise InvalidArgument([("name", "is required in strict mode")])
     try:

@@ -22,9 +22,6 @@ from services.lib.policy.config import ConfigError, ConfigRejected, ConfigStore,
 from services.lib.policy.domain import MODEL_FAILURE_KINDS, PHASE_FROM_PROTO, PHASE_TO_PROTO, Phase, Scope
 from services.lib.policy.engine import PolicyEngine, RoleResolution, ToolCallCheck, ToolCallDecision, stored_agent
 
-MAX_NAME = 256
-MAX_BATCH = 64
-
 
 @contextlib.contextmanager
 def _agent_lookup(name: str = "", definition_json: str = "") -> Iterator[None]:
@@ -39,18 +36,6 @@ def _agent_lookup(name: str = "", definition_json: str = "") -> Iterator[None]:
             yield
     except UnknownAgentError as exc:
         raise NotFound(str(exc), reason=errors_pb2.ERROR_REASON_AGENT_NOT_FOUND) from exc
-
-
-def _check_context(problems: Violations, context: policy_pb2.TurnContext, field: str) -> None:
-    for name in ("message_count", "model_calls", "tool_calls", "mcp_calls"):
-        problems.check(getattr(context, name) >= 0, f"{field}.{name}", "must not be negative")
-
-
-def _check_call(problems: Violations, request: policy_pb2.CheckToolCallRequest, prefix: str = "") -> None:
-    problems.require(request.agent, f"{prefix}agent")
-    problems.require(request.tool_name, f"{prefix}tool_name")
-    problems.check(len(request.tool_name) <= MAX_NAME, f"{prefix}tool_name", f"must be at most {MAX_NAME} characters")
-    _check_context(problems, request.context, f"{prefix}context")
 
 
 def _call_scope(request: policy_pb2.CheckToolCallRequest) -> Scope:
@@ -87,13 +72,13 @@ def _decision(
     return response
 
 
-def _check_scope(problems: Violations, scope: policy_pb2.Scope, field: str = "scope") -> None:
-    problems.require(scope.agent, f"{field}.agent")
-    problems.check(len(scope.role_id) <= MAX_NAME, f"{field}.role_id", f"must be at most {MAX_NAME} characters")
-
-
 class PolicyAPI:
-    """Each RPC of PolicyService but WatchPolicy; `context` (gRPC's) is not used."""
+    """Each RPC of PolicyService but WatchPolicy; `context` (gRPC's) is not used.
+
+    The requests' field rules (policy.proto: an agent, tool names, counters not negative, a known
+    phase...) are checked by the kit before PolicyService runs these; the runtime's in-process calls
+    (services/runtime/local_policy.py) build their requests themselves. What is checked here goes beyond
+    single fields."""
 
     def __init__(self, engine: PolicyEngine):
         self.engine = engine
@@ -101,9 +86,6 @@ class PolicyAPI:
     async def CheckToolCall(
         self, request: policy_pb2.CheckToolCallRequest, context: Any = None
     ) -> policy_pb2.CheckToolCallResponse:
-        problems = Violations()
-        _check_call(problems, request)
-        problems.raise_if_any()
         scope = _call_scope(request)
         ctx = wire.context_from(scope, request.context) if request.HasField("context") else None
         with _agent_lookup(request.agent, request.agent_definition_json):
@@ -115,11 +97,6 @@ class PolicyAPI:
     async def CheckToolCalls(
         self, request: policy_pb2.CheckToolCallsRequest, context: Any = None
     ) -> policy_pb2.CheckToolCallsResponse:
-        problems = Violations()
-        problems.check(1 <= len(request.calls) <= MAX_BATCH, "calls", f"must hold 1 to {MAX_BATCH} tool calls")
-        for i, call in enumerate(request.calls[:MAX_BATCH]):
-            _check_call(problems, call, f"calls[{i}].")
-        problems.raise_if_any()
         first = request.calls[0]
         ctx = wire.context_from(_call_scope(first), first.context)
         calls = [
@@ -141,12 +118,6 @@ class PolicyAPI:
     async def CheckToolResult(
         self, request: policy_pb2.CheckToolResultRequest, context: Any = None
     ) -> policy_pb2.CheckToolResultResponse:
-        problems = Violations()
-        _check_scope(problems, request.scope)
-        problems.require(request.tool_name, "tool_name")
-        problems.check(len(request.tool_name) <= MAX_NAME, "tool_name", f"must be at most {MAX_NAME} characters")
-        _check_context(problems, request.context, "context")
-        problems.raise_if_any()
         scope = wire.scope_from(request.scope)
         ctx = wire.context_from(scope, request.context)
         with _agent_lookup(request.scope.agent, request.scope.agent_definition_json):
@@ -169,10 +140,7 @@ class PolicyAPI:
         self, request: policy_pb2.RunInterceptorsRequest, context: Any = None
     ) -> policy_pb2.RunInterceptorsResponse:
         problems = Violations()
-        phase = PHASE_FROM_PROTO.get(request.phase)
-        problems.check(phase is not None, "phase", "must be one of the seven phases (PHASE_PRE_RUN .. PHASE_ON_ERROR)")
-        _check_scope(problems, request.scope)
-        _check_context(problems, request.context, "context")
+        phase = PHASE_FROM_PROTO[request.phase]  # one of the seven, by the request's rules
         if phase is Phase.ON_ERROR:
             problems.check(
                 request.error.kind in MODEL_FAILURE_KINDS,
@@ -182,7 +150,6 @@ class PolicyAPI:
         if phase in (Phase.PRE_ACT, Phase.POST_ACT):
             problems.require(request.tool_call.name, "tool_call.name")
         problems.raise_if_any()
-        assert phase is not None
         scope = wire.scope_from(request.scope)
         ctx = wire.context_from(scope, request.context)
         if request.HasField("model_response"):
@@ -205,7 +172,6 @@ class PolicyAPI:
         self, request: policy_pb2.BeginTurnRequest, context: Any = None
     ) -> policy_pb2.BeginTurnResponse:
         problems = Violations()
-        _check_scope(problems, request.scope)
         for i, tool in enumerate(request.tools):
             problems.require(tool.name, f"tools[{i}].name")
         problems.raise_if_any()
@@ -231,9 +197,6 @@ class PolicyAPI:
     async def ResolveRole(
         self, request: policy_pb2.ResolveRoleRequest, context: Any = None
     ) -> policy_pb2.ResolveRoleResponse:
-        problems = Violations()
-        problems.require(request.agent, "agent")
-        problems.raise_if_any()
         with _agent_lookup(request.agent, request.agent_definition_json):
             role = self.engine.resolve_role(request.agent, request.text, request.explicit_role)
         return policy_pb2.ResolveRoleResponse(role=_role(role))
@@ -241,9 +204,6 @@ class PolicyAPI:
     async def HandleCommand(
         self, request: policy_pb2.HandleCommandRequest, context: Any = None
     ) -> policy_pb2.HandleCommandResponse:
-        problems = Violations()
-        _check_scope(problems, request.scope)
-        problems.raise_if_any()
         with _agent_lookup(request.scope.agent, request.scope.agent_definition_json):
             handled = await self.engine.handle_command(wire.scope_from(request.scope), request.text, request.model)
         if handled is None:
@@ -254,7 +214,6 @@ class PolicyAPI:
         self, request: policy_pb2.SelectToolsRequest, context: Any = None
     ) -> policy_pb2.SelectToolsResponse:
         problems = Violations()
-        _check_scope(problems, request.scope)
         for i, tool in enumerate(request.tools):
             problems.require(tool.name, f"tools[{i}].name")
         problems.raise_if_any()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.kit.config import Settings
+from services.sessions.settings import SessionsSettings
 from services.sessions.store import SessionStore
 from services.sessions.webhooks.dispatcher import Dispatcher, Policy
 from services.sessions.webhooks.hooked import HookedSessionStore
@@ -35,7 +35,7 @@ class Webhooks:
         await self.store.close()
 
 
-def policy_of(settings: Settings) -> Policy:
+def policy_of(settings: SessionsSettings) -> Policy:
     return Policy(
         allow_private=settings.webhook_allow_private_targets,
         timeout_s=settings.webhook_timeout_s,
@@ -46,7 +46,7 @@ def policy_of(settings: Settings) -> Policy:
     )
 
 
-def open_webhooks(settings: Settings, sessions: SessionStore, client: Client | None = None) -> Webhooks:
+def open_webhooks(settings: SessionsSettings, sessions: SessionStore, client: Client | None = None) -> Webhooks:
     """`client`: a Redis client already open on COGMESH_REDIS_URL to share (its owner closes it), else
     the store opens a pool of its own."""
     store: WebhookStore

@@ -22,12 +22,13 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from cogmesh.common.v1 import events_pb2 as cogmesh_dot_common_dot_v1_dot_events__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ogmesh/common/v1/turns.proto\x12\x11\x63ogmesh.common.v1\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n\nTurnLimits\x12\x16\n\x0emax_iterations\x18\x01 \x01(\x05\x12\x16\n\x0emax_tool_calls\x18\x02 \x01(\x05\x12\x15\n\rmax_mcp_calls\x18\x03 \x01(\x05\x12\x17\n\x0ftool_timeout_ms\x18\x04 \x01(\x05\x12\x1a\n\x12max_parallel_tools\x18\x05 \x01(\x05\x12\x19\n\x11max_wall_clock_ms\x18\x06 \x01(\x05\"\x82\x01\n\nCostBudget\x12\x14\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x12\x18\n\x10max_total_tokens\x18\x02 \x01(\x03\x12/\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x1f.cogmesh.common.v1.BudgetAction\x12\x13\n\x0bper_session\x18\x04 \x01(\x08\"\x9e\x01\n\x0e\x41pprovalAnswer\x12\x35\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecision\x12\x31\n\x10\x65\x64ited_arguments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t\"5\n\x10\x43lientToolResult\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\"\x88\x01\n\x08TurnStep\x12-\n\x04kind\x18\x01 \x01(\x0e\x32\x1f.cogmesh.common.v1.TurnStepKind\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12/\n\x0brecord_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x04 \x01(\t\"\xc8\x02\n\nTurnRecord\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x14\n\x0cuser_message\x18\x03 \x01(\t\x12/\n\x07outcome\x18\x04 \x01(\x0e\x32\x1e.cogmesh.common.v1.TurnOutcome\x12\x11\n\tfirst_seq\x18\x05 \x01(\x04\x12\x10\n\x08last_seq\x18\x06 \x01(\x04\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmessage_count\x18\t \x01(\x05\x12\r\n\x05\x61gent\x18\n \x01(\t\x12*\n\x05steps\x18\x0b \x03(\x0b\x32\x1b.cogmesh.common.v1.TurnStep\"c\n\rSessionOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12-\n\tfork_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*^\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_ACTION_ERROR\x10\x01\x12\x16\n\x12\x42UDGET_ACTION_WARN\x10\x02*\xb9\x01\n\x11MultitaskStrategy\x12\"\n\x1eMULTITASK_STRATEGY_UNSPECIFIED\x10\x00\x12\x1d\n\x19MULTITASK_STRATEGY_REJECT\x10\x01\x12\x1e\n\x1aMULTITASK_STRATEGY_ENQUEUE\x10\x02\x12 \n\x1cMULTITASK_STRATEGY_INTERRUPT\x10\x03\x12\x1f\n\x1bMULTITASK_STRATEGY_ROLLBACK\x10\x04*\xaf\x01\n\x0bTurnOutcome\x12\x1c\n\x18TURN_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14TURN_OUTCOME_RUNNING\x10\x01\x12\x17\n\x13TURN_OUTCOME_PAUSED\x10\x02\x12\x1a\n\x16TURN_OUTCOME_COMPLETED\x10\x03\x12\x17\n\x13TURN_OUTCOME_FAILED\x10\x04\x12\x1a\n\x16TURN_OUTCOME_CANCELLED\x10\x05*\xeb\x02\n\x0cTurnStepKind\x12\x1e\n\x1aTURN_STEP_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16TURN_STEP_KIND_REQUEST\x10\x01\x12\x18\n\x14TURN_STEP_KIND_START\x10\x02\x12\x1d\n\x19TURN_STEP_KIND_COMPACTION\x10\x03\x12\x1d\n\x19TURN_STEP_KIND_MODEL_CALL\x10\x04\x12\x1b\n\x17TURN_STEP_KIND_DECISION\x10\x05\x12\x1c\n\x18TURN_STEP_KIND_TOOL_CALL\x10\x06\x12\x1d\n\x19TURN_STEP_KIND_DELEGATION\x10\x07\x12\x1b\n\x17TURN_STEP_KIND_STEP_END\x10\x08\x12\x18\n\x14TURN_STEP_KIND_PAUSE\x10\t\x12\x19\n\x15TURN_STEP_KIND_ANSWER\x10\n\x12\x1b\n\x17TURN_STEP_KIND_TAKEOVER\x10\x0b\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ogmesh/common/v1/turns.proto\x12\x11\x63ogmesh.common.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1e\x63ogmesh/common/v1/events.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x01\n\nTurnLimits\x12\x1f\n\x0emax_iterations\x18\x01 \x01(\x05\x42\x07\xbaH\x04\x1a\x02(\x00\x12\x1f\n\x0emax_tool_calls\x18\x02 \x01(\x05\x42\x07\xbaH\x04\x1a\x02(\x00\x12\x1e\n\rmax_mcp_calls\x18\x03 \x01(\x05\x42\x07\xbaH\x04\x1a\x02(\x00\x12 \n\x0ftool_timeout_ms\x18\x04 \x01(\x05\x42\x07\xbaH\x04\x1a\x02(\x00\x12#\n\x12max_parallel_tools\x18\x05 \x01(\x05\x42\x07\xbaH\x04\x1a\x02(\x00\x12\"\n\x11max_wall_clock_ms\x18\x06 \x01(\x05\x42\x07\xbaH\x04\x1a\x02(\x00\"\x9d\x01\n\nCostBudget\x12&\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x42\x10\xbaH\r\x12\x0b)\x00\x00\x00\x00\x00\x00\x00\x00@\x01\x12!\n\x10max_total_tokens\x18\x02 \x01(\x03\x42\x07\xbaH\x04\"\x02(\x00\x12/\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x1f.cogmesh.common.v1.BudgetAction\x12\x13\n\x0bper_session\x18\x04 \x01(\x08\"\xb7\x01\n\x0e\x41pprovalAnswer\x12\x43\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32#.cogmesh.common.v1.ApprovalDecisionB\x0c\xbaH\t\x82\x01\x06\x18\x01\x18\x02\x18\x03\x12\x31\n\x10\x65\x64ited_arguments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x06reason\x18\x03 \x01(\tB\t\xbaH\x06r\x04\x18\xa0\x8d\x06\x12\x12\n\ndecided_by\x18\x04 \x01(\t\"@\n\x10\x43lientToolResult\x12\x1a\n\x07\x63ontent\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x18\xa0\x8d\x06\x12\x10\n\x08is_error\x18\x02 \x01(\x08\"\x88\x01\n\x08TurnStep\x12-\n\x04kind\x18\x01 \x01(\x0e\x32\x1f.cogmesh.common.v1.TurnStepKind\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12/\n\x0brecord_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x04 \x01(\t\"\xc8\x02\n\nTurnRecord\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x14\n\x0cuser_message\x18\x03 \x01(\t\x12/\n\x07outcome\x18\x04 \x01(\x0e\x32\x1e.cogmesh.common.v1.TurnOutcome\x12\x11\n\tfirst_seq\x18\x05 \x01(\x04\x12\x10\n\x08last_seq\x18\x06 \x01(\x04\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmessage_count\x18\t \x01(\x05\x12\r\n\x05\x61gent\x18\n \x01(\t\x12*\n\x05steps\x18\x0b \x03(\x0b\x32\x1b.cogmesh.common.v1.TurnStep\"c\n\rSessionOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12-\n\tfork_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*^\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_ACTION_ERROR\x10\x01\x12\x16\n\x12\x42UDGET_ACTION_WARN\x10\x02*\xb9\x01\n\x11MultitaskStrategy\x12\"\n\x1eMULTITASK_STRATEGY_UNSPECIFIED\x10\x00\x12\x1d\n\x19MULTITASK_STRATEGY_REJECT\x10\x01\x12\x1e\n\x1aMULTITASK_STRATEGY_ENQUEUE\x10\x02\x12 \n\x1cMULTITASK_STRATEGY_INTERRUPT\x10\x03\x12\x1f\n\x1bMULTITASK_STRATEGY_ROLLBACK\x10\x04*\xaf\x01\n\x0bTurnOutcome\x12\x1c\n\x18TURN_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14TURN_OUTCOME_RUNNING\x10\x01\x12\x17\n\x13TURN_OUTCOME_PAUSED\x10\x02\x12\x1a\n\x16TURN_OUTCOME_COMPLETED\x10\x03\x12\x17\n\x13TURN_OUTCOME_FAILED\x10\x04\x12\x1a\n\x16TURN_OUTCOME_CANCELLED\x10\x05*\xeb\x02\n\x0cTurnStepKind\x12\x1e\n\x1aTURN_STEP_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16TURN_STEP_KIND_REQUEST\x10\x01\x12\x18\n\x14TURN_STEP_KIND_START\x10\x02\x12\x1d\n\x19TURN_STEP_KIND_COMPACTION\x10\x03\x12\x1d\n\x19TURN_STEP_KIND_MODEL_CALL\x10\x04\x12\x1b\n\x17TURN_STEP_KIND_DECISION\x10\x05\x12\x1c\n\x18TURN_STEP_KIND_TOOL_CALL\x10\x06\x12\x1d\n\x19TURN_STEP_KIND_DELEGATION\x10\x07\x12\x1b\n\x17TURN_STEP_KIND_STEP_END\x10\x08\x12\x18\n\x14TURN_STEP_KIND_PAUSE\x10\t\x12\x19\n\x15TURN_STEP_KIND_ANSWER\x10\n\x12\x1b\n\x17TURN_STEP_KIND_TAKEOVER\x10\x0b\x42/Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,26 +36,48 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.common.v1.turns_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-cogmesh.dev/go/gen/cogmesh/common/v1;commonv1'
-  _globals['_BUDGETACTION']._serialized_start=1233
-  _globals['_BUDGETACTION']._serialized_end=1327
-  _globals['_MULTITASKSTRATEGY']._serialized_start=1330
-  _globals['_MULTITASKSTRATEGY']._serialized_end=1515
-  _globals['_TURNOUTCOME']._serialized_start=1518
-  _globals['_TURNOUTCOME']._serialized_end=1693
-  _globals['_TURNSTEPKIND']._serialized_start=1696
-  _globals['_TURNSTEPKIND']._serialized_end=2059
-  _globals['_TURNLIMITS']._serialized_start=148
-  _globals['_TURNLIMITS']._serialized_end=311
-  _globals['_COSTBUDGET']._serialized_start=314
-  _globals['_COSTBUDGET']._serialized_end=444
-  _globals['_APPROVALANSWER']._serialized_start=447
-  _globals['_APPROVALANSWER']._serialized_end=605
-  _globals['_CLIENTTOOLRESULT']._serialized_start=607
-  _globals['_CLIENTTOOLRESULT']._serialized_end=660
-  _globals['_TURNSTEP']._serialized_start=663
-  _globals['_TURNSTEP']._serialized_end=799
-  _globals['_TURNRECORD']._serialized_start=802
-  _globals['_TURNRECORD']._serialized_end=1130
-  _globals['_SESSIONORIGIN']._serialized_start=1132
-  _globals['_SESSIONORIGIN']._serialized_end=1231
+  _globals['_TURNLIMITS'].fields_by_name['max_iterations']._loaded_options = None
+  _globals['_TURNLIMITS'].fields_by_name['max_iterations']._serialized_options = b'\272H\004\032\002(\000'
+  _globals['_TURNLIMITS'].fields_by_name['max_tool_calls']._loaded_options = None
+  _globals['_TURNLIMITS'].fields_by_name['max_tool_calls']._serialized_options = b'\272H\004\032\002(\000'
+  _globals['_TURNLIMITS'].fields_by_name['max_mcp_calls']._loaded_options = None
+  _globals['_TURNLIMITS'].fields_by_name['max_mcp_calls']._serialized_options = b'\272H\004\032\002(\000'
+  _globals['_TURNLIMITS'].fields_by_name['tool_timeout_ms']._loaded_options = None
+  _globals['_TURNLIMITS'].fields_by_name['tool_timeout_ms']._serialized_options = b'\272H\004\032\002(\000'
+  _globals['_TURNLIMITS'].fields_by_name['max_parallel_tools']._loaded_options = None
+  _globals['_TURNLIMITS'].fields_by_name['max_parallel_tools']._serialized_options = b'\272H\004\032\002(\000'
+  _globals['_TURNLIMITS'].fields_by_name['max_wall_clock_ms']._loaded_options = None
+  _globals['_TURNLIMITS'].fields_by_name['max_wall_clock_ms']._serialized_options = b'\272H\004\032\002(\000'
+  _globals['_COSTBUDGET'].fields_by_name['max_cost_usd']._loaded_options = None
+  _globals['_COSTBUDGET'].fields_by_name['max_cost_usd']._serialized_options = b'\272H\r\022\013)\000\000\000\000\000\000\000\000@\001'
+  _globals['_COSTBUDGET'].fields_by_name['max_total_tokens']._loaded_options = None
+  _globals['_COSTBUDGET'].fields_by_name['max_total_tokens']._serialized_options = b'\272H\004\"\002(\000'
+  _globals['_APPROVALANSWER'].fields_by_name['decision']._loaded_options = None
+  _globals['_APPROVALANSWER'].fields_by_name['decision']._serialized_options = b'\272H\t\202\001\006\030\001\030\002\030\003'
+  _globals['_APPROVALANSWER'].fields_by_name['reason']._loaded_options = None
+  _globals['_APPROVALANSWER'].fields_by_name['reason']._serialized_options = b'\272H\006r\004\030\240\215\006'
+  _globals['_CLIENTTOOLRESULT'].fields_by_name['content']._loaded_options = None
+  _globals['_CLIENTTOOLRESULT'].fields_by_name['content']._serialized_options = b'\272H\006r\004\030\240\215\006'
+  _globals['_BUDGETACTION']._serialized_start=1379
+  _globals['_BUDGETACTION']._serialized_end=1473
+  _globals['_MULTITASKSTRATEGY']._serialized_start=1476
+  _globals['_MULTITASKSTRATEGY']._serialized_end=1661
+  _globals['_TURNOUTCOME']._serialized_start=1664
+  _globals['_TURNOUTCOME']._serialized_end=1839
+  _globals['_TURNSTEPKIND']._serialized_start=1842
+  _globals['_TURNSTEPKIND']._serialized_end=2205
+  _globals['_TURNLIMITS']._serialized_start=177
+  _globals['_TURNLIMITS']._serialized_end=394
+  _globals['_COSTBUDGET']._serialized_start=397
+  _globals['_COSTBUDGET']._serialized_end=554
+  _globals['_APPROVALANSWER']._serialized_start=557
+  _globals['_APPROVALANSWER']._serialized_end=740
+  _globals['_CLIENTTOOLRESULT']._serialized_start=742
+  _globals['_CLIENTTOOLRESULT']._serialized_end=806
+  _globals['_TURNSTEP']._serialized_start=809
+  _globals['_TURNSTEP']._serialized_end=945
+  _globals['_TURNRECORD']._serialized_start=948
+  _globals['_TURNRECORD']._serialized_end=1276
+  _globals['_SESSIONORIGIN']._serialized_start=1278
+  _globals['_SESSIONORIGIN']._serialized_end=1377
 # @@protoc_insertion_point(module_scope)

@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63ogmesh/gateway/v1/agents.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x01\n\x0c\x41gentVersion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12+\n\ndefinition\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x05 \x01(\t\x12\x0f\n\x07\x61liases\x18\x06 \x03(\t\x12\x0e\n\x06native\x18\x07 \x01(\x08\"O\n\x12\x43reateAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\ndefinition\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"F\n\x13\x43reateAgentResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\"i\n\x12UpdateAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\ndefinition\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\"F\n\x13UpdateAgentResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\"?\n\x0fGetAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\"C\n\x10GetAgentResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\"O\n\x18ListAgentVersionsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xe5\x01\n\x19ListAgentVersionsResponse\x12\x32\n\x08versions\x18\x01 \x03(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12K\n\x07\x61liases\x18\x03 \x03(\x0b\x32:.cogmesh.gateway.v1.ListAgentVersionsResponse.AliasesEntry\x1a.\n\x0c\x41liasesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\"\n\x12\x44\x65leteAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"/\n\x13\x44\x65leteAgentResponse\x12\x18\n\x10\x64\x65leted_versions\x18\x01 \x01(\x03\"D\n\x14SetAgentAliasRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\"b\n\x15SetAgentAliasResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\x12\x18\n\x10previous_version\x18\x02 \x01(\x03\"6\n\x17\x44\x65leteAgentAliasRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\"4\n\x18\x44\x65leteAgentAliasResponse\x12\x18\n\x10previous_version\x18\x01 \x01(\x03\x32\xcc\x05\n\x0c\x41gentService\x12^\n\x0b\x43reateAgent\x12&.cogmesh.gateway.v1.CreateAgentRequest\x1a\'.cogmesh.gateway.v1.CreateAgentResponse\x12^\n\x0bUpdateAgent\x12&.cogmesh.gateway.v1.UpdateAgentRequest\x1a\'.cogmesh.gateway.v1.UpdateAgentResponse\x12U\n\x08GetAgent\x12#.cogmesh.gateway.v1.GetAgentRequest\x1a$.cogmesh.gateway.v1.GetAgentResponse\x12p\n\x11ListAgentVersions\x12,.cogmesh.gateway.v1.ListAgentVersionsRequest\x1a-.cogmesh.gateway.v1.ListAgentVersionsResponse\x12^\n\x0b\x44\x65leteAgent\x12&.cogmesh.gateway.v1.DeleteAgentRequest\x1a\'.cogmesh.gateway.v1.DeleteAgentResponse\x12\x64\n\rSetAgentAlias\x12(.cogmesh.gateway.v1.SetAgentAliasRequest\x1a).cogmesh.gateway.v1.SetAgentAliasResponse\x12m\n\x10\x44\x65leteAgentAlias\x12+.cogmesh.gateway.v1.DeleteAgentAliasRequest\x1a,.cogmesh.gateway.v1.DeleteAgentAliasResponseB1Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63ogmesh/gateway/v1/agents.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x01\n\x0c\x41gentVersion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12+\n\ndefinition\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x05 \x01(\t\x12\x0f\n\x07\x61liases\x18\x06 \x03(\t\x12\x0e\n\x06native\x18\x07 \x01(\x08\"O\n\x12\x43reateAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\ndefinition\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"F\n\x13\x43reateAgentResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\"r\n\x12UpdateAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\ndefinition\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12!\n\x10\x65xpected_version\x18\x03 \x01(\x03\x42\x07\xbaH\x04\"\x02(\x00\"F\n\x13UpdateAgentResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\"H\n\x0fGetAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x18\n\x07version\x18\x02 \x01(\x03\x42\x07\xbaH\x04\"\x02(\x00\x12\r\n\x05\x61lias\x18\x03 \x01(\t\"C\n\x10GetAgentResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\"[\n\x18ListAgentVersionsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1d\n\tpage_size\x18\x02 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xc8\x01(\x00\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xe5\x01\n\x19ListAgentVersionsResponse\x12\x32\n\x08versions\x18\x01 \x03(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12K\n\x07\x61liases\x18\x03 \x03(\x0b\x32:.cogmesh.gateway.v1.ListAgentVersionsResponse.AliasesEntry\x1a.\n\x0c\x41liasesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\"\n\x12\x44\x65leteAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"/\n\x13\x44\x65leteAgentResponse\x12\x18\n\x10\x64\x65leted_versions\x18\x01 \x01(\x03\"D\n\x14SetAgentAliasRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\"b\n\x15SetAgentAliasResponse\x12/\n\x05\x61gent\x18\x01 \x01(\x0b\x32 .cogmesh.gateway.v1.AgentVersion\x12\x18\n\x10previous_version\x18\x02 \x01(\x03\"6\n\x17\x44\x65leteAgentAliasRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\"4\n\x18\x44\x65leteAgentAliasResponse\x12\x18\n\x10previous_version\x18\x01 \x01(\x03\x32\xcc\x05\n\x0c\x41gentService\x12^\n\x0b\x43reateAgent\x12&.cogmesh.gateway.v1.CreateAgentRequest\x1a\'.cogmesh.gateway.v1.CreateAgentResponse\x12^\n\x0bUpdateAgent\x12&.cogmesh.gateway.v1.UpdateAgentRequest\x1a\'.cogmesh.gateway.v1.UpdateAgentResponse\x12U\n\x08GetAgent\x12#.cogmesh.gateway.v1.GetAgentRequest\x1a$.cogmesh.gateway.v1.GetAgentResponse\x12p\n\x11ListAgentVersions\x12,.cogmesh.gateway.v1.ListAgentVersionsRequest\x1a-.cogmesh.gateway.v1.ListAgentVersionsResponse\x12^\n\x0b\x44\x65leteAgent\x12&.cogmesh.gateway.v1.DeleteAgentRequest\x1a\'.cogmesh.gateway.v1.DeleteAgentResponse\x12\x64\n\rSetAgentAlias\x12(.cogmesh.gateway.v1.SetAgentAliasRequest\x1a).cogmesh.gateway.v1.SetAgentAliasResponse\x12m\n\x10\x44\x65leteAgentAlias\x12+.cogmesh.gateway.v1.DeleteAgentAliasRequest\x1a,.cogmesh.gateway.v1.DeleteAgentAliasResponseB1Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,40 +35,46 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.gateway.v1.agents_p
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1'
+  _globals['_UPDATEAGENTREQUEST'].fields_by_name['expected_version']._loaded_options = None
+  _globals['_UPDATEAGENTREQUEST'].fields_by_name['expected_version']._serialized_options = b'\272H\004\"\002(\000'
+  _globals['_GETAGENTREQUEST'].fields_by_name['version']._loaded_options = None
+  _globals['_GETAGENTREQUEST'].fields_by_name['version']._serialized_options = b'\272H\004\"\002(\000'
+  _globals['_LISTAGENTVERSIONSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTAGENTVERSIONSREQUEST'].fields_by_name['page_size']._serialized_options = b'\272H\007\032\005\030\310\001(\000'
   _globals['_LISTAGENTVERSIONSRESPONSE_ALIASESENTRY']._loaded_options = None
   _globals['_LISTAGENTVERSIONSRESPONSE_ALIASESENTRY']._serialized_options = b'8\001'
-  _globals['_AGENTVERSION']._serialized_start=119
-  _globals['_AGENTVERSION']._serialized_end=311
-  _globals['_CREATEAGENTREQUEST']._serialized_start=313
-  _globals['_CREATEAGENTREQUEST']._serialized_end=392
-  _globals['_CREATEAGENTRESPONSE']._serialized_start=394
-  _globals['_CREATEAGENTRESPONSE']._serialized_end=464
-  _globals['_UPDATEAGENTREQUEST']._serialized_start=466
-  _globals['_UPDATEAGENTREQUEST']._serialized_end=571
-  _globals['_UPDATEAGENTRESPONSE']._serialized_start=573
-  _globals['_UPDATEAGENTRESPONSE']._serialized_end=643
-  _globals['_GETAGENTREQUEST']._serialized_start=645
-  _globals['_GETAGENTREQUEST']._serialized_end=708
-  _globals['_GETAGENTRESPONSE']._serialized_start=710
-  _globals['_GETAGENTRESPONSE']._serialized_end=777
-  _globals['_LISTAGENTVERSIONSREQUEST']._serialized_start=779
-  _globals['_LISTAGENTVERSIONSREQUEST']._serialized_end=858
-  _globals['_LISTAGENTVERSIONSRESPONSE']._serialized_start=861
-  _globals['_LISTAGENTVERSIONSRESPONSE']._serialized_end=1090
-  _globals['_LISTAGENTVERSIONSRESPONSE_ALIASESENTRY']._serialized_start=1044
-  _globals['_LISTAGENTVERSIONSRESPONSE_ALIASESENTRY']._serialized_end=1090
-  _globals['_DELETEAGENTREQUEST']._serialized_start=1092
-  _globals['_DELETEAGENTREQUEST']._serialized_end=1126
-  _globals['_DELETEAGENTRESPONSE']._serialized_start=1128
-  _globals['_DELETEAGENTRESPONSE']._serialized_end=1175
-  _globals['_SETAGENTALIASREQUEST']._serialized_start=1177
-  _globals['_SETAGENTALIASREQUEST']._serialized_end=1245
-  _globals['_SETAGENTALIASRESPONSE']._serialized_start=1247
-  _globals['_SETAGENTALIASRESPONSE']._serialized_end=1345
-  _globals['_DELETEAGENTALIASREQUEST']._serialized_start=1347
-  _globals['_DELETEAGENTALIASREQUEST']._serialized_end=1401
-  _globals['_DELETEAGENTALIASRESPONSE']._serialized_start=1403
-  _globals['_DELETEAGENTALIASRESPONSE']._serialized_end=1455
-  _globals['_AGENTSERVICE']._serialized_start=1458
-  _globals['_AGENTSERVICE']._serialized_end=2174
+  _globals['_AGENTVERSION']._serialized_start=148
+  _globals['_AGENTVERSION']._serialized_end=340
+  _globals['_CREATEAGENTREQUEST']._serialized_start=342
+  _globals['_CREATEAGENTREQUEST']._serialized_end=421
+  _globals['_CREATEAGENTRESPONSE']._serialized_start=423
+  _globals['_CREATEAGENTRESPONSE']._serialized_end=493
+  _globals['_UPDATEAGENTREQUEST']._serialized_start=495
+  _globals['_UPDATEAGENTREQUEST']._serialized_end=609
+  _globals['_UPDATEAGENTRESPONSE']._serialized_start=611
+  _globals['_UPDATEAGENTRESPONSE']._serialized_end=681
+  _globals['_GETAGENTREQUEST']._serialized_start=683
+  _globals['_GETAGENTREQUEST']._serialized_end=755
+  _globals['_GETAGENTRESPONSE']._serialized_start=757
+  _globals['_GETAGENTRESPONSE']._serialized_end=824
+  _globals['_LISTAGENTVERSIONSREQUEST']._serialized_start=826
+  _globals['_LISTAGENTVERSIONSREQUEST']._serialized_end=917
+  _globals['_LISTAGENTVERSIONSRESPONSE']._serialized_start=920
+  _globals['_LISTAGENTVERSIONSRESPONSE']._serialized_end=1149
+  _globals['_LISTAGENTVERSIONSRESPONSE_ALIASESENTRY']._serialized_start=1103
+  _globals['_LISTAGENTVERSIONSRESPONSE_ALIASESENTRY']._serialized_end=1149
+  _globals['_DELETEAGENTREQUEST']._serialized_start=1151
+  _globals['_DELETEAGENTREQUEST']._serialized_end=1185
+  _globals['_DELETEAGENTRESPONSE']._serialized_start=1187
+  _globals['_DELETEAGENTRESPONSE']._serialized_end=1234
+  _globals['_SETAGENTALIASREQUEST']._serialized_start=1236
+  _globals['_SETAGENTALIASREQUEST']._serialized_end=1304
+  _globals['_SETAGENTALIASRESPONSE']._serialized_start=1306
+  _globals['_SETAGENTALIASRESPONSE']._serialized_end=1404
+  _globals['_DELETEAGENTALIASREQUEST']._serialized_start=1406
+  _globals['_DELETEAGENTALIASREQUEST']._serialized_end=1460
+  _globals['_DELETEAGENTALIASRESPONSE']._serialized_start=1462
+  _globals['_DELETEAGENTALIASRESPONSE']._serialized_end=1514
+  _globals['_AGENTSERVICE']._serialized_start=1517
+  _globals['_AGENTSERVICE']._serialized_end=2233
 # @@protoc_insertion_point(module_scope)

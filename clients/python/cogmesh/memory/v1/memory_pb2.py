@@ -22,12 +22,13 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/memory/v1/memory.proto\x12\x11\x63ogmesh.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n\x06Memory\x12\x11\n\tnamespace\x18\x01 \x03(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12&\n\x05value\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04text\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa3\x01\n\x10PutMemoryRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x03(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12&\n\x05value\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04text\x18\x05 \x01(\t\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"O\n\x11PutMemoryResponse\x12)\n\x06memory\x18\x01 \x01(\x0b\x32\x19.cogmesh.memory.v1.Memory\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"E\n\x10GetMemoryRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x03(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\">\n\x11GetMemoryResponse\x12)\n\x06memory\x18\x01 \x01(\x0b\x32\x19.cogmesh.memory.v1.Memory\"H\n\x13\x44\x65leteMemoryRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x03(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\"\'\n\x14\x44\x65leteMemoryResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"i\n\x13ListMemoriesRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x18\n\x10namespace_prefix\x18\x02 \x03(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\\\n\x14ListMemoriesResponse\x12+\n\x08memories\x18\x01 \x03(\x0b\x32\x19.cogmesh.memory.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb8\x01\n\x15SearchMemoriesRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x18\n\x10namespace_prefix\x18\x02 \x03(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\'\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\r\n\x05limit\x18\x05 \x01(\x05\x12+\n\x04mode\x18\x06 \x01(\x0e\x32\x1d.cogmesh.memory.v1.SearchMode\"H\n\x0cSearchResult\x12)\n\x06memory\x18\x01 \x01(\x0b\x32\x19.cogmesh.memory.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\"\x90\x01\n\x16SearchMemoriesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.cogmesh.memory.v1.SearchResult\x12+\n\x04mode\x18\x02 \x01(\x0e\x32\x1d.cogmesh.memory.v1.SearchMode\x12\x17\n\x0f\x66\x61llback_reason\x18\x03 \x01(\t\"t\n\x15ListNamespacesRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x03(\t\x12\x11\n\tmax_depth\x18\x03 \x01(\x05\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\x1b\n\tNamespace\x12\x0e\n\x06labels\x18\x01 \x03(\t\"c\n\x16ListNamespacesResponse\x12\x30\n\nnamespaces\x18\x01 \x03(\x0b\x32\x1c.cogmesh.memory.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*o\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10SEARCH_MODE_TEXT\x10\x01\x12\x16\n\x12SEARCH_MODE_VECTOR\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03\x32\xcf\x04\n\rMemoryService\x12V\n\tPutMemory\x12#.cogmesh.memory.v1.PutMemoryRequest\x1a$.cogmesh.memory.v1.PutMemoryResponse\x12V\n\tGetMemory\x12#.cogmesh.memory.v1.GetMemoryRequest\x1a$.cogmesh.memory.v1.GetMemoryResponse\x12_\n\x0c\x44\x65leteMemory\x12&.cogmesh.memory.v1.DeleteMemoryRequest\x1a\'.cogmesh.memory.v1.DeleteMemoryResponse\x12_\n\x0cListMemories\x12&.cogmesh.memory.v1.ListMemoriesRequest\x1a\'.cogmesh.memory.v1.ListMemoriesResponse\x12\x65\n\x0eSearchMemories\x12(.cogmesh.memory.v1.SearchMemoriesRequest\x1a).cogmesh.memory.v1.SearchMemoriesResponse\x12\x65\n\x0eListNamespaces\x12(.cogmesh.memory.v1.ListNamespacesRequest\x1a).cogmesh.memory.v1.ListNamespacesResponseB/Z-cogmesh.dev/go/gen/cogmesh/memory/v1;memoryv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/memory/v1/memory.proto\x12\x11\x63ogmesh.memory.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n\x06Memory\x12\x11\n\tnamespace\x18\x01 \x03(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12&\n\x05value\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04text\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdc\x01\n\x10PutMemoryRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12>\n\tnamespace\x18\x02 \x03(\tB+\xbaH(\x92\x01%\x08\x01\x10\x08\"\x1fr\x1d\x10\x01\x18\x80\x03\x32\x16^[^/{}\\x00-\\x1f\\x7f]*$\x12\x17\n\x03key\x18\x03 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\x12&\n\x05value\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04text\x18\x05 \x01(\t\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"O\n\x11PutMemoryResponse\x12)\n\x06memory\x18\x01 \x01(\x0b\x32\x19.cogmesh.memory.v1.Memory\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"~\n\x10GetMemoryRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12>\n\tnamespace\x18\x02 \x03(\tB+\xbaH(\x92\x01%\x08\x01\x10\x08\"\x1fr\x1d\x10\x01\x18\x80\x03\x32\x16^[^/{}\\x00-\\x1f\\x7f]*$\x12\x17\n\x03key\x18\x03 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\">\n\x11GetMemoryResponse\x12)\n\x06memory\x18\x01 \x01(\x0b\x32\x19.cogmesh.memory.v1.Memory\"\x81\x01\n\x13\x44\x65leteMemoryRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12>\n\tnamespace\x18\x02 \x03(\tB+\xbaH(\x92\x01%\x08\x01\x10\x08\"\x1fr\x1d\x10\x01\x18\x80\x03\x32\x16^[^/{}\\x00-\\x1f\\x7f]*$\x12\x17\n\x03key\x18\x03 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\"\'\n\x14\x44\x65leteMemoryResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\xa0\x01\n\x13ListMemoriesRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x43\n\x10namespace_prefix\x18\x02 \x03(\tB)\xbaH&\x92\x01#\x10\x08\"\x1fr\x1d\x10\x01\x18\x80\x03\x32\x16^[^/{}\\x00-\\x1f\\x7f]*$\x12\x1d\n\tpage_size\x18\x03 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xe8\x07(\x00\x12\x12\n\npage_token\x18\x04 \x01(\t\"\\\n\x14ListMemoriesResponse\x12+\n\x08memories\x18\x01 \x03(\x0b\x32\x19.cogmesh.memory.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x82\x02\n\x15SearchMemoriesRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x43\n\x10namespace_prefix\x18\x02 \x03(\tB)\xbaH&\x92\x01#\x10\x08\"\x1fr\x1d\x10\x01\x18\x80\x03\x32\x16^[^/{}\\x00-\\x1f\\x7f]*$\x12\x17\n\x05query\x18\x03 \x01(\tB\x08\xbaH\x05r\x03\x18\x80 \x12\'\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x18\n\x05limit\x18\x05 \x01(\x05\x42\t\xbaH\x06\x1a\x04\x18\x64(\x00\x12\x35\n\x04mode\x18\x06 \x01(\x0e\x32\x1d.cogmesh.memory.v1.SearchModeB\x08\xbaH\x05\x82\x01\x02\x10\x01\"H\n\x0cSearchResult\x12)\n\x06memory\x18\x01 \x01(\x0b\x32\x19.cogmesh.memory.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\"\x90\x01\n\x16SearchMemoriesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.cogmesh.memory.v1.SearchResult\x12+\n\x04mode\x18\x02 \x01(\x0e\x32\x1d.cogmesh.memory.v1.SearchMode\x12\x17\n\x0f\x66\x61llback_reason\x18\x03 \x01(\t\"\xb7\x01\n\x15ListNamespacesRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x39\n\x06prefix\x18\x02 \x03(\tB)\xbaH&\x92\x01#\x10\x08\"\x1fr\x1d\x10\x01\x18\x80\x03\x32\x16^[^/{}\\x00-\\x1f\\x7f]*$\x12\x1d\n\tmax_depth\x18\x03 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xe8\x07(\x00\x12\x1d\n\tpage_size\x18\x04 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xe8\x07(\x00\x12\x12\n\npage_token\x18\x05 \x01(\t\"\x1b\n\tNamespace\x12\x0e\n\x06labels\x18\x01 \x03(\t\"c\n\x16ListNamespacesResponse\x12\x30\n\nnamespaces\x18\x01 \x03(\x0b\x32\x1c.cogmesh.memory.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*o\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10SEARCH_MODE_TEXT\x10\x01\x12\x16\n\x12SEARCH_MODE_VECTOR\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03\x32\xcf\x04\n\rMemoryService\x12V\n\tPutMemory\x12#.cogmesh.memory.v1.PutMemoryRequest\x1a$.cogmesh.memory.v1.PutMemoryResponse\x12V\n\tGetMemory\x12#.cogmesh.memory.v1.GetMemoryRequest\x1a$.cogmesh.memory.v1.GetMemoryResponse\x12_\n\x0c\x44\x65leteMemory\x12&.cogmesh.memory.v1.DeleteMemoryRequest\x1a\'.cogmesh.memory.v1.DeleteMemoryResponse\x12_\n\x0cListMemories\x12&.cogmesh.memory.v1.ListMemoriesRequest\x1a\'.cogmesh.memory.v1.ListMemoriesResponse\x12\x65\n\x0eSearchMemories\x12(.cogmesh.memory.v1.SearchMemoriesRequest\x1a).cogmesh.memory.v1.SearchMemoriesResponse\x12\x65\n\x0eListNamespaces\x12(.cogmesh.memory.v1.ListNamespacesRequest\x1a).cogmesh.memory.v1.ListNamespacesResponseB/Z-cogmesh.dev/go/gen/cogmesh/memory/v1;memoryv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,38 +36,68 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.memory.v1.memory_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-cogmesh.dev/go/gen/cogmesh/memory/v1;memoryv1'
-  _globals['_SEARCHMODE']._serialized_start=1746
-  _globals['_SEARCHMODE']._serialized_end=1857
-  _globals['_MEMORY']._serialized_start=149
-  _globals['_MEMORY']._serialized_end=390
-  _globals['_PUTMEMORYREQUEST']._serialized_start=393
-  _globals['_PUTMEMORYREQUEST']._serialized_end=556
-  _globals['_PUTMEMORYRESPONSE']._serialized_start=558
-  _globals['_PUTMEMORYRESPONSE']._serialized_end=637
-  _globals['_GETMEMORYREQUEST']._serialized_start=639
-  _globals['_GETMEMORYREQUEST']._serialized_end=708
-  _globals['_GETMEMORYRESPONSE']._serialized_start=710
-  _globals['_GETMEMORYRESPONSE']._serialized_end=772
-  _globals['_DELETEMEMORYREQUEST']._serialized_start=774
-  _globals['_DELETEMEMORYREQUEST']._serialized_end=846
-  _globals['_DELETEMEMORYRESPONSE']._serialized_start=848
-  _globals['_DELETEMEMORYRESPONSE']._serialized_end=887
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=889
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=994
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=996
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1088
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=1091
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=1275
-  _globals['_SEARCHRESULT']._serialized_start=1277
-  _globals['_SEARCHRESULT']._serialized_end=1349
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1352
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=1496
-  _globals['_LISTNAMESPACESREQUEST']._serialized_start=1498
-  _globals['_LISTNAMESPACESREQUEST']._serialized_end=1614
-  _globals['_NAMESPACE']._serialized_start=1616
-  _globals['_NAMESPACE']._serialized_end=1643
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=1645
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=1744
-  _globals['_MEMORYSERVICE']._serialized_start=1860
-  _globals['_MEMORYSERVICE']._serialized_end=2451
+  _globals['_PUTMEMORYREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_PUTMEMORYREQUEST'].fields_by_name['namespace']._serialized_options = b'\272H(\222\001%\010\001\020\010\"\037r\035\020\001\030\200\0032\026^[^/{}\\x00-\\x1f\\x7f]*$'
+  _globals['_PUTMEMORYREQUEST'].fields_by_name['key']._loaded_options = None
+  _globals['_PUTMEMORYREQUEST'].fields_by_name['key']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_GETMEMORYREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_GETMEMORYREQUEST'].fields_by_name['namespace']._serialized_options = b'\272H(\222\001%\010\001\020\010\"\037r\035\020\001\030\200\0032\026^[^/{}\\x00-\\x1f\\x7f]*$'
+  _globals['_GETMEMORYREQUEST'].fields_by_name['key']._loaded_options = None
+  _globals['_GETMEMORYREQUEST'].fields_by_name['key']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_DELETEMEMORYREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_DELETEMEMORYREQUEST'].fields_by_name['namespace']._serialized_options = b'\272H(\222\001%\010\001\020\010\"\037r\035\020\001\030\200\0032\026^[^/{}\\x00-\\x1f\\x7f]*$'
+  _globals['_DELETEMEMORYREQUEST'].fields_by_name['key']._loaded_options = None
+  _globals['_DELETEMEMORYREQUEST'].fields_by_name['key']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_LISTMEMORIESREQUEST'].fields_by_name['namespace_prefix']._loaded_options = None
+  _globals['_LISTMEMORIESREQUEST'].fields_by_name['namespace_prefix']._serialized_options = b'\272H&\222\001#\020\010\"\037r\035\020\001\030\200\0032\026^[^/{}\\x00-\\x1f\\x7f]*$'
+  _globals['_LISTMEMORIESREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTMEMORIESREQUEST'].fields_by_name['page_size']._serialized_options = b'\272H\007\032\005\030\350\007(\000'
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['namespace_prefix']._loaded_options = None
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['namespace_prefix']._serialized_options = b'\272H&\222\001#\020\010\"\037r\035\020\001\030\200\0032\026^[^/{}\\x00-\\x1f\\x7f]*$'
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['query']._loaded_options = None
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['query']._serialized_options = b'\272H\005r\003\030\200 '
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['limit']._serialized_options = b'\272H\006\032\004\030d(\000'
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['mode']._loaded_options = None
+  _globals['_SEARCHMEMORIESREQUEST'].fields_by_name['mode']._serialized_options = b'\272H\005\202\001\002\020\001'
+  _globals['_LISTNAMESPACESREQUEST'].fields_by_name['prefix']._loaded_options = None
+  _globals['_LISTNAMESPACESREQUEST'].fields_by_name['prefix']._serialized_options = b'\272H&\222\001#\020\010\"\037r\035\020\001\030\200\0032\026^[^/{}\\x00-\\x1f\\x7f]*$'
+  _globals['_LISTNAMESPACESREQUEST'].fields_by_name['max_depth']._loaded_options = None
+  _globals['_LISTNAMESPACESREQUEST'].fields_by_name['max_depth']._serialized_options = b'\272H\007\032\005\030\350\007(\000'
+  _globals['_LISTNAMESPACESREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTNAMESPACESREQUEST'].fields_by_name['page_size']._serialized_options = b'\272H\007\032\005\030\350\007(\000'
+  _globals['_SEARCHMODE']._serialized_start=2145
+  _globals['_SEARCHMODE']._serialized_end=2256
+  _globals['_MEMORY']._serialized_start=178
+  _globals['_MEMORY']._serialized_end=419
+  _globals['_PUTMEMORYREQUEST']._serialized_start=422
+  _globals['_PUTMEMORYREQUEST']._serialized_end=642
+  _globals['_PUTMEMORYRESPONSE']._serialized_start=644
+  _globals['_PUTMEMORYRESPONSE']._serialized_end=723
+  _globals['_GETMEMORYREQUEST']._serialized_start=725
+  _globals['_GETMEMORYREQUEST']._serialized_end=851
+  _globals['_GETMEMORYRESPONSE']._serialized_start=853
+  _globals['_GETMEMORYRESPONSE']._serialized_end=915
+  _globals['_DELETEMEMORYREQUEST']._serialized_start=918
+  _globals['_DELETEMEMORYREQUEST']._serialized_end=1047
+  _globals['_DELETEMEMORYRESPONSE']._serialized_start=1049
+  _globals['_DELETEMEMORYRESPONSE']._serialized_end=1088
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=1091
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=1251
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1253
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1345
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=1348
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=1606
+  _globals['_SEARCHRESULT']._serialized_start=1608
+  _globals['_SEARCHRESULT']._serialized_end=1680
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1683
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=1827
+  _globals['_LISTNAMESPACESREQUEST']._serialized_start=1830
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=2013
+  _globals['_NAMESPACE']._serialized_start=2015
+  _globals['_NAMESPACE']._serialized_end=2042
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=2044
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=2143
+  _globals['_MEMORYSERVICE']._serialized_start=2259
+  _globals['_MEMORYSERVICE']._serialized_end=2850
 # @@protoc_insertion_point(module_scope)

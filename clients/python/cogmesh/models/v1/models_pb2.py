@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from cogmesh.common.v1 import resources_pb2 as cogmesh_dot_common_dot_v1_dot_resources__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/models/v1/models.proto\x12\x11\x63ogmesh.models.v1\x1a!cogmesh/common/v1/resources.proto\"3\n\x13ResolveModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06strict\x18\x02 \x01(\x08\"\x8a\x01\n\x14ResolveModelResponse\x12\'\n\x05model\x18\x01 \x01(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x30\n\nmatched_by\x18\x02 \x01(\x0e\x32\x1c.cogmesh.models.v1.MatchKind\x12\x17\n\x0f\x66\x61llback_reason\x18\x03 \x01(\t\"%\n\x11ListModelsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"U\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x02 \x01(\t\"\x16\n\x14ListProvidersRequest\"*\n\x15ListProvidersResponse\x12\x11\n\tproviders\x18\x01 \x03(\t\"&\n\x12ListAliasesRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"(\n\x05\x41lias\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x10\n\x08model_id\x18\x02 \x01(\t\"@\n\x13ListAliasesResponse\x12)\n\x07\x61liases\x18\x01 \x03(\x0b\x32\x18.cogmesh.models.v1.Alias\"K\n\x0f\x41\x64\x64ModelRequest\x12\'\n\x05model\x18\x01 \x01(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"`\n\x10\x41\x64\x64ModelResponse\x12\'\n\x05model\x18\x01 \x01(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x10\n\x08replaced\x18\x02 \x01(\x08\x12\x11\n\tpersisted\x18\x03 \x01(\x08\" \n\x12RemoveModelRequest\x12\n\n\x02id\x18\x01 \x01(\t\"&\n\x13RemoveModelResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\",\n\x13WatchCatalogRequest\x12\x15\n\rknown_version\x18\x01 \x01(\t\"L\n\x14WatchCatalogResponse\x12\x34\n\x08snapshot\x18\x01 \x01(\x0b\x32\".cogmesh.models.v1.CatalogSnapshot\"\xe2\x01\n\x0f\x43\x61talogSnapshot\x12\x0f\n\x07version\x18\x01 \x01(\t\x12(\n\x06models\x18\x02 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\x12\x30\n\x06\x61gents\x18\x05 \x03(\x0b\x32 .cogmesh.models.v1.AgentSnapshot\x12;\n\x0e\x61gent_problems\x18\x06 \x03(\x0b\x32#.cogmesh.models.v1.AgentLoadProblem\"6\n\rAgentSnapshot\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x64\x65\x66inition_json\x18\x02 \x01(\t\"1\n\x10\x41gentLoadProblem\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x0f\n\x07problem\x18\x02 \x01(\t*\x86\x01\n\tMatchKind\x12\x1a\n\x16MATCH_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10MATCH_KIND_ALIAS\x10\x01\x12\x18\n\x14MATCH_KIND_FULL_NAME\x10\x02\x12\x15\n\x11MATCH_KIND_PREFIX\x10\x03\x12\x16\n\x12MATCH_KIND_DEFAULT\x10\x04\x32\xa3\x05\n\rModelsService\x12_\n\x0cResolveModel\x12&.cogmesh.models.v1.ResolveModelRequest\x1a\'.cogmesh.models.v1.ResolveModelResponse\x12Y\n\nListModels\x12$.cogmesh.models.v1.ListModelsRequest\x1a%.cogmesh.models.v1.ListModelsResponse\x12\x62\n\rListProviders\x12\'.cogmesh.models.v1.ListProvidersRequest\x1a(.cogmesh.models.v1.ListProvidersResponse\x12\\\n\x0bListAliases\x12%.cogmesh.models.v1.ListAliasesRequest\x1a&.cogmesh.models.v1.ListAliasesResponse\x12S\n\x08\x41\x64\x64Model\x12\".cogmesh.models.v1.AddModelRequest\x1a#.cogmesh.models.v1.AddModelResponse\x12\\\n\x0bRemoveModel\x12%.cogmesh.models.v1.RemoveModelRequest\x1a&.cogmesh.models.v1.RemoveModelResponse\x12\x61\n\x0cWatchCatalog\x12&.cogmesh.models.v1.WatchCatalogRequest\x1a\'.cogmesh.models.v1.WatchCatalogResponse0\x01\x42/Z-cogmesh.dev/go/gen/cogmesh/models/v1;modelsv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ogmesh/models/v1/models.proto\x12\x11\x63ogmesh.models.v1\x1a\x1b\x62uf/validate/validate.proto\x1a!cogmesh/common/v1/resources.proto\"=\n\x13ResolveModelRequest\x12\x16\n\x04name\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12\x0e\n\x06strict\x18\x02 \x01(\x08\"\x8a\x01\n\x14ResolveModelResponse\x12\'\n\x05model\x18\x01 \x01(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x30\n\nmatched_by\x18\x02 \x01(\x0e\x32\x1c.cogmesh.models.v1.MatchKind\x12\x17\n\x0f\x66\x61llback_reason\x18\x03 \x01(\t\"%\n\x11ListModelsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"U\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x02 \x01(\t\"\x16\n\x14ListProvidersRequest\"*\n\x15ListProvidersResponse\x12\x11\n\tproviders\x18\x01 \x03(\t\"&\n\x12ListAliasesRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\"(\n\x05\x41lias\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x10\n\x08model_id\x18\x02 \x01(\t\"@\n\x13ListAliasesResponse\x12)\n\x07\x61liases\x18\x01 \x03(\x0b\x32\x18.cogmesh.models.v1.Alias\"S\n\x0f\x41\x64\x64ModelRequest\x12/\n\x05model\x18\x01 \x01(\x0b\x32\x18.cogmesh.common.v1.ModelB\x06\xbaH\x03\xc8\x01\x01\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"`\n\x10\x41\x64\x64ModelResponse\x12\'\n\x05model\x18\x01 \x01(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x10\n\x08replaced\x18\x02 \x01(\x08\x12\x11\n\tpersisted\x18\x03 \x01(\x08\",\n\x12RemoveModelRequest\x12\x16\n\x02id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\"&\n\x13RemoveModelResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\",\n\x13WatchCatalogRequest\x12\x15\n\rknown_version\x18\x01 \x01(\t\"L\n\x14WatchCatalogResponse\x12\x34\n\x08snapshot\x18\x01 \x01(\x0b\x32\".cogmesh.models.v1.CatalogSnapshot\"\xe2\x01\n\x0f\x43\x61talogSnapshot\x12\x0f\n\x07version\x18\x01 \x01(\t\x12(\n\x06models\x18\x02 \x03(\x0b\x32\x18.cogmesh.common.v1.Model\x12\x15\n\rdefault_model\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\x12\x30\n\x06\x61gents\x18\x05 \x03(\x0b\x32 .cogmesh.models.v1.AgentSnapshot\x12;\n\x0e\x61gent_problems\x18\x06 \x03(\x0b\x32#.cogmesh.models.v1.AgentLoadProblem\"6\n\rAgentSnapshot\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x64\x65\x66inition_json\x18\x02 \x01(\t\"1\n\x10\x41gentLoadProblem\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x0f\n\x07problem\x18\x02 \x01(\t*\x86\x01\n\tMatchKind\x12\x1a\n\x16MATCH_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10MATCH_KIND_ALIAS\x10\x01\x12\x18\n\x14MATCH_KIND_FULL_NAME\x10\x02\x12\x15\n\x11MATCH_KIND_PREFIX\x10\x03\x12\x16\n\x12MATCH_KIND_DEFAULT\x10\x04\x32\xa3\x05\n\rModelsService\x12_\n\x0cResolveModel\x12&.cogmesh.models.v1.ResolveModelRequest\x1a\'.cogmesh.models.v1.ResolveModelResponse\x12Y\n\nListModels\x12$.cogmesh.models.v1.ListModelsRequest\x1a%.cogmesh.models.v1.ListModelsResponse\x12\x62\n\rListProviders\x12\'.cogmesh.models.v1.ListProvidersRequest\x1a(.cogmesh.models.v1.ListProvidersResponse\x12\\\n\x0bListAliases\x12%.cogmesh.models.v1.ListAliasesRequest\x1a&.cogmesh.models.v1.ListAliasesResponse\x12S\n\x08\x41\x64\x64Model\x12\".cogmesh.models.v1.AddModelRequest\x1a#.cogmesh.models.v1.AddModelResponse\x12\\\n\x0bRemoveModel\x12%.cogmesh.models.v1.RemoveModelRequest\x1a&.cogmesh.models.v1.RemoveModelResponse\x12\x61\n\x0cWatchCatalog\x12&.cogmesh.models.v1.WatchCatalogRequest\x1a\'.cogmesh.models.v1.WatchCatalogResponse0\x01\x42/Z-cogmesh.dev/go/gen/cogmesh/models/v1;modelsv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,44 +34,50 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.models.v1.models_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z-cogmesh.dev/go/gen/cogmesh/models/v1;modelsv1'
-  _globals['_MATCHKIND']._serialized_start=1334
-  _globals['_MATCHKIND']._serialized_end=1468
-  _globals['_RESOLVEMODELREQUEST']._serialized_start=88
-  _globals['_RESOLVEMODELREQUEST']._serialized_end=139
-  _globals['_RESOLVEMODELRESPONSE']._serialized_start=142
-  _globals['_RESOLVEMODELRESPONSE']._serialized_end=280
-  _globals['_LISTMODELSREQUEST']._serialized_start=282
-  _globals['_LISTMODELSREQUEST']._serialized_end=319
-  _globals['_LISTMODELSRESPONSE']._serialized_start=321
-  _globals['_LISTMODELSRESPONSE']._serialized_end=406
-  _globals['_LISTPROVIDERSREQUEST']._serialized_start=408
-  _globals['_LISTPROVIDERSREQUEST']._serialized_end=430
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=432
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=474
-  _globals['_LISTALIASESREQUEST']._serialized_start=476
-  _globals['_LISTALIASESREQUEST']._serialized_end=514
-  _globals['_ALIAS']._serialized_start=516
-  _globals['_ALIAS']._serialized_end=556
-  _globals['_LISTALIASESRESPONSE']._serialized_start=558
-  _globals['_LISTALIASESRESPONSE']._serialized_end=622
-  _globals['_ADDMODELREQUEST']._serialized_start=624
-  _globals['_ADDMODELREQUEST']._serialized_end=699
-  _globals['_ADDMODELRESPONSE']._serialized_start=701
-  _globals['_ADDMODELRESPONSE']._serialized_end=797
-  _globals['_REMOVEMODELREQUEST']._serialized_start=799
-  _globals['_REMOVEMODELREQUEST']._serialized_end=831
-  _globals['_REMOVEMODELRESPONSE']._serialized_start=833
-  _globals['_REMOVEMODELRESPONSE']._serialized_end=871
-  _globals['_WATCHCATALOGREQUEST']._serialized_start=873
-  _globals['_WATCHCATALOGREQUEST']._serialized_end=917
-  _globals['_WATCHCATALOGRESPONSE']._serialized_start=919
-  _globals['_WATCHCATALOGRESPONSE']._serialized_end=995
-  _globals['_CATALOGSNAPSHOT']._serialized_start=998
-  _globals['_CATALOGSNAPSHOT']._serialized_end=1224
-  _globals['_AGENTSNAPSHOT']._serialized_start=1226
-  _globals['_AGENTSNAPSHOT']._serialized_end=1280
-  _globals['_AGENTLOADPROBLEM']._serialized_start=1282
-  _globals['_AGENTLOADPROBLEM']._serialized_end=1331
-  _globals['_MODELSSERVICE']._serialized_start=1471
-  _globals['_MODELSSERVICE']._serialized_end=2146
+  _globals['_RESOLVEMODELREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_RESOLVEMODELREQUEST'].fields_by_name['name']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_ADDMODELREQUEST'].fields_by_name['model']._loaded_options = None
+  _globals['_ADDMODELREQUEST'].fields_by_name['model']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_REMOVEMODELREQUEST'].fields_by_name['id']._loaded_options = None
+  _globals['_REMOVEMODELREQUEST'].fields_by_name['id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_MATCHKIND']._serialized_start=1393
+  _globals['_MATCHKIND']._serialized_end=1527
+  _globals['_RESOLVEMODELREQUEST']._serialized_start=117
+  _globals['_RESOLVEMODELREQUEST']._serialized_end=178
+  _globals['_RESOLVEMODELRESPONSE']._serialized_start=181
+  _globals['_RESOLVEMODELRESPONSE']._serialized_end=319
+  _globals['_LISTMODELSREQUEST']._serialized_start=321
+  _globals['_LISTMODELSREQUEST']._serialized_end=358
+  _globals['_LISTMODELSRESPONSE']._serialized_start=360
+  _globals['_LISTMODELSRESPONSE']._serialized_end=445
+  _globals['_LISTPROVIDERSREQUEST']._serialized_start=447
+  _globals['_LISTPROVIDERSREQUEST']._serialized_end=469
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=471
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=513
+  _globals['_LISTALIASESREQUEST']._serialized_start=515
+  _globals['_LISTALIASESREQUEST']._serialized_end=553
+  _globals['_ALIAS']._serialized_start=555
+  _globals['_ALIAS']._serialized_end=595
+  _globals['_LISTALIASESRESPONSE']._serialized_start=597
+  _globals['_LISTALIASESRESPONSE']._serialized_end=661
+  _globals['_ADDMODELREQUEST']._serialized_start=663
+  _globals['_ADDMODELREQUEST']._serialized_end=746
+  _globals['_ADDMODELRESPONSE']._serialized_start=748
+  _globals['_ADDMODELRESPONSE']._serialized_end=844
+  _globals['_REMOVEMODELREQUEST']._serialized_start=846
+  _globals['_REMOVEMODELREQUEST']._serialized_end=890
+  _globals['_REMOVEMODELRESPONSE']._serialized_start=892
+  _globals['_REMOVEMODELRESPONSE']._serialized_end=930
+  _globals['_WATCHCATALOGREQUEST']._serialized_start=932
+  _globals['_WATCHCATALOGREQUEST']._serialized_end=976
+  _globals['_WATCHCATALOGRESPONSE']._serialized_start=978
+  _globals['_WATCHCATALOGRESPONSE']._serialized_end=1054
+  _globals['_CATALOGSNAPSHOT']._serialized_start=1057
+  _globals['_CATALOGSNAPSHOT']._serialized_end=1283
+  _globals['_AGENTSNAPSHOT']._serialized_start=1285
+  _globals['_AGENTSNAPSHOT']._serialized_end=1339
+  _globals['_AGENTLOADPROBLEM']._serialized_start=1341
+  _globals['_AGENTLOADPROBLEM']._serialized_end=1390
+  _globals['_MODELSSERVICE']._serialized_start=1530
+  _globals['_MODELSSERVICE']._serialized_end=2205
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from buf.validate import validate_pb2 as _validate_pb2
 from cogmesh.common.v1 import events_pb2 as _events_pb2
 from cogmesh.common.v1 import messages_pb2 as _messages_pb2
 from google.protobuf import struct_pb2 as _struct_pb2

@@ -1,5 +1,6 @@
 import datetime
 
+from buf.validate import validate_pb2 as _validate_pb2
 from cogmesh.common.v1 import events_pb2 as _events_pb2
 from cogmesh.common.v1 import messages_pb2 as _messages_pb2
 from cogmesh.common.v1 import resources_pb2 as _resources_pb2
