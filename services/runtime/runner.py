@@ -135,6 +135,14 @@ def expired_event(turn_id: str) -> events_pb2.RuntimeEvent:
 
 PROBE_S = 0.25  # how often, while turns run, the event loop's lag is measured (a timer's drift)
 CLAIMS_PER_LOOK = 10  # orphaned turns one look may claim
+ADOPT_ASKS = 3  # AdoptTurn calls to a holder that answers UNAVAILABLE before it counts as gone
+ADOPT_ASK_PAUSE_S = 0.5
+
+
+def _never_connected(exc: DependencyError) -> bool:
+    """The call failed to connect, so the holder never saw it (grpc's wording for a refused connection)."""
+    text = exc.status_message.lower()
+    return "failed to connect" in text or "connection refused" in text
 
 
 class TurnRunner:
@@ -204,11 +212,15 @@ class TurnRunner:
             token,
             call_timeout_s=self.settings.call_timeout_s,
             flush_s=self.settings.delta_flush_ms / 1000,
+            flush_max_s=self.settings.delta_flush_max_ms / 1000,
             outage_s=self.settings.event_log_outage_s,
             previous_state=state,
             meter=TurnMeter(how) if self.settings.metrics else None,
             record_steps=self.settings.journal_steps,
-            adopt_grace_s=self.settings.call_timeout_s,  # how long a claimer's AdoptTurn may take to come
+            # How long a write refused under a claimed lease waits for the claimer's AdoptTurn: its call, and
+            # a claim that got no clear answer lapsing and the next claimer asking again. Waiting costs
+            # nothing (nothing is written meanwhile); giving up early lets a live turn be taken over.
+            adopt_grace_s=self.settings.call_timeout_s + 2 * self.settings.turn_lease_ttl_s,
             holder=self.address,  # a claimer of its lapsed lease asks this replica first
         )
 
@@ -227,6 +239,8 @@ class TurnRunner:
         """Take the turn and build and run it in the background: the caller learns where it runs, and
         the turn's failures, even to build, are logged as its end."""
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
+        if (here := self._runs_already(request.session_id, request.turn_id, request.lease_token)) is not None:
+            return here
         running = self._track("StartTurn", request.tenant_id, request.session_id, request.turn_id, request.lease_token)
         self._spawn(running, self._build_and_run(running, request, output, grant))
         return running
@@ -301,6 +315,8 @@ class TurnRunner:
         point = ResumePoint(state, decision_from(checkpoint), abandon)
         # The next state is recorded as a change from this one when the journal has it (not an older inline checkpoint).
         previous = state if journaled else None
+        if (here := self._runs_already(request.session_id, request.turn_id, request.lease_token)) is not None:
+            return here
         running = self._track(
             "ContinueTurn", request.tenant_id, request.session_id, request.turn_id, request.lease_token, previous
         )
@@ -378,12 +394,17 @@ class TurnRunner:
         # version names a resume's holder as text, which parse_holder reads).
         turn_id = lease_holders.parse_holder(claimed.turn_id).turn_id
         bind_request(session_id=claimed.session_id, turn_id=turn_id, tenant=claimed.tenant_id)
-        if self.adopt(claimed.session_id, turn_id, claimed.lease_token):
+        wrote_last = claimed.previous_holder in ("", self.address)  # no other replica has written since
+        if wrote_last and self.adopt(claimed.session_id, turn_id, claimed.lease_token):
             # Its lease lapsed while this very replica was too busy to renew it: go on under the new
             # token rather than redo the step (its next write, refused under the old one, is resent).
             log.warning("took over a turn this replica still runs: it goes on", takeovers=claimed.takeovers)
             return
-        if claimed.previous_holder not in ("", self.address):
+        if not wrote_last:
+            # A copy of the turn this replica still runs is stale: another replica wrote after it (and the
+            # new token fences it). It stops, whoever goes on: that replica, or a takeover from the journal.
+            if (stale := self._running.get((claimed.session_id, turn_id))) is not None:
+                self._lost(stale, TurnLost("another replica ran the turn since", retryable=False))
             runs = await self._holder_runs(claimed, turn_id)
             if runs is not False:  # it goes on there; or unclear: the lease lapses and the next claim decides
                 return
@@ -408,6 +429,19 @@ class TurnRunner:
         log.info("taking over a turn", takeovers=claimed.takeovers, from_seq=journal.seq, log_seq=claimed.last_seq)
         self._spawn(running, self._run_takeover(running, claimed, journal))
 
+    def _runs_already(self, session_id: str, turn_id: str, lease_token: int) -> Running | None:
+        """The copy of the turn this replica runs under this lease or a newer one, if any.
+
+        A StartTurn (or ContinueTurn) read later than its lease lasted (a saturated replica) finds the turn
+        already taken over here from that lapsed lease: it goes on as it is. A second copy under the older
+        token would replace it among the running turns, and the next claim would hand the turn to the stale
+        copy, which would stream the answer again from its start (seen at 1,000 turns at once)."""
+        here = self._running.get((session_id, turn_id))
+        if here is None or here.lease_token < lease_token or here.task is None or here.task.done():
+            return None
+        log.warning("asked to run a turn this replica already runs under a newer lease: it goes on as it is")
+        return here
+
     def adopt(self, session_id: str, turn_id: str, lease_token: int) -> bool:
         """Go on under `lease_token` with a turn this replica still runs (another replica claimed its lapsed
         lease: its renewals were lost to a store outage or to load). False when it does not run it."""
@@ -428,14 +462,22 @@ class TurnRunner:
         request = runtime_pb2.AdoptTurnRequest(
             session_id=claimed.session_id, turn_id=turn_id, lease_token=claimed.lease_token
         )
-        try:  # no waiting for a connection: a holder that is gone refuses at once
-            reply = await holder.AdoptTurn(request, timeout=self.settings.call_timeout_s, wait_for_ready=False)
-        except DependencyError as exc:
-            if exc.status_code == grpc.StatusCode.UNAVAILABLE:  # the usual takeover: its runtime is gone
-                log.info("the turn's last runtime is gone: taking the turn over", holder=claimed.previous_holder)
-                return False
-            log.warning("no clear answer from the turn's last runtime: its lease decides", code=exc.status_code.name)
-            return None
+        for attempt in range(1, ADOPT_ASKS + 1):
+            try:  # no waiting for a connection: a holder that is gone refuses at once
+                reply = await holder.AdoptTurn(request, timeout=self.settings.call_timeout_s, wait_for_ready=False)
+                break
+            except DependencyError as exc:
+                if exc.status_code != grpc.StatusCode.UNAVAILABLE:
+                    code = exc.status_code.name
+                    log.warning("no clear answer from the turn's last runtime: its lease decides", code=code)
+                    return None
+                # UNAVAILABLE is also a call that reached a busy holder and lost its answer with the connection
+                # (it may have adopted the token: taking over now would let two write under it). A holder that
+                # is gone refuses the connection: said at once, or again when asked again (adopting is idempotent).
+                if _never_connected(exc) or attempt == ADOPT_ASKS:
+                    log.info("the turn's last runtime is gone: taking the turn over", holder=claimed.previous_holder)
+                    return False
+                await asyncio.sleep(ADOPT_ASK_PAUSE_S * attempt)
         if reply.adopted:
             log.warning(
                 "claimed a turn its runtime still runs (its lease lapsed): it goes on there",
@@ -788,11 +830,15 @@ class TurnRunner:
                 wait = self.takeover_poll_after(wait, False)
                 continue
             wait = self.takeover_poll_after(wait, bool(reply.turns))
-            for claimed in reply.turns:
-                try:
-                    await self.take_over(claimed)
-                except Exception:  # noqa: BLE001 - one turn's failure must not end this replica's takeovers
-                    log.exception("could not take over a turn", session_id=claimed.session_id)
+            # At once, not one after another: each asks its last runtime first, which must answer before
+            # that runtime stops waiting for the answer.
+            await asyncio.gather(*(self._take_over_one(claimed) for claimed in reply.turns))
+
+    async def _take_over_one(self, claimed: sessions_pb2.ClaimedTurn) -> None:
+        try:
+            await self.take_over(claimed)
+        except Exception:  # noqa: BLE001 - one turn's failure must not end this replica's takeovers
+            log.exception("could not take over a turn", session_id=claimed.session_id)
 
     async def close(self) -> None:
         """Hand the running turns over to the other replicas: at their next recorded step, or where they are."""

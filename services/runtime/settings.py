@@ -62,6 +62,12 @@ class RuntimeSettings(Settings):
         description="a running turn appends assistant deltas to the event log at most this often (the first "
         "delta after a pause, and every other event, at once); 0: each delta at once",
     )
+    delta_flush_max_ms: float = Field(
+        400.0,
+        ge=0,
+        description="the widest delta window: a long reply's window doubles every 4 appends from delta_flush_ms "
+        "up to this, so a long stream costs fewer appends (below delta_flush_ms: no widening)",
+    )
     event_log_outage_s: float = Field(
         10.0,
         gt=0,

@@ -5,7 +5,9 @@ journal entries of its steps, fenced by the turn's lease, so the turn does not d
 on whoever started it: watchers read the log. Appends are as few as latency allows:
 an assistant delta that comes less than `flush_s` after the last append waits for the
 next one (the first delta after a quiet spell, and every other event, go at once),
-so a streaming reply costs an append per window instead of one per token.
+so a streaming reply costs an append per window instead of one per token. A long reply's
+window widens, doubling every few appends up to `flush_max_s`: its first words reach the
+watchers as fast as ever, and each second of a long stream costs a few appends, not ten.
 
 A step is recorded before the next one starts. When a side effect follows (a tool
 call, an approved call, a subagent's step) `record` returns only once the entry is
@@ -47,6 +49,9 @@ DURABLE = frozenset(
     {journal_kinds.DECIDE, journal_kinds.TOOL, journal_kinds.DELEGATION, PAUSE, ANSWER, REQUEST, TAKEOVER}
 )
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
+
+
+WIDEN_EVERY = 4  # a reply's appends per delta window before the window doubles
 
 
 class TurnLost(Exception):
@@ -93,6 +98,7 @@ class TurnLog:
         *,
         call_timeout_s: float,
         flush_s: float = 0.05,
+        flush_max_s: float | None = None,
         outage_s: float = 10.0,
         previous_state: dict[str, Any] | None = None,
         on_lost: Callable[[TurnLost], None] | None = None,
@@ -104,6 +110,7 @@ class TurnLog:
         self.sessions = sessions
         self.tenant_id, self.session_id, self.turn_id, self.lease_token = tenant_id, session_id, turn_id, lease_token
         self.call_timeout_s, self.flush_s, self.outage_s = call_timeout_s, flush_s, outage_s
+        self.flush_max_s = max(flush_s, flush_max_s if flush_max_s is not None else flush_s)
         self.on_lost = on_lost
         self.meter = meter
         self.record_steps = record_steps
@@ -124,6 +131,7 @@ class TurnLog:
         self._wake, self._urgent, self._progress = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._last_write = float("-inf")
         self._in_reply = False  # the last event queued was a delta: the model's reply is streaming
+        self._reply_writes = 0  # appends since the streaming reply began: its window widens with them
         self._consume = ""  # the interrupt whose checkpoint the next append takes (a resume's first)
         self._writer = asyncio.create_task(self._write_all())
 
@@ -144,7 +152,13 @@ class TurnLog:
         # A reply's first delta goes at once (it is the first token a watcher waits for), as does
         # any other event; a delta within a streaming reply waits out the window since the last write.
         first_of_reply, self._in_reply = not self._in_reply, _is_delta(event)
-        if first_of_reply or not self._in_reply or asyncio.get_running_loop().time() - self._last_write >= self.flush_s:
+        if first_of_reply:
+            self._reply_writes = 0
+        if (
+            first_of_reply
+            or not self._in_reply
+            or asyncio.get_running_loop().time() - self._last_write >= self._window()
+        ):
             self._urgent.set()
             return True
         return False
@@ -201,7 +215,8 @@ class TurnLog:
     def adopt(self, lease_token: int) -> None:
         """Go on under a new token: this replica claimed its own lapsed lease, or another handed it back."""
         self.lease_token = lease_token
-        self._announce = bool(self.holder)  # a claim recorded the claimer as the holder
+        # Say who runs it (a sessions service of the previous version made the claimer the holder).
+        self._announce = bool(self.holder)
         adopted, self._adopted = self._adopted, asyncio.Event()
         adopted.set()
 
@@ -224,6 +239,11 @@ class TurnLog:
 
     # ------------------------------------------------------------------ the writer
 
+    def _window(self) -> float:
+        """How long a delta may wait for company: `flush_s`, doubled every WIDEN_EVERY appends of the reply."""
+        widened: float = self.flush_s * 2 ** (self._reply_writes // WIDEN_EVERY)
+        return min(self.flush_max_s, widened)
+
     def _check(self) -> None:
         if self.failure is not None:
             raise self.failure
@@ -240,7 +260,7 @@ class TurnLog:
         try:
             while True:
                 await self._wake.wait()
-                due = self._last_write + self.flush_s
+                due = self._last_write + self._window()
                 if not self._urgent.is_set() and loop.time() < due:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout_at(due):
@@ -253,6 +273,7 @@ class TurnLog:
                 request, events, count = taken
                 await self._send(request)
                 self._last_write = loop.time()
+                self._reply_writes += self._in_reply
                 self._written += count
                 if self._events or self._entries or self._end:  # a backlog over one append's cap: go on at once
                     self._wake.set()

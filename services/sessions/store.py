@@ -942,8 +942,9 @@ class MemorySessionStore:
             if lease.expires_at > now:
                 continue
             entry.last_token += 1
+            # The holder stays the replica that last ran the turn (claim.lua says why).
             previous = lease.holder
-            lease.token, lease.expires_at, lease.holder = entry.last_token, now + ttl_s, holder
+            lease.token, lease.expires_at = entry.last_token, now + ttl_s
             lease.takeovers += 1
             self._touch(entry)
             last_seq = entry.log.last_seq if entry.log is not None else 0

@@ -557,7 +557,10 @@ async def test_an_open_turns_expired_lease_waits_for_a_takeover(h: Harness) -> N
         await h.store.try_acquire(ACME, sid, "t2", TTL, Strategy.REJECT)
     state = await h.store.lease_state(ACME, sid)
     assert state.lease is not None
-    assert (state.lease.token, state.lease.holder, state.lease.takeovers) == (claimed.token, "10.0.0.2:50052", 1)
+    # The claimer is its holder once it runs the turn: its first write names it (a claim alone does not).
+    assert (state.lease.token, state.lease.holder, state.lease.takeovers) == (claimed.token, "", 1)
+    await h.append(sid, "t1", claimed.token, delta(" taken over", "t1"), holder="10.0.0.2:50052")
+    assert (await h.store.lease_state(ACME, sid)).lease.holder == "10.0.0.2:50052"  # type: ignore[union-attr]
     await h.append(sid, "t1", claimed.token, final("whole answer", "t1"), release=True)
     assert isinstance(await h.store.try_acquire(ACME, sid, "t3", TTL, Strategy.ENQUEUE), Acquired), "the waiter's turn"
 
@@ -577,6 +580,22 @@ async def test_a_claim_names_the_replica_that_last_wrote_the_turn(h: Harness) ->
     # The first replica goes on under the new token and says so with its next append.
     await h.append(sid, "t1", claimed.token, delta(" and more", "t1"), holder="10.0.0.1:50052")
     assert (await h.store.lease_state(ACME, sid)).lease.holder == "10.0.0.1:50052"  # type: ignore[union-attr]
+
+
+async def test_a_claim_that_runs_nothing_leaves_the_next_claimer_asking_the_last_runtime(h: Harness) -> None:
+    """A claimer that got no clear answer from the turn's runtime (it was too busy to answer AdoptTurn in
+    time) lets its claim lapse; the next claim must still name that runtime, not the claimer, or the turn
+    would be taken over while its runtime still runs it (issue 32, item 6)."""
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    await h.append(sid, "t1", grant.token, delta("half", "t1"), holder="10.0.0.1:50052")
+    await h.lapse(TTL + 1)
+    (first,) = await h.store.claim_orphans("10.0.0.2:50052", 10, TTL)
+    assert first.previous_holder == "10.0.0.1:50052"
+    await h.lapse(TTL + 1)  # the first claimer decided nothing
+    (second,) = await h.store.claim_orphans("10.0.0.3:50052", 10, TTL)
+    assert (second.previous_holder, second.takeovers) == ("10.0.0.1:50052", 2)
+    assert second.token > first.token
 
 
 async def test_a_claim_says_the_turn_was_asked_to_stop_while_nobody_ran_it(h: Harness) -> None:
@@ -692,9 +711,12 @@ async def test_hand_over_expires_the_lease_at_once_and_keeps_the_turn_open(h: Ha
     with pytest.raises(LeaseHeld):
         await h.store.try_acquire(ACME, sid, "t2", TTL, Strategy.REJECT)
     (claimed,) = await h.store.claim_orphans("runtime-b", 10, TTL)  # at once: no time passed
-    assert (claimed.turn_id, claimed.takeovers) == ("t1", 1)
+    assert (claimed.turn_id, claimed.takeovers, claimed.previous_holder) == ("t1", 1, ""), "nobody to ask"
     state = await h.store.lease_state(ACME, sid)
-    assert state.lease is not None and state.lease.holder == "runtime-b"
+    # The claimer becomes the holder with its first write or renewal (a claim alone names nobody).
+    assert state.lease is not None and state.lease.holder == ""
+    await h.store.renew_leases([Renewal(ACME, sid, claimed.token, TTL, holder="runtime-b")])
+    assert (await h.store.lease_state(ACME, sid)).lease.holder == "runtime-b"  # type: ignore[union-attr]
 
 
 async def test_interrupt_turn_asks_the_holder_to_stop(h: Harness) -> None:

@@ -28,7 +28,7 @@ class FakeSessions:
         self.claims = 0
         self.journal_reads = 0
         self.appended: list[sessions_pb2.AppendEventsRequest] = []
-        self.on_renew: Any = None
+        self.on_renew: Any = self._renewed  # a test may answer renewals otherwise
         self.changed = asyncio.Condition()
 
     async def _notify(self) -> None:
@@ -61,19 +61,26 @@ class FakeSessions:
     async def RenewTurnLeases(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         return await self.on_renew(request)
 
+    async def _renewed(self, request: Any) -> Any:  # e.g. the hand-over at close of a takeover still running
+        return sessions_pb2.RenewTurnLeasesResponse()
+
 
 class FakeRuntime:
     """The replica that held a claimed lease: it answers AdoptTurn."""
 
-    def __init__(self, answer: bool | grpc.StatusCode) -> None:
-        self.answer = answer  # adopted or not, or the status the call fails with
+    def __init__(self, *answers: bool | grpc.StatusCode | tuple[grpc.StatusCode, str]) -> None:
+        # Adopted or not, or the status (and message) the call fails with: one per call, the last repeated.
+        self.answers = answers
         self.asked: list[Any] = []
 
     async def AdoptTurn(self, request: Any, timeout: float | None = None, wait_for_ready: bool = True) -> Any:  # noqa: ASYNC109
         self.asked.append(request)
-        if isinstance(self.answer, grpc.StatusCode):
-            raise grpc.aio.AioRpcError(self.answer, grpc.aio.Metadata(), grpc.aio.Metadata(), "no answer")
-        return runtime_pb2.AdoptTurnResponse(adopted=self.answer)
+        answer = self.answers[min(len(self.asked), len(self.answers)) - 1]
+        if isinstance(answer, grpc.StatusCode):
+            answer = (answer, "no answer")
+        if isinstance(answer, tuple):
+            raise grpc.aio.AioRpcError(answer[0], grpc.aio.Metadata(), grpc.aio.Metadata(), answer[1])
+        return runtime_pb2.AdoptTurnResponse(adopted=answer)
 
 
 class FakeClients:
@@ -100,17 +107,23 @@ class ClaimedFromAnother(FakeSessions):
         return sessions_pb2.ClaimOrphanedTurnsResponse(turns=[turn])
 
 
+REFUSED = (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: Connection refused")
+LOST = (grpc.StatusCode.UNAVAILABLE, "Socket closed")  # the call may have reached it; its answer did not come
+
+
 @pytest.mark.parametrize(
-    ("answer", "left"),
+    ("answers", "left", "asks"),
     [
-        (True, True),  # it still runs the turn: it goes on there under the new token
-        (False, False),  # it does not: taken over
-        (grpc.StatusCode.UNAVAILABLE, False),  # it is gone (connection refused): taken over
-        (grpc.StatusCode.DEADLINE_EXCEEDED, True),  # unclear (it may have adopted): the lease decides later
+        ((True,), True, 1),  # it still runs the turn: it goes on there under the new token
+        ((False,), False, 1),  # it does not: taken over
+        ((REFUSED,), False, 1),  # it is gone (connection refused): taken over
+        ((grpc.StatusCode.DEADLINE_EXCEEDED,), True, 1),  # unclear (it may have adopted): the lease decides later
+        ((LOST, True), True, 2),  # a lost answer is asked again (issue 32: two wrote under one token)
+        ((LOST, LOST, LOST), False, 3),  # never answering, however asked: gone
     ],
 )
 async def test_a_claimed_turn_is_left_to_its_runtime_unless_that_says_it_does_not_run_it(
-    answer: bool | grpc.StatusCode, left: bool
+    answers: tuple[Any, ...], left: bool, asks: int
 ) -> None:
     """Issue 31: Redis away for 5 s let a healthy turn's lease lapse; the other replica claimed it and redid
     the model step. It now asks the last holder first, and takes the turn over only on a clear no: after a
@@ -122,7 +135,7 @@ async def test_a_claimed_turn_is_left_to_its_runtime_unless_that_says_it_does_no
         return sessions_pb2.RenewTurnLeasesResponse()
 
     sessions.on_renew = renew
-    holder = FakeRuntime(answer)
+    holder = FakeRuntime(*answers)
     replica = runner(
         sessions, {"runtime-2:1": holder}, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200
     )
@@ -132,6 +145,8 @@ async def test_a_claimed_turn_is_left_to_its_runtime_unless_that_says_it_does_no
     finally:
         await replica.close()
     assert holder.asked and holder.asked[0].lease_token == 9 and holder.asked[0].turn_id == "turn"
+    first = holder.asked[0].session_id
+    assert sum(r.session_id == first for r in holder.asked) == asks, f"the first claim's holder is asked {asks} times"
     if still_runs:
         assert sessions.journal_reads == 0 and sessions.appended == [], "nothing was taken over"
 
@@ -253,3 +268,63 @@ async def test_an_idle_replica_looks_for_orphaned_turns_less_often_up_to_half_a_
         await replica._forget(running)
     slow = runner(FakeSessions(), takeover_poll_s=5.0, turn_lease_ttl_s=6)
     assert slow.takeover_poll_after(5.0, found=False) == 5.0, "never more often than configured"
+
+
+async def test_a_copy_another_replica_wrote_after_is_stale_and_not_adopted_by_its_own_claim() -> None:
+    """Issue 32 item 6, seen at 1,000 turns at once: replica A ran a turn, its lease lapsed, B took the turn
+    over and streamed part of the answer, then B's lease lapsed and A claimed it. A still held its own copy
+    and went on with it under the new token: the watchers got B's half answer, then A's whole one, nothing
+    voided. A copy is adopted only when no other replica has written since (the claim names who wrote last);
+    otherwise that replica is asked, and the stale copy here stops."""
+    sessions = ClaimedFromAnother()  # each claim names runtime-2:1 as the last to write
+    other = FakeRuntime(True)  # it still runs the turn: it goes on there
+    replica = runner(
+        sessions, {"runtime-2:1": other}, takeover_poll_s=3600, turn_lease_renew_s=3600, turn_lease_ttl_s=7200
+    )
+    replica.address = "runtime-1:1"
+    stale = replica._track("StartTurn", "t", "s1", "turn", 9)
+    work = asyncio.create_task(asyncio.Event().wait())
+    stale.task = work
+    try:
+        claimed = sessions_pb2.ClaimedTurn(
+            tenant_id="t", session_id="s1", turn_id="turn", lease_token=11, previous_holder="runtime-2:1"
+        )
+        await replica.take_over(claimed)
+        assert other.asked and other.asked[0].lease_token == 11, "the replica that wrote last was asked"
+        assert stale.lease_token == 9, "the stale copy did not take the new token"
+        async with asyncio.timeout(TIMEOUT_S):
+            while not work.done():  # noqa: ASYNC110 - cancelled by the takeover, on its own task
+                await asyncio.sleep(0)
+        assert work.cancelled(), "the stale copy stopped"
+        # Had this replica written last, its own claim would go on with its copy.
+        mine = sessions_pb2.ClaimedTurn(
+            tenant_id="t", session_id="s2", turn_id="turn", lease_token=12, previous_holder="runtime-1:1"
+        )
+        own = replica._track("StartTurn", "t", "s2", "turn", 10)
+        own.task = asyncio.create_task(asyncio.Event().wait())
+        await replica.take_over(mine)
+        assert own.lease_token == 12 and len(other.asked) == 1
+        own.task.cancel()
+        await replica._forget(own)
+    finally:
+        work.cancel()
+        await replica._forget(stale)
+        await replica.close()
+
+
+async def test_a_start_read_after_its_lease_lapsed_leaves_the_turns_takeover_alone() -> None:
+    """Seen at 1,000 turns at once: a replica too busy to read a StartTurn before its lease lapsed took the
+    turn over itself, then read the StartTurn and ran a second copy under the older token, which replaced
+    the takeover among its turns; the next claim handed the turn to that copy, and it streamed the answer
+    again from its start. The late start now finds the turn running under a newer lease and leaves it."""
+    replica = runner(FakeSessions(), takeover_poll_s=3600, turn_lease_renew_s=3600, turn_lease_ttl_s=7200)
+    taken_over = replica._track("takeover", "t", "s1", "turn", 11)
+    taken_over.task = asyncio.create_task(asyncio.Event().wait())
+    try:
+        late = runtime_pb2.RunTurnRequest(tenant_id="t", session_id="s1", turn_id="turn", lease_token=9)
+        assert await replica.start(late, None) is taken_over
+        assert replica._running[("s1", "turn")] is taken_over and taken_over.lease_token == 11
+    finally:
+        taken_over.task.cancel()
+        await replica._forget(taken_over)
+        await replica.close()

@@ -259,6 +259,33 @@ async def test_deltas_within_flush_s_wait_for_company(
     assert texts(sessions.stored[6]) == ["g", "abcdefg"] and sessions.stored[6].release_lease
 
 
+async def test_a_long_replys_window_widens_up_to_flush_max_s(
+    sessions: FakeSessions, make_log: MakeLog, loop_clock: LoopClock
+) -> None:
+    """Issue 32 item 5: a reply streaming for seconds costs a few appends a second, not one per flush_s."""
+    hour = 3600.0  # the unit of the test's clock, far above the real time the test takes
+    log = make_log(flush_s=hour, flush_max_s=4 * hour)
+    log.emit(delta("0"))  # the reply's first delta goes at once
+    await sessions.until_stored(1)
+    # After k appends of the reply, a delta waits flush_s * 2 ** (k // 4), at most flush_max_s.
+    for k in range(1, 12):
+        window = min(4, 2 ** (k // 4)) * hour
+        log.emit(delta(str(k)))
+        loop_clock.advance(window - hour / 2)
+        await idle()
+        assert len(sessions.calls) == k, f"after {k} appends the window is {window / hour:g} units: still held"
+        loop_clock.advance(hour / 2)
+        await sessions.until_stored(k + 1)
+    log.emit(status("calling a tool"))  # the reply ended: the next one starts at flush_s again
+    await sessions.until_stored(13)
+    log.emit(delta("a"))
+    await sessions.until_stored(14)
+    log.emit(delta("b"))
+    loop_clock.advance(hour)
+    await sessions.until_stored(15)
+    assert texts(sessions.stored[14]) == ["b"]
+
+
 # --------------------------------------------------------------------------- the journal
 
 
