@@ -13,7 +13,6 @@ that only names itself, dumped with every default.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -33,6 +32,7 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's packages are 
     sys.path.insert(0, str(ROOT))
 
 from services.lib import agents  # noqa: E402
+from tools import generated_doc  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "agents.md"
 # Shipped agents shown whole: one YAML file, one Markdown file.
@@ -189,19 +189,7 @@ def render() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="fail if docs/agents.md is stale")
-    opts = parser.parse_args()
-    text = render()
-    if opts.check:
-        if not OUTPUT.exists() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale; run `python tools/agentdoc.py`", file=sys.stderr)
-            return 1
-        print(f"{OUTPUT.relative_to(ROOT)} is up to date")
-        return 0
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT.relative_to(ROOT)} ({text.count(chr(10))} lines)")
-    return 0
+    return generated_doc.main(__doc__, OUTPUT, render, "tools/agentdoc.py")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ protos are the single source: edit a comment there, not in docs/api.md.
 
 from __future__ import annotations
 
-import argparse
 import importlib.resources
 import sys
 import tempfile
@@ -24,6 +23,11 @@ from google.protobuf import descriptor_pb2, text_format
 from grpc_tools import protoc  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the repository's packages are importable
+    sys.path.insert(0, str(ROOT))
+
+from tools import generated_doc  # noqa: E402
+
 PROTO_ROOT = ROOT / "protos"
 OUTPUT = ROOT / "docs" / "api.md"
 
@@ -256,20 +260,7 @@ def render(files: descriptor_pb2.FileDescriptorSet) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="fail if docs/api.md is stale")
-    opts = parser.parse_args()
-    text = render(compile_descriptors())
-    if opts.check:
-        if not OUTPUT.exists() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale; run `python tools/protodoc.py`", file=sys.stderr)
-            return 1
-        print(f"{OUTPUT.relative_to(ROOT)} is up to date")
-        return 0
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT.relative_to(ROOT)} ({text.count(chr(10))} lines)")
-    return 0
+    return generated_doc.main(__doc__, OUTPUT, lambda: render(compile_descriptors()), "tools/protodoc.py")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ description is an error, so a new setting cannot reach the page undocumented.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's packages are 
 
 from services.kit.config import Settings, declared_fields  # noqa: E402
 from services.suite.settings import SERVICE_SETTINGS, SuiteSettings  # noqa: E402
+from tools import generated_doc  # noqa: E402
 from tools.agentdoc import constraints, type_name  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "settings.md"
@@ -98,19 +98,7 @@ def render() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="fail if docs/settings.md is stale")
-    opts = parser.parse_args()
-    text = render()
-    if opts.check:
-        if not OUTPUT.exists() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale; run `python tools/settingsdoc.py`", file=sys.stderr)
-            return 1
-        print(f"{OUTPUT.relative_to(ROOT)} is up to date")
-        return 0
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT.relative_to(ROOT)} ({text.count(chr(10))} lines)")
-    return 0
+    return generated_doc.main(__doc__, OUTPUT, render, "tools/settingsdoc.py")
 
 
 if __name__ == "__main__":
