@@ -176,14 +176,13 @@ class Turns:
                 acquire, timeout=None if strategy == sessions_pb2.MULTITASK_STRATEGY_REJECT else wait_s
             )
         request.lease_token = lease.lease_token
-        leased_at = asyncio.get_running_loop().time()
         if lease.pending_interrupt_ids and not lease.last_seq:
             # Nothing was logged: a paused turn waits. Unless it was answered meanwhile, refuse.
             await self._refuse_if_paused(tenant_id, session_id, lease.lease_token)
             await self._append("accepted", request, acquire.events, acquire.entries)
         start = lease.start if lease.HasField("start") else None
         queue = strategy == sessions_pb2.MULTITASK_STRATEGY_ENQUEUE
-        handing = self._spawn(self._hand_to_runtime(request, timeout_s, start, queue, leased_at))
+        handing = self._spawn(self._hand_to_runtime(request, timeout_s, start, queue))
         if not queue:
             await self._unless_refused(handing)
         return turn_id, int(lease.start_seq)
@@ -255,13 +254,8 @@ class Turns:
         timeout_s: float,
         start: sessions_pb2.TurnStart | None = None,
         queue: bool = False,
-        leased_at: float | None = None,
     ) -> None:
         """StartTurn on any runtime replica, with the session as the grant read it; a refusal ends the turn.
-
-        StartTurn's deadline is the lease's end (`leased_at`, this loop's clock, plus its TTL): a replica too
-        busy to read the call before its lease lapsed must not start the turn, which a claim of that lapsed
-        lease takes over meanwhile (it runs once, not twice). Such a call ends DEADLINE_EXCEEDED, undecided.
 
         A replica too busy to keep its leases in time refuses new turns (RESOURCE_EXHAUSTED with RetryInfo):
         the others are tried, each once. When every one refuses, the turn ends as retryable and its caller
@@ -270,13 +264,11 @@ class Turns:
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        lease_ends = (loop.time() if leased_at is None else leased_at) + self.lease_ttl_s
         said_waiting = False
         while True:
             try:
                 reply, refusals = await self._start_anywhere(
-                    runtime_pb2.StartTurnRequest(turn=request, start=start),
-                    max(min(deadline, lease_ends) - loop.time(), 0.0),
+                    runtime_pb2.StartTurnRequest(turn=request, start=start), max(deadline - loop.time(), 0.0)
                 )
             except DependencyError as exc:
                 await self._not_started(request, exc)
@@ -305,7 +297,6 @@ class Turns:
                     )
             if not await self._hold_lease(request, retry_s * (0.5 + random.random() / 2)):
                 return
-            lease_ends = loop.time() - self.settings.turn_lease_renew_s + self.lease_ttl_s  # its last renewal's
 
     async def _start_anywhere(
         self, turn: runtime_pb2.StartTurnRequest, timeout_s: float

@@ -119,10 +119,6 @@ class Unimplemented(CogmeshError):
     code = grpc.StatusCode.UNIMPLEMENTED
 
 
-class DeadlineExceeded(CogmeshError):
-    code = grpc.StatusCode.DEADLINE_EXCEEDED
-
-
 class Unavailable(CogmeshError):
     code = grpc.StatusCode.UNAVAILABLE
     reason = errors_pb2.ERROR_REASON_DEPENDENCY_UNAVAILABLE

@@ -762,7 +762,9 @@ class TurnRunner:
                     continue  # re-claimed under a new token while this renewal was out: it holds the lease
                 if not outcome.held:
                     self._spawn_check(running, token)
-                elif outcome.interrupt_requested_by and not running.interrupted:
+                    continue
+                running.log.named = True  # a renewal names its replica as the holder
+                if outcome.interrupt_requested_by and not running.interrupted:
                     log.info("turn asked to stop", by=outcome.interrupt_requested_by)
                     running.interrupted = True
                     running.cancel()

@@ -11,7 +11,7 @@ from typing import Any
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
 from services.kit.clients import Clients
-from services.kit.errors import DeadlineExceeded, InvalidArgument, Violations
+from services.kit.errors import InvalidArgument, Violations
 from services.kit.limits import MAX_ARGUMENT_DEPTH, json_depth
 from services.kit.protos import struct_to_dict
 from services.lib import turn_options
@@ -117,10 +117,6 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
         self.runner = TurnRunner(clients, settings, self.builder, self.store, self.memory)
 
     async def StartTurn(self, request: runtime_pb2.StartTurnRequest, context: Any) -> runtime_pb2.StartTurnResponse:
-        remaining = context.time_remaining() if context is not None else None
-        if remaining is not None and remaining <= 0:
-            # Read after the gateway's deadline, the lease's end: the turn is (being) taken over from it.
-            raise DeadlineExceeded("StartTurn was read after the turn's lease lapsed: it is not started here")
         with prefixed("turn."):
             output = validate_run_turn(request.turn)
         # RESOURCE_EXHAUSTED while this worker cannot renew its leases in time: the gateway tries another.

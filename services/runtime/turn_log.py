@@ -117,6 +117,9 @@ class TurnLog:
         self.adopt_grace_s = adopt_grace_s
         self.holder = holder  # this replica's address: the next append records it as the lease's holder
         self._announce = bool(holder)
+        # The lease names this replica as the holder (an append that said so, or a renewal, went through):
+        # only then can a claimer of its lapsed lease know to ask it for the turn back.
+        self.named = False
         self._adopted = asyncio.Event()
         self.last_seq = 0
         self.message_count = 0
@@ -215,6 +218,7 @@ class TurnLog:
     def adopt(self, lease_token: int) -> None:
         """Go on under a new token: this replica claimed its own lapsed lease, or another handed it back."""
         self.lease_token = lease_token
+        self.named = True  # it was asked for the turn back, or claimed it itself
         # Say who runs it (a sessions service of the previous version made the claimer the holder).
         self._announce = bool(self.holder)
         adopted, self._adopted = self._adopted, asyncio.Event()
@@ -226,6 +230,8 @@ class TurnLog:
         A lease that lapsed while this replica could not renew it (a store outage, load) is claimed by
         another replica, which first asks this one whether it still runs the turn (AdoptTurn): a write
         refused meanwhile waits for that answer rather than give the turn up."""
+        if not self.named and self.lease_token == token:
+            return False  # no claimer knows to ask this replica (e.g. it read its StartTurn too late)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.adopt_grace_s
         while self.lease_token == token:
@@ -389,6 +395,7 @@ class TurnLog:
                     log.info("event log back; the turn goes on", failed_appends=failures)
                 self.last_seq = reply.last_seq
                 self.message_count = reply.message_count
+                self.named = self.named or bool(request.holder)
                 return
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()

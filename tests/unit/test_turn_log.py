@@ -465,6 +465,7 @@ async def test_a_lease_handed_back_by_its_claimer_keeps_the_turn_going(
     (AdoptTurn), which still runs the turn: a write refused meanwhile waits for the new token."""
     lost: list[TurnLost] = []
     log = make_log(on_lost=lost.append, adopt_grace_s=3600)
+    log.named = True  # the lease names this replica (a renewal or an earlier append did): a claimer asks it
     sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
     recording = asyncio.create_task(log.record(K.TOOL, state(1, ["q"], [])))
     await sessions.until(lambda: len(sessions.calls) == 1)
@@ -476,10 +477,41 @@ async def test_a_lease_handed_back_by_its_claimer_keeps_the_turn_going(
     assert log.failure is None and not lost and kinds(sessions.stored) == ["tool"]
 
 
+async def test_a_copy_the_lease_never_named_gives_the_turn_up_at_once(
+    sessions: FakeSessions, make_log: MakeLog
+) -> None:
+    """Issue 32 item 6: a runtime that read its StartTurn after the lease lapsed, which another replica
+    claimed meanwhile without asking it (nothing had named it the holder), would wait for a hand-back
+    nobody sends while its model call streams for nothing. It stops at its first refused write."""
+    log = make_log(adopt_grace_s=3600, holder="10.0.0.1:50052")
+    sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
+    with pytest.raises(TurnLost) as failed:
+        await asyncio.wait_for(log.record(K.TOOL, state(1, ["q"], [])), 30)
+    assert "taken over" in str(failed.value) and len(sessions.calls) == 1
+    assert sessions.calls[0][0].holder == "10.0.0.1:50052" and not log.named, "its first write was refused"
+
+
+async def test_a_write_that_names_the_replica_makes_it_wait_for_a_hand_back(
+    sessions: FakeSessions, make_log: MakeLog
+) -> None:
+    log = make_log(adopt_grace_s=3600, holder="10.0.0.1:50052")
+    await log.record(K.TOOL, state(1, ["q"], []))  # stored, saying who runs the turn
+    assert log.named
+    sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
+    recording = asyncio.create_task(log.record(K.TOOL, state(2, ["q", "r"], [])))
+    await sessions.until(lambda: len(sessions.calls) == 2)
+    await idle()
+    assert not recording.done(), "a claimer will ask this replica: the refused write waits"
+    log.adopt(TOKEN + 1)
+    await asyncio.wait_for(recording, 30)
+    assert log.failure is None
+
+
 async def test_a_lease_nobody_hands_back_within_the_grace_loses_the_turn(
     sessions: FakeSessions, make_log: MakeLog
 ) -> None:
     log = make_log(adopt_grace_s=0.01)
+    log.named = True
     sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
     with pytest.raises(TurnLost) as failed:
         await log.record(K.TOOL, state(1, ["q"], []))
