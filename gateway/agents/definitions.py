@@ -21,9 +21,9 @@ from services.kit.yaml_config import describe_error, field_path
 from services.lib.agents import AgentDefinition, agent_from_json, agent_to_json
 from services.lib.models.catalog import UnknownModelError
 from services.lib.models.watch import CatalogWatcher
-from services.lib.stored_agents import check_name, split_ref
+from services.lib.stored_agents import split_ref
 
-__all__ = ["OnOffer", "check_name", "check_references", "check_tools", "parse", "split_ref", "to_struct"]
+__all__ = ["OnOffer", "check_references", "check_tools", "parse", "split_ref", "to_struct"]
 
 
 def parse(name: str, definition: struct_pb2.Struct) -> AgentDefinition:

@@ -2,7 +2,8 @@
 
 The built-in agents (the agents folder, from the catalogue snapshot) answer reads as version 0,
 `native`, and refuse changes; a tenant's agent may not take a built-in's name. Every change needs
-the key's "agents:write" permission and is logged as an audit event with its principal.
+the key's "agents:write" permission and is logged as an audit event with its principal. The requests'
+field rules (agents.proto: names, aliases, versions, page sizes) are checked before the servicer runs.
 """
 
 from __future__ import annotations
@@ -90,8 +91,7 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         return self.stored.builtin(name)
 
     def _changeable(self, name: str) -> None:
-        """A valid name that is not a built-in's (built-ins are read-only here)."""
-        definitions.check_name(name)
+        """A name that is not a built-in's (built-ins are read-only here)."""
         if self._builtin(name) is not None:
             raise _builtin_read_only(name)
 
@@ -130,7 +130,6 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
 
     async def CreateAgent(self, request: api.CreateAgentRequest, context: Any) -> api.CreateAgentResponse:
         principal = self._writer()
-        definitions.check_name(request.name)
         if self._builtin(request.name) is not None:
             raise AlreadyExists(f"agent {request.name!r} is a built-in agent's name", metadata={"agent": request.name})
         text = await self._checked(principal.tenant_id, request.name, request.definition)
@@ -187,7 +186,6 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
     async def ListAgentVersions(
         self, request: api.ListAgentVersionsRequest, context: Any
     ) -> api.ListAgentVersionsResponse:
-        definitions.check_name(request.name)
         builtin = self._builtin(request.name)
         if builtin is not None:
             return api.ListAgentVersionsResponse(versions=[_native(builtin)])

@@ -17,8 +17,7 @@ from croniter import croniter  # type: ignore[import-untyped]
 from cogmesh.gateway.v1 import schedules_pb2 as api
 from services.kit.errors import Violations
 
-MIN_INTERVAL_S = 10  # ticks closer than this would be a busy loop, not a schedule
-MAX_INTERVAL_S = 366 * 86_400
+MIN_INTERVAL_S = 10  # ticks closer than this would be a busy loop, not a schedule (an interval's rule says it too)
 GAPS_CHECKED = 20  # a cron expression's first gaps are checked against MIN_INTERVAL_S
 
 
@@ -90,19 +89,12 @@ def of(spec: api.ScheduleSpec, anchor: float) -> Timing:
 
 
 def check(spec: api.ScheduleSpec, now: float, problems: Violations, prefix: str = "spec.") -> None:
-    """Field violations of a spec's timing, each naming its field."""
+    """Field violations of a spec's timing beyond its rules (schedules.proto: one of them is set, an interval
+    is 10 s to 366 days), each naming its field."""
     kind = spec.WhichOneof("timing")
-    if kind is None:
-        problems.check(False, f"{prefix}timing", "set one of cron, interval_seconds or at")
-    elif kind == "cron":
+    if kind == "cron":
         _check_cron(spec.cron, now, problems, f"{prefix}cron.")
-    elif kind == "interval_seconds":
-        problems.check(
-            MIN_INTERVAL_S <= spec.interval_seconds <= MAX_INTERVAL_S,
-            f"{prefix}interval_seconds",
-            f"must be between {MIN_INTERVAL_S} and {MAX_INTERVAL_S} seconds",
-        )
-    else:
+    elif kind == "at":
         problems.check(spec.at.ToNanoseconds() / 1e9 > now, f"{prefix}at", "must be in the future")
 
 

@@ -23,15 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from cogmesh.sessions.v1 import sessions_pb2
-from services.kit.errors import CogmeshError, ResourceExhausted, Unavailable, Violations
+from services.kit.errors import CogmeshError, ResourceExhausted, Unavailable
 from services.kit.logging import log
-from services.kit.protos import MAX_ID
+from services.kit.validation import check as check_rules
 from services.lib.event_log import Batch
 from services.sessions.model import SessionError
 from services.sessions.store import SessionStore
 
-DEFAULT_HEARTBEAT_MS = 15_000
-MAX_HEARTBEAT_MS = 600_000
+DEFAULT_HEARTBEAT_MS = 15_000  # heartbeat_ms is 0..600000 by the request's rules
 # Encoded responses waiting for the stream; past it every session's reader waits its turn.
 MAX_QUEUED = 64
 # The stream sends its own heartbeats; a session's read needs none.
@@ -65,14 +64,6 @@ class _Watched:
         return sessions_pb2.WatchEventsResponse(
             tenant_id=self.tenant_id, session_id=self.session_id, error=error.to_status().SerializeToString()
         ).SerializeToString()
-
-
-def _check_ids(tenant_id: str, session_id: str) -> None:
-    problems = Violations()
-    for name, value in (("tenant_id", tenant_id), ("session_id", session_id)):
-        problems.require(value, f"add.{name}")
-        problems.check(len(value) <= MAX_ID, f"add.{name}", f"must be at most {MAX_ID} characters")
-    problems.raise_if_any()
 
 
 class _Watch:
@@ -133,7 +124,8 @@ class _Watch:
         """Queue the session's batches after its cursor until its read fails; returns why it failed."""
         cursor = watched.after_seq
         try:
-            _check_ids(watched.tenant_id, watched.session_id)
+            # WatchedSession's rules (the kit's interceptor leaves an add alone): a bad one ends its own watch only.
+            check_rules(sessions_pb2.WatchedSession(tenant_id=watched.tenant_id, session_id=watched.session_id), "add.")
             while True:
                 try:
                     reading = self.store.read_events(watched.tenant_id, watched.session_id, cursor, True, READ_IDLE_S)
@@ -175,10 +167,6 @@ class _Watch:
 
 
 def _heartbeat_s(first: sessions_pb2.WatchEventsRequest) -> float:
-    problems = Violations()
-    ok = 0 <= first.heartbeat_ms <= MAX_HEARTBEAT_MS
-    problems.check(ok, "heartbeat_ms", f"must be between 0 and {MAX_HEARTBEAT_MS}")
-    problems.raise_if_any()
     return (first.heartbeat_ms or DEFAULT_HEARTBEAT_MS) / 1000
 
 

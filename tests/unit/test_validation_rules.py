@@ -53,7 +53,9 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
 
 
 def request_types() -> list[Descriptor]:
-    """The request type of every RPC in the tree's protos that has rules (its own or in what it holds)."""
+    """The request type of every RPC in the tree's protos that has rules (its own or in what it holds), and
+    the types with rules that a request holds under `ignore = IGNORE_ALWAYS` (a servicer checks them itself:
+    Converse's frames, AppendEventsStream's appends, WatchEvents' adds, the webhook store's subscription)."""
     for path in sorted((ROOT / "clients" / "python" / "cogmesh").glob("*/v1/*_pb2.py")):
         importlib.import_module(".".join(path.relative_to(ROOT / "clients" / "python").with_suffix("").parts))
     pool = descriptor_pool.Default()
@@ -64,6 +66,11 @@ def request_types() -> list[Descriptor]:
             for method in service.methods:
                 if validation.plan_of(method.input_type) is not None:
                     found[method.input_type.full_name] = method.input_type
+                for field in method.input_type.fields:
+                    rules, held = _rules(field), field.message_type
+                    ignored = rules is not None and rules.ignore == validate_pb2.IGNORE_ALWAYS
+                    if ignored and held is not None and validation.plan_of(held) is not None:
+                        found[held.full_name] = held
     return [found[name] for name in sorted(found)]
 
 

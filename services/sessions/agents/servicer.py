@@ -1,8 +1,11 @@
-"""cogmesh.sessions.v1.AgentStoreService: the agent store over gRPC, for the gateways."""
+"""cogmesh.sessions.v1.AgentStoreService: the agent store over gRPC, for the gateways.
+
+The requests' field rules (agents.proto: tenant ids, agent names and aliases, the definition's size,
+versions, page sizes) are checked before the servicer runs; what is left here is across fields.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from cogmesh.sessions.v1 import agents_pb2 as pb
@@ -10,15 +13,10 @@ from cogmesh.sessions.v1 import agents_pb2_grpc
 from services.kit.config import Settings
 from services.kit.errors import Violations
 from services.kit.logging import log
-from services.kit.protos import MAX_ID
 from services.kit.redis_pool import Client
 from services.kit.redis_url import redact
-from services.lib.agents import AGENT_NAME_PATTERN
 from services.sessions.agents.redis_store import RedisAgentStore
-from services.sessions.agents.store import AgentStore, MemoryAgentStore, check_alias, next_token, page_bounds
-
-_NAME = re.compile(AGENT_NAME_PATTERN)
-MAX_DEFINITION_BYTES = 256 * 1024  # an agent's definition, system prompt included
+from services.sessions.agents.store import AgentStore, MemoryAgentStore, next_token, page_bounds
 
 
 def open_store(settings: Settings, client: Client | None = None) -> AgentStore:
@@ -33,32 +31,11 @@ def open_store(settings: Settings, client: Client | None = None) -> AgentStore:
     return RedisAgentStore.from_url(settings.redis_url, settings.redis_key_prefix, settings.redis_timeout_s)
 
 
-def _agent(tenant_id: str, name: str, problems: Violations) -> None:
-    problems.require(tenant_id, "tenant_id")
-    problems.check(len(tenant_id) <= MAX_ID, "tenant_id", f"must be at most {MAX_ID} characters")
-    problems.require(name, "name")
-    problems.check(
-        not name or bool(_NAME.match(name)),
-        "name",
-        "must be lower case letters, digits, '_' or '-', starting with a letter, at most 63 characters",
-    )
-
-
 class AgentStoreServicer(agents_pb2_grpc.AgentStoreServiceServicer):
     def __init__(self, store: AgentStore):
         self.store = store
 
     async def PutAgentVersion(self, request: pb.PutAgentVersionRequest, context: Any) -> pb.PutAgentVersionResponse:
-        problems = Violations()
-        _agent(request.tenant_id, request.name, problems)
-        problems.require(request.definition_json, "definition_json")
-        problems.check(
-            len(request.definition_json.encode()) <= MAX_DEFINITION_BYTES,
-            "definition_json",
-            f"must be at most {MAX_DEFINITION_BYTES} bytes",
-        )
-        problems.check(request.expected_version >= 0, "expected_version", "must not be negative")
-        problems.raise_if_any()
         record = pb.StoredAgentVersion(
             tenant_id=request.tenant_id,
             name=request.name,
@@ -71,21 +48,14 @@ class AgentStoreServicer(agents_pb2_grpc.AgentStoreServiceServicer):
 
     async def GetAgentVersion(self, request: pb.GetAgentVersionRequest, context: Any) -> pb.GetAgentVersionResponse:
         problems = Violations()
-        _agent(request.tenant_id, request.name, problems)
-        problems.check(request.version >= 0, "version", "must not be negative")
         problems.check(not (request.version and request.alias), "alias", "give a version or an alias, not both")
         problems.raise_if_any()
-        if request.alias:
-            check_alias(request.alias)
         found = await self.store.get(request.tenant_id, request.name, request.version, request.alias)
         return pb.GetAgentVersionResponse(agent=found)
 
     async def ListAgentVersions(
         self, request: pb.ListAgentVersionsRequest, context: Any
     ) -> pb.ListAgentVersionsResponse:
-        problems = Violations()
-        _agent(request.tenant_id, request.name, problems)
-        problems.raise_if_any()
         offset, size = page_bounds(request.page_size, request.page_token)
         versions, total, aliases = await self.store.list_versions(request.tenant_id, request.name, offset, size)
         return pb.ListAgentVersionsResponse(
@@ -93,32 +63,17 @@ class AgentStoreServicer(agents_pb2_grpc.AgentStoreServiceServicer):
         )
 
     async def ListAgents(self, request: pb.ListAgentsRequest, context: Any) -> pb.ListAgentsResponse:
-        problems = Violations()
-        problems.require(request.tenant_id, "tenant_id")
-        problems.raise_if_any()
         offset, size = page_bounds(request.page_size, request.page_token)
         agents, total = await self.store.list_agents(request.tenant_id, offset, size)
         return pb.ListAgentsResponse(agents=agents, next_page_token=next_token(offset, size, total))
 
     async def DeleteAgent(self, request: pb.DeleteAgentRequest, context: Any) -> pb.DeleteAgentResponse:
-        problems = Violations()
-        _agent(request.tenant_id, request.name, problems)
-        problems.raise_if_any()
         return pb.DeleteAgentResponse(deleted_versions=await self.store.delete(request.tenant_id, request.name))
 
     async def SetAgentAlias(self, request: pb.SetAgentAliasRequest, context: Any) -> pb.SetAgentAliasResponse:
-        problems = Violations()
-        _agent(request.tenant_id, request.name, problems)
-        problems.check(request.version > 0, "version", "must be a version of the agent (1 or more)")
-        problems.raise_if_any()
-        check_alias(request.alias)
         agent, previous = await self.store.set_alias(request.tenant_id, request.name, request.alias, request.version)
         return pb.SetAgentAliasResponse(agent=agent, previous_version=previous)
 
     async def DeleteAgentAlias(self, request: pb.DeleteAgentAliasRequest, context: Any) -> pb.DeleteAgentAliasResponse:
-        problems = Violations()
-        _agent(request.tenant_id, request.name, problems)
-        problems.raise_if_any()
-        check_alias(request.alias)
         previous = await self.store.delete_alias(request.tenant_id, request.name, request.alias)
         return pb.DeleteAgentAliasResponse(previous_version=previous)

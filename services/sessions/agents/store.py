@@ -8,7 +8,6 @@ The store checks no definition: the gateway validates one before it is stored.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,13 +15,8 @@ import grpc
 
 from cogmesh.sessions.v1 import agents_pb2 as pb
 from services.kit.errors import CogmeshError, InvalidArgument, NotFound
-from services.lib.agents import AGENT_NAME_PATTERN
 
 DEFAULT_PAGE = 50
-MAX_PAGE = 200
-ALIAS_PATTERN = AGENT_NAME_PATTERN
-RESERVED_ALIASES = frozenset({"latest"})  # "name@latest" means the newest version, never an alias
-_ALIAS = re.compile(ALIAS_PATTERN)
 
 
 class Conflict(CogmeshError):
@@ -47,19 +41,9 @@ def alias_not_found(name: str, alias: str) -> NotFound:
     return NotFound(f"agent {name!r} has no alias {alias!r}", metadata={"agent": name, "alias": alias})
 
 
-def check_alias(alias: str, where: str = "alias") -> None:
-    if not _ALIAS.match(alias):
-        raise InvalidArgument(
-            [(where, "must be lower case letters, digits, '_' or '-', starting with a letter, at most 63 characters")]
-        )
-    if alias in RESERVED_ALIASES:
-        raise InvalidArgument([(where, f"{alias!r} is reserved (it names the newest version)")])
-
-
 def page_bounds(page_size: int, page_token: str) -> tuple[int, int]:
-    """(offset, size) of a page; a token is the offset where the page starts."""
-    if not 0 <= page_size <= MAX_PAGE:
-        raise InvalidArgument([("page_size", f"must be between 0 and {MAX_PAGE}")])
+    """(offset, size) of a page; a token is the offset where the page starts (the size is 0..200, by the
+    request's rules)."""
     try:
         offset = int(page_token or 0)
     except ValueError:

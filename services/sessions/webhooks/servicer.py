@@ -4,7 +4,9 @@ Creating a webhook checks the URL (form, then the SSRF rule on the addresses its
 resolves to) and that its session is the tenant's, seals its secret, and, for a webhook
 narrowed to one turn, enqueues the turn's outcomes already in the log (a per-turn webhook
 is usually made right after the turn started, and may lose the race with its end).
-Field names in errors are those of the public CreateWebhookRequest.
+Field names in errors are those of the public CreateWebhookRequest: its field rules (webhooks.proto) are
+checked here, not by the kit's interceptor, which would name them under `webhook.`. The other requests'
+rules (ids, page sizes, known states and formats) are checked before the servicer runs.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from google.protobuf import timestamp_pb2
 from cogmesh.common.v1 import errors_pb2
 from cogmesh.gateway.v1 import webhooks_pb2 as public
 from cogmesh.sessions.v1 import webhooks_pb2, webhooks_pb2_grpc
+from services.kit import validation
 from services.kit.errors import InvalidArgument, NotFound, Violations
-from services.kit.protos import MAX_ID
 from services.sessions.model import SessionError, SessionNotFound
 from services.sessions.store import SessionStore
 from services.sessions.webhooks import targets
@@ -32,9 +34,7 @@ from services.sessions.webhooks.model import A2APush, Delivery, Format, Kind, Qu
 from services.sessions.webhooks.secrets import Sealer
 from services.sessions.webhooks.store import WebhookStore
 
-MAX_PAGE = 500
 DEFAULT_PAGE = 50
-SECRET_LENGTH = (16, 256)
 
 KINDS = {
     public.WEBHOOK_EVENT_KIND_FINAL: Kind.FINAL,
@@ -101,15 +101,6 @@ def delivery_to_proto(d: Delivery) -> public.WebhookDelivery:
     )
 
 
-def _page_size(value: int, problems: Violations) -> int:
-    problems.check(0 <= value <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
-    return value or DEFAULT_PAGE
-
-
-def _check_id(value: str, name: str, problems: Violations) -> None:
-    problems.check(len(value) <= MAX_ID, name, f"must be at most {MAX_ID} characters")
-
-
 def _session_not_found(session_id: str) -> NotFound:
     return NotFound(
         f"session {session_id!r} not found",
@@ -134,21 +125,13 @@ class WebhookStoreServicer(webhooks_pb2_grpc.WebhookStoreServiceServicer):
     async def CreateWebhook(self, request: webhooks_pb2.CreateWebhookRequest, context: Any) -> Any:
         r = request.webhook
         problems = Violations()
-        problems.require(request.tenant_id, "tenant_id")
-        _, why = targets.parse(r.url)
+        for broken in validation.violations(r):  # the public request's rules, under its own names
+            problems.check(False, broken.field, broken.description)
+        problems.raise_if_any()
+        _, why = targets.parse(r.url)  # its form (the rules said its length)
         problems.check(not why, "url", why)
-        kinds = set()
-        for index, value in enumerate(r.event_kinds):
-            if value not in KINDS:
-                problems.check(False, f"event_kinds[{index}]", f"{value} is not a webhook event kind")
-            else:
-                kinds.add(KINDS[value])
-        _check_id(r.session_id, "session_id", problems)
-        _check_id(r.turn_id, "turn_id", problems)
+        kinds = {KINDS[value] for value in r.event_kinds}  # known kinds, by the rules
         problems.check(not r.turn_id or bool(r.session_id), "turn_id", "needs session_id (a turn is in a session)")
-        if r.secret:
-            low, high = SECRET_LENGTH
-            problems.check(low <= len(r.secret) <= high, "secret", f"must be {low} to {high} characters")
         fmt = FORMATS.get(request.format, Format.COGMESH)
         problems.check(fmt is not Format.A2A or bool(request.a2a.task_id), "a2a.task_id", "is required for A2A")
         problems.raise_if_any()
@@ -225,13 +208,10 @@ class WebhookStoreServicer(webhooks_pb2_grpc.WebhookStoreServiceServicer):
         return webhooks_pb2.GetWebhookResponse(webhook=webhook_to_proto(hook))
 
     async def ListWebhooks(self, request: webhooks_pb2.ListWebhooksRequest, context: Any) -> Any:
-        problems = Violations()
-        size = _page_size(request.page_size, problems)
-        problems.raise_if_any()
         page = await self.hooks.list_hooks(
             request.tenant_id,
             request.page_token,
-            size,
+            request.page_size or DEFAULT_PAGE,
             request.session_id,
             request.turn_id,
             FORMATS.get(request.format),
@@ -246,17 +226,14 @@ class WebhookStoreServicer(webhooks_pb2_grpc.WebhookStoreServiceServicer):
         )
 
     async def ListWebhookDeliveries(self, request: webhooks_pb2.ListWebhookDeliveriesRequest, context: Any) -> Any:
-        q = request.query
-        problems = Violations()
-        size = _page_size(q.page_size, problems)
-        problems.check(
-            q.state in STATES or q.state == public.WEBHOOK_DELIVERY_STATE_UNSPECIFIED,
-            "state",
-            "is not a delivery state",
-        )
-        problems.raise_if_any()
+        q = request.query  # its page size and state are known ones, by the rules
         page = await self.hooks.deliveries(
-            request.tenant_id, q.webhook_id, q.session_id, STATES.get(q.state), q.page_token, size
+            request.tenant_id,
+            q.webhook_id,
+            q.session_id,
+            STATES.get(q.state),
+            q.page_token,
+            q.page_size or DEFAULT_PAGE,
         )
         return webhooks_pb2.ListWebhookDeliveriesResponse(
             page=public.ListWebhookDeliveriesResponse(

@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!cogmesh/gateway/v1/webhooks.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x01\n\x07Webhook\x12\x12\n\nwebhook_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x39\n\x0b\x65vent_kinds\x18\x03 \x03(\x0e\x32$.cogmesh.gateway.v1.WebhookEventKind\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x0f\n\x07turn_id\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bsecret_hint\x18\x07 \x01(\t\"\x93\x01\n\x14\x43reateWebhookRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x39\n\x0b\x65vent_kinds\x18\x02 \x03(\x0e\x32$.cogmesh.gateway.v1.WebhookEventKind\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07turn_id\x18\x04 \x01(\t\x12\x0e\n\x06secret\x18\x05 \x01(\t\"U\n\x15\x43reateWebhookResponse\x12,\n\x07webhook\x18\x01 \x01(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\"\'\n\x11GetWebhookRequest\x12\x12\n\nwebhook_id\x18\x01 \x01(\t\"B\n\x12GetWebhookResponse\x12,\n\x07webhook\x18\x01 \x01(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\"P\n\x13ListWebhooksRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"^\n\x14ListWebhooksResponse\x12-\n\x08webhooks\x18\x01 \x03(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"*\n\x14\x44\x65leteWebhookRequest\x12\x12\n\nwebhook_id\x18\x01 \x01(\t\"(\n\x15\x44\x65leteWebhookResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\xf2\x03\n\x0fWebhookDelivery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07turn_id\x18\x04 \x01(\t\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\x38\n\nevent_kind\x18\x06 \x01(\x0e\x32$.cogmesh.gateway.v1.WebhookEventKind\x12\x37\n\x05state\x18\x07 \x01(\x0e\x32(.cogmesh.gateway.v1.WebhookDeliveryState\x12\x10\n\x08\x61ttempts\x18\x08 \x01(\x05\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11last_attempt_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11next_attempt_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10last_status_code\x18\x0c \x01(\x05\x12\x12\n\nlast_error\x18\r \x01(\t\x12\x32\n\x0e\x64\x65livered_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa6\x01\n\x1cListWebhookDeliveriesRequest\x12\x12\n\nwebhook_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x37\n\x05state\x18\x03 \x01(\x0e\x32(.cogmesh.gateway.v1.WebhookDeliveryState\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"q\n\x1dListWebhookDeliveriesResponse\x12\x37\n\ndeliveries\x18\x01 \x03(\x0b\x32#.cogmesh.gateway.v1.WebhookDelivery\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"6\n\x1fRedeliverWebhookDeliveryRequest\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\"Y\n RedeliverWebhookDeliveryResponse\x12\x35\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32#.cogmesh.gateway.v1.WebhookDelivery*\xb3\x01\n\x10WebhookEventKind\x12\"\n\x1eWEBHOOK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18WEBHOOK_EVENT_KIND_FINAL\x10\x01\x12\x1c\n\x18WEBHOOK_EVENT_KIND_ERROR\x10\x02\x12 \n\x1cWEBHOOK_EVENT_KIND_CANCELLED\x10\x03\x12\x1d\n\x19WEBHOOK_EVENT_KIND_PAUSED\x10\x04*\xa9\x01\n\x14WebhookDeliveryState\x12&\n\"WEBHOOK_DELIVERY_STATE_UNSPECIFIED\x10\x00\x12\"\n\x1eWEBHOOK_DELIVERY_STATE_PENDING\x10\x01\x12$\n WEBHOOK_DELIVERY_STATE_DELIVERED\x10\x02\x12\x1f\n\x1bWEBHOOK_DELIVERY_STATE_DEAD\x10\x03\x32\xa2\x05\n\x0eWebhookService\x12\x64\n\rCreateWebhook\x12(.cogmesh.gateway.v1.CreateWebhookRequest\x1a).cogmesh.gateway.v1.CreateWebhookResponse\x12[\n\nGetWebhook\x12%.cogmesh.gateway.v1.GetWebhookRequest\x1a&.cogmesh.gateway.v1.GetWebhookResponse\x12\x61\n\x0cListWebhooks\x12\'.cogmesh.gateway.v1.ListWebhooksRequest\x1a(.cogmesh.gateway.v1.ListWebhooksResponse\x12\x64\n\rDeleteWebhook\x12(.cogmesh.gateway.v1.DeleteWebhookRequest\x1a).cogmesh.gateway.v1.DeleteWebhookResponse\x12|\n\x15ListWebhookDeliveries\x12\x30.cogmesh.gateway.v1.ListWebhookDeliveriesRequest\x1a\x31.cogmesh.gateway.v1.ListWebhookDeliveriesResponse\x12\x85\x01\n\x18RedeliverWebhookDelivery\x12\x33.cogmesh.gateway.v1.RedeliverWebhookDeliveryRequest\x1a\x34.cogmesh.gateway.v1.RedeliverWebhookDeliveryResponseB1Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!cogmesh/gateway/v1/webhooks.proto\x12\x12\x63ogmesh.gateway.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x01\n\x07Webhook\x12\x12\n\nwebhook_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x39\n\x0b\x65vent_kinds\x18\x03 \x03(\x0e\x32$.cogmesh.gateway.v1.WebhookEventKind\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x0f\n\x07turn_id\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bsecret_hint\x18\x07 \x01(\t\"\xd7\x01\n\x14\x43reateWebhookRequest\x12\x17\n\x03url\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x10\x12N\n\x0b\x65vent_kinds\x18\x02 \x03(\x0e\x32$.cogmesh.gateway.v1.WebhookEventKindB\x13\xbaH\x10\x92\x01\r\"\x0b\x82\x01\x08\x18\x01\x18\x02\x18\x03\x18\x04\x12\x1c\n\nsession_id\x18\x03 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12\x19\n\x07turn_id\x18\x04 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12\x1d\n\x06secret\x18\x05 \x01(\tB\r\xbaH\nr\x05\x10\x10\x18\x80\x02\xd8\x01\x01\"U\n\x15\x43reateWebhookResponse\x12,\n\x07webhook\x18\x01 \x01(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\"3\n\x11GetWebhookRequest\x12\x1e\n\nwebhook_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\"B\n\x12GetWebhookResponse\x12,\n\x07webhook\x18\x01 \x01(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\"f\n\x13ListWebhooksRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12\x1d\n\tpage_size\x18\x02 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xf4\x03(\x00\x12\x12\n\npage_token\x18\x03 \x01(\t\"^\n\x14ListWebhooksResponse\x12-\n\x08webhooks\x18\x01 \x03(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"6\n\x14\x44\x65leteWebhookRequest\x12\x1e\n\nwebhook_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\"(\n\x15\x44\x65leteWebhookResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\xf2\x03\n\x0fWebhookDelivery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07turn_id\x18\x04 \x01(\t\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\x38\n\nevent_kind\x18\x06 \x01(\x0e\x32$.cogmesh.gateway.v1.WebhookEventKind\x12\x37\n\x05state\x18\x07 \x01(\x0e\x32(.cogmesh.gateway.v1.WebhookDeliveryState\x12\x10\n\x08\x61ttempts\x18\x08 \x01(\x05\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11last_attempt_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11next_attempt_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10last_status_code\x18\x0c \x01(\x05\x12\x12\n\nlast_error\x18\r \x01(\t\x12\x32\n\x0e\x64\x65livered_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xd0\x01\n\x1cListWebhookDeliveriesRequest\x12\x1c\n\nwebhook_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12\x1c\n\nsession_id\x18\x02 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12\x41\n\x05state\x18\x03 \x01(\x0e\x32(.cogmesh.gateway.v1.WebhookDeliveryStateB\x08\xbaH\x05\x82\x01\x02\x10\x01\x12\x1d\n\tpage_size\x18\x04 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xf4\x03(\x00\x12\x12\n\npage_token\x18\x05 \x01(\t\"q\n\x1dListWebhookDeliveriesResponse\x12\x37\n\ndeliveries\x18\x01 \x03(\x0b\x32#.cogmesh.gateway.v1.WebhookDelivery\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"B\n\x1fRedeliverWebhookDeliveryRequest\x12\x1f\n\x0b\x64\x65livery_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x10\"Y\n RedeliverWebhookDeliveryResponse\x12\x35\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32#.cogmesh.gateway.v1.WebhookDelivery*\xb3\x01\n\x10WebhookEventKind\x12\"\n\x1eWEBHOOK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18WEBHOOK_EVENT_KIND_FINAL\x10\x01\x12\x1c\n\x18WEBHOOK_EVENT_KIND_ERROR\x10\x02\x12 \n\x1cWEBHOOK_EVENT_KIND_CANCELLED\x10\x03\x12\x1d\n\x19WEBHOOK_EVENT_KIND_PAUSED\x10\x04*\xa9\x01\n\x14WebhookDeliveryState\x12&\n\"WEBHOOK_DELIVERY_STATE_UNSPECIFIED\x10\x00\x12\"\n\x1eWEBHOOK_DELIVERY_STATE_PENDING\x10\x01\x12$\n WEBHOOK_DELIVERY_STATE_DELIVERED\x10\x02\x12\x1f\n\x1bWEBHOOK_DELIVERY_STATE_DEAD\x10\x03\x32\xa2\x05\n\x0eWebhookService\x12\x64\n\rCreateWebhook\x12(.cogmesh.gateway.v1.CreateWebhookRequest\x1a).cogmesh.gateway.v1.CreateWebhookResponse\x12[\n\nGetWebhook\x12%.cogmesh.gateway.v1.GetWebhookRequest\x1a&.cogmesh.gateway.v1.GetWebhookResponse\x12\x61\n\x0cListWebhooks\x12\'.cogmesh.gateway.v1.ListWebhooksRequest\x1a(.cogmesh.gateway.v1.ListWebhooksResponse\x12\x64\n\rDeleteWebhook\x12(.cogmesh.gateway.v1.DeleteWebhookRequest\x1a).cogmesh.gateway.v1.DeleteWebhookResponse\x12|\n\x15ListWebhookDeliveries\x12\x30.cogmesh.gateway.v1.ListWebhookDeliveriesRequest\x1a\x31.cogmesh.gateway.v1.ListWebhookDeliveriesResponse\x12\x85\x01\n\x18RedeliverWebhookDelivery\x12\x33.cogmesh.gateway.v1.RedeliverWebhookDeliveryRequest\x1a\x34.cogmesh.gateway.v1.RedeliverWebhookDeliveryResponseB1Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,38 +34,66 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.gateway.v1.webhooks
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z/cogmesh.dev/go/gen/cogmesh/gateway/v1;gatewayv1'
-  _globals['_WEBHOOKEVENTKIND']._serialized_start=1844
-  _globals['_WEBHOOKEVENTKIND']._serialized_end=2023
-  _globals['_WEBHOOKDELIVERYSTATE']._serialized_start=2026
-  _globals['_WEBHOOKDELIVERYSTATE']._serialized_end=2195
-  _globals['_WEBHOOK']._serialized_start=91
-  _globals['_WEBHOOK']._serialized_end=299
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=302
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=449
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=451
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=536
-  _globals['_GETWEBHOOKREQUEST']._serialized_start=538
-  _globals['_GETWEBHOOKREQUEST']._serialized_end=577
-  _globals['_GETWEBHOOKRESPONSE']._serialized_start=579
-  _globals['_GETWEBHOOKRESPONSE']._serialized_end=645
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=647
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=727
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=729
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=823
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=825
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=867
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=869
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=909
-  _globals['_WEBHOOKDELIVERY']._serialized_start=912
-  _globals['_WEBHOOKDELIVERY']._serialized_end=1410
-  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_start=1413
-  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_end=1579
-  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_start=1581
-  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_end=1694
-  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_start=1696
-  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_end=1750
-  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_start=1752
-  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_end=1841
-  _globals['_WEBHOOKSERVICE']._serialized_start=2198
-  _globals['_WEBHOOKSERVICE']._serialized_end=2872
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['url']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['url']._serialized_options = b'\272H\007r\005\020\001\030\200\020'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['event_kinds']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['event_kinds']._serialized_options = b'\272H\020\222\001\r\"\013\202\001\010\030\001\030\002\030\003\030\004'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['turn_id']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['turn_id']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['secret']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['secret']._serialized_options = b'\272H\nr\005\020\020\030\200\002\330\001\001'
+  _globals['_GETWEBHOOKREQUEST'].fields_by_name['webhook_id']._loaded_options = None
+  _globals['_GETWEBHOOKREQUEST'].fields_by_name['webhook_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['page_size']._serialized_options = b'\272H\007\032\005\030\364\003(\000'
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['webhook_id']._loaded_options = None
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['webhook_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['webhook_id']._loaded_options = None
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['webhook_id']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['state']._loaded_options = None
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['state']._serialized_options = b'\272H\005\202\001\002\020\001'
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['page_size']._serialized_options = b'\272H\007\032\005\030\364\003(\000'
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST'].fields_by_name['delivery_id']._loaded_options = None
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST'].fields_by_name['delivery_id']._serialized_options = b'\272H\007r\005\020\001\030\200\020'
+  _globals['_WEBHOOKEVENTKIND']._serialized_start=2041
+  _globals['_WEBHOOKEVENTKIND']._serialized_end=2220
+  _globals['_WEBHOOKDELIVERYSTATE']._serialized_start=2223
+  _globals['_WEBHOOKDELIVERYSTATE']._serialized_end=2392
+  _globals['_WEBHOOK']._serialized_start=120
+  _globals['_WEBHOOK']._serialized_end=328
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=331
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=546
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=548
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=633
+  _globals['_GETWEBHOOKREQUEST']._serialized_start=635
+  _globals['_GETWEBHOOKREQUEST']._serialized_end=686
+  _globals['_GETWEBHOOKRESPONSE']._serialized_start=688
+  _globals['_GETWEBHOOKRESPONSE']._serialized_end=754
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=756
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=858
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=860
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=954
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=956
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=1010
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=1012
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=1052
+  _globals['_WEBHOOKDELIVERY']._serialized_start=1055
+  _globals['_WEBHOOKDELIVERY']._serialized_end=1553
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_start=1556
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_end=1764
+  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_start=1766
+  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_end=1879
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_start=1881
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_end=1947
+  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_start=1949
+  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_end=2038
+  _globals['_WEBHOOKSERVICE']._serialized_start=2395
+  _globals['_WEBHOOKSERVICE']._serialized_end=3069
 # @@protoc_insertion_point(module_scope)

@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from cogmesh.gateway.v1 import webhooks_pb2 as cogmesh_dot_gateway_dot_v1_dot_webhooks__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"cogmesh/sessions/v1/webhooks.proto\x12\x13\x63ogmesh.sessions.v1\x1a!cogmesh/gateway/v1/webhooks.proto\"k\n\x07\x41\x32\x41Push\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tconfig_id\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x13\n\x0b\x61uth_scheme\x18\x04 \x01(\t\x12\x18\n\x10\x61uth_credentials\x18\x05 \x01(\t\"\x9c\x01\n\rStoredWebhook\x12,\n\x07webhook\x18\x01 \x01(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\x12\x32\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\".cogmesh.sessions.v1.WebhookFormat\x12)\n\x03\x61\x32\x61\x18\x03 \x01(\x0b\x32\x1c.cogmesh.sessions.v1.A2APush\"\xc3\x01\n\x14\x43reateWebhookRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x39\n\x07webhook\x18\x02 \x01(\x0b\x32(.cogmesh.gateway.v1.CreateWebhookRequest\x12\x32\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\".cogmesh.sessions.v1.WebhookFormat\x12)\n\x03\x61\x32\x61\x18\x04 \x01(\x0b\x32\x1c.cogmesh.sessions.v1.A2APush\"\\\n\x15\x43reateWebhookResponse\x12\x33\n\x07webhook\x18\x01 \x01(\x0b\x32\".cogmesh.sessions.v1.StoredWebhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\":\n\x11GetWebhookRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\"I\n\x12GetWebhookResponse\x12\x33\n\x07webhook\x18\x01 \x01(\x0b\x32\".cogmesh.sessions.v1.StoredWebhook\"\xa8\x01\n\x13ListWebhooksRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12\x32\n\x06\x66ormat\x18\x04 \x01(\x0e\x32\".cogmesh.sessions.v1.WebhookFormat\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"e\n\x14ListWebhooksResponse\x12\x34\n\x08webhooks\x18\x01 \x03(\x0b\x32\".cogmesh.sessions.v1.StoredWebhook\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"=\n\x14\x44\x65leteWebhookRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\"(\n\x15\x44\x65leteWebhookResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"r\n\x1cListWebhookDeliveriesRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12?\n\x05query\x18\x02 \x01(\x0b\x32\x30.cogmesh.gateway.v1.ListWebhookDeliveriesRequest\"`\n\x1dListWebhookDeliveriesResponse\x12?\n\x04page\x18\x01 \x01(\x0b\x32\x31.cogmesh.gateway.v1.ListWebhookDeliveriesResponse\"I\n\x1fRedeliverWebhookDeliveryRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65livery_id\x18\x02 \x01(\t\"Y\n RedeliverWebhookDeliveryResponse\x12\x35\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32#.cogmesh.gateway.v1.WebhookDelivery*c\n\rWebhookFormat\x12\x1e\n\x1aWEBHOOK_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n\x16WEBHOOK_FORMAT_COGMESH\x10\x01\x12\x16\n\x12WEBHOOK_FORMAT_A2A\x10\x02\x32\xb3\x05\n\x13WebhookStoreService\x12\x66\n\rCreateWebhook\x12).cogmesh.sessions.v1.CreateWebhookRequest\x1a*.cogmesh.sessions.v1.CreateWebhookResponse\x12]\n\nGetWebhook\x12&.cogmesh.sessions.v1.GetWebhookRequest\x1a\'.cogmesh.sessions.v1.GetWebhookResponse\x12\x63\n\x0cListWebhooks\x12(.cogmesh.sessions.v1.ListWebhooksRequest\x1a).cogmesh.sessions.v1.ListWebhooksResponse\x12\x66\n\rDeleteWebhook\x12).cogmesh.sessions.v1.DeleteWebhookRequest\x1a*.cogmesh.sessions.v1.DeleteWebhookResponse\x12~\n\x15ListWebhookDeliveries\x12\x31.cogmesh.sessions.v1.ListWebhookDeliveriesRequest\x1a\x32.cogmesh.sessions.v1.ListWebhookDeliveriesResponse\x12\x87\x01\n\x18RedeliverWebhookDelivery\x12\x34.cogmesh.sessions.v1.RedeliverWebhookDeliveryRequest\x1a\x35.cogmesh.sessions.v1.RedeliverWebhookDeliveryResponseB3Z1cogmesh.dev/go/gen/cogmesh/sessions/v1;sessionsv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"cogmesh/sessions/v1/webhooks.proto\x12\x13\x63ogmesh.sessions.v1\x1a\x1b\x62uf/validate/validate.proto\x1a!cogmesh/gateway/v1/webhooks.proto\"k\n\x07\x41\x32\x41Push\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tconfig_id\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x13\n\x0b\x61uth_scheme\x18\x04 \x01(\t\x12\x18\n\x10\x61uth_credentials\x18\x05 \x01(\t\"\x9c\x01\n\rStoredWebhook\x12,\n\x07webhook\x18\x01 \x01(\x0b\x32\x1b.cogmesh.gateway.v1.Webhook\x12\x32\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\".cogmesh.sessions.v1.WebhookFormat\x12)\n\x03\x61\x32\x61\x18\x03 \x01(\x0b\x32\x1c.cogmesh.sessions.v1.A2APush\"\xe1\x01\n\x14\x43reateWebhookRequest\x12\x1d\n\ttenant_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\x12\x41\n\x07webhook\x18\x02 \x01(\x0b\x32(.cogmesh.gateway.v1.CreateWebhookRequestB\x06\xbaH\x03\xd8\x01\x03\x12<\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\".cogmesh.sessions.v1.WebhookFormatB\x08\xbaH\x05\x82\x01\x02\x10\x01\x12)\n\x03\x61\x32\x61\x18\x04 \x01(\x0b\x32\x1c.cogmesh.sessions.v1.A2APush\"\\\n\x15\x43reateWebhookResponse\x12\x33\n\x07webhook\x18\x01 \x01(\x0b\x32\".cogmesh.sessions.v1.StoredWebhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\"R\n\x11GetWebhookRequest\x12\x1d\n\ttenant_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\x12\x1e\n\nwebhook_id\x18\x02 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\"I\n\x12GetWebhookResponse\x12\x33\n\x07webhook\x18\x01 \x01(\x0b\x32\".cogmesh.sessions.v1.StoredWebhook\"\xde\x01\n\x13ListWebhooksRequest\x12\x1d\n\ttenant_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\x12\x1c\n\nsession_id\x18\x02 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12\x19\n\x07turn_id\x18\x03 \x01(\tB\x08\xbaH\x05r\x03\x18\x80\x02\x12<\n\x06\x66ormat\x18\x04 \x01(\x0e\x32\".cogmesh.sessions.v1.WebhookFormatB\x08\xbaH\x05\x82\x01\x02\x10\x01\x12\x1d\n\tpage_size\x18\x05 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xf4\x03(\x00\x12\x12\n\npage_token\x18\x06 \x01(\t\"e\n\x14ListWebhooksResponse\x12\x34\n\x08webhooks\x18\x01 \x03(\x0b\x32\".cogmesh.sessions.v1.StoredWebhook\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"U\n\x14\x44\x65leteWebhookRequest\x12\x1d\n\ttenant_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\x12\x1e\n\nwebhook_id\x18\x02 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\"(\n\x15\x44\x65leteWebhookResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"~\n\x1cListWebhookDeliveriesRequest\x12\x1d\n\ttenant_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\x12?\n\x05query\x18\x02 \x01(\x0b\x32\x30.cogmesh.gateway.v1.ListWebhookDeliveriesRequest\"`\n\x1dListWebhookDeliveriesResponse\x12?\n\x04page\x18\x01 \x01(\x0b\x32\x31.cogmesh.gateway.v1.ListWebhookDeliveriesResponse\"a\n\x1fRedeliverWebhookDeliveryRequest\x12\x1d\n\ttenant_id\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x02\x12\x1f\n\x0b\x64\x65livery_id\x18\x02 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x10\"Y\n RedeliverWebhookDeliveryResponse\x12\x35\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32#.cogmesh.gateway.v1.WebhookDelivery*c\n\rWebhookFormat\x12\x1e\n\x1aWEBHOOK_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n\x16WEBHOOK_FORMAT_COGMESH\x10\x01\x12\x16\n\x12WEBHOOK_FORMAT_A2A\x10\x02\x32\xb3\x05\n\x13WebhookStoreService\x12\x66\n\rCreateWebhook\x12).cogmesh.sessions.v1.CreateWebhookRequest\x1a*.cogmesh.sessions.v1.CreateWebhookResponse\x12]\n\nGetWebhook\x12&.cogmesh.sessions.v1.GetWebhookRequest\x1a\'.cogmesh.sessions.v1.GetWebhookResponse\x12\x63\n\x0cListWebhooks\x12(.cogmesh.sessions.v1.ListWebhooksRequest\x1a).cogmesh.sessions.v1.ListWebhooksResponse\x12\x66\n\rDeleteWebhook\x12).cogmesh.sessions.v1.DeleteWebhookRequest\x1a*.cogmesh.sessions.v1.DeleteWebhookResponse\x12~\n\x15ListWebhookDeliveries\x12\x31.cogmesh.sessions.v1.ListWebhookDeliveriesRequest\x1a\x32.cogmesh.sessions.v1.ListWebhookDeliveriesResponse\x12\x87\x01\n\x18RedeliverWebhookDelivery\x12\x34.cogmesh.sessions.v1.RedeliverWebhookDeliveryRequest\x1a\x35.cogmesh.sessions.v1.RedeliverWebhookDeliveryResponseB3Z1cogmesh.dev/go/gen/cogmesh/sessions/v1;sessionsv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,36 +34,66 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cogmesh.sessions.v1.webhook
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z1cogmesh.dev/go/gen/cogmesh/sessions/v1;sessionsv1'
-  _globals['_WEBHOOKFORMAT']._serialized_start=1548
-  _globals['_WEBHOOKFORMAT']._serialized_end=1647
-  _globals['_A2APUSH']._serialized_start=94
-  _globals['_A2APUSH']._serialized_end=201
-  _globals['_STOREDWEBHOOK']._serialized_start=204
-  _globals['_STOREDWEBHOOK']._serialized_end=360
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=363
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=558
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=560
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=652
-  _globals['_GETWEBHOOKREQUEST']._serialized_start=654
-  _globals['_GETWEBHOOKREQUEST']._serialized_end=712
-  _globals['_GETWEBHOOKRESPONSE']._serialized_start=714
-  _globals['_GETWEBHOOKRESPONSE']._serialized_end=787
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=790
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=958
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=960
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=1061
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=1063
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=1124
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=1126
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=1166
-  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_start=1168
-  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_end=1282
-  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_start=1284
-  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_end=1380
-  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_start=1382
-  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_end=1455
-  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_start=1457
-  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_end=1546
-  _globals['_WEBHOOKSTORESERVICE']._serialized_start=1650
-  _globals['_WEBHOOKSTORESERVICE']._serialized_end=2341
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['tenant_id']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['tenant_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['webhook']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['webhook']._serialized_options = b'\272H\003\330\001\003'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['format']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['format']._serialized_options = b'\272H\005\202\001\002\020\001'
+  _globals['_GETWEBHOOKREQUEST'].fields_by_name['tenant_id']._loaded_options = None
+  _globals['_GETWEBHOOKREQUEST'].fields_by_name['tenant_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_GETWEBHOOKREQUEST'].fields_by_name['webhook_id']._loaded_options = None
+  _globals['_GETWEBHOOKREQUEST'].fields_by_name['webhook_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['tenant_id']._loaded_options = None
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['tenant_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['turn_id']._loaded_options = None
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['turn_id']._serialized_options = b'\272H\005r\003\030\200\002'
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['format']._loaded_options = None
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['format']._serialized_options = b'\272H\005\202\001\002\020\001'
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTWEBHOOKSREQUEST'].fields_by_name['page_size']._serialized_options = b'\272H\007\032\005\030\364\003(\000'
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['tenant_id']._loaded_options = None
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['tenant_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['webhook_id']._loaded_options = None
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['webhook_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['tenant_id']._loaded_options = None
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST'].fields_by_name['tenant_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST'].fields_by_name['tenant_id']._loaded_options = None
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST'].fields_by_name['tenant_id']._serialized_options = b'\272H\007r\005\020\001\030\200\002'
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST'].fields_by_name['delivery_id']._loaded_options = None
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST'].fields_by_name['delivery_id']._serialized_options = b'\272H\007r\005\020\001\030\200\020'
+  _globals['_WEBHOOKFORMAT']._serialized_start=1745
+  _globals['_WEBHOOKFORMAT']._serialized_end=1844
+  _globals['_A2APUSH']._serialized_start=123
+  _globals['_A2APUSH']._serialized_end=230
+  _globals['_STOREDWEBHOOK']._serialized_start=233
+  _globals['_STOREDWEBHOOK']._serialized_end=389
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=392
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=617
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=619
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=711
+  _globals['_GETWEBHOOKREQUEST']._serialized_start=713
+  _globals['_GETWEBHOOKREQUEST']._serialized_end=795
+  _globals['_GETWEBHOOKRESPONSE']._serialized_start=797
+  _globals['_GETWEBHOOKRESPONSE']._serialized_end=870
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=873
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=1095
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=1097
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=1198
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=1200
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=1285
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=1287
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=1327
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_start=1329
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_end=1455
+  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_start=1457
+  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_end=1553
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_start=1555
+  _globals['_REDELIVERWEBHOOKDELIVERYREQUEST']._serialized_end=1652
+  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_start=1654
+  _globals['_REDELIVERWEBHOOKDELIVERYRESPONSE']._serialized_end=1743
+  _globals['_WEBHOOKSTORESERVICE']._serialized_start=1847
+  _globals['_WEBHOOKSTORESERVICE']._serialized_end=2538
 # @@protoc_insertion_point(module_scope)

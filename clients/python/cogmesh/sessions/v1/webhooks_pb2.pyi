@@ -1,3 +1,4 @@
+from buf.validate import validate_pb2 as _validate_pb2
 from cogmesh.gateway.v1 import webhooks_pb2 as _webhooks_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
