@@ -328,7 +328,11 @@ def node_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for entry in ("index", "web"):
         assert {f"dist/src/{entry}.js", f"dist/src/{entry}.d.ts"} <= files, sorted(files)
     assert not [f for f in files if f.startswith(("dist/test", "test/", "node_modules"))], sorted(files)
-    stubs = {re.sub(r"_pb\.(d\.ts|js|js\.map|ts)$", "", f.split("/gen/", 1)[1]) for f in files if "/gen/cogmesh/" in f}
+    stubs = {
+        re.sub(r"_pb\.(d\.ts|js|js\.map|ts)$", "", f.split("/gen/", 1)[1])
+        for f in files
+        if "/gen/cogmesh/" in f or "/gen/buf/" in f
+    }
     assert stubs == PUBLIC_STUBS, sorted(stubs)  # no internal service's stubs
     project = tmp / "project"
     project.mkdir()
