@@ -163,7 +163,11 @@ class Turns:
             tenant_id=tenant_id,
             session_id=session_id,
             turn_id=turn_id,
-            ttl_seconds=int(self.lease_ttl_s),
+            # Twice the TTL until the runtime's first renewal or write names it the holder: a runtime too
+            # busy to get there within one TTL would see its new turn claimed by another replica, which
+            # cannot know to ask it, and the turn run twice (issue 32 item 6). Its first renewal sets
+            # the usual TTL; a runtime that dies first costs its turn one TTL more.
+            ttl_seconds=2 * int(self.lease_ttl_s),
             strategy=strategy,
             events=[accepted],
             entries=[journal_kinds.entry(journal_kinds.REQUEST, request.SerializeToString())],

@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const repoRoot = resolve(packageRoot, "..", "..");
 // Every process `cogmesh up` starts, each on a free port (web: the browser edge, HTTP).
-const SERVICES = ["models", "policy", "context", "sessions", "runtime", "gateway", "web"];
+const SERVICES = ["models", "policy", "context", "sessions", "memory", "runtime", "gateway", "web"];
 
 export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
