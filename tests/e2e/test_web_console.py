@@ -132,7 +132,7 @@ def test_the_console_in_chromium(up: Up, capsys: pytest.CaptureFixture[str]) -> 
 
     # 0. A bad scope: the gateway's violation, named, on the banner, and no session created.
     bad = seen["badScope"]
-    assert bad["banner"].startswith("INVALID_ARGUMENT") and "scope[Team]" in bad["banner"], bad["banner"]
+    assert bad["banner"].startswith("INVALID_ARGUMENT") and 'scope["Team"]' in bad["banner"], bad["banner"]
     assert bad["listedAfter"] == bad["listedBefore"]
 
     # 1. The calculator call and 391 appeared, each event once, in the gateway's order.
