@@ -57,6 +57,7 @@ from bench.harness import (
 from bench.hotpath import by_service, cpu_seconds, load_average, redis_pid, service_pids
 from bench.sessions import private_redis
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit.addresses import channel_target
 from services.suite.settings import SuiteSettings
 from services.suite.supervisor import Supervisor, runtime_workers
@@ -215,6 +216,48 @@ async def idle(system: dict[str, Any], seconds: float) -> dict[str, Any]:
     }
 
 
+async def renewals(system: dict[str, Any], sessions: list[str], rounds: int) -> dict[str, Any]:
+    """What one lease renewal costs: a lease held on each session, renewed `rounds` times in one batch
+    per round, as a runtime worker renews its running turns (RenewTurnLeases); per renewal."""
+    settings = system["supervisor"].settings
+    tenant = settings.tenant_id
+    async with grpc.aio.insecure_channel(channel_target(settings.sessions_addr)) as channel:
+        stub = sessions_pb2_grpc.SessionsServiceStub(channel)  # type: ignore[no-untyped-call]
+        tokens = [
+            (
+                await stub.AcquireTurnLease(
+                    sessions_pb2.AcquireTurnLeaseRequest(
+                        tenant_id=tenant, session_id=s, turn_id="bench-renewal", ttl_seconds=60
+                    ),
+                    timeout=30,
+                )
+            ).lease_token
+            for s in sessions
+        ]
+        batch = sessions_pb2.RenewTurnLeasesRequest(
+            leases=[
+                sessions_pb2.RenewTurnLeaseRequest(
+                    tenant_id=tenant, session_id=s, lease_token=t, ttl_seconds=60, holder="bench-renewal"
+                )
+                for s, t in zip(sessions, tokens, strict=True)
+            ]
+        )
+        snapshot = await redis_snapshot(system["redis"])
+        before = cpu_now(system)
+        for _ in range(rounds):
+            reply = await stub.RenewTurnLeases(batch, timeout=30)
+            if not all(lease.held for lease in reply.leases):
+                raise RuntimeError("a benchmark lease was not renewed")
+        n = len(sessions) * rounds
+        cpu = cpu_ms_per(system, before, n)
+        redis = redis_delta(snapshot, await redis_snapshot(system["redis"]), n)
+        for s, t in zip(sessions, tokens, strict=True):
+            await stub.ReleaseTurnLease(
+                sessions_pb2.ReleaseTurnLeaseRequest(tenant_id=tenant, session_id=s, lease_token=t), timeout=30
+            )
+    return {"renewals": n, "batch": len(sessions), "cpu_ms": cpu, "redis": redis}
+
+
 def rss(system: dict[str, Any]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for name, pid in system["pids"].items():
@@ -290,8 +333,9 @@ async def single(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def paced(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
-    """(a), (b) again with the model at a model's pace: a chunk every PACE_MS, many turns open at once.
+async def paced(redis_url: str, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(a), (b) again with the model at a model's pace: a chunk every PACE_MS, many turns open at once;
+    then what a lease renewal costs, `open_turns` leases renewed in one batch as a runtime worker does.
 
     Deltas then arrive one by one, so the runtime's appends coalesce fewer of them (one per
     flush window, services/runtime/turn_log.py) and turns hold their leases for longer.
@@ -302,7 +346,8 @@ async def paced(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
         for name in WORKLOADS:
             measured[name] = await turns(system, await create_sessions(system, args.turns), [name], args.open_turns)
             print(f"  {name} at a model's pace: {measured[name]['cpu_ms_total']:.2f} ms CPU/turn", flush=True)
-    return measured
+        renewal = await renewals(system, await create_sessions(system, args.open_turns), RENEWAL_ROUNDS)
+    return measured, renewal
 
 
 async def replicas(redis_url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -358,12 +403,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await client.flushall()  # the replica runs start on an empty Redis
         await client.aclose()
         print(f"the model at a model's pace ({PACE_MS:g} ms per chunk)", flush=True)
-        at_pace = await paced(redis_url, args)
+        at_pace, renewal = await paced(redis_url, args)
         print("replicas on the same cores", flush=True)
         rows = await replicas(redis_url, args)
     summary = replica_summary(rows)
     return measured | {
         "paced": at_pace,
+        "renewal": renewal,
         "replica_rows": rows,
         "replicas": summary,
         "replicas_within_tolerance": all(r["within_tolerance"] for r in summary),
@@ -382,6 +428,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 SCALES = [10_000, 100_000, 1_000_000]
 TURN_EVERY_S = 30.0  # each concurrent session sends a turn every 30 s
 TURN_S = 10.0  # a real model's turn holds its lease this long (renewed every turn_lease_renew_s)
+RENEWAL_ROUNDS = 20  # batches of lease renewals measured
 RENEW_S = 2.0  # Settings.turn_lease_renew_s
 RETAINED_TURNS = 20  # turns a live session keeps in Redis: 10 minutes of talk at one turn per 30 s
 UTILISATION = 0.6  # target CPU utilisation of every process and shard
@@ -393,6 +440,18 @@ SHARD_CORES = 1.0  # a shard executes commands on one thread
 SERVICES_SIZED = ["gateway", "runtime", "sessions", "context", "policy", "models", "memory"]
 
 
+def renewal_cost(data: dict[str, Any], cpu: dict[str, float], writes: float, commands: float) -> dict[str, Any]:
+    """One lease renewal's sessions and Redis CPU and Redis commands: measured (`renewal`), or, in a result
+    file from before that was measured, estimated as the average write's."""
+    if "renewal" in data:
+        measured = data["renewal"]
+        return {
+            "cpu_ms": {name: measured["cpu_ms"].get(name, 0.0) for name in ("sessions", "redis")},
+            "commands": measured["redis"]["commands"],
+        }
+    return {"cpu_ms": {name: cpu[name] / writes for name in ("sessions", "redis")}, "commands": commands / writes}
+
+
 def model_turn(data: dict[str, Any]) -> dict[str, Any]:
     """One modelled turn: a tool call then a 50-token answer, at a model's pace (the two measured paced turns
     together; this counts a turn's fixed cost twice), plus the lease renewals of a TURN_S turn."""
@@ -401,12 +460,12 @@ def model_turn(data: dict[str, Any]) -> dict[str, Any]:
     writes = tool["redis"]["by_command"]["evalsha"] + tokens["redis"]["by_command"]["evalsha"]
     commands = tool["redis"]["commands"] + tokens["redis"]["commands"]
     renewals = TURN_S / RENEW_S
-    # A renewal is one script on the session like any write: its cost estimated as the average write's.
+    renewal = renewal_cost(data, cpu, writes, commands)
     for name in ("sessions", "redis"):
-        cpu[name] += renewals * cpu[name] / writes
+        cpu[name] += renewals * renewal["cpu_ms"][name]
     return {
         "cpu_ms": cpu,
-        "redis_commands": commands * (1 + renewals / writes),
+        "redis_commands": commands + renewals * renewal["commands"],
         "redis_writes": writes + renewals,
         "redis_bytes": tool["redis"]["bytes_in"]
         + tool["redis"]["bytes_out"]
@@ -509,7 +568,9 @@ def model_tables(data: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"Assumptions: a turn every {a['turn_every_s']:g} s per session; a turn = the paced tool turn + the paced "
-            f"50-token turn, holding its lease {a['turn_s']:g} s (renewed every {a['renew_s']:g} s); "
+            f"50-token turn, holding its lease {a['turn_s']:g} s (renewed every {a['renew_s']:g} s, each renewal "
+            + ("as measured in a batch of open leases" if "renewal" in data else "estimated as an average write")
+            + "); "
             f"{a['retained_turns']} turns kept per session; {a['utilisation']:.0%} target utilisation; "
             f"{a['cores_per_pod']} cores per pod (at least {MIN_PODS} pods per service); gateway pods of "
             f"{a['gateway_pod_bytes'] / 2**30:g} GiB; Redis shards of one core and {a['shard_bytes'] / 1e9:g} GB. "
@@ -703,23 +764,24 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
             for name in WORKLOADS:
                 sessions = await create_sessions(system, args.turns)
                 measured[name] = await turns(system, sessions, [name], args.open_turns)
+            renewal = await renewals(system, await create_sessions(system, args.open_turns), RENEWAL_ROUNDS)
     kinds: dict[str, float] = {}
     for m in measured.values():
         for kind, calls in m["redis"]["by_command"].items():
             kinds[kind] = kinds.get(kind, 0.0) + calls
-    writes = kinds.get("evalsha", 0.0)
-    renewals = TURN_S / RENEW_S
+    count = TURN_S / RENEW_S
     redis_ms = sum(m["cpu_ms"].get("redis", 0.0) for m in measured.values())
     return {
         "paced": measured,
         "idle": quiet,
+        "renewal": renewal,
         "modelled_turn": {
             "commands_measured": sum(kinds.values()),
             "by_command": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
-            # As model_turn: a renewal estimated to cost the average write's commands.
-            "commands": sum(kinds.values()) * (1 + renewals / writes) if writes else float("nan"),
+            # As model_turn: the measured turns plus a TURN_S turn's renewals at their measured cost.
+            "commands": sum(kinds.values()) + count * renewal["redis"]["commands"],
             # Redis CPU (/proc) as model_turn counts it; the shards it takes for the largest scale, by CPU.
-            "redis_cpu_ms": redis_ms * (1 + renewals / writes) if writes else float("nan"),
+            "redis_cpu_ms": redis_ms + count * renewal["cpu_ms"].get("redis", 0.0),
             "redis_usec": sum(m["redis"]["usec"] for m in measured.values()),
         },
     }
@@ -729,6 +791,11 @@ def print_redis_only(data: dict[str, Any]) -> None:
     turn, quiet = data["modelled_turn"], data["idle"]
     print(f"commands per modelled turn: {turn['commands']:.0f} ({turn['commands_measured']:.0f} measured + renewals)")
     print("  " + ", ".join(f"{k} {v:.1f}" for k, v in turn["by_command"].items()))
+    renewal = data["renewal"]["redis"]
+    print(
+        f"a lease renewal ({data['renewal']['batch']} in a batch): {renewal['commands']:.1f} commands: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in renewal["by_command"].items())
+    )
     rate = SCALES[-1] / TURN_EVERY_S
     shards = math.ceil(turn["redis_cpu_ms"] * rate / 1000 / (SHARD_CORES * UTILISATION))
     print(

@@ -59,6 +59,15 @@ def test_the_capacity_bench_measures_every_input_of_the_model(tmp_path: Path) ->
     assert finite(subscribers["idle_redis_commands_per_s"])
     assert all(finite(v) for v in data["idle"]["cpu_ms_per_s"].values())
 
+    # A lease renewal, measured on its own (the model adds a TURN_S turn's renewals at this cost): one script
+    # on the session, in a batch as a runtime worker sends them.
+    renewal = data["renewal"]
+    assert renewal["renewals"] == renewal["batch"] * 20 and renewal["batch"] > 0
+    # (a takeover poll may fall in the window: about one script each, not exactly)
+    assert renewal["redis"]["by_command"]["evalsha"] == pytest.approx(1.0, abs=0.2), renewal["redis"]
+    assert positive(renewal["redis"]["commands"]) and all(finite(v) for v in renewal["cpu_ms"].values())
+    assert "each renewal as measured in a batch of open leases" in (tmp_path / "capacity.md").read_text()
+
     # (d): each configuration once per round, its ratio to 1 gateway + 1 runtime.
     rows = data["replicas"]
     assert [(r["gateways"], r["runtimes"]) for r in rows] == [(1, 1), (1, 2), (2, 2)]
