@@ -231,8 +231,13 @@ class RedisEventLog:
     async def read(
         self, session_id: str, after_seq: int, heartbeat_s: float, log_end: int | None = None
     ) -> AsyncIterator[Batch | None]:
-        last, first = await self._head(session_id)
-        check_cursor(session_id, after_seq, first, last)
+        if log_end is not None and after_seq == log_end:
+            # The caller just learned where the log ends (a lease grant): what follows is new, nothing to ask.
+            # A session dropped meanwhile ends the read as any watched one does (its marker, or the recheck).
+            last = log_end
+        else:
+            last, first = await self._head(session_id)
+            check_cursor(session_id, after_seq, first, last)
         follower = self._attach(session_id, last)
         replaying = after_seq < follower.live_from - 1
         try:

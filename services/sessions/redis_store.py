@@ -1059,7 +1059,9 @@ class RedisSessionStore:
         # A stream entry per ENTRY_EVENTS events: a lone event as it is, several as their StoredEvents encoding.
         chunks = [payloads[i : i + lua.ENTRY_EVENTS] for i in range(0, len(payloads), lua.ENTRY_EVENTS)]
         logged = [c[0] if len(c) == 1 else b"".join(field_one(p) for p in c) for c in chunks]
-        return [len(payloads), len(logged), *logged, len(new.journal), *entries, len(changes) // 2, *changes]
+        # The journal's entries are stamped here, as the events are (no Redis TIME per write).
+        recorded = stamp.ToMilliseconds() + self.clock_offset_ms
+        return [len(payloads), len(logged), *logged, len(new.journal), recorded, *entries, len(changes) // 2, *changes]
 
     @staticmethod
     def _stamped(new: NewEvents | None, last_seq: int) -> None:

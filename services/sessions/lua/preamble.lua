@@ -200,6 +200,7 @@ end
 -- The turn first in the session's queue ('' when none waits); waiters whose replica stopped polling lose
 -- their place.
 local function queue_head()
+  if redis.call('EXISTS', Q) == 0 then return '' end  -- none waits (the common case: one command)
   local hearts = redis.call('HGETALL', W)
   for i = 1, #hearts, 2 do
     if tonumber(hearts[i + 1]) <= clock() then
@@ -288,13 +289,14 @@ end
 
 -- Log events and journal entries read from ARGV[at]: n, then the events as k stream entries (k, then k x (a
 -- lone event's payload, or up to ${ENTRY_EVENTS} events' StoredEvents encoding), each entry's id its last event's
--- seq), m, m x (kind, position, state), then what the events change in the session: e, e x (name, value)
+-- seq), m, when the entries were recorded (ms, the sessions replica's clock, as the events' create_time), m x (kind,
+-- position, state), then what the events change in the session: e, e x (name, value)
 -- (model.effects_of: 'active_agent', 'plan', and 'delegated', which counts the turn in `deleg_turns` once).
 -- Returns the last seq and the index of the ARGV after them (`after_log`). The session's fields it sets go out
 -- with the script's next `flush`; the keys it creates are in NEW.
 local function after_log(at)
   local k = tonumber(ARGV[at + 1])
-  local q = at + 3 + k + 3 * tonumber(ARGV[at + 2 + k])
+  local q = at + 4 + k + 3 * tonumber(ARGV[at + 2 + k])
   return q + 1 + 2 * tonumber(ARGV[q])
 end
 
@@ -321,8 +323,8 @@ local function log_events(turn, at, retention)
     if redis.call('HSETNX', TR, turn, first) == 1 and redis.call('HLEN', TR) == 1 then table.insert(NEW, TR) end
     put('rturn', turn)
   end
-  local m = tonumber(ARGV[at + 2 + k])
-  local p = at + 3 + k
+  local m, recorded = tonumber(ARGV[at + 2 + k]), ARGV[at + 3 + k]
+  local p = at + 4 + k
   if m > 0 then
     local count = tonumber(meta().jn or '0')
     if meta().jlast ~= turn or not meta().jn then count = tonumber(redis.call('HGET', J, turn) or '0') end
@@ -332,7 +334,7 @@ local function log_events(turn, at, retention)
       count = count + 1
       local seq = first - 1 + math.min(position, n)
       table.insert(entries, turn .. '|' .. count)
-      table.insert(entries, kind .. '|' .. seq .. '|' .. clock() .. '|' .. state)
+      table.insert(entries, kind .. '|' .. seq .. '|' .. recorded .. '|' .. state)
     end
     redis.call('HSET', J, turn, count, unpack(entries))
     put('jn', count)

@@ -13,8 +13,10 @@ if l and l.turn == turn and l.resume == resume and l.takeovers == 0 then  -- a r
 end
 local head = queue_head()
 if not l and (head == '' or head == turn) then
-  redis.call('ZREM', Q, turn)
-  redis.call('HDEL', W, turn)
+  if head == turn then  -- it waited in the queue: it leaves it
+    redis.call('ZREM', Q, turn)
+    redis.call('HDEL', W, turn)
+  end
   local token = redis.call('HINCRBY', S, 'last_token', 1)
   local start, last, open = last_seq(), 0, ''
   local pending = pending_ids(C, CO, D)
