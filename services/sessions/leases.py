@@ -29,6 +29,7 @@ async def acquire(
     max_wait_s: float,
     opening: NewEvents | None = None,
     resume: str = "",
+    rehydrate: int = 0,
 ) -> LeaseGrant:
     """Take the lease, waiting up to max_wait_s unless REJECT; raises LeaseHeld when it stays busy."""
     started = time.monotonic()
@@ -37,7 +38,9 @@ async def acquire(
     queued = False
     try:
         while True:
-            result = await store.try_acquire(tenant_id, session_id, turn_id, ttl_s, strategy, opening, resume)
+            result = await store.try_acquire(
+                tenant_id, session_id, turn_id, ttl_s, strategy, opening, resume, rehydrate
+            )
             if isinstance(result, Acquired):
                 waited = time.monotonic() - started if queued else 0.0
                 return LeaseGrant(
@@ -48,6 +51,7 @@ async def acquire(
                     result.pending_interrupt_ids,
                     result.start_seq,
                     result.last_seq,
+                    result.rehydration,
                 )
             if not queued:
                 queued = True

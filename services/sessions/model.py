@@ -273,6 +273,7 @@ class Acquired:
     pending_interrupt_ids: tuple[str, ...] = ()
     start_seq: int = 0  # the session's last event seq before the events logged with the grant
     last_seq: int = 0  # the last of those events; 0 when none was logged
+    rehydration: Rehydration | None = None  # the session as the turn starts from it, when asked and granted
 
 
 @dataclass(frozen=True)
@@ -292,6 +293,7 @@ class LeaseGrant:
     pending_interrupt_ids: tuple[str, ...] = ()
     start_seq: int = 0
     last_seq: int = 0
+    rehydration: Rehydration | None = None
 
 
 @dataclass(frozen=True)

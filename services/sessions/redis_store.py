@@ -778,6 +778,7 @@ class RedisSessionStore:
         strategy: Strategy,
         opening: NewEvents | None = None,
         resume: str = "",
+        rehydrate: int = 0,
     ) -> Acquired | Queued:
         base = INTERRUPT_BASE if strategy.interrupts else ENQUEUE_BASE
         logged: list[Any] = [0, 0, 0]
@@ -795,6 +796,7 @@ class RedisSessionStore:
             int(base),
             resume,
             *logged,
+            max(0, rehydrate),
             self._retention,
         )
         status = _s(reply[0])
@@ -803,7 +805,8 @@ class RedisSessionStore:
             if last:
                 self._stamped(opening, last)
                 self._remember_indexed(session_id, token)
-            return Acquired(token, _ms(reply[2]), tuple(_s(i) for i in reply[3]), start, last)
+            rehydration = self._rehydration(reply[6:9]) if len(reply) > 6 else None
+            return Acquired(token, _ms(reply[2]), tuple(_s(i) for i in reply[3]), start, last, rehydration)
         if status == "held":
             raise LeaseHeld(session_id, _holder(reply[1], "").turn_id)
         return Queued(_holder(reply[1], "").turn_id, _ms(reply[2]))
@@ -1013,7 +1016,11 @@ class RedisSessionStore:
 
     async def rehydrate(self, tenant_id: str, session_id: str, last_n: int) -> Rehydration:
         reply = await self._run("REHYDRATE", tenant_id, session_id, last_n)
-        view, last, goals = reply[1], reply[2], reply[3]
+        return self._rehydration(reply[1:4])
+
+    def _rehydration(self, reply: Sequence[Any]) -> Rehydration:
+        """A rehydration from a script's (view, last messages, goals)."""
+        view, last, goals = reply
         h = self._hash(view)
         summary = None
         if "summary_at" in h:

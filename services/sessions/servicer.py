@@ -840,14 +840,26 @@ async def _acquire(
     ttl, opening = parsed
     strategy, wait = _STRATEGIES[r.strategy], _max_wait(context)
     held = _holder(r)
+    # A rollback rewinds the session after the grant: its rehydration is read after that, apart.
+    rolls_back = strategy is Strategy.ROLLBACK
+    with_grant = 0 if rolls_back else max(0, r.start_messages)
     grant = await leases.acquire(
-        store, r.tenant_id, r.session_id, held.turn_id, ttl, strategy, wait, opening, resume=held.resume
+        store,
+        r.tenant_id,
+        r.session_id,
+        held.turn_id,
+        ttl,
+        strategy,
+        wait,
+        opening,
+        resume=held.resume,
+        rehydrate=with_grant,
     )
-    if strategy is Strategy.ROLLBACK and grant.interrupted_turn_id:
+    if rolls_back and grant.interrupted_turn_id:
         await _roll_back(store, r, grant, held.turn_id)
     if r.start_messages <= 0 or grant.pending_interrupt_ids:
         return grant, None
-    return grant, await store.rehydrate(r.tenant_id, r.session_id, r.start_messages)
+    return grant, grant.rehydration or await store.rehydrate(r.tenant_id, r.session_id, r.start_messages)
 
 
 async def _roll_back(

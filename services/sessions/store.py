@@ -136,13 +136,16 @@ class SessionStore(Protocol):
         strategy: Strategy,
         opening: NewEvents | None = None,
         resume: str = "",
+        rehydrate: int = 0,
     ) -> Acquired | Queued:
         """Take the lease if free and no earlier waiter is due; REJECT raises LeaseHeld, the others queue.
 
         With `opening` (the turn's accepted event and request), the grant also logs them and marks the
         turn open, unless a paused turn still waits for an answer. With `resume` (an attempt id), the
         lease is taken to resume turn_id, a paused turn: the holder is (turn_id, resume), so a second
-        attempt is refused rather than handed the same token.
+        attempt is refused rather than handed the same token. With `rehydrate` > 0, a grant that finds no
+        paused turn waiting may carry `rehydrate(..., rehydrate)` as read right after it (in the same write,
+        where the store can); the caller reads it apart when it is None.
         """
         ...
 
@@ -557,6 +560,7 @@ class MemorySessionStore:
         strategy: Strategy,
         opening: NewEvents | None = None,
         resume: str = "",
+        rehydrate: int = 0,
     ) -> Acquired | Queued:
         entry = self._entry(tenant_id, session_id)
         now = self._clock()
@@ -575,7 +579,10 @@ class MemorySessionStore:
                 lease.last_seq = self._log_events(entry, opening)  # 0 stays: nothing was logged
                 self._opened(entry, lease)
             self._touch(entry)
-            return Acquired(lease.token, lease.expires_at, pending, lease.start_seq, lease.last_seq)
+            rehydration = None
+            if rehydrate > 0 and not pending:
+                rehydration = await self.rehydrate(tenant_id, session_id, rehydrate)
+            return Acquired(lease.token, lease.expires_at, pending, lease.start_seq, lease.last_seq, rehydration)
         if strategy is Strategy.REJECT:
             raise LeaseHeld(session_id, lease.turn_id if lease else head)
         if turn_id in entry.queue:

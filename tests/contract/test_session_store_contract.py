@@ -599,6 +599,32 @@ async def test_rehydration_payload_in_seed_order(store: SessionStore) -> None:
     assert payload.phase is not None and (payload.phase.phase, payload.phase.data) == ("recommendation", {"step": 3})
 
 
+async def test_a_grant_carries_the_rehydration_a_read_after_it_gives(store: SessionStore) -> None:
+    """Issue 32: the lease grant that starts a turn carries the session as the turn starts from it (on
+    Redis in the grant's own script), the same as a rehydrate read after it; not while a pause waits."""
+    sid = await new_session(store, role_id="coach")
+    token = await lease(store, sid)
+    await store.append_messages(ACME, sid, [f"m{i}".encode() for i in range(6)], token)
+    await store.save_goal(ACME, sid, "g", "Open a deposit", GoalStatus.ACTIVE, {}, token)
+    await store.release_lease(ACME, sid, token)
+
+    grant = await leases.acquire(store, ACME, sid, "turn-2", 10.0, Strategy.REJECT, 0, rehydrate=4)
+    read = await store.rehydrate(ACME, sid, 4)
+    assert grant.rehydration is not None
+    assert grant.rehydration.last_messages == read.last_messages == [f"m{i}".encode() for i in range(2, 6)]
+    assert grant.rehydration.goal is not None and grant.rehydration.goal.text == "Open a deposit"
+    assert grant.rehydration.session.role_id == "coach"
+    assert grant.rehydration.session.active_turn_id == read.session.active_turn_id == "turn-2"
+    await store.release_lease(ACME, sid, grant.token)
+    unasked = await leases.acquire(store, ACME, sid, "turn-3", 10.0, Strategy.REJECT, 0)
+    assert unasked.rehydration is None
+    # A paused turn waits for its answer: the grant opens nothing, and carries no rehydration.
+    await store.write_checkpoint(ACME, sid, checkpoint(), unasked.token)
+    await store.release_lease(ACME, sid, unasked.token)
+    paused = await leases.acquire(store, ACME, sid, "turn-4", 10.0, Strategy.REJECT, 0, rehydrate=4)
+    assert paused.pending_interrupt_ids == ("int-1",) and paused.rehydration is None
+
+
 async def test_deleting_a_session_removes_everything_it_holds(store: SessionStore) -> None:
     sid = await new_session(store, user="u", topic="t")
     token = await lease(store, sid)

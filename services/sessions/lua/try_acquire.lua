@@ -3,7 +3,8 @@
 -- the events given), or queues the turn ('queued') or refuses it ('held').
 
 -- ARGV[12]: the resume attempt ('' for a turn that starts); ARGV[13..]: the opening (events and journal
--- entries, as log_events reads them), then the log's retention.
+-- entries, as log_events reads them), then how many messages a grant's rehydration carries (0: none, as
+-- REHYDRATE's reply, when no paused turn waits), then the log's retention.
 local turn, lease_ms, strategy, waiter_ms, base, resume =
   ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12]
 if not mine() then return {'not_found'} end
@@ -29,6 +30,11 @@ if not l and (head == '' or head == turn) then
   put('lease_turn', turn, 'lease_resume', resume, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '',
     'lease_open', open, 'holder', '', 'takeovers', 0, 'lstart', start, 'llast', last)
   keep()  -- the turn starts: its session's keys outlive its lease by half the TTL at least
+  local n = tonumber(ARGV[#ARGV - 1])
+  if n > 0 and #pending == 0 then  -- the session as the turn starts from it: no REHYDRATE call after
+    return {'acquired', token, now + lease_ms, pending, start, last, view(), redis.call('LRANGE', M, -n, -1),
+      redis.call('HVALS', G)}
+  end
   return {'acquired', token, now + lease_ms, pending, start, last}
 end
 local holder = head
