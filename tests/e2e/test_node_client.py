@@ -11,10 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE_CLIENT = ROOT / "clients" / "node"
 
 
+@pytest.mark.timeout(600)  # the suite's own runner: 64 tests over four `cogmesh up`s, 2.5 min on a busy machine
 def test_node_client_against_a_live_suite() -> None:
     npm = shutil.which("npm")
     assert npm is not None, "npm is required for the Node client's tests"
