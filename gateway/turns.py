@@ -38,6 +38,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 
 from cogmesh.common.v1 import errors_pb2, events_pb2, messages_pb2, turns_pb2
@@ -186,7 +187,8 @@ class Turns:
             await self._append("accepted", request, acquire.events, acquire.entries)
         start = lease.start if lease.HasField("start") else None
         queue = strategy == sessions_pb2.MULTITASK_STRATEGY_ENQUEUE
-        handing = self._spawn(self._hand_to_runtime(request, timeout_s, start, queue))
+        expires = lease.expire_time if lease.HasField("expire_time") else None
+        handing = self._spawn(self._hand_to_runtime(request, timeout_s, start, queue, expires))
         if not queue:
             await self._unless_refused(handing)
         return turn_id, int(lease.start_seq)
@@ -258,6 +260,7 @@ class Turns:
         timeout_s: float,
         start: sessions_pb2.TurnStart | None = None,
         queue: bool = False,
+        lease_expires: Timestamp | None = None,
     ) -> None:
         """StartTurn on any runtime replica, with the session as the grant read it; a refusal ends the turn.
 
@@ -272,7 +275,8 @@ class Turns:
         while True:
             try:
                 reply, refusals = await self._start_anywhere(
-                    runtime_pb2.StartTurnRequest(turn=request, start=start), max(deadline - loop.time(), 0.0)
+                    runtime_pb2.StartTurnRequest(turn=request, start=start, lease_expire_time=lease_expires),
+                    max(deadline - loop.time(), 0.0),
                 )
             except DependencyError as exc:
                 await self._not_started(request, exc)

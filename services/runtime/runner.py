@@ -235,15 +235,39 @@ class TurnRunner:
         request: runtime_pb2.RunTurnRequest,
         output: OutputSpec | None,
         grant: sessions_pb2.TurnStart | None = None,
-    ) -> Running:
+        lease_expires: float | None = None,
+    ) -> Running | None:
         """Take the turn and build and run it in the background: the caller learns where it runs, and
-        the turn's failures, even to build, are logged as its end."""
+        the turn's failures, even to build, are logged as its end. None: read after its lease ran out
+        (`lease_expires`, epoch seconds), it found the turn claimed by another replica, which runs it."""
         bind_request(session_id=request.session_id, turn_id=request.turn_id, tenant=request.tenant_id)
         if (here := self._runs_already(request.session_id, request.turn_id, request.lease_token)) is not None:
             return here
+        late = lease_expires is not None and time.time() >= lease_expires - self.settings.turn_lease_renew_s
+        if late and await self._renew_one(request) is False:
+            log.warning("a turn read after its lease ran out was taken over meanwhile: it runs where it was claimed")
+            return None
         running = self._track("StartTurn", request.tenant_id, request.session_id, request.turn_id, request.lease_token)
+        running.log.named = late  # the renewal just named this replica the holder
         self._spawn(running, self._build_and_run(running, request, output, grant))
         return running
+
+    async def _renew_one(self, request: runtime_pb2.RunTurnRequest) -> bool | None:
+        """Renew one turn's lease now, naming this replica: whether it is still held (None: unclear)."""
+        lease = sessions_pb2.RenewTurnLeaseRequest(
+            tenant_id=request.tenant_id,
+            session_id=request.session_id,
+            lease_token=request.lease_token,
+            ttl_seconds=int(self.settings.turn_lease_ttl_s) + self.admission.grace_s(),
+            holder=self.address,
+        )
+        try:
+            reply = await self.sessions.RenewTurnLeases(
+                sessions_pb2.RenewTurnLeasesRequest(leases=[lease]), timeout=self.settings.call_timeout_s
+            )
+        except DependencyError:
+            return None  # the renewal loop and the log's writes find out
+        return bool(reply.leases and reply.leases[0].held)
 
     async def _build(
         self,

@@ -121,8 +121,11 @@ class RuntimeServicer(runtime_pb2_grpc.RuntimeServiceServicer):
             output = validate_run_turn(request.turn)
         # RESOURCE_EXHAUSTED while this worker cannot renew its leases in time: the gateway tries another.
         self.runner.admit()
-        await self.runner.start(request.turn, output, grant=request.start if request.HasField("start") else None)
-        return runtime_pb2.StartTurnResponse(holder=self.runner.address)
+        expires = request.lease_expire_time.ToNanoseconds() / 1e9 if request.HasField("lease_expire_time") else None
+        running = await self.runner.start(
+            request.turn, output, grant=request.start if request.HasField("start") else None, lease_expires=expires
+        )
+        return runtime_pb2.StartTurnResponse(holder=self.runner.address if running is not None else "")
 
     async def ContinueTurn(
         self, request: runtime_pb2.ContinueTurnRequest, context: Any

@@ -9,19 +9,24 @@ room. No turn is taken over meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import pytest
 import pytest_asyncio
+from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from cogmesh.sessions.v1 import sessions_pb2
+from cogmesh.runtime.v1 import runtime_pb2, runtime_pb2_grpc
+from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit.server import RunningServer
+from services.lib import journal_kinds
 from services.suite.inprocess import Suite, start_suite
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, payload, send
 
@@ -250,3 +255,73 @@ async def test_every_replica_busy_rejects_with_retry_info_and_an_enqueued_turn_w
     for turn in busy:
         assert_whole(await turn.end())
     assert all(runner_of(r).taken_over == 0 for r in replicas)
+
+
+async def open_turn(suite: Suite, session_id: str, ttl_s: int) -> tuple[runtime_pb2.RunTurnRequest, Any]:
+    """A turn opened as the gateway opens one (its `accepted` and request logged with the grant), but handed
+    to no runtime: (its RunTurnRequest, the grant)."""
+    request = runtime_pb2.RunTurnRequest(
+        tenant_id="default", session_id=session_id, turn_id=uuid.uuid4().hex, content="go"
+    )
+    accepted = events_pb2.RuntimeEvent(
+        turn_id=request.turn_id,
+        status=events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED, text="accepted", content="go"),
+    )
+    async with grpc.aio.insecure_channel(suite.servers["sessions"].address) as channel:
+        grant = await sessions_pb2_grpc.SessionsServiceStub(channel).AcquireTurnLease(
+            sessions_pb2.AcquireTurnLeaseRequest(
+                tenant_id="default",
+                session_id=session_id,
+                turn_id=request.turn_id,
+                ttl_seconds=ttl_s,
+                events=[accepted],
+                entries=[journal_kinds.entry(journal_kinds.REQUEST, request.SerializeToString())],
+            ),
+            timeout=TIMEOUT_S,
+        )
+    request.lease_token = grant.lease_token
+    return request, grant
+
+
+async def start_at(
+    server: RunningServer, request: runtime_pb2.RunTurnRequest, lease_expires: float
+) -> runtime_pb2.StartTurnResponse:
+    expire = timestamp_pb2.Timestamp()
+    expire.FromNanoseconds(int(lease_expires * 1e9))
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        return await runtime_pb2_grpc.RuntimeServiceStub(channel).StartTurn(
+            runtime_pb2.StartTurnRequest(turn=request, lease_expire_time=expire), timeout=TIMEOUT_S
+        )
+
+
+async def test_a_start_turn_read_after_its_lease_ran_out_leaves_the_turn_to_the_replica_that_claimed_it(
+    suite: Suite, gateway: gateway_pb2_grpc.GatewayServiceStub
+) -> None:
+    """Issue 32 item 6: a saturated replica read StartTurn after the lease lapsed and another replica had
+    taken the turn over; it ran the turn too, until its first write was refused (the model called twice, seen
+    at 1,000 turns at once). It now renews first, finds the claim, and leaves the turn alone."""
+    replicas = suite.replicas("runtime")
+    before = {id(r): runner_of(r).taken_over for r in replicas}
+    session_id = await new_session(gateway)
+    request, grant = await open_turn(suite, session_id, ttl_s=1)
+    await until(lambda: any(runner_of(r).taken_over > before[id(r)] for r in replicas))  # its lease lapsed
+    late = next(r for r in replicas if runner_of(r).taken_over == before[id(r)])
+    reply = await start_at(late, request, grant.expire_time.ToNanoseconds() / 1e9)
+    assert reply.holder == "", "it found the turn claimed, and said it does not run it"
+    assert (session_id, request.turn_id) not in runner_of(late)._running
+    events = await log_of(gateway, session_id)
+    assert [payload(e) for e in events].count("final") == 1 and events[-1].HasField("final"), events[-1]
+
+
+async def test_a_start_turn_read_late_whose_lease_still_holds_renews_it_naming_the_replica(
+    suite: Suite, gateway: gateway_pb2_grpc.GatewayServiceStub
+) -> None:
+    session_id = await new_session(gateway)
+    request, _ = await open_turn(suite, session_id, ttl_s=60)
+    replica = suite.replicas("runtime")[0]
+    reply = await start_at(replica, request, time.time())  # as if read a whole TTL after the grant
+    assert reply.holder == runner_of(replica).address
+    running = runner_of(replica)._running[(session_id, request.turn_id)]
+    assert running.log.named, "its renewal named this replica the holder before the turn started"
+    events = await log_of(gateway, session_id)
+    assert events[-1].HasField("final") and "taken over" not in [e.status.text for e in events if e.HasField("status")]

@@ -249,12 +249,14 @@ class ClientToolResult(_message.Message):
     def __init__(self, content: _Optional[str] = ..., is_error: _Optional[bool] = ...) -> None: ...
 
 class StartTurnRequest(_message.Message):
-    __slots__ = ("turn", "start")
+    __slots__ = ("turn", "start", "lease_expire_time")
     TURN_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     turn: RunTurnRequest
     start: _sessions_pb2.TurnStart
-    def __init__(self, turn: _Optional[_Union[RunTurnRequest, _Mapping]] = ..., start: _Optional[_Union[_sessions_pb2.TurnStart, _Mapping]] = ...) -> None: ...
+    lease_expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, turn: _Optional[_Union[RunTurnRequest, _Mapping]] = ..., start: _Optional[_Union[_sessions_pb2.TurnStart, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class StartTurnResponse(_message.Message):
     __slots__ = ("holder",)
