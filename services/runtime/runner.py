@@ -649,7 +649,12 @@ class TurnRunner:
 
     def _lost(self, running: Running, lost: TurnLost) -> None:
         """The turn may not write any more: stop it without a word (whoever holds it now logs the rest)."""
-        log.warning("turn stopped: it cannot write to its event log", why=str(lost))
+        log.warning(
+            "turn stopped: it cannot write to its event log",
+            why=str(lost),
+            session_id=running.session_id,
+            turn_id=running.turn_id,
+        )
         if running.task is not None and running.task is not asyncio.current_task():
             running.task.cancel()
 
@@ -784,6 +789,8 @@ class TurnRunner:
             for running, token, outcome in zip(held, tokens, reply.leases, strict=False):
                 if running.lease_token != token:
                     continue  # re-claimed under a new token while this renewal was out: it holds the lease
+                if running.task is None or running.task.done():
+                    continue  # ended (and let its lease go) while this renewal was out
                 if not outcome.held:
                     self._spawn_check(running, token)
                     continue
