@@ -252,15 +252,16 @@ class TurnRunner:
         self._spawn(running, self._build_and_run(running, request, output, grant))
         return running
 
+    def _renewal(self, tenant_id: str, session_id: str, lease_token: int) -> sessions_pb2.RenewTurnLeaseRequest:
+        """A renewal naming this replica: the lease TTL plus the grace that covers its lag (admission)."""
+        ttl = int(self.settings.turn_lease_ttl_s) + self.admission.grace_s()
+        return sessions_pb2.RenewTurnLeaseRequest(
+            tenant_id=tenant_id, session_id=session_id, lease_token=lease_token, ttl_seconds=ttl, holder=self.address
+        )
+
     async def _renew_one(self, request: runtime_pb2.RunTurnRequest) -> bool | None:
         """Renew one turn's lease now, naming this replica: whether it is still held (None: unclear)."""
-        lease = sessions_pb2.RenewTurnLeaseRequest(
-            tenant_id=request.tenant_id,
-            session_id=request.session_id,
-            lease_token=request.lease_token,
-            ttl_seconds=int(self.settings.turn_lease_ttl_s) + self.admission.grace_s(),
-            holder=self.address,
-        )
+        lease = self._renewal(request.tenant_id, request.session_id, request.lease_token)
         try:
             reply = await self.sessions.RenewTurnLeases(
                 sessions_pb2.RenewTurnLeasesRequest(leases=[lease]), timeout=self.settings.call_timeout_s
@@ -763,18 +764,8 @@ class TurnRunner:
             if not held:
                 continue
             tokens = [r.lease_token for r in held]
-            ttl = int(self.settings.turn_lease_ttl_s) + self.admission.grace_s()
             request = sessions_pb2.RenewTurnLeasesRequest(
-                leases=[
-                    sessions_pb2.RenewTurnLeaseRequest(
-                        tenant_id=r.tenant_id,
-                        session_id=r.session_id,
-                        lease_token=r.lease_token,
-                        ttl_seconds=ttl,
-                        holder=self.address,
-                    )
-                    for r in held
-                ]
+                leases=[self._renewal(r.tenant_id, r.session_id, r.lease_token) for r in held]
             )
             sent = clock()
             try:

@@ -222,7 +222,7 @@ local function checkpoint_of(stored)
 end
 
 -- The session as the store reports it: its hash plus what is derived at read time.
-local function view_of(k)
+local function view_of(k, pending)
   local l_turn = ''
   if k.s == S then
     flush()
@@ -232,11 +232,12 @@ local function view_of(k)
     local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp', 'lease_open')
     if l[1] and l[1] ~= '' and (l[3] == '1' or tonumber(l[2]) > clock()) then l_turn = l[1] end
   end
-  return {redis.call('HGETALL', k.s), redis.call('LLEN', k.m), l_turn, pending_ids(k.c, k.co, k.d)}
+  return {redis.call('HGETALL', k.s), redis.call('LLEN', k.m), l_turn, pending or pending_ids(k.c, k.co, k.d)}
 end
 
-local function view()
-  return view_of(K)
+-- `pending`: the session's pending interrupt ids when the script has just read them.
+local function view(pending)
+  return view_of(K, pending)
 end
 
 -- The last seq of the session's log.

@@ -32,7 +32,7 @@ if not l and (head == '' or head == turn) then
   keep()  -- the turn starts: its session's keys outlive its lease by half the TTL at least
   local n = tonumber(ARGV[#ARGV - 1])
   if n > 0 and #pending == 0 then  -- the session as the turn starts from it: no REHYDRATE call after
-    return {'acquired', token, now + lease_ms, pending, start, last, view(), redis.call('LRANGE', M, -n, -1),
+    return {'acquired', token, now + lease_ms, pending, start, last, view(pending), redis.call('LRANGE', M, -n, -1),
       redis.call('HVALS', G)}
   end
   return {'acquired', token, now + lease_ms, pending, start, last}
