@@ -4,8 +4,10 @@ One writer per turn sends, in order, everything the turn produces: its events an
 journal entries of its steps, fenced by the turn's lease, so the turn does not depend
 on whoever started it: watchers read the log. Appends are as few as latency allows:
 an assistant delta that comes less than `flush_s` after the last append waits for the
-next one (the first delta after a quiet spell, and every other event, go at once),
-so a streaming reply costs an append per window instead of one per token. A long reply's
+next one (the first delta after a quiet spell, and every other event but a step's usage,
+go at once), so a streaming reply costs an append per window instead of one per token. The
+window counts from the end of the last append: on a slow store appends do not go back to
+back with a delta or two each. A long reply's
 window widens, doubling every few appends up to `flush_max_s`: its first words reach the
 watchers as fast as ever, and each second of a long stream costs a few appends, not ten.
 
@@ -87,6 +89,11 @@ def _is_delta(event: events_pb2.RuntimeEvent) -> bool:
     return bool(event.WhichOneof("payload") == "assistant_delta")
 
 
+# Events no watcher waits on: they ride with the next append (a step's usage is followed by its tool
+# calls, the next step's events or the turn's end, each of which goes at once).
+RIDERS = frozenset({"usage"})
+
+
 class TurnLog:
     def __init__(
         self,
@@ -133,6 +140,8 @@ class TurnLog:
         self._appends = 0
         self._wake, self._urgent, self._progress = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._last_write = float("-inf")
+        self._sending = False  # an append is out: a delta queued meanwhile waits for the window after it
+        self._cut_short = False  # the last append left queued items over its caps: the next goes at once
         self._in_reply = False  # the last event queued was a delta: the model's reply is streaming
         self._reply_writes = 0  # appends since the streaming reply began: its window widens with them
         self._consume = ""  # the interrupt whose checkpoint the next append takes (a resume's first)
@@ -151,16 +160,20 @@ class TurnLog:
         event.turn_id = self.turn_id
         self._events.append(event)
         self._queued += 1
+        if event.WhichOneof("payload") in RIDERS:
+            return False
         self._wake.set()
         # A reply's first delta goes at once (it is the first token a watcher waits for), as does
-        # any other event; a delta within a streaming reply waits out the window since the last write.
+        # any other event; a delta within a streaming reply waits out the window since the last write
+        # ended (one queued while an append is out waits for the window after it: on a slow store,
+        # appends would otherwise go back to back, two deltas each).
         first_of_reply, self._in_reply = not self._in_reply, _is_delta(event)
         if first_of_reply:
             self._reply_writes = 0
         if (
             first_of_reply
             or not self._in_reply
-            or asyncio.get_running_loop().time() - self._last_write >= self._window()
+            or (not self._sending and asyncio.get_running_loop().time() - self._last_write >= self._window())
         ):
             self._urgent.set()
             return True
@@ -277,11 +290,15 @@ class TurnLog:
                 if taken is None:
                     continue
                 request, events, count = taken
-                await self._send(request)
+                self._sending = True
+                try:
+                    await self._send(request)
+                finally:
+                    self._sending = False
                 self._last_write = loop.time()
                 self._reply_writes += self._in_reply
                 self._written += count
-                if self._events or self._entries or self._end:  # a backlog over one append's cap: go on at once
+                if self._cut_short:  # a backlog over one append's caps: go on at once
                     self._wake.set()
                     self._urgent.set()
                 self._signal()
@@ -330,6 +347,7 @@ class TurnLog:
             return None
         cut = self._cut()
         last = cut == len(self._events)  # the entries after the cut and the end wait for the rest
+        self._cut_short = not last
         events, self._events = self._events[:cut], self._events[cut:]
         entries = [entry for entry in self._entries if last or entry.position <= cut]
         self._entries = self._entries[len(entries) :]

@@ -286,6 +286,53 @@ async def test_a_long_replys_window_widens_up_to_flush_max_s(
     assert texts(sessions.stored[14]) == ["b"]
 
 
+async def test_deltas_queued_while_an_append_is_out_wait_for_the_window_after_it(
+    sessions: FakeSessions, make_log: MakeLog, loop_clock: LoopClock
+) -> None:
+    """On a slow store the window still counts: appends do not go back to back with a delta or two each."""
+    hour = 3600.0
+    log = make_log(flush_s=hour)
+    sessions.gate.clear()  # the store is slow: the first append stays out
+    log.emit(delta("a"))
+    await sessions.until(lambda: len(sessions.calls) == 1)
+    loop_clock.advance(2 * hour)  # longer than a window since the last append ended
+    log.emit(delta("b"))
+    log.emit(delta("c"))
+    sessions.gate.set()
+    await sessions.until_stored(1)
+    await idle()
+    assert len(sessions.calls) == 1, "deltas queued while an append was out wait for the window after it"
+    loop_clock.advance(hour)
+    await sessions.until_stored(2)
+    assert texts(sessions.stored[1]) == ["b", "c"]
+
+
+def usage() -> events_pb2.RuntimeEvent:
+    return events_pb2.RuntimeEvent(usage=events_pb2.UsageReport(input_tokens=3, output_tokens=5))
+
+
+async def test_a_steps_usage_rides_with_the_next_append(
+    sessions: FakeSessions, make_log: MakeLog, loop_clock: LoopClock
+) -> None:
+    log = make_log(flush_s=3600.0)
+    log.emit(usage())
+    loop_clock.advance(2 * 3600.0)
+    await idle()
+    assert sessions.calls == [], "a usage report alone is not an append"
+    log.emit(status("calling a tool"))  # what follows it goes at once, with it
+    await sessions.until_stored(1)
+    assert texts(sessions.stored[0]) == ["usage", "calling a tool"]
+
+    log.emit(delta("a"))
+    await sessions.until_stored(2)
+    log.emit(delta("b"))
+    log.emit(usage())
+    await idle()
+    assert len(sessions.calls) == 2
+    await log.end([final("ab")])  # the reply's last delta, its usage and the end: one append
+    assert texts(sessions.stored[2]) == ["b", "usage", "ab"] and len(sessions.stored) == 3
+
+
 # --------------------------------------------------------------------------- the journal
 
 
