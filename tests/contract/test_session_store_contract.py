@@ -625,6 +625,26 @@ async def test_a_grant_carries_the_rehydration_a_read_after_it_gives(store: Sess
     assert paused.pending_interrupt_ids == ("int-1",) and paused.rehydration is None
 
 
+async def test_a_session_without_goals_starts_a_turn_without_reading_them_and_one_written_before_reads_them(
+    store: SessionStore,
+) -> None:
+    """A session created now marks that it has no goal (`ng`), so its turns' grants skip the goals' read; the
+    first goal clears the mark. A session created before the mark existed reads its goals as before."""
+    if not isinstance(store, RedisSessionStore):
+        pytest.skip("the Redis store's hash")
+    sid = await new_session(store)
+    key = store._keys(sid)[0]
+    assert await store._redis.hget(key, "ng") == b"1"
+    token = await lease(store, sid)
+    await store.save_goal(ACME, sid, "g", "Open a deposit", GoalStatus.ACTIVE, {}, token)
+    await store.release_lease(ACME, sid, token)
+    assert await store._redis.hget(key, "ng") == b""
+    await store._redis.hdel(key, "ng")  # as a session written before the mark
+    grant = await leases.acquire(store, ACME, sid, "turn-2", 10.0, Strategy.REJECT, 0, rehydrate=4)
+    assert grant.rehydration is not None and grant.rehydration.goal is not None
+    assert [g.goal_id for g in await store.list_goals(ACME, sid)] == ["g"]
+
+
 async def test_deleting_a_session_removes_everything_it_holds(store: SessionStore) -> None:
     sid = await new_session(store, user="u", topic="t")
     token = await lease(store, sid)

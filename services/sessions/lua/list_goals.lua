@@ -1,4 +1,4 @@
 -- LIST_GOALS: the session's goals.
 
 if not mine() then return {'not_found'} end
-return {'ok', redis.call('HVALS', G)}
+return {'ok', goals()}

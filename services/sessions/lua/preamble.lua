@@ -30,7 +30,7 @@ local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): re
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
   'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc',
-  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn'}
+  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn', 'ng'}
 local H = nil
 local PENDING = {}
 local RING = 0  -- the ring of append ids `meta` also reads: the append script sets its size first
@@ -223,21 +223,28 @@ end
 
 -- The session as the store reports it: its hash plus what is derived at read time.
 local function view_of(k, pending)
-  local l_turn = ''
+  local l_turn, count = '', nil
   if k.s == S then
     flush()
     local l = live_lease()
     if l then l_turn = l.turn end
+    count = tonumber(meta().mc)  -- the message count the hash keeps (nil: a session written before `mc`)
   else
     local l = redis.call('HMGET', k.s, 'lease_turn', 'lease_exp', 'lease_open')
     if l[1] and l[1] ~= '' and (l[3] == '1' or tonumber(l[2]) > clock()) then l_turn = l[1] end
   end
-  return {redis.call('HGETALL', k.s), redis.call('LLEN', k.m), l_turn, pending or pending_ids(k.c, k.co, k.d)}
+  return {redis.call('HGETALL', k.s), count or redis.call('LLEN', k.m), l_turn, pending or pending_ids(k.c, k.co, k.d)}
 end
 
 -- `pending`: the session's pending interrupt ids when the script has just read them.
 local function view(pending)
   return view_of(K, pending)
+end
+
+-- The session's goals: none, without a read, while it never had one (`ng`, set at create, cleared by the first).
+local function goals()
+  if meta().ng == '1' then return {} end
+  return redis.call('HVALS', G)
 end
 
 -- The last seq of the session's log.
@@ -321,7 +328,12 @@ local function log_events(turn, at, retention)
   if n > 0 then put('eseq', last) end
   -- Where the turn's events start (ListTurns, rewinds): written once, when the log moves on to another turn.
   if n > 0 and turn ~= '' and meta().rturn ~= turn then
-    if redis.call('HSETNX', TR, turn, first) == 1 and redis.call('HLEN', TR) == 1 then table.insert(NEW, TR) end
+    -- The session's first turn makes the index (`rturn` unset; after a rewind, '' and it may be gone); a key
+    -- already there takes the same expiry.
+    local was = meta().rturn
+    if redis.call('HSETNX', TR, turn, first) == 1 and (not was or (was == '' and redis.call('HLEN', TR) == 1)) then
+      table.insert(NEW, TR)
+    end
     put('rturn', turn)
   end
   local m, recorded = tonumber(ARGV[at + 2 + k]), ARGV[at + 3 + k]

@@ -12,5 +12,6 @@ elseif redis.call('HLEN', G) >= max_goals then
   return {'limit'}
 end
 redis.call('HSET', G, goal_id, created .. '|' .. now .. '|' .. blob)
+if meta().ng then put('ng', '') end  -- the session has goals: its reads read them
 touch()
 return {'ok', created, now}

@@ -33,7 +33,7 @@ if not l and (head == '' or head == turn) then
   local n = tonumber(ARGV[#ARGV - 1])
   if n > 0 and #pending == 0 then  -- the session as the turn starts from it: no REHYDRATE call after
     return {'acquired', token, now + lease_ms, pending, start, last, view(pending), redis.call('LRANGE', M, -n, -1),
-      redis.call('HVALS', G)}
+      goals()}
   end
   return {'acquired', token, now + lease_ms, pending, start, last}
 end
