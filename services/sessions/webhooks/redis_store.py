@@ -173,7 +173,7 @@ class RedisWebhookStore:
     async def matching(self, tenant_id: str, session_id: str) -> list[Webhook]:
         # The tenant's hooks and the session's, in one command (the keys share the tenant's slot).
         both = await self._call(
-            self._redis.sunion(self._tenant(tenant_id, "all"), self._tenant(tenant_id, f"s:{session_id}"))
+            self._redis.sunion([self._tenant(tenant_id, "all"), self._tenant(tenant_id, f"s:{session_id}")])
         )
         ids = sorted(_s(i) for i in both)
         if not ids:
