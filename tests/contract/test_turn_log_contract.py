@@ -44,6 +44,7 @@ from services.sessions.model import (
     StaleLease,
     Strategy,
 )
+from services.sessions.redis_lua import SESSION_KEYS
 from services.sessions.redis_store import RedisSessionStore
 from services.sessions.servicer import SessionsServicer, status_of
 from services.sessions.store import MemorySessionStore, SessionStore
@@ -525,6 +526,9 @@ async def test_journals_are_bounded_but_an_open_or_paused_turns_is_kept(h: Harne
     assert await kept("paused"), "the oldest journal, but its turn still waits for an answer"
     assert await kept("open")
     assert [t for t in ended if await kept(t)] == ended[-JOURNALS_KEPT:], f"the last {JOURNALS_KEPT} ended turns"
+    if isinstance(h.store, RedisSessionStore):  # the count the hash keeps (so a turn reads no ZCARD) is right
+        keys = dict(zip(SESSION_KEYS, h.store._keys(sid), strict=False))
+        assert int(await h.store._redis.hget(keys["s"], "jtn")) == await h.store._redis.zcard(keys["jt"])
 
 
 # --------------------------------------------------------------------------- orphans and takeovers
@@ -943,6 +947,30 @@ async def test_a_session_written_before_its_hash_kept_the_message_count_reports_
     grant = await h.start_turn(sid, "t3")
     assert (await h.append(sid, "t3", grant.token, delta("c", "t3"))).message_count == 4  # from the hash again
     assert (await h.store.get(ACME, sid)).message_count == 4
+
+
+async def test_a_session_written_before_its_hash_kept_the_queue_and_journal_marks_reads_them(h: Harness) -> None:
+    """`nq` (no turn queued since the queue was last found empty) and `jtn` (the journal's turn count) spare a
+    turn's start an EXISTS and a ZCARD; a session written without them reads the keys, then keeps the marks."""
+    if not isinstance(h.store, RedisSessionStore):
+        pytest.skip("the memory store keeps no sessions across versions")
+    sid = await h.new_session()
+    keys = dict(zip(SESSION_KEYS, h.store._keys(sid), strict=False))
+    redis = h.store._redis
+    await redis.hdel(keys["s"], "nq", "jtn")  # the previous version kept neither
+    for turn in ("t1", "t2"):
+        grant = await h.start_turn(sid, turn)
+        await h.append(sid, turn, grant.token, final("ok", turn), journal=[("step", b"s")], release=True)
+    assert int(await redis.hget(keys["s"], "jtn")) == await redis.zcard(keys["jt"]) == 2
+    assert await redis.hget(keys["s"], "nq") == b"1"  # the queue was found empty: later grants skip it
+    running = await h.start_turn(sid, "t3")
+    queued = await h.store.try_acquire(ACME, sid, "t4", TTL, Strategy.ENQUEUE)
+    assert not isinstance(queued, Acquired)
+    assert await redis.hget(keys["s"], "nq") == b""  # a turn waits: grants look at the queue again
+    await h.store.release_lease(ACME, sid, running.token)
+    with pytest.raises(LeaseHeld):  # the waiter keeps its place
+        await h.store.try_acquire(ACME, sid, "t5", TTL, Strategy.REJECT)
+    assert isinstance(await h.store.try_acquire(ACME, sid, "t4", TTL, Strategy.ENQUEUE), Acquired)
 
 
 async def test_an_append_refused_leaves_its_id_free_for_the_same_append_once_it_may_write(h: Harness) -> None:

@@ -30,7 +30,7 @@ local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): re
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
   'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc',
-  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn', 'ng'}
+  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn', 'ng', 'nq', 'jtn'}
 local H = nil
 local PENDING = {}
 local RING = 0  -- the ring of append ids `meta` also reads: the append script sets its size first
@@ -200,7 +200,11 @@ end
 -- The turn first in the session's queue ('' when none waits); waiters whose replica stopped polling lose
 -- their place.
 local function queue_head()
-  if redis.call('EXISTS', Q) == 0 then return '' end  -- none waits (the common case: one command)
+  if meta().nq == '1' then return '' end  -- none waits, and none queued since (the common case: no command)
+  if redis.call('EXISTS', Q) == 0 then
+    put('nq', 1)
+    return ''
+  end
   local hearts = redis.call('HGETALL', W)
   for i = 1, #hearts, 2 do
     if tonumber(hearts[i + 1]) <= clock() then
@@ -271,8 +275,9 @@ local function message_count()
 end
 
 -- Forget the journals of all but the last ${JOURNALS_KEPT} turns, keeping an open or paused turn's.
--- `turns`: how many turns the journal holds (ZCARD of JT).
+-- `turns`: how many turns the journal holds (ZCARD of JT, kept in `jtn`).
 local function forget_journals(turns)
+  put('jtn', turns)
   if turns <= ${JOURNALS_KEPT} then return end
   local keep = {}
   for _, stored in ipairs(redis.call('HVALS', C)) do
@@ -292,6 +297,7 @@ local function forget_journals(turns)
     for n = 1, count do table.insert(fields, turn .. '|' .. n) end
     redis.call('HDEL', J, unpack(fields))
     redis.call('ZREM', JT, turn)
+    put('jtn', turns - i)
   end
 end
 
@@ -356,7 +362,8 @@ local function log_events(turn, at, retention)
       local jseq = tonumber(meta().jseq or '0') + 1
       put('jseq', jseq, 'jlast', turn)
       if redis.call('ZADD', JT, jseq, turn) == 1 then
-        local turns = redis.call('ZCARD', JT)
+        local turns = tonumber(meta().jtn or '')  -- a session written before `jtn` counts them once
+        if turns then turns = turns + 1 else turns = redis.call('ZCARD', JT) end
         if turns == 1 then  -- the journal's first turn made both keys
           table.insert(NEW, J)
           table.insert(NEW, JT)

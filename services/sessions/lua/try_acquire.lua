@@ -41,6 +41,8 @@ local holder = head
 if l then holder = l.turn end
 if strategy == 'reject' then return {'held', holder} end
 if not redis.call('ZSCORE', Q, turn) then
+  put('nq', '')  -- a turn waits: grants look at the queue again
+  flush()
   redis.call('ZADD', Q, base + redis.call('HINCRBY', S, 'queue_seq', 1), turn)
 end
 redis.call('HSET', W, turn, now + waiter_ms)
