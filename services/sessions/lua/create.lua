@@ -23,9 +23,9 @@ end
 redis.call('HSET', S, 'session_id', sid, 'tenant_id', tenant, 'user_id', user, 'topic_id', topic,
   'agent', agent, 'role_id', role, 'skills', skills, 'prompt_hash', '', 'config', config,
   'deleg_from', delegated_from, 'deleg_count', 0, 'created_at', now, 'last_token', 0, 'ikey', identity,
-  'scope', scope, 'labels', labels or '{}', 'mc', 0, 'ng', 1, 'nq', 1)
+  'scope', scope, 'labels', labels or '{}', 'mc', 0, 'ng', 1, 'nq', 1, 'jtn', 0)
 -- `mc`: the message count, kept so reads need no LLEN; `ng`: no goal yet, `nq`: no turn queued since the queue
--- was last found empty, so a turn's start reads neither
+-- was last found empty, so a turn's start reads neither; `jtn`: the turns the journal holds (no ZCARD)
 if forked_from ~= '' then redis.call('HSET', S, 'forked_from', forked_from) end
 if agent_version ~= '0' then redis.call('HSET', S, 'av', agent_version) end
 H = nil  -- written above: `meta()` reads it again
