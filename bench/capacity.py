@@ -20,7 +20,8 @@ built-in model costs almost nothing, so the CPU is cogmesh's own work.
     python -m bench.capacity [--quick]
     python -m bench.capacity --redis-only   # only (b) for the modelled turn and the idle suite, printed
 
-`--redis-only` runs the paced turns of the model and an idle suite (commands and CPU per
+`--redis-only` runs the paced turns of the model (each a fresh session's first turn, as the
+model counts them, then the same sessions' next turn) and an idle suite (commands and CPU per
 second of every process), and prints the Redis commands per modelled turn by kind; it
 writes no result file (issue 32's Redis and idle targets are read from it).
 """
@@ -760,10 +761,12 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
             # The warm-up's turns leave the open-turn index before the idle figure starts (their last look).
             await asyncio.sleep(args.settle_s)
             quiet = await idle(system, args.idle_s)
-            measured = {}
+            measured, later = {}, {}
             for name in WORKLOADS:
                 sessions = await create_sessions(system, args.turns)
                 measured[name] = await turns(system, sessions, [name], args.open_turns)
+                # The same sessions' next turn: what a session that has talked before costs (its keys exist).
+                later[name] = await turns(system, sessions, [name], args.open_turns)
             renewal = await renewals(system, await create_sessions(system, args.open_turns), RENEWAL_ROUNDS)
     kinds: dict[str, float] = {}
     for m in measured.values():
@@ -773,6 +776,7 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
     redis_ms = sum(m["cpu_ms"].get("redis", 0.0) for m in measured.values())
     return {
         "paced": measured,
+        "later": later,
         "idle": quiet,
         "renewal": renewal,
         "modelled_turn": {
@@ -806,6 +810,13 @@ def print_redis_only(data: dict[str, Any]) -> None:
         r = m["redis"]
         top = ", ".join(f"{k} {v:.1f}" for k, v in r["by_command"].items())
         print(f"  {name}, paced: {r['commands']:.0f} commands, {m['events_logged']:.0f} events logged: {top}")
+    later = data["later"]
+    commands = sum(m["redis"]["commands"] for m in later.values()) + TURN_S / RENEW_S * renewal["commands"]
+    print(f"a session's next turn (its keys made by the first): {commands:.0f} commands per modelled turn")
+    for name, m in later.items():
+        r = m["redis"]
+        top = ", ".join(f"{k} {v:.1f}" for k, v in r["by_command"].items())
+        print(f"  {name}, paced, next turn: {r['commands']:.0f} commands: {top}")
     r = quiet["redis_per_s"]
     print(
         f"idle: {r['commands']:.1f} Redis commands/s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["by_command"].items())
