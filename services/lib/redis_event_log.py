@@ -50,6 +50,7 @@ T = TypeVar("T")
 
 BLOCK_MS = 1000  # longest wait of a watch loop's blocking read
 WAKE_LEN = 16  # entries kept in a process's wake stream
+WAKE_TTL_S = 60  # a replica that died leaves its wake stream behind this long at most
 DROPPED_TTL_S = 24 * 3600  # a deleted session's tombstone outlives any turn that could still append
 DROP_WAKE_S = 600  # how long a deleted session's marker stays to end readers on every replica
 DROP_RECHECK_S = 60.0  # how often a watch loop asks for tombstones of its sessions (it may miss a marker)
@@ -188,6 +189,7 @@ class RedisEventLog:
         self._wake_key, self._wake_after = f"{prefix}events:wake:{uuid.uuid4().hex}", "0-0"
         self._waking: asyncio.Task[None] | None = None
         self._unwoken = False  # a session was added after the last wake was sent
+        self._wake_ttl_due = 0.0  # loop time the wake stream's expiry is set again by (not on every wake)
 
     def _keys(self, session_id: str) -> _LogKeys:
         return _LogKeys(self.prefix, session_id)
@@ -332,9 +334,13 @@ class RedisEventLog:
                 self._unwoken = False
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.xadd(self._wake_key, {"w": 1}, maxlen=WAKE_LEN, approximate=False)
-                pipe.expire(self._wake_key, 60)  # a replica that died leaves nothing behind
+                now = asyncio.get_running_loop().time()
+                if now >= self._wake_ttl_due:  # a replica that died leaves nothing behind
+                    pipe.expire(self._wake_key, WAKE_TTL_S)
+                    self._wake_ttl_due = now + WAKE_TTL_S / 3
                 await pipe.execute()
         except REDIS_ERRORS as exc:  # the XREAD still ends within BLOCK_MS
+            self._wake_ttl_due = 0.0
             log.warning("event log could not wake its watch loop", error=str(exc))
         finally:
             self._waking = None
@@ -390,6 +396,7 @@ class RedisEventLog:
                 reply: Any = await self._blocking.xread(cursors, count=self.max_batch, block=BLOCK_MS)
                 backoff = 0.05
             except REDIS_ERRORS as exc:
+                self._wake_ttl_due = 0.0  # a Redis that restarted lost the wake stream's expiry: the next wake sets it
                 log.warning("event log watch lost redis; retrying", sessions=len(watched), error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)

@@ -382,3 +382,48 @@ async def test_the_reader_reports_redis_down_as_unavailable() -> None:
             await reader.last_seq("some-session")
         assert caught.value.metadata["retryable"] == "true"
         await reader.close()
+
+
+async def test_the_wake_stream_of_a_watch_loop_always_expires() -> None:
+    """A replica that dies leaves its wake stream (how adding a session ends the loop's XREAD) behind for
+    WAKE_TTL_S at most. The expiry is set every third of that, not on every wake, and again after Redis
+    was lost (a restart may have dropped it)."""
+    with RedisServer(appendonly=True) as server:
+        store = RedisSessionStore.from_url(server.url, f"t{uuid.uuid4().hex[:6]}:", 0.0, 0.5)
+        reader = RedisEventLog(server.url, prefix=store._prefix, timeout_s=0.5)
+        admin = admin_client(server.url)
+        readings = []
+        try:
+
+            async def follow(wakes: int) -> None:
+                """Follow a new session; its add is the loop's `wakes`th wake (the first add starts the loop)."""
+                record, _ = await store.create(ACME, NewSession("", "", "default"))
+                reading = reader.read(record.session_id, 0, 5)
+                readings.append((reading, asyncio.create_task(anext(reading))))
+                async with asyncio.timeout(10):
+                    while len(readings) == 1 and reader._watch is None:  # noqa: ASYNC110 - started by the add
+                        await asyncio.sleep(0.005)
+                    while wakes and admin.xlen(reader._wake_key) < wakes:  # noqa: ASYNC110 - sent by the add
+                        await asyncio.sleep(0.005)
+
+            await follow(0)
+            for wakes in (1, 2, 3):
+                await follow(wakes)
+                assert 0 < int(admin.ttl(reader._wake_key)) <= redis_event_log.WAKE_TTL_S
+            admin.persist(reader._wake_key)  # as a Redis that came back without the expiry
+            server.stop()
+            async with asyncio.timeout(10):
+                while reader._wake_ttl_due:  # noqa: ASYNC110 - the watch loop notices Redis is gone
+                    await asyncio.sleep(0.005)
+            server.start()
+            await follow(4)
+            assert 0 < int(admin.ttl(reader._wake_key)) <= redis_event_log.WAKE_TTL_S
+        finally:
+            for reading, waiting in readings:
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await waiting
+                await reading.aclose()
+            admin.close()
+            await reader.close()
+            await store.close()

@@ -112,7 +112,8 @@ end
 local function free_lease()
   put('lease_turn', '', 'lease_resume', '', 'lease_exp', 0, 'int_by', '', 'lease_open', '', 'holder', '',
     'takeovers', 0)
-  redis.call('PUBLISH', CHANNEL, sid)
+  -- Wake the turns queued for it, on any replica (none is while `nq` says so: a queued turn clears it).
+  if meta().nq ~= '1' then redis.call('PUBLISH', CHANNEL, sid) end
 end
 
 -- Keys a write created while the session's keys keep the expiry they have (`keep`): they get it too.
