@@ -37,7 +37,7 @@ if not (l and l.turn == turn and l.resume == resume and l.takeovers == 0) then  
     end
     return {'held', head, ''}
   end
-  local token = redis.call('HINCRBY', S, 'last_token', 1)
+  local token = next_token()
   put('lease_turn', turn, 'lease_resume', resume, 'lease_token', token, 'lease_exp', now + lease_ms, 'int_by', '',
     'lease_open', '', 'holder', '', 'takeovers', 0, 'lstart', last_seq(), 'llast', 0)
   if recorded then touch() else keep() end  -- the resume starts: the keys outlive its lease

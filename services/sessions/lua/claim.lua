@@ -10,7 +10,7 @@ if not ok then return {'closed'} end
 local l = live_lease()
 if not l or not l.open then return {'closed'} end
 if l.exp > now then return {'live', l.exp} end
-local token = redis.call('HINCRBY', S, 'last_token', 1)
+local token = next_token()
 put('lease_token', token, 'lease_exp', now + lease_ms, 'takeovers', l.takeovers + 1)
 keep()  -- the turn starts again: its session's keys outlive the new lease by half the TTL at least
 return {'claimed', owner, l.turn, token, l.takeovers + 1, last_seq(), now + lease_ms, l.holder, l.int_by,

@@ -30,7 +30,7 @@ local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): re
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
   'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc',
-  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn', 'ng', 'nq', 'jtn'}
+  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn', 'ng', 'nq', 'jtn', 'last_token'}
 local H = nil
 local PENDING = {}
 local RING = 0  -- the ring of append ids `meta` also reads: the append script sets its size first
@@ -107,6 +107,13 @@ local function fenced(token)
   if token == 0 then return true end
   local l = live_lease()
   return l ~= nil and l.token == token
+end
+
+-- The next fencing token; the hash counts them (`last_token`). The caller's flush writes it, with the lease.
+local function next_token()
+  local token = tonumber(meta().last_token or '0') + 1
+  put('last_token', token)
+  return token
 end
 
 local function free_lease()

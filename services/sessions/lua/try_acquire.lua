@@ -18,7 +18,7 @@ if not l and (head == '' or head == turn) then
     redis.call('ZREM', Q, turn)
     redis.call('HDEL', W, turn)
   end
-  local token = redis.call('HINCRBY', S, 'last_token', 1)
+  local token = next_token()
   local start, last, open = last_seq(), 0, ''
   local pending = pending_ids(C, CO, D)
   local opening = tonumber(ARGV[13]) > 0 or tonumber(ARGV[15 + tonumber(ARGV[14])]) > 0
