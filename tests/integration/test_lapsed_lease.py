@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from cogmesh.gateway.v1 import gateway_pb2
+from cogmesh.sessions.v1 import sessions_pb2
 from tests.integration.conftest import SUITE_SETTINGS, TIMEOUT_S, new_session, payload, running_suite
 
 # Short leases, and a turn that streams for seconds: 200 tokens 20 ms apart.
@@ -36,6 +37,12 @@ async def test_a_runtime_that_missed_its_renewals_takes_its_own_turn_back_and_go
                 events += (await call.read()).events
         (running,) = runner._running.values()
         token = running.lease_token
+        # The first lease is twice the TTL (the turn could end inside it): the renewals stop after the first.
+        ask = sessions_pb2.GetTurnLeaseRequest(tenant_id="default", session_id=session_id)
+        granted = (await stubs["sessions"].GetTurnLease(ask)).lease.expire_time.ToNanoseconds()
+        async with asyncio.timeout(TIMEOUT_S):
+            while (await stubs["sessions"].GetTurnLease(ask)).lease.expire_time.ToNanoseconds() == granted:  # noqa: ASYNC110 - polled over RPC
+                await asyncio.sleep(0.05)
         renewing = runner._loops[0]  # the renewals stop, as on a replica too busy to send them
         renewing.cancel()
         async with asyncio.timeout(TIMEOUT_S * 3):
