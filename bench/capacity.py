@@ -791,14 +791,19 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def by_kind(r: dict[str, Any]) -> str:
+    """Redis figures' commands by kind, as printed."""
+    return ", ".join(f"{k} {v:.1f}" for k, v in r["by_command"].items())
+
+
 def print_redis_only(data: dict[str, Any]) -> None:
     turn, quiet = data["modelled_turn"], data["idle"]
     print(f"commands per modelled turn: {turn['commands']:.0f} ({turn['commands_measured']:.0f} measured + renewals)")
-    print("  " + ", ".join(f"{k} {v:.1f}" for k, v in turn["by_command"].items()))
+    print("  " + by_kind(turn))
     renewal = data["renewal"]["redis"]
     print(
         f"a lease renewal ({data['renewal']['batch']} in a batch): {renewal['commands']:.1f} commands: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in renewal["by_command"].items())
+        + by_kind(renewal)
     )
     rate = SCALES[-1] / TURN_EVERY_S
     shards = math.ceil(turn["redis_cpu_ms"] * rate / 1000 / (SHARD_CORES * UTILISATION))
@@ -808,15 +813,12 @@ def print_redis_only(data: dict[str, Any]) -> None:
     )
     for name, m in data["paced"].items():
         r = m["redis"]
-        top = ", ".join(f"{k} {v:.1f}" for k, v in r["by_command"].items())
-        print(f"  {name}, paced: {r['commands']:.0f} commands, {m['events_logged']:.0f} events logged: {top}")
+        print(f"  {name}, paced: {r['commands']:.0f} commands, {m['events_logged']:.0f} events logged: {by_kind(r)}")
     later = data["later"]
     commands = sum(m["redis"]["commands"] for m in later.values()) + TURN_S / RENEW_S * renewal["commands"]
     print(f"a session's next turn (its keys made by the first): {commands:.0f} commands per modelled turn")
     for name, m in later.items():
-        r = m["redis"]
-        top = ", ".join(f"{k} {v:.1f}" for k, v in r["by_command"].items())
-        print(f"  {name}, paced, next turn: {r['commands']:.0f} commands: {top}")
+        print(f"  {name}, paced, next turn: {m['redis']['commands']:.0f} commands: {by_kind(m['redis'])}")
     r = quiet["redis_per_s"]
     print(
         f"idle: {r['commands']:.1f} Redis commands/s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["by_command"].items())

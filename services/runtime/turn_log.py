@@ -85,10 +85,6 @@ def fit_end_event(event: events_pb2.RuntimeEvent) -> None:
         error.partial_text = error.partial_text[: END_EVENT_BYTES // 8] + "…"
 
 
-def _is_delta(event: events_pb2.RuntimeEvent) -> bool:
-    return bool(event.WhichOneof("payload") == "assistant_delta")
-
-
 # Events no watcher waits on: they ride with the next append (a step's usage is followed by its tool
 # calls, the next step's events or the turn's end, each of which goes at once).
 RIDERS = frozenset({"usage"})
@@ -160,14 +156,15 @@ class TurnLog:
         event.turn_id = self.turn_id
         self._events.append(event)
         self._queued += 1
-        if event.WhichOneof("payload") in RIDERS:
+        kind = event.WhichOneof("payload")
+        if kind in RIDERS:
             return False
         self._wake.set()
         # A reply's first delta goes at once (it is the first token a watcher waits for), as does
         # any other event; a delta within a streaming reply waits out the window since the last write
         # ended (one queued while an append is out waits for the window after it: on a slow store,
         # appends would otherwise go back to back, two deltas each).
-        first_of_reply, self._in_reply = not self._in_reply, _is_delta(event)
+        first_of_reply, self._in_reply = not self._in_reply, kind == "assistant_delta"
         if first_of_reply:
             self._reply_writes = 0
         if (

@@ -305,8 +305,8 @@ local function forget_journals(turns)
     for n = 1, count do table.insert(fields, turn .. '|' .. n) end
     redis.call('HDEL', J, unpack(fields))
     redis.call('ZREM', JT, turn)
-    put('jtn', turns - i)
   end
+  put('jtn', turns - math.max(0, #ended - ${JOURNALS_KEPT}))
 end
 
 -- Log events and journal entries read from ARGV[at]: n, then the events as k stream entries (k, then k x (a
