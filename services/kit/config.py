@@ -60,7 +60,11 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     log_format: Literal["json", "console"] = Field("json", description="log line format")
     otlp_endpoint: str = Field("", description="OTLP/gRPC endpoint for traces; empty exports nothing")
-    tracing: bool = Field(True, description="record OpenTelemetry spans (trace ids in logs; exported to otlp_endpoint)")
+    tracing: bool = Field(
+        True,
+        description="OpenTelemetry spans: trace ids in logs and calls; spans recorded and exported when "
+        "otlp_endpoint is set",
+    )
     trace_sample_ratio: float = Field(1.0, ge=0, le=1, description="share of new traces recorded (parent decides)")
     genai_capture_content: bool = Field(
         False,
