@@ -820,14 +820,17 @@ class TurnRunner:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def takeover_poll_after(self, wait_s: float, found: bool) -> float:
+    def takeover_poll_after(self, wait_s: float, found: bool, none_open: bool = False) -> float:
         """Seconds to the next look for orphaned turns: `takeover_poll_s` while this replica runs turns or the
-        last look found some; else twice the last wait, up to half a lease TTL. An idle suite's looks then
-        scale with its work, not with the clock, and a turn whose runtime died is still taken over within
-        about its lease TTL and half of it (docs/durability.md)."""
+        last look found some; a lease TTL when it found no turn open at all (none can come due sooner: a turn's
+        first lease is twice the TTL, a resumed one's a TTL); else twice the last wait, up to half a lease TTL.
+        An idle suite's looks then scale with its work, not with the clock, and a turn whose runtime died is
+        still taken over within about its lease TTL and half of it (docs/durability.md)."""
         base = self.settings.takeover_poll_s
         if found or self._running:
             return base
+        if none_open:
+            return max(base, self.settings.turn_lease_ttl_s)
         return min(wait_s * 2, max(base, self.settings.turn_lease_ttl_s / 2))
 
     async def _claim_orphans(self) -> None:
@@ -853,7 +856,7 @@ class TurnRunner:
                     log.warning("could not look for turns to take over", code=exc.status_code.name)
                 wait = self.takeover_poll_after(wait, False)
                 continue
-            wait = self.takeover_poll_after(wait, bool(reply.turns))
+            wait = self.takeover_poll_after(wait, bool(reply.turns), reply.none_open)
             # At once, not one after another: each asks its last runtime first, which must answer before
             # that runtime stops waiting for the answer.
             await asyncio.gather(*(self._take_over_one(claimed) for claimed in reply.turns))

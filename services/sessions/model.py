@@ -411,6 +411,13 @@ class Claimed:
     resume: str = ""  # the lease claimed was a resume's: its attempt id
 
 
+class Orphans(list[Claimed]):
+    """The turns a look for orphans claimed. `none_open`: it found no turn open at all, so none can come due
+    within a lease TTL (a turn's first lease is longer), and a replica with nothing to do may wait that long."""
+
+    none_open: bool = False
+
+
 @dataclass(frozen=True)
 class LogState:
     first_seq: int

@@ -92,6 +92,7 @@ from services.sessions.model import (
     NewEvents,
     NewSession,
     Origin,
+    Orphans,
     Page,
     PauseAnswer,
     PauseAnswered,
@@ -117,6 +118,7 @@ T = TypeVar("T")
 CLOSE_BATCH = 200
 MAX_REPLAY_BATCH = 512  # events per batch of a replay (ReadEvents without follow)
 INDEXED_LEASES = 10_000  # (session, token) pairs whose open turn this process knows to be in the open-turn index
+NONE_OPEN = -1  # DUE's and DUE_ALL's answer when the buckets they look at hold no open turn at all
 INDEX_SWEEP = 2  # oldest entries of a tenant's index checked for expired sessions at each create
 # A filtered listing (labels, status, agent, times) reads at most SCAN_BUDGET index entries per call, in
 # batches of a page and up, doubling to FILTER_BATCH, then answers what it found with a cursor to go on from:
@@ -1204,7 +1206,7 @@ class RedisSessionStore:
 
         return list(await asyncio.gather(*(renew(r) for r in renewals)))  # one pipeline on a standalone Redis
 
-    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> list[Claimed]:
+    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> Orphans:
         """Look at the sessions the open-turn index says are due; claim those whose open turn's lease ran out.
 
         A session whose lease is still live is looked at again when it could run out; one
@@ -1213,16 +1215,20 @@ class RedisSessionStore:
         """
         buckets = open_turn_buckets(self._prefix)
         looks: list[tuple[tuple[str, str], str, str]]
+        claimed = Orphans()
+        # The scripts answer NONE_OPEN for a bucket that holds no open turn at all.
         if self._cluster:  # the buckets sit on different slots: one call each
             due: Any = await self._call(
                 asyncio.gather(*(self._eval("DUE", list(b), [limit, self.clock_offset_ms]) for b in buckets))
             )
+            claimed.none_open = all(entries == NONE_OPEN for entries in due)
+            due = [[] if entries == NONE_OPEN else entries for entries in due]
             looks = [(b, _s(sid), _s(gen)) for b, entries in zip(buckets, due, strict=True) for sid, gen in entries]
         else:  # one Redis holds them all: one call for every bucket (an idle replica's poll is one command)
             keys = [key for bucket in buckets for key in bucket]
             found = await self._call(self._eval("DUE_ALL", keys, [limit, self.clock_offset_ms]))
-            looks = [(buckets[int(b)], _s(sid), _s(gen)) for b, sid, gen in found]
-        claimed: list[Claimed] = []
+            claimed.none_open = found == NONE_OPEN
+            looks = [] if claimed.none_open else [(buckets[int(b)], _s(sid), _s(gen)) for b, sid, gen in found]
         while looks and len(claimed) < limit:
             batch, looks = looks[: limit - len(claimed)], looks[limit - len(claimed) :]
             replies = await asyncio.gather(

@@ -1174,7 +1174,9 @@ RPCS: dict[str, Rpc] = {
         sessions_pb2.ClaimOrphanedTurnsRequest,
         _check_claim,
         lambda store, r, parsed, _: store.claim_orphans(r.holder, parsed[0], parsed[1]),
-        lambda claimed: sessions_pb2.ClaimOrphanedTurnsResponse(turns=[_claimed_to_proto(c) for c in claimed]),
+        lambda claimed: sessions_pb2.ClaimOrphanedTurnsResponse(
+            turns=[_claimed_to_proto(c) for c in claimed], none_open=claimed.none_open
+        ),
     ),
     "InterruptTurn": rpc(
         sessions_pb2.InterruptTurnRequest,

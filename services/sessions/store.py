@@ -53,6 +53,7 @@ from services.sessions.model import (
     NewCheckpoint,
     NewEvents,
     NewSession,
+    Orphans,
     Page,
     PauseAnswer,
     PauseAnswered,
@@ -216,7 +217,7 @@ class SessionStore(Protocol):
     async def log_state(self, tenant_id: str, session_id: str) -> LogState: ...
     async def journal(self, tenant_id: str, session_id: str, turn_id: str) -> list[JournalRecord]: ...
     async def renew_leases(self, renewals: Sequence[Renewal]) -> list[Renewed]: ...
-    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> list[Claimed]:
+    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> Orphans:
         """Turns whose lease expired while they were open, each now held by `holder` under a new token."""
         ...
 
@@ -935,9 +936,9 @@ class MemorySessionStore:
             out.append(Renewed(r.session_id, r.token, True, info.interrupt_requested_by, info.expires_at))
         return out
 
-    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> list[Claimed]:
+    async def claim_orphans(self, holder: str, limit: int, ttl_s: float) -> Orphans:
         now = self._clock()
-        claimed: list[Claimed] = []
+        claimed = Orphans()
         for session_id in list(self._open):
             if len(claimed) >= limit:
                 break
@@ -969,6 +970,7 @@ class MemorySessionStore:
                     lease.resume,
                 )
             )
+        claimed.none_open = not self._open
         return claimed
 
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:

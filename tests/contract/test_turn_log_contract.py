@@ -534,6 +534,25 @@ async def test_journals_are_bounded_but_an_open_or_paused_turns_is_kept(h: Harne
 # --------------------------------------------------------------------------- orphans and takeovers
 
 
+async def test_a_look_for_orphans_says_when_no_turn_is_open_at_all(h: Harness) -> None:
+    """An idle runtime waits a whole lease TTL after a look that found no open turn (none can come due sooner),
+    so the store must never say so while a turn is open, due or not."""
+    first = await h.store.claim_orphans("runtime-b", 10, TTL)
+    assert first == [] and first.none_open, "nothing was ever opened"
+    sid = await h.new_session()
+    grant = await h.start_turn(sid, "t1")
+    looked = await h.store.claim_orphans("runtime-b", 10, TTL)
+    assert looked == [] and not looked.none_open, "an open turn whose lease is live"
+    await h.lapse(TTL + 1)
+    (claimed,) = await h.store.claim_orphans("runtime-b", 10, TTL)
+    assert claimed.session_id == sid
+    await h.append(sid, "t1", claimed.token, final("done", "t1"), release=True)
+    await h.lapse(TTL + 1)
+    looks = [await h.store.claim_orphans("runtime-b", 10, TTL) for _ in range(2)]  # the first may drop the entry
+    assert looks == [[], []] and looks[-1].none_open, "the turn ended: nothing is open"
+    assert grant.token < claimed.token
+
+
 async def test_an_open_turns_expired_lease_waits_for_a_takeover(h: Harness) -> None:
     sid = await h.new_session()
     grant = await h.start_turn(sid, "t1")

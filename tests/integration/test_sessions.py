@@ -365,6 +365,19 @@ async def test_interrupt_reaches_the_holder_through_renew(stub: Any) -> None:
     assert info.reason == "TURN_NOT_FOUND"
 
 
+async def test_a_look_for_orphans_says_none_is_open_only_when_none_is(stub: Any) -> None:
+    """ClaimOrphanedTurns' none_open: an idle runtime waits a whole lease TTL after it (docs/durability.md)."""
+    look = S.ClaimOrphanedTurnsRequest(holder="10.0.0.9:50052", max_turns=4, ttl_seconds=6)
+    idle = await stub.ClaimOrphanedTurns(look, timeout=TIMEOUT_S)
+    assert list(idle.turns) == [] and idle.none_open
+    sid = (await create(stub)).session.session_id
+    accepted = events_pb2.RuntimeEvent(status=events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED))
+    opened = S.JournalEntry(kind="request", state=b"hello", position=1)
+    await acquire(stub, sid, "t1", events=[accepted], entries=[opened])  # opens the turn, as the gateway does
+    busy = await stub.ClaimOrphanedTurns(look, timeout=TIMEOUT_S)
+    assert list(busy.turns) == [] and not busy.none_open, "a live open turn: not due, but open"
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -270,6 +270,21 @@ async def test_an_idle_replica_looks_for_orphaned_turns_less_often_up_to_half_a_
     assert slow.takeover_poll_after(5.0, found=False) == 5.0, "never more often than configured"
 
 
+async def test_a_look_that_found_no_open_turn_waits_a_whole_lease_ttl() -> None:
+    """No turn open anywhere: none can come due within a lease TTL (a first lease is two, a resume's one), so an
+    idle replica looks once a TTL; an open turn found later brings back the half-TTL backoff."""
+    replica = runner(FakeSessions(), takeover_poll_s=1.0, turn_lease_ttl_s=6)
+    assert replica.takeover_poll_after(1.0, found=False, none_open=True) == 6.0
+    assert replica.takeover_poll_after(6.0, found=False) == 3.0, "open turns, none due yet: half a TTL"
+    running = replica._track("StartTurn", "t", "s1", "turn", 9)
+    try:
+        assert replica.takeover_poll_after(6.0, found=False, none_open=True) == 1.0, "its own turns: the usual pace"
+    finally:
+        await replica._forget(running)
+    slow = runner(FakeSessions(), takeover_poll_s=10.0, turn_lease_ttl_s=6)
+    assert slow.takeover_poll_after(10.0, found=False, none_open=True) == 10.0, "never more often than configured"
+
+
 async def test_a_copy_another_replica_wrote_after_is_stale_and_not_adopted_by_its_own_claim() -> None:
     """Issue 32 item 6, seen at 1,000 turns at once: replica A ran a turn, its lease lapsed, B took the turn
     over and streamed part of the answer, then B's lease lapsed and A claimed it. A still held its own copy

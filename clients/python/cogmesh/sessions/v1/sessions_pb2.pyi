@@ -911,10 +911,12 @@ class ClaimedTurn(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., takeovers: _Optional[int] = ..., last_seq: _Optional[int] = ..., previous_holder: _Optional[str] = ..., interrupt_requested_by: _Optional[str] = ..., resume: _Optional[_Union[LeaseResume, _Mapping]] = ...) -> None: ...
 
 class ClaimOrphanedTurnsResponse(_message.Message):
-    __slots__ = ("turns",)
+    __slots__ = ("turns", "none_open")
     TURNS_FIELD_NUMBER: _ClassVar[int]
+    NONE_OPEN_FIELD_NUMBER: _ClassVar[int]
     turns: _containers.RepeatedCompositeFieldContainer[ClaimedTurn]
-    def __init__(self, turns: _Optional[_Iterable[_Union[ClaimedTurn, _Mapping]]] = ...) -> None: ...
+    none_open: bool
+    def __init__(self, turns: _Optional[_Iterable[_Union[ClaimedTurn, _Mapping]]] = ..., none_open: _Optional[bool] = ...) -> None: ...
 
 class InterruptTurnRequest(_message.Message):
     __slots__ = ("tenant_id", "session_id", "turn_id", "requested_by")
