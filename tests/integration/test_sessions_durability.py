@@ -321,11 +321,18 @@ async def test_redis_dying_mid_call_is_unavailable_and_never_a_partial_or_double
             acknowledged: set[str] = set()
             failures: list[grpc.StatusCode] = []
             stop = asyncio.Event()
+            # A retry is recognised among the session's last REMEMBERED_APPENDS appends: no writer starts a new
+            # batch while another one's failed batch waits for its retry (a lease holder writes one append at a
+            # time; here, concurrent writers must not push an unlucky retrier's id out of that window).
+            retrying: set[str] = set()
+            calm = asyncio.Event()
+            calm.set()
 
             async def writer(name: str) -> None:
                 """Appends batch after batch; a failed batch is retried with its request_id until stored."""
                 n = 0
                 while not stop.is_set():
+                    await calm.wait()
                     batch = f"{name}-{n}"
                     while True:
                         try:
@@ -340,12 +347,17 @@ async def test_redis_dying_mid_call_is_unavailable_and_never_a_partial_or_double
                                 timeout=CALL_S,
                             )
                             acknowledged.add(batch)
+                            retrying.discard(batch)
+                            if not retrying:
+                                calm.set()
                             break
                         except grpc.aio.AioRpcError as err:
                             failures.append(err.code())
                             info, _ = status_details(err)
                             assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
                             assert info is not None and info.metadata["retryable"] == "true"
+                            retrying.add(batch)
+                            calm.clear()
                             await asyncio.sleep(0.05)
                     n += 1
 
