@@ -73,13 +73,14 @@ class Replay:
     answer: dict[str, Any] | None  # the answer a resumed pause went on with, when that came last
     seq: int  # the session's last event seq when the last entry was recorded
     takeovers: int
+    stalled: int = 0  # takeovers since the last recorded step or answer: the runtime stopped where it stood
 
 
 def replay(entries: Sequence[sessions_pb2.JournalEntry]) -> Replay:
     request: runtime_pb2.RunTurnRequest | None = None
     state: dict[str, Any] | None = None
     answer: dict[str, Any] | None = None
-    seq = takeovers = 0
+    seq = takeovers = stalled = 0
     for entry in entries:
         seq = max(seq, entry.seq)
         kind = journal_kinds.kind_of(entry)
@@ -87,9 +88,12 @@ def replay(entries: Sequence[sessions_pb2.JournalEntry]) -> Replay:
             request = runtime_pb2.RunTurnRequest.FromString(entry.state)
         elif kind == ANSWER:
             answer = json.loads(entry.state.decode())
+            stalled = 0
         elif kind == TAKEOVER:
             takeovers += 1
+            stalled += 1
         else:
             state = decode_state(entry.state, state)
             answer = None  # a step recorded after the answer: the answer is in the state
-    return Replay(request, state, answer, seq, takeovers)
+            stalled = 0
+    return Replay(request, state, answer, seq, takeovers, stalled)

@@ -534,9 +534,11 @@ class TurnRunner:
                     ),
                 )
             )
-        if claimed.takeovers > self.settings.max_takeovers or (journal.request is None and journal.state is None):
+        # A turn whose runtimes keep stopping at the same step (one that kills them) is not tried forever; one
+        # that records steps in between goes on however often it is moved (a rolling restart, a chaos run).
+        if journal.stalled >= self.settings.max_takeovers or (journal.request is None and journal.state is None):
             why = (
-                f"the turn's runtime stopped {claimed.takeovers} times; it is not tried again"
+                f"the turn's runtime stopped {journal.stalled + 1} times at the same step; it is not tried again"
                 if journal.request is not None or journal.state is not None
                 else "the turn's journal is empty: nothing to go on with"
             )

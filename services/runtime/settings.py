@@ -36,7 +36,10 @@ class RuntimeSettings(Settings):
         description="seconds between a runtime replica's looks for turns to take over (their runtime stopped)",
     )
     max_takeovers: int = Field(
-        3, ge=0, description="takeovers a turn gets; a turn whose runtime keeps stopping then ends with an error"
+        3,
+        ge=0,
+        description="takeovers a turn gets at one step; a turn whose runtime keeps stopping before it records its "
+        "next step then ends with an error (takeovers with steps recorded in between are not counted)",
     )
     runtime_max_turns: int = Field(
         0,

@@ -133,13 +133,18 @@ def test_replay_of_request_states_answers_and_takeovers(written: str) -> None:
     ]
     waiting = replay(entries)
     assert waiting.request == request
-    assert (waiting.state, waiting.seq, waiting.takeovers) == (s2, 9, 1)
+    assert (waiting.state, waiting.seq, waiting.takeovers, waiting.stalled) == (s2, 9, 1, 1)
     assert waiting.answer is not None and answer_from(waiting.answer) == (Decision("approve", decided_by="ops"), False)
 
     going_on = replay([*entries, entry(journal_kinds.TOOL, encode_state(s3, s2), 8), entry(TAKEOVER, b"{}", 8)])
     assert going_on.state == s3
     assert going_on.answer is None, "a step recorded after the answer has the answer in its state"
     assert (going_on.seq, going_on.takeovers) == (9, 2), "seq is the highest recorded, not the last"
+    assert going_on.stalled == 1, "a step recorded between two takeovers: only the last one is at this step"
+    stuck = replay([*entries, entry(TAKEOVER, b"{}", 9), entry(TAKEOVER, b"{}", 9)])
+    assert (stuck.takeovers, stuck.stalled) == (3, 3), "three runtimes stopped with nothing recorded in between"
+    answered = replay([*entries, entry(ANSWER, approve, 10)])
+    assert (answered.takeovers, answered.stalled) == (1, 0), "an answer recorded since is progress"
 
     assert replay([]) == Replay(None, None, None, 0, 0)
     only_request = replay([entry(REQUEST, request.SerializeToString(), 1)])

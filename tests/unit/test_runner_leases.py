@@ -13,6 +13,8 @@ import pytest
 
 from cogmesh.runtime.v1 import runtime_pb2
 from cogmesh.sessions.v1 import sessions_pb2
+from services.lib import journal_kinds
+from services.runtime.journal import encode_state
 from services.runtime.runner import Running, TurnRunner
 from services.runtime.settings import RuntimeSettings
 
@@ -194,6 +196,59 @@ async def test_a_journal_too_large_to_read_ends_its_turn_instead_of_being_claime
     error = end.events[-1].error
     assert end.lease_token == 9 and not error.retryable
     assert error.message.startswith("the turn's journal is unreadable") and "larger than max" in error.message
+
+
+class MovedOften(FakeSessions):
+    """A turn claimed for its 7th takeover; its journal says how many came since its last recorded step."""
+
+    def __init__(self, stalled: int) -> None:
+        super().__init__()
+        self.stalled = stalled
+
+    async def ClaimOrphanedTurns(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        self.claims += 1
+        await self._notify()
+        turn = sessions_pb2.ClaimedTurn(
+            tenant_id="t", session_id=f"s{self.claims}", turn_id="turn", lease_token=9, takeovers=7
+        )
+        return sessions_pb2.ClaimOrphanedTurnsResponse(turns=[turn])
+
+    async def GetJournal(self, request: Any) -> Any:
+        self.journal_reads += 1
+        await self._notify()
+        # Past its deadline: a turn that goes on ends at once as expired, with no model to call.
+        run = runtime_pb2.RunTurnRequest(tenant_id="t", session_id=request.session_id, turn_id="turn", content="hi")
+        run.deadline.FromSeconds(1)
+        step = encode_state({"v": 1, "phase": "think", "messages": [], "new_messages": []}, None)
+        entries = [
+            journal_kinds.entry(journal_kinds.REQUEST, run.SerializeToString(), seq=1),
+            *[journal_kinds.entry(journal_kinds.TAKEOVER, b"{}", seq=2) for _ in range(3)],
+            journal_kinds.entry(journal_kinds.START, step, seq=3),
+            *[journal_kinds.entry(journal_kinds.TAKEOVER, b"{}", seq=4) for _ in range(self.stalled)],
+        ]
+        return sessions_pb2.GetJournalResponse(entries=entries)
+
+
+@pytest.mark.parametrize(
+    ("stalled", "ends_with"),
+    [
+        (2, "the turn ran past its deadline"),  # a 3rd stop at this step: it goes on (and finds its deadline past)
+        (3, "the turn's runtime stopped 4 times at the same step; it is not tried again"),
+    ],
+)
+async def test_only_takeovers_since_a_turns_last_recorded_step_count_towards_its_limit(
+    stalled: int, ends_with: str
+) -> None:
+    """CI run 40: a chaos run's stream turn, moved between runtimes all along, ended for having been moved."""
+    sessions = MovedOften(stalled)
+    replica = runner(sessions, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200, max_takeovers=3)
+    replica.serving("runtime-1:1")
+    try:
+        await sessions.until(lambda: any(r.release_lease for r in sessions.appended))
+    finally:
+        await replica.close()
+    end = next(r for r in sessions.appended if r.release_lease)
+    assert end.events[-1].error.message == ends_with
 
 
 async def test_a_renewal_answered_under_the_old_token_leaves_a_turn_taken_back_running() -> None:
