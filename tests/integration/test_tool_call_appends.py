@@ -1,0 +1,51 @@
+"""What a tool call writes to the session's log: its result and its step's record in one append.
+
+The TOOL step's record is durable before the loop goes on (a takeover must find the result, not run the
+tool again). Sent apart, the result's event went in an append of its own and the record waited for it:
+two appends and two round trips per tool call. Every append the runtime sends is captured here, whichever
+transport carries it (its append stream, or unary AppendEvents).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cogmesh.sessions.v1 import sessions_pb2
+from services.lib import journal_kinds
+from tests.integration.conftest import new_session
+from tests.integration.test_pause_resume import agents_suite, message, stream
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+
+def kinds_of(request: sessions_pb2.AppendEventsRequest) -> tuple[list[str], list[int]]:
+    return [e.WhichOneof("payload") or "" for e in request.events], [journal_kinds.kind_of(e) for e in request.entries]
+
+
+async def test_a_tool_calls_result_and_its_steps_record_go_in_one_append(tmp_path: Path) -> None:
+    async with agents_suite(tmp_path) as env:
+        runtime = env.suite.servers["runtime"].app.mounts[0].servicer
+        sent: list[sessions_pb2.AppendEventsRequest] = []
+        targets = [runtime.runner.clients.sessions, getattr(runtime.runner, "appends", None)]
+        for target in [t for t in targets if t is not None]:
+            original = target.AppendEvents
+
+            def capture(request: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                sent.append(request)
+                return _original(request, *args, **kwargs)
+
+            target.AppendEvents = capture
+
+        session_id = await new_session(env.gateway)
+        events = await stream(env.gateway.SendMessage(message(session_id, "What is 17 * 23?")))
+        assert events[-1].final.text == "17 * 23 = 391."
+
+    appends = [kinds_of(r) for r in sent]
+    with_result = [a for a in appends if "tool_call_finished" in a[0]]
+    with_record = [a for a in appends if journal_kinds.TOOL in a[1]]
+    assert len(with_result) == 1 and with_record == with_result, appends
+    events_of_it, records = with_result[0]
+    assert events_of_it[-1] == "tool_call_finished" and records[-1] == journal_kinds.TOOL, "the record after it"
