@@ -1,8 +1,9 @@
 """Where a cogmesh turn's CPU and first-token latency go: py-spy on every service, message counts, spans.
 
 The suite as processes (in-memory stores) on bench.hotpath's model server, driven by
-bench.hotpath's cogmesh client, under two loads: 100-token zero-latency turns one at a
-time, and 200 paced turns at once. For each load:
+bench.hotpath's cogmesh client, under three loads: 100-token zero-latency turns one at a
+time, calculator turns (a tool call, then the answer) one at a time, and 200 paced turns
+at once. For each load:
 
 - py-spy (`record --native`: Cython and C frames too, so gRPC's and protobuf's work shows
   by name) samples every service process during the measured turns; the stacks are
@@ -22,7 +23,7 @@ Writes bench/results/hotpath.profile.tables.md (tables) and hotpath.profile.json
 raw py-spy stacks go to bench/out/hotpath/profile/. Needs py-spy (pip install py-spy) and
 ptrace rights over the services (root, or kernel.yama.ptrace_scope=0).
 
-    python -m bench.hotpath_profile [--turns 300] [--paced 200] [--rate 100]
+    python -m bench.hotpath_profile [--turns 300] [--tool-turns 150] [--paced 200] [--rate 100]
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from bench.hotpath import (
     ROOT,
     SUITE,
     TOKENS,
+    TOOL,
     Case,
     ModelServer,
     System,
@@ -531,11 +533,12 @@ def report(loads: list[Load], path: list[list[Any]], path_ms: dict[str, float], 
     return "\n".join(text)
 
 
-async def run(turns: int, paced: int, rate: int, traced_turns: int) -> str:
+async def run(turns: int, tool_turns: int, paced: int, rate: int, traced_turns: int) -> str:
     load_start = load_average()
     base = metrics_base_port(len(ORDER))
     loads = [
         Load("100-token turns, zero-latency model, one at a time", Case(TOKENS, 1, turns)),
+        Load("calculator turns, zero-latency model, one at a time", Case(TOOL, 1, tool_turns)),
         Load(f"paced turns, {paced} at once", Case(PACED, paced, paced * 2)),
     ]
     with tempfile.TemporaryDirectory(prefix="cogmesh-hotpath-profile-") as tmp:
@@ -586,11 +589,12 @@ async def run(turns: int, paced: int, rate: int, traced_turns: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=300, help="100-token turns one at a time")
+    parser.add_argument("--tool-turns", type=int, default=150, help="calculator turns one at a time")
     parser.add_argument("--paced", type=int, default=200, help="paced turns at once (two rounds)")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second per process")
     parser.add_argument("--traced-turns", type=int, default=50, help="turns whose spans make the timeline")
     args = parser.parse_args()
-    text = asyncio.run(run(args.turns, args.paced, args.rate, args.traced_turns))
+    text = asyncio.run(run(args.turns, args.tool_turns, args.paced, args.rate, args.traced_turns))
     print(f"written to {write_result('hotpath.profile.tables', text)}")
 
 
