@@ -257,10 +257,16 @@ class Turn:
     cost: CostTracker = field(default_factory=CostTracker)
     # The task running the loop while it may still be interrupted; None once the turn has ended.
     task: asyncio.Task[Any] | None = None
-    partial_text: str = ""  # text of the model step streaming now (or last)
+    # The text of the model step streaming now (or last), as its chunks came: joined only when read
+    # (building it with += per chunk copied the whole reply at every chunk).
+    partial_parts: list[str] = field(default_factory=list)
     partial_stored: bool = False  # whether partial_text is already in new_messages
     stop_reason: str = ""  # "cancel" or "deadline" once interrupted
     ended: bool = False  # run_turn is over (ended or paused): nothing left to cancel
+
+    @property
+    def partial_text(self) -> str:
+        return "".join(self.partial_parts)
 
     def request_cancel(self) -> bool:
         """Stop the turn now, even mid-await (a model stream, a policy check, a tool). Idempotent."""

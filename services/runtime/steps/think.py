@@ -65,7 +65,7 @@ async def think(run: Run) -> AsyncIterator[events_pb2.RuntimeEvent]:
         if switched is not None:
             yield switched
 
-    turn.partial_text, turn.partial_stored = "", False
+    turn.partial_parts, turn.partial_stored = [], False
     while True:
         async for out in model_call(run, call_messages, schemas):
             yield out
@@ -135,7 +135,9 @@ async def model_call(run: Run, messages: Sequence[ChatMessage], schemas: Sequenc
     turn = run.turn
     retries_left = turn.model_retries
     while True:
-        text, calls = "", []
+        parts: list[str] = []
+        calls = []
+        turn.partial_parts = parts
         run.failure = None
         try:
             with genai_telemetry.chat(run, messages) as traced:
@@ -145,8 +147,7 @@ async def model_call(run: Run, messages: Sequence[ChatMessage], schemas: Sequenc
                     async for chunk in stream:
                         traced.chunk()
                         if isinstance(chunk, TextDelta):
-                            text += chunk.text
-                            turn.partial_text = text
+                            parts.append(chunk.text)
                             yield event(turn, assistant_delta=events_pb2.AssistantDelta(text=chunk.text))
                         elif isinstance(chunk, ToolCallChunk):
                             calls.append(bounded(chunk.call))
@@ -154,6 +155,7 @@ async def model_call(run: Run, messages: Sequence[ChatMessage], schemas: Sequenc
                             traced.usage(chunk)
                             for out in usage(run, chunk):
                                 yield out
+                text = "".join(parts)
                 traced.answered(text, calls)
             run.metrics.model_calls += 1
             run.text, run.calls = text, calls
@@ -161,6 +163,7 @@ async def model_call(run: Run, messages: Sequence[ChatMessage], schemas: Sequenc
         except ModelError as exc:
             run.metrics.model_calls += 1
             failure = exc
+        text = "".join(parts)
         # Streamed text cannot be taken back: only a call that produced none is repeated.
         if not text and failure.retryable and retries_left > 0:
             attempt = turn.model_retries - retries_left
