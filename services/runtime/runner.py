@@ -137,6 +137,9 @@ def expired_event(turn_id: str) -> events_pb2.RuntimeEvent:
 # the writer is not woken in between, so one append carries both (one append and one round trip fewer
 # per tool call; the record waited for the event's own append before).
 RECORDED_NEXT = frozenset({"tool_call_finished"})
+# A model streaming faster than the loop turns (its chunks already buffered) lets the loop turn at least this
+# often: the turn's own appends and their replies need it (seen holding a first token 6 ms).
+YIELD_S = 0.001
 PROBE_S = 0.25  # how often, while turns run, the event loop's lag is measured (a timer's drift)
 CLAIMS_PER_LOOK = 10  # orphaned turns one look may claim
 ADOPT_ASKS = 3  # AdoptTurn calls to a holder that answers UNAVAILABLE before it counts as gone
@@ -692,6 +695,8 @@ class TurnRunner:
         if running.interrupted:
             turn.request_cancel()
         stream: AsyncGenerator[events_pb2.RuntimeEvent, None] = engine.run(turn)  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        turned = loop.time()
         async with contextlib.aclosing(stream):
             async for event in stream:
                 pause = turn.pause
@@ -710,8 +715,14 @@ class TurnRunner:
                     self.memory.put(running.session_id, Memory(turn.summary, turn.covered, out.message_count))
                     log.info("turn ended", outcome=kind, messages=len(messages), runtime=engine.name)
                     return
-                if out.emit(event) and kind not in RECORDED_NEXT:
-                    await asyncio.sleep(0)  # the writer sends it now, not once the model stream pauses
+                # The writer sends it now, not once the model stream pauses. A model streaming faster than the
+                # loop turns (its chunks already buffered) would otherwise hold back the turn's appends and their
+                # replies, which need the loop too: it turns while something waits to go at once, and every
+                # YIELD_S. A tool's result is left for its record, which follows it at once (RECORDED_NEXT).
+                out.emit(event)
+                if kind not in RECORDED_NEXT and (out.urgent or loop.time() - turned > YIELD_S):
+                    await asyncio.sleep(0)
+                    turned = loop.time()
 
     async def _command(self, running: Running, start: CommandTurn, request: runtime_pb2.RunTurnRequest) -> None:
         """Answer a slash command without the model and apply what it changes."""

@@ -176,6 +176,11 @@ class TurnLog:
             return True
         return False
 
+    @property
+    def urgent(self) -> bool:
+        """Something that goes at once waits for the writer (e.g. behind an append still out)."""
+        return self._urgent.is_set()
+
     async def record(self, kind: journal_kinds.Kind, state: dict[str, Any]) -> None:
         """The loop's Journal: the state after step `kind`, stored before what follows it has effects."""
         if not self.record_steps and kind != PAUSE:  # COGMESH_JOURNAL_STEPS=false: a takeover starts over
