@@ -182,17 +182,21 @@ class TooLargeJournal(FakeSessions):
         )
 
 
-async def test_a_journal_too_large_to_read_ends_its_turn_instead_of_being_claimed_forever() -> None:
-    """Issue 31: a 1.5 MB tool result grew a journal past gRPC's limit; every takeover failed to read it and
-    the session answered "busy with turn" for good. Such a failure is not sessions being away: the turn ends."""
-    sessions = TooLargeJournal()
-    replica = runner(sessions, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200)
+async def taken_over_end(sessions: FakeSessions, **settings: Any) -> sessions_pb2.AppendEventsRequest:
+    """The append that ended the turn a replica claimed from `sessions` (looking at once, renewing never)."""
+    replica = runner(sessions, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200, **settings)
     replica.serving("runtime-1:1")
     try:
         await sessions.until(lambda: any(r.release_lease for r in sessions.appended))
     finally:
         await replica.close()
-    end = next(r for r in sessions.appended if r.release_lease)
+    return next(r for r in sessions.appended if r.release_lease)
+
+
+async def test_a_journal_too_large_to_read_ends_its_turn_instead_of_being_claimed_forever() -> None:
+    """Issue 31: a 1.5 MB tool result grew a journal past gRPC's limit; every takeover failed to read it and
+    the session answered "busy with turn" for good. Such a failure is not sessions being away: the turn ends."""
+    end = await taken_over_end(TooLargeJournal())
     error = end.events[-1].error
     assert end.lease_token == 9 and not error.retryable
     assert error.message.startswith("the turn's journal is unreadable") and "larger than max" in error.message
@@ -240,14 +244,7 @@ async def test_only_takeovers_since_a_turns_last_recorded_step_count_towards_its
     stalled: int, ends_with: str
 ) -> None:
     """CI run 40: a chaos run's stream turn, moved between runtimes all along, ended for having been moved."""
-    sessions = MovedOften(stalled)
-    replica = runner(sessions, takeover_poll_s=0.001, turn_lease_renew_s=3600, turn_lease_ttl_s=7200, max_takeovers=3)
-    replica.serving("runtime-1:1")
-    try:
-        await sessions.until(lambda: any(r.release_lease for r in sessions.appended))
-    finally:
-        await replica.close()
-    end = next(r for r in sessions.appended if r.release_lease)
+    end = await taken_over_end(MovedOften(stalled), max_takeovers=3)
     assert end.events[-1].error.message == ends_with
 
 
