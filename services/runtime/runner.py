@@ -140,6 +140,8 @@ RECORDED_NEXT = frozenset({"tool_call_finished"})
 # A model streaming faster than the loop turns (its chunks already buffered) lets the loop turn at least this
 # often: the turn's own appends and their replies need it (seen holding a first token 6 ms).
 YIELD_S = 0.001
+# Takeovers in all, steps recorded in between or not, after which a turn ends (times COGMESH_MAX_TAKEOVERS).
+TAKEOVERS_IN_ALL = 10
 PROBE_S = 0.25  # how often, while turns run, the event loop's lag is measured (a timer's drift)
 CLAIMS_PER_LOOK = 10  # orphaned turns one look may claim
 ADOPT_ASKS = 3  # AdoptTurn calls to a holder that answers UNAVAILABLE before it counts as gone
@@ -440,6 +442,14 @@ class TurnRunner:
             runs = await self._holder_runs(claimed, turn_id)
             if runs is not False:  # it goes on there; or unclear: the lease lapses and the next claim decides
                 return
+        if claimed.takeovers > TAKEOVERS_IN_ALL * max(self.settings.max_takeovers, 1):
+            # Not even its journal is read: a runtime that dies reading it, or before recording its takeover
+            # (which the limit at one step counts), would pass the turn from replica to replica for good.
+            log.error("a turn taken over too often is ended", takeovers=claimed.takeovers)
+            self._end_claimed(
+                claimed, turn_id, f"the turn was taken over {claimed.takeovers} times; it is not tried again"
+            )
+            return
         try:
             journal = await self._journal(claimed.tenant_id, claimed.session_id, turn_id)
         except CogmeshError as exc:
@@ -521,8 +531,11 @@ class TurnRunner:
     def _end_unreadable(self, claimed: sessions_pb2.ClaimedTurn, turn_id: str, exc: Exception) -> None:
         """Claimed again and again, the turn would never end (and its session stay busy): end it now."""
         log.error("the journal of a turn to take over is unreadable", error=str(exc))
+        self._end_claimed(claimed, turn_id, f"the turn's journal is unreadable ({exc}); it cannot go on")
+
+    def _end_claimed(self, claimed: sessions_pb2.ClaimedTurn, turn_id: str, why: str) -> None:
+        """End a claimed turn with an error, without its journal."""
         running = self._track("takeover", claimed.tenant_id, claimed.session_id, turn_id, claimed.lease_token)
-        why = f"the turn's journal is unreadable ({exc}); it cannot go on"
         end = error_event(turn_id, events_pb2.ERROR_KIND_INTERNAL, why, False)
         self._spawn(running, self._end_now(running, end))
 

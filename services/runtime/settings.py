@@ -39,7 +39,8 @@ class RuntimeSettings(Settings):
         3,
         ge=0,
         description="takeovers a turn gets at one step; a turn whose runtime keeps stopping before it records its "
-        "next step then ends with an error (takeovers with steps recorded in between are not counted)",
+        "next step then ends with an error (takeovers with steps recorded in between are not counted; ten times "
+        "as many in all end it too)",
     )
     runtime_max_turns: int = Field(
         0,

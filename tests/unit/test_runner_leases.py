@@ -248,6 +248,24 @@ async def test_only_takeovers_since_a_turns_last_recorded_step_count_towards_its
     assert end.events[-1].error.message == ends_with
 
 
+class MovedTooOften(MovedOften):
+    """Claimed for its 31st takeover: ten times the limit of 3, in all."""
+
+    async def ClaimOrphanedTurns(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        reply = await super().ClaimOrphanedTurns(request, timeout)
+        reply.turns[0].takeovers = 31
+        return reply
+
+
+async def test_a_turn_taken_over_ten_times_its_limit_in_all_ends_without_its_journal_being_read() -> None:
+    """A runtime that dies reading a turn's journal (or before it records its takeover) would otherwise pass
+    the turn on from replica to replica for good: the limit at one step never sees those takeovers."""
+    sessions = MovedTooOften(stalled=0)
+    end = await taken_over_end(sessions, max_takeovers=3)
+    assert end.events[-1].error.message == "the turn was taken over 31 times; it is not tried again"
+    assert sessions.journal_reads == 0
+
+
 async def test_a_renewal_answered_under_the_old_token_leaves_a_turn_taken_back_running() -> None:
     sessions = FakeSessions()
     replica = runner(sessions, takeover_poll_s=3600, turn_lease_renew_s=0.001, turn_lease_ttl_s=7200)
