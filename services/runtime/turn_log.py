@@ -145,20 +145,20 @@ class TurnLog:
 
     # ------------------------------------------------------------------ what the turn hands over
 
-    def emit(self, event: events_pb2.RuntimeEvent) -> bool:
+    def emit(self, event: events_pb2.RuntimeEvent) -> None:
         """Queue an event; it goes out with the next append (a delta may wait up to `flush_s` for company).
 
-        True when it goes out at once: the caller should then let the writer run (a model that
-        streams faster than the event loop turns would otherwise hold the first token back).
+        One that goes at once sets `urgent` until the writer takes it: the caller should then let the
+        loop turn (a model that streams faster than the loop turns would otherwise hold it back).
         """
         if self.failure is not None:
-            return False
+            return
         event.turn_id = self.turn_id
         self._events.append(event)
         self._queued += 1
         kind = event.WhichOneof("payload")
         if kind in RIDERS:
-            return False
+            return
         self._wake.set()
         # A reply's first delta goes at once (it is the first token a watcher waits for), as does
         # any other event; a delta within a streaming reply waits out the window since the last write
@@ -173,8 +173,6 @@ class TurnLog:
             or (not self._sending and asyncio.get_running_loop().time() - self._last_write >= self._window())
         ):
             self._urgent.set()
-            return True
-        return False
 
     @property
     def urgent(self) -> bool:

@@ -56,14 +56,19 @@ def burst(sessions: SlowReplies) -> Engine:
     return Engine("burst", run, Capabilities())
 
 
-async def test_a_first_delta_goes_out_while_a_buffered_model_stream_goes_on() -> None:
-    sessions = SlowReplies()
+async def run_engine(sessions: SlowReplies, engine: Engine) -> None:
+    """Run `engine`'s turn through a replica's runner into its log, as a started turn runs."""
     replica = TurnRunner(Clients(sessions), RuntimeSettings(), None, None, SessionMemory())  # type: ignore[arg-type]
     running = replica._track("StartTurn", "t", "s1", "t1", 9)
     try:
-        await replica._run_built(running, make_turn("hi"), burst(sessions))
+        await replica._run_built(running, make_turn("hi"), engine)
     finally:
         await running.log.close()
+
+
+async def test_a_first_delta_goes_out_while_a_buffered_model_stream_goes_on() -> None:
+    sessions = SlowReplies()
+    await run_engine(sessions, burst(sessions))
     first_delta = next(sent for kinds, sent in sessions.appends if "assistant_delta" in kinds)
     assert sessions.appends[0][0] == ["status"]
     assert first_delta < DELTAS // 10, f"the first delta went out after {first_delta} of {DELTAS} deltas"
@@ -96,12 +101,9 @@ async def test_a_long_buffered_stream_lets_the_loop_turn_for_the_replicas_other_
         seen.append(ticks)
         yield events_pb2.RuntimeEvent(turn_id=turn.turn_id, final=events_pb2.FinalResult(text="x"))
 
-    replica = TurnRunner(Clients(sessions), RuntimeSettings(), None, None, SessionMemory())  # type: ignore[arg-type]
-    running = replica._track("StartTurn", "t", "s1", "t1", 9)
     side = asyncio.create_task(other_work())
     try:
-        await replica._run_built(running, make_turn("hi"), Engine("burst", run, Capabilities()))
+        await run_engine(sessions, Engine("burst", run, Capabilities()))
     finally:
         side.cancel()
-        await running.log.close()
     assert seen[1] - seen[0] > 1, f"the loop turned {seen[1] - seen[0]} times in the burst"
