@@ -22,11 +22,17 @@ taken over. `tr` holds each turn's first seq (field `<turn>`; written when the l
 `rturn` naming the last turn written, so a turn's further appends cost nothing; a rewind drops its turns'). A
 turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
 `kind|seq|ms|state`), the order its turns were written in is `jt` (the hash names the last one,
-`jlast`, and its entry count, `jn`, so a journal write needs no read). The hash remembers the last
-appends with an id in a ring of fields `r0`..`r<n-1>` (`<last seq>|<append id>`, slot `ab` mod n, `ab`
-counting the appends with an id): the append script reads them with the hash's other fields, so
-telling a retried append costs no command. (Sessions written before the ring kept their ids in the
-sorted set `events:batches`; an append looks there while the ring is empty.)
+`jlast`, and its entry count, `jn`, so a journal write needs no read). The hash remembers the last n
+appends with an id in one field, `ring` (`,<mark>:<last seq>` each, oldest first; the mark is the id's
+SHA-1, 16 hex digits, so an id of any text fits): the append script reads it with the hash's other
+fields and finds an id in it with one string search, so telling a retried append costs no command.
+Being longer than a listpack's values, it also makes the hash a hash table, whose field reads cost
+O(1): every script reads the hash's fields it needs in one HMGET. Each append also writes the oldest of
+the slots `r0`..`r<n-1>` (`<last seq>|<append id>`, slot `ab` mod n, `ab` counting the appends with an
+id), where the version before the ring looked: a sessions replica of that version still tells a
+retried append in a rolling upgrade or a rollback, and an append reads the slots of a session that has
+no ring yet. (Sessions written before the slots kept their ids in the sorted set `events:batches`; an
+append looks there while both are empty.)
 
 A session is alive until the hash's `expires_at` (by Redis's clock): a turn's end or pause sets it (the
 TTL from then), as do writes outside a turn (`touch`); the turn's start and its writes leave it while it

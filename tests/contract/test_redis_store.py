@@ -253,6 +253,40 @@ async def test_an_append_retried_across_the_upgrade_to_the_ring_of_append_ids_is
         await store.close()
 
 
+async def test_an_append_retried_across_the_upgrade_to_one_ring_field_is_still_told(
+    private_redis: RedisServer,
+) -> None:
+    """Before the ring was one field, the hash kept append ids in the slots `r0`..`r<n-1>` (`<last seq>|<id>`, slot
+    `ab` mod n). An append that landed under that script and is retried under this one answers as it did, also
+    after the next append has made the ring; and each append still writes its slot, where that version looks."""
+    store = RedisSessionStore.from_url(private_redis.url, "p:", 60.0, 2.0)
+    direct = admin_client(private_redis.url)
+    try:
+        sid = (await store.create("acme", NewSession("", "", "default")))[0].session_id
+        grant = await store.try_acquire("acme", sid, "t1", 10, Strategy.REJECT)
+        assert isinstance(grant, Acquired)
+        delta = events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text="d"))
+        for _ in range(3):
+            await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta]))  # no id: no ring
+        session = SessionKeys("p:", sid)
+        # What the old script wrote for three appends with ids, ending at seqs 1, 2 and 3.
+        direct.hset(session.key("s"), mapping={"ab": 3, "r1": "1|t1:a", "r2": "2|t1:b", "r3": "3|t1:c"})
+        assert direct.hget(session.key("s"), "ring") is None
+        again = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id="t1:b"))
+        assert again.duplicate and again.last_seq == 2
+        fresh = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id="t1:d"))
+        assert not fresh.duplicate and fresh.last_seq == 4
+        assert direct.hget(session.key("s"), "ring") is not None, "the append made the ring, the slots' ids in it"
+        assert direct.hget(session.key("s"), "r4") == b"4|t1:d", "and wrote its slot, for the old version"
+        for append_id, seq in (("t1:a", 1), ("t1:c", 3), ("t1:d", 4)):
+            retried = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id=append_id))
+            assert retried.duplicate and retried.last_seq == seq, append_id
+        assert (await store.log_state("acme", sid)).last_seq == 4
+    finally:
+        direct.close()
+        await store.close()
+
+
 async def test_the_log_keeps_its_last_retention_events_whatever_its_appends_held(private_redis: RedisServer) -> None:
     """An entry holds an append's events; trimming goes by the events' seqs, not by entries, so a log of big appends
     keeps its last `retention` events (and the rest of the entry that holds the oldest of them), not more."""

@@ -21,6 +21,7 @@ from services.sessions.model import (
     MAX_GOALS,
     REMEMBERED_APPENDS,
     Acquired,
+    Appended,
     CheckpointConflict,
     CheckpointExists,
     CheckpointNotFound,
@@ -459,6 +460,33 @@ async def test_a_retried_append_is_not_applied_twice(store: SessionStore) -> Non
     forgotten = await store.append_messages(ACME, sid, [b"a"], token, "req-1")
     assert not forgotten.deduplicated, "only the last REMEMBERED_APPENDS ids are remembered"
     assert (await store.get(ACME, sid)).message_count == 3 + REMEMBERED_APPENDS + 1
+
+
+async def test_a_retried_event_append_is_told_among_the_last_remembered_appends(store: SessionStore) -> None:
+    """An append id may be any text up to 256 characters; a retry of one of the session's last REMEMBERED_APPENDS
+    appends with an id answers the seq it ended at and logs nothing, an older one is an append like any other."""
+    sid = await new_session(store)
+    token = await lease(store, sid)
+
+    async def append(append_id: str, text: str = "d") -> Appended:
+        delta = events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text=text))
+        return await store.append_events(ACME, sid, NewEvents("turn-1", token, [delta], append_id=append_id))
+
+    odd = ["a,b:c", ",", ":1", "é|x", "x" * 256]
+    for n, append_id in enumerate(odd, start=1):
+        assert (await append(append_id)).last_seq == n
+    for n, append_id in enumerate(odd, start=1):
+        retried = await append(append_id, "again")
+        assert retried.duplicate and retried.last_seq == n, append_id
+    for i in range(REMEMBERED_APPENDS - len(odd)):
+        assert not (await append(f"filler-{i}")).duplicate
+    assert (await append(odd[0])).duplicate, "the oldest of the last REMEMBERED_APPENDS"
+    assert (await append("one more")).last_seq == REMEMBERED_APPENDS + 1  # odd[0] is forgotten
+    again = await append(odd[0])
+    assert not again.duplicate and again.last_seq == REMEMBERED_APPENDS + 2, "only the last ones are remembered"
+    kept = await append(odd[2])  # odd[1] went out for odd[0]'s second append
+    assert kept.duplicate and kept.last_seq == 3
+    assert (await store.log_state(ACME, sid)).last_seq == REMEMBERED_APPENDS + 2
 
 
 async def test_concurrent_appends_keep_each_batch_whole_and_one_order(store: SessionStore) -> None:

@@ -4,27 +4,37 @@
 -- runtime replica ('' keeps the lease's holder), the log's retention): logs everything or nothing, fenced by the lease;
 -- the consume is CONSUME_CHECKPOINT's with allow_undecided.
 
+-- The ring read from the slots `r0`..`r<remember - 1>` (`<last seq>|<append id>`, slot `ab` mod remember), oldest
+-- first: a session whose appends were remembered only there, by the version before the ring.
+local function slot_ring(remember)
+  local appends, names = tonumber(H.ab), {}
+  for i = math.max(1, appends - remember + 1), appends do table.insert(names, 'r' .. (i % remember)) end
+  if #names == 0 then return '' end
+  local ring = ''
+  for _, entry in ipairs(redis.call('HMGET', S, unpack(names))) do
+    local seq, id = string.match(entry or '', '^(%d+)|(.*)$')
+    if seq then ring = ring .. ',' .. string.sub(redis.sha1hex(id), 1, 16) .. ':' .. seq end
+  end
+  return ring
+end
+
 local token, turn, append_id, remember, release = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10]),
   ARGV[11] == '1'
-if append_id ~= '' then RING = remember end  -- the ring of the last append ids comes with the hash's fields
 -- The caller's session, alive: within the open turn this append's token holds, that needs no clock (the turn's
 -- writes keep the session alive half a TTL past its lease, and a lapsed open lease is taken over long before).
 local h = meta()
 local within = h.lease_open == '1' and h.lease_turn ~= '' and tonumber(h.lease_token) == token
 if not (within and h.tenant_id == tenant) and not mine() then return {'not_found'} end
--- A retried append that landed: its id is in the ring, with the seq it ended at. Only a landed append
--- writes its id (at the end), so a refused one leaves nothing to let go.
+-- A retried append that landed: its id's mark is in the ring, with the seq it ended at. Only a landed append
+-- writes its mark (at the end), so a refused one leaves nothing to let go.
+local mark, ring = nil, nil
 if append_id ~= '' then
-  local seen = false
-  for i = 0, remember - 1 do
-    local entry = H['r' .. i]
-    if entry then
-      seen = true
-      local seq, id = string.match(entry, '^(%d+)|(.*)$')
-      if id == append_id then return {'duplicate', tonumber(seq), message_count()} end
-    end
-  end
-  if not seen and meta().ab then  -- ids written before the ring
+  mark = ',' .. string.sub(redis.sha1hex(append_id), 1, 16) .. ':'
+  ring = h.ring
+  if not ring and h.ab then ring = slot_ring(remember) end  -- a session whose ids only the slots hold
+  local at = string.find(ring or '', mark, 1, true)
+  if at then return {'duplicate', tonumber(string.match(ring, '^%d+', at + #mark)), message_count()} end
+  if (ring or '') == '' and h.ab then  -- ids written before the slots
     local seq = redis.call('ZSCORE', BATCHES, append_id)
     if seq then return {'duplicate', tonumber(seq), message_count()} end
   end
@@ -68,9 +78,13 @@ if pause_id ~= '' then
   redis.call('ZADD', CO, redis.call('HINCRBY', S, 'ck_seq', 1), pause_id)
 end
 if append_id ~= '' then
-  -- `ab` counts the session's appends with an id; this one takes the ring's oldest slot.
-  local appends = tonumber(meta().ab or '0') + 1
-  put('ab', appends, 'r' .. (appends % remember), last .. '|' .. append_id)
+  -- The ring keeps the last `remember` marks. `ab` counts the session's appends with an id; this one also takes
+  -- the oldest slot, which a sessions replica of the version before the ring reads (a rolling upgrade, a rollback).
+  ring = (ring or '') .. mark .. last
+  local _, marks = string.gsub(ring, ',', ',')
+  for _ = remember + 1, marks do ring = string.sub(ring, (string.find(ring, ',', 2, true))) end
+  local appends = tonumber(h.ab or '0') + 1
+  put('ab', appends, 'ring', ring, 'r' .. (appends % remember), last .. '|' .. append_id)
 end
 count = count or message_count()  -- before the flush below: a count read from the list is kept
 if release or pause_id ~= '' then

@@ -30,20 +30,14 @@ local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): re
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
 local FIELDS = {'tenant_id', 'expires_at', 'ikey', 'lease_turn', 'lease_token', 'lease_exp', 'int_by',
   'lease_open', 'holder', 'takeovers', 'lstart', 'llast', 'eseq', 'jseq', 'jlast', 'ab', 'lease_resume', 'mc',
-  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn', 'ng', 'nq', 'jtn', 'last_token'}
+  'deleg_turn', 'deleg_turns', 'jn', 'pexp', 'rturn', 'ng', 'nq', 'jtn', 'last_token', 'ring'}
 local H = nil
 local PENDING = {}
-local RING = 0  -- the ring of append ids `meta` also reads: the append script sets its size first
 local function meta()
   if not H then
     H = {}
-    local names = FIELDS
-    if RING > 0 then
-      names = {unpack(FIELDS)}
-      for i = 0, RING - 1 do table.insert(names, 'r' .. i) end
-    end
-    local values = redis.call('HMGET', S, unpack(names))
-    for i, name in ipairs(names) do H[name] = values[i] end
+    local values = redis.call('HMGET', S, unpack(FIELDS))
+    for i, name in ipairs(FIELDS) do H[name] = values[i] end
   end
   return H
 end
