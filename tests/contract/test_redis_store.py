@@ -281,6 +281,12 @@ async def test_an_append_retried_across_the_upgrade_to_one_ring_field_is_still_t
         for append_id, seq in (("t1:a", 1), ("t1:c", 3), ("t1:d", 4)):
             retried = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id=append_id))
             assert retried.duplicate and retried.last_seq == seq, append_id
+        # A replica of the old version appends (its slot only; as if it also logged seq 5), then this one is asked
+        # again: the ring is behind `ab`, so the slots answer.
+        direct.hset(session.key("s"), mapping={"ab": 5, "r5": "5|t1:e"})
+        for append_id, seq in (("t1:e", 5), ("t1:b", 2)):
+            retried = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id=append_id))
+            assert retried.duplicate and retried.last_seq == seq, append_id
         assert (await store.log_state("acme", sid)).last_seq == 4
     finally:
         direct.close()

@@ -4,8 +4,8 @@
 -- runtime replica ('' keeps the lease's holder), the log's retention): logs everything or nothing, fenced by the lease;
 -- the consume is CONSUME_CHECKPOINT's with allow_undecided.
 
--- The ring read from the slots `r0`..`r<remember - 1>` (`<last seq>|<append id>`, slot `ab` mod remember), oldest
--- first: a session whose appends were remembered only there, by the version before the ring.
+-- The ring's marks read from the slots `r0`..`r<remember - 1>` (`<last seq>|<append id>`, slot `ab` mod remember),
+-- oldest first: for a session whose last appends the version before the ring wrote.
 local function slot_ring(remember)
   local appends, names = tonumber(H.ab), {}
   for i = math.max(1, appends - remember + 1), appends do table.insert(names, 'r' .. (i % remember)) end
@@ -26,12 +26,14 @@ local h = meta()
 local within = h.lease_open == '1' and h.lease_turn ~= '' and tonumber(h.lease_token) == token
 if not (within and h.tenant_id == tenant) and not mine() then return {'not_found'} end
 -- A retried append that landed: its id's mark is in the ring, with the seq it ended at. Only a landed append
--- writes its mark (at the end), so a refused one leaves nothing to let go.
+-- writes its mark (at the end), so a refused one leaves nothing to let go. The ring starts with the count of
+-- appends (`ab`) it holds the last of: when another version has appended since, or before there was a ring, the
+-- slots (which every version writes) are read instead.
 local mark, ring = nil, nil
 if append_id ~= '' then
   mark = ',' .. string.sub(redis.sha1hex(append_id), 1, 16) .. ':'
-  ring = h.ring
-  if not ring and h.ab then ring = slot_ring(remember) end  -- a session whose ids only the slots hold
+  local upto, marks = string.match(h.ring or '', '^(%d+)(.*)$')
+  if upto and upto == h.ab then ring = marks elseif h.ab then ring = slot_ring(remember) end
   local at = string.find(ring or '', mark, 1, true)
   if at then return {'duplicate', tonumber(string.match(ring, '^%d+', at + #mark)), message_count()} end
   if (ring or '') == '' and h.ab then  -- ids written before the slots
@@ -84,7 +86,7 @@ if append_id ~= '' then
   local _, marks = string.gsub(ring, ',', ',')
   for _ = remember + 1, marks do ring = string.sub(ring, (string.find(ring, ',', 2, true))) end
   local appends = tonumber(h.ab or '0') + 1
-  put('ab', appends, 'ring', ring, 'r' .. (appends % remember), last .. '|' .. append_id)
+  put('ab', appends, 'ring', appends .. ring, 'r' .. (appends % remember), last .. '|' .. append_id)
 end
 count = count or message_count()  -- before the flush below: a count read from the list is kept
 if release or pause_id ~= '' then
