@@ -18,7 +18,7 @@ built-in model costs almost nothing, so the CPU is cogmesh's own work.
     many replicas share the cores), as a ratio to 1 gateway + 1 runtime, in alternating rounds.
 
     python -m bench.capacity [--quick]
-    python -m bench.capacity --redis-only   # only (b) for the modelled turn and the idle suite, printed
+    python -m bench.capacity --redis-only [--cluster]   # only (b) for the modelled turn and the idle suite, printed
 
 `--redis-only` runs the paced turns of the model (each a fresh session's first turn, as the
 model counts them, then the same sessions' next turn) and an idle suite (commands and CPU per
@@ -56,7 +56,7 @@ from bench.harness import (
     write_result,
 )
 from bench.hotpath import by_service, cpu_seconds, load_average, redis_pid, service_pids
-from bench.sessions import private_redis
+from bench.sessions import private_cluster, private_redis
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.sessions.v1 import sessions_pb2, sessions_pb2_grpc
 from services.kit.addresses import channel_target
@@ -75,16 +75,38 @@ SUITE: dict[str, object] = {
 READY_TIMEOUT_S = 120.0
 SERVICES = ["client", "gateway", "runtime", "sessions", "context", "policy", "models", "memory", "redis"]
 PACE_MS = 20.0  # a chunk every 20 ms: ~50 tokens/s, a hosted model's streaming pace
+CLUSTER_PRIMARIES = 3  # --cluster: the smallest Redis Cluster
 TOLERANCE = 0.15  # issue 17: throughput per core within 15% when replicas share the cores
 # (label, gateways, runtime workers); the first is the baseline of the ratios.
 REPLICAS = [("1 gateway, 1 runtime", 1, 1), ("1 gateway, 2 runtimes", 1, 2), ("2 gateways, 2 runtimes", 2, 2)]
 
 
+class RedisNodes:
+    """INFO of every node of the Redis the suite runs on, summed (one node for a standalone Redis)."""
+
+    def __init__(self, urls: list[str]):
+        self.clients = [aioredis.Redis.from_url(url) for url in urls]
+
+    async def info(self, section: str) -> dict[str, Any]:
+        total: dict[str, Any] = {}
+        for client in self.clients:
+            for key, value in (await client.info(section)).items():
+                if isinstance(value, dict):  # commandstats: a dict per command
+                    into = total.setdefault(key, {})
+                    for k, v in value.items():
+                        if isinstance(v, int | float):
+                            into[k] = into.get(k, 0) + v
+                elif isinstance(value, int | float):
+                    total[key] = total.get(key, 0) + value
+        return total
+
+
 @contextlib.asynccontextmanager
 async def running(
-    redis_url: str, gateways: int = 1, runtimes: int = 0, delay_ms: float = 0.0
+    redis_url: str, gateways: int = 1, runtimes: int = 0, delay_ms: float = 0.0, nodes: list[str] | None = None
 ) -> AsyncIterator[dict[str, Any]]:
-    """The suite on Redis with `gateways` gateway processes (harness.suite runs one) and `runtimes` workers."""
+    """The suite on Redis with `gateways` gateway processes (harness.suite runs one) and `runtimes` workers.
+    `nodes`: the URLs of a cluster's nodes, whose CPU and INFO are summed (default: `redis_url`'s one server)."""
     overrides = SUITE | {"redis_url": redis_url, "runtime_workers": runtimes, "local_delay_ms": delay_ms}
     addresses = suite_addresses(runtimes)
     if gateways > 1:
@@ -99,15 +121,22 @@ async def running(
             async with grpc.aio.insecure_channel(channel_target(settings.gateway_addr), options=options) as channel:
                 yield {
                     "gateway": gateway_pb2_grpc.GatewayServiceStub(channel),  # type: ignore[no-untyped-call]
-                    "pids": {"client": os.getpid()} | service_pids(supervisor) | {"redis": redis_pid(redis_url)},
+                    "pids": {"client": os.getpid()} | service_pids(supervisor) | redis_pids(nodes or [redis_url]),
                     "supervisor": supervisor,
-                    "redis": aioredis.Redis.from_url(redis_url),
+                    "redis": RedisNodes(nodes or [redis_url]),
                 }
         finally:
             await supervisor.stop(0.5)
 
 
-async def redis_snapshot(client: aioredis.Redis) -> dict[str, Any]:
+def redis_pids(urls: list[str]) -> dict[str, int]:
+    """redis-server's pid by process name: `redis`, or `redis-1`, `redis-2`... (by_service sums them)."""
+    if len(urls) == 1:
+        return {"redis": redis_pid(urls[0])}
+    return {f"redis-{i}": redis_pid(url) for i, url in enumerate(urls, start=1)}
+
+
+async def redis_snapshot(client: RedisNodes) -> dict[str, Any]:
     commands = await client.info("commandstats")
     stats = await client.info("stats")
     memory = await client.info("memory")
@@ -754,9 +783,15 @@ def report(data: dict[str, Any]) -> str:
 
 
 async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
-    """The Redis figures of issue 32: commands per modelled turn (by kind) and the idle suite's cost per second."""
-    with private_redis() as redis_url:
-        async with running(redis_url, delay_ms=PACE_MS) as system:
+    """The Redis figures of issue 32: commands per modelled turn (by kind) and the idle suite's cost per second;
+    with --cluster, on a Redis Cluster of CLUSTER_PRIMARIES primaries (their CPU and commands summed)."""
+    with contextlib.ExitStack() as stack:
+        if args.cluster:
+            redis_url, nodes = stack.enter_context(private_cluster(CLUSTER_PRIMARIES))
+        else:
+            redis_url = stack.enter_context(private_redis())
+            nodes = [redis_url]
+        async with running(redis_url, delay_ms=PACE_MS, nodes=nodes) as system:
             await turns(system, await create_sessions(system, 10), list(WORKLOADS), 4)  # warm-up
             # The warm-up's turns leave the open-turn index before the idle figure starts (their last look).
             await asyncio.sleep(args.settle_s)
@@ -774,7 +809,12 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
             kinds[kind] = kinds.get(kind, 0.0) + calls
     count = TURN_S / RENEW_S
     redis_ms = sum(m["cpu_ms"].get("redis", 0.0) for m in measured.values())
+    # What Redis burns doing nothing (its timers; a cluster's bus) while the turns run, left out: at the model's
+    # load it is a sliver of each shard, here (a few turns/s over several servers) a visible part of a turn.
+    idle_ms = quiet["cpu_ms_per_s"].get("redis", 0.0)
+    busy_ms = sum(m["cpu_ms"].get("redis", 0.0) - idle_ms * m["wall_s"] / m["turns"] for m in measured.values())
     return {
+        "cluster": CLUSTER_PRIMARIES if args.cluster else 0,
         "paced": measured,
         "later": later,
         "idle": quiet,
@@ -787,6 +827,7 @@ async def redis_only(args: argparse.Namespace) -> dict[str, Any]:
             # Redis CPU (/proc) as model_turn counts it; the shards it takes for the largest scale, by CPU.
             "redis_cpu_ms": redis_ms + count * renewal["cpu_ms"].get("redis", 0.0),
             "redis_usec": sum(m["redis"]["usec"] for m in measured.values()),
+            "redis_cpu_ms_less_idle": busy_ms + count * renewal["cpu_ms"].get("redis", 0.0),
         },
     }
 
@@ -807,9 +848,11 @@ def print_redis_only(data: dict[str, Any]) -> None:
     )
     rate = SCALES[-1] / TURN_EVERY_S
     shards = math.ceil(turn["redis_cpu_ms"] * rate / 1000 / (SHARD_CORES * UTILISATION))
+    where = f"a Redis Cluster of {data['cluster']} primaries, summed" if data["cluster"] else "a standalone Redis"
     print(
-        f"Redis CPU per modelled turn: {turn['redis_cpu_ms']:.2f} ms (/proc; commandstats usec of the measured "
-        f"turns {turn['redis_usec']:.0f}): {shards} shards by CPU for {SCALES[-1]:,} sessions"
+        f"Redis CPU per modelled turn ({where}): {turn['redis_cpu_ms']:.2f} ms (/proc; commandstats usec of the "
+        f"measured turns {turn['redis_usec']:.0f}): {shards} shards by CPU for {SCALES[-1]:,} sessions; "
+        f"{turn['redis_cpu_ms_less_idle']:.2f} ms less Redis's idle CPU over the turns' time"
     )
     for name, m in data["paced"].items():
         r = m["redis"]
@@ -847,6 +890,9 @@ def main() -> None:
         default=20.0,
         help="--redis-only: wait before the idle figure (after 10 s the warm-up's turns still left the open-turn "
         "index: 28 commands/s against 1.3 after 20 s)",
+    )
+    parser.add_argument(
+        "--cluster", action="store_true", help=f"--redis-only: on a Redis Cluster of {CLUSTER_PRIMARIES} primaries"
     )
     parser.add_argument("--report", action="store_true", help="only render capacity.md again from capacity.json")
     args = parser.parse_args()

@@ -137,6 +137,15 @@ def private_redis() -> Iterator[str]:
             process.wait(10)
 
 
+@contextlib.contextmanager
+def private_cluster(primaries: int = 3) -> Iterator[tuple[str, list[str]]]:
+    """A Redis Cluster of our own, primaries only: its COGMESH_REDIS_URL and each node's URL (to measure them)."""
+    from tests.support.redis_cluster import RedisClusterServers  # the tests' cluster, started the same way
+
+    with RedisClusterServers(nodes=primaries, replicas=0) as cluster:
+        yield cluster.url, [f"redis://127.0.0.1:{server.port}/0" for server in cluster.servers]
+
+
 def redis_benchmark(url: str, workers: int, requests: int) -> dict[str, tuple[float, float, float]]:
     """redis-benchmark's own (requests/s, p50 ms, p99 ms) for RPUSH and LRANGE_100 (no pipelining)."""
     port = url.rsplit(":", 1)[1].split("/")[0]
