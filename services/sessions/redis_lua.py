@@ -26,14 +26,13 @@ turn's journal is `j` (field `<turn>` = entry count, `<turn>|<n>` =
 appends with an id in one field, `ring` (the count `ab` it is up to date with, then `,<mark>:<last seq>`
 for each append, oldest first; the mark is the id's SHA-1, 16 hex digits, so an id of any text fits):
 the append script reads it with the hash's other fields and finds an id in it with one string search,
-so telling a retried append costs no command.
-Being longer than a listpack's values, it also makes the hash a hash table, whose field reads cost
-O(1): every script reads the hash's fields it needs in one HMGET. Each append also writes the oldest of
-the slots `r0`..`r<n-1>` (`<last seq>|<append id>`, slot `ab` mod n, `ab` counting the appends with an
-id), where the version before the ring looked: a sessions replica of that version still tells a
-retried append in a rolling upgrade or a rollback, and an append reads the slots instead of a ring that
-is behind `ab` (none yet, or that version appended since). (Sessions written before the slots kept their ids in the sorted set `events:batches`; an
-append looks there while both are empty.)
+so telling a retried append costs no command. Being longer than a listpack's values, it also makes
+the hash a hash table, whose field reads cost O(1). Each append also writes the oldest of the slots
+`r0`..`r<n-1>` (`<last seq>|<append id>`, slot `ab` mod n, `ab` counting the appends with an id),
+where the version before the ring looked: a sessions replica of that version still tells a retried
+append in a rolling upgrade or a rollback, and an append reads the slots instead of a ring that is
+behind `ab` (none yet, or that version appended since). (Sessions written before the slots kept their
+ids in the sorted set `events:batches`; an append looks there while both are empty.)
 
 A session is alive until the hash's `expires_at` (by Redis's clock): a turn's end or pause sets it (the
 TTL from then), as do writes outside a turn (`touch`); the turn's start and its writes leave it while it

@@ -24,7 +24,7 @@ local function clock()
   end
   return NOW
 end
-local BATCHES = K['events:batches']  -- append ids before the ring (`r0`...): read, never written
+local BATCHES = K['events:batches']  -- append ids before the slots (`r0`...): read, never written
 
 -- The session hash's fields the scripts read, in one HMGET (`meta()`, loaded once per script); `put` writes
 -- fields (and keeps this copy in step), `flush` sends what `put` gathered as one HSET.
