@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -10,7 +11,7 @@ import redis
 from cogmesh.common.v1 import events_pb2
 from services.lib.redis_event_log import DROP_WAKE_S, DROPPED_TTL_S
 from services.lib.redis_keys import SessionKeys, TenantKeys, identity_key
-from services.sessions.model import Acquired, NewEvents, NewSession, SessionNotFound, Strategy
+from services.sessions.model import Acquired, Appended, NewEvents, NewSession, SessionNotFound, Strategy
 from services.sessions.redis_lua import EXPIRY_SLACK
 from services.sessions.redis_store import RedisSessionStore
 from tests.support.redis_server import RedisServer, admin_client, delete_prefix, unique_prefix
@@ -227,70 +228,83 @@ async def test_a_long_turn_moves_its_sessions_expiry_before_its_lease_could_outl
         await store.close()
 
 
+class OpenTurn:
+    """Turn t1 open on a fresh session of a store with the prefix `p:`, and a client to write what an older
+    version of the append script would have."""
+
+    def __init__(self, url: str):
+        self.store = RedisSessionStore.from_url(url, "p:", 60.0, 2.0)
+        self.direct = admin_client(url)
+
+    async def open(self) -> None:
+        self.sid = (await self.store.create("acme", NewSession("", "", "default")))[0].session_id
+        grant = await self.store.try_acquire("acme", self.sid, "t1", 10, Strategy.REJECT)
+        assert isinstance(grant, Acquired)
+        self.token, self.keys = grant.token, SessionKeys("p:", self.sid)
+
+    async def append(self, append_id: str = "") -> Appended:
+        """One delta, with that append id ('' for none)."""
+        delta = events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text="d"))
+        return await self.store.append_events(
+            "acme", self.sid, NewEvents("t1", self.token, [delta], append_id=append_id)
+        )
+
+    async def close(self) -> None:
+        self.direct.close()
+        await self.store.close()
+
+
+@pytest.fixture
+async def open_turn(private_redis: RedisServer) -> AsyncIterator[OpenTurn]:
+    turn = OpenTurn(private_redis.url)
+    try:
+        await turn.open()
+        yield turn
+    finally:
+        await turn.close()
+
+
 async def test_an_append_retried_across_the_upgrade_to_the_ring_of_append_ids_is_still_told(
-    private_redis: RedisServer,
+    open_turn: OpenTurn,
 ) -> None:
     """Before the ring in the session's hash, append ids lived in the sorted set `events:batches` (id -> the seq the
     append ended at). An append that landed under that script and is retried under this one answers as it did."""
-    store = RedisSessionStore.from_url(private_redis.url, "p:", 60.0, 2.0)
-    direct = admin_client(private_redis.url)
-    try:
-        sid = (await store.create("acme", NewSession("", "", "default")))[0].session_id
-        grant = await store.try_acquire("acme", sid, "t1", 10, Strategy.REJECT)
-        assert isinstance(grant, Acquired)
-        delta = events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text="d"))
-        await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta]))  # no id: the ring stays empty
-        session = SessionKeys("p:", sid)
-        direct.zadd(session.key("events:batches"), {"t1:old": 1})  # what the old script wrote for it
-        direct.hset(session.key("s"), "ab", 1)
-        again = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id="t1:old"))
-        assert again.duplicate and again.last_seq == 1
-        fresh = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id="t1:new"))
-        assert not fresh.duplicate and fresh.last_seq == 2
-        assert direct.hget(session.key("s"), "r2") == b"2|t1:new", "the next id goes to the ring"
-    finally:
-        direct.close()
-        await store.close()
+    await open_turn.append()  # no id: the ring stays empty
+    open_turn.direct.zadd(open_turn.keys.key("events:batches"), {"t1:old": 1})  # what the old script wrote for it
+    open_turn.direct.hset(open_turn.keys.key("s"), "ab", 1)
+    again = await open_turn.append("t1:old")
+    assert again.duplicate and again.last_seq == 1
+    fresh = await open_turn.append("t1:new")
+    assert not fresh.duplicate and fresh.last_seq == 2
+    assert open_turn.direct.hget(open_turn.keys.key("s"), "r2") == b"2|t1:new", "the next id goes to its slot"
 
 
-async def test_an_append_retried_across_the_upgrade_to_one_ring_field_is_still_told(
-    private_redis: RedisServer,
-) -> None:
+async def test_an_append_retried_across_the_upgrade_to_one_ring_field_is_still_told(open_turn: OpenTurn) -> None:
     """Before the ring was one field, the hash kept append ids in the slots `r0`..`r<n-1>` (`<last seq>|<id>`, slot
     `ab` mod n). An append that landed under that script and is retried under this one answers as it did, also
     after the next append has made the ring; and each append still writes its slot, where that version looks."""
-    store = RedisSessionStore.from_url(private_redis.url, "p:", 60.0, 2.0)
-    direct = admin_client(private_redis.url)
-    try:
-        sid = (await store.create("acme", NewSession("", "", "default")))[0].session_id
-        grant = await store.try_acquire("acme", sid, "t1", 10, Strategy.REJECT)
-        assert isinstance(grant, Acquired)
-        delta = events_pb2.RuntimeEvent(assistant_delta=events_pb2.AssistantDelta(text="d"))
-        for _ in range(3):
-            await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta]))  # no id: no ring
-        session = SessionKeys("p:", sid)
-        # What the old script wrote for three appends with ids, ending at seqs 1, 2 and 3.
-        direct.hset(session.key("s"), mapping={"ab": 3, "r1": "1|t1:a", "r2": "2|t1:b", "r3": "3|t1:c"})
-        assert direct.hget(session.key("s"), "ring") is None
-        again = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id="t1:b"))
-        assert again.duplicate and again.last_seq == 2
-        fresh = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id="t1:d"))
-        assert not fresh.duplicate and fresh.last_seq == 4
-        assert direct.hget(session.key("s"), "ring") is not None, "the append made the ring, the slots' ids in it"
-        assert direct.hget(session.key("s"), "r4") == b"4|t1:d", "and wrote its slot, for the old version"
-        for append_id, seq in (("t1:a", 1), ("t1:c", 3), ("t1:d", 4)):
-            retried = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id=append_id))
-            assert retried.duplicate and retried.last_seq == seq, append_id
-        # A replica of the old version appends (its slot only; as if it also logged seq 5), then this one is asked
-        # again: the ring is behind `ab`, so the slots answer.
-        direct.hset(session.key("s"), mapping={"ab": 5, "r5": "5|t1:e"})
-        for append_id, seq in (("t1:e", 5), ("t1:b", 2)):
-            retried = await store.append_events("acme", sid, NewEvents("t1", grant.token, [delta], append_id=append_id))
-            assert retried.duplicate and retried.last_seq == seq, append_id
-        assert (await store.log_state("acme", sid)).last_seq == 4
-    finally:
-        direct.close()
-        await store.close()
+    session = open_turn.keys.key("s")
+    for _ in range(3):
+        await open_turn.append()  # no id: no ring
+    # What the old script wrote for three appends with ids, ending at seqs 1, 2 and 3.
+    open_turn.direct.hset(session, mapping={"ab": 3, "r1": "1|t1:a", "r2": "2|t1:b", "r3": "3|t1:c"})
+    assert open_turn.direct.hget(session, "ring") is None
+    again = await open_turn.append("t1:b")
+    assert again.duplicate and again.last_seq == 2
+    fresh = await open_turn.append("t1:d")
+    assert not fresh.duplicate and fresh.last_seq == 4
+    assert open_turn.direct.hget(session, "ring") is not None, "the append made the ring, the slots' ids in it"
+    assert open_turn.direct.hget(session, "r4") == b"4|t1:d", "and wrote its slot, for the old version"
+    for append_id, seq in (("t1:a", 1), ("t1:c", 3), ("t1:d", 4)):
+        retried = await open_turn.append(append_id)
+        assert retried.duplicate and retried.last_seq == seq, append_id
+    # A replica of the old version appends (its slot only; as if it also logged seq 5), then this one is asked
+    # again: the ring is behind `ab`, so the slots answer.
+    open_turn.direct.hset(session, mapping={"ab": 5, "r5": "5|t1:e"})
+    for append_id, seq in (("t1:e", 5), ("t1:b", 2)):
+        retried = await open_turn.append(append_id)
+        assert retried.duplicate and retried.last_seq == seq, append_id
+    assert (await open_turn.store.log_state("acme", open_turn.sid)).last_seq == 4
 
 
 async def test_the_log_keeps_its_last_retention_events_whatever_its_appends_held(private_redis: RedisServer) -> None:
