@@ -2,7 +2,7 @@
 // with an API keys file, stopped with SIGTERM like a user's Ctrl-C.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createServer, type Server, type Socket, connect } from "node:net";
 import { dirname, join, resolve } from "node:path";
@@ -16,14 +16,46 @@ const repoRoot = resolve(packageRoot, "..", "..");
 const SERVICES = ["models", "policy", "context", "sessions", "memory", "runtime", "gateway", "web"];
 
 export async function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const server = createServer();
-    server.once("error", fail);
-    server.listen(0, "127.0.0.1", () => {
+  const [port] = await freePorts(1);
+  if (port === undefined) throw new Error("no port");
+  return port;
+}
+
+/** `count` distinct free loopback ports, as tests/support/ports.py picks them: below the kernel's ephemeral
+ * range when there is room (a port from listen(0) is one that outgoing connections and other port-0 servers
+ * draw from too), each checked bindable and held until all are picked, so that they are distinct. */
+export async function freePorts(count: number): Promise<number[]> {
+  const ceiling = ephemeralFloor();
+  const servers: Server[] = [];
+  try {
+    while (servers.length < count) {
+      const port = ceiling > LOW_PORT + 1000 ? LOW_PORT + Math.floor(Math.random() * (ceiling - LOW_PORT)) : 0;
+      const server = await new Promise<Server | null>((ok) => {
+        const candidate = createServer();
+        candidate.once("error", () => ok(null)); // taken: pick again
+        candidate.listen(port, "127.0.0.1", () => ok(candidate));
+      });
+      if (server) servers.push(server);
+    }
+    return servers.map((server) => {
       const address = server.address();
-      server.close(() => (typeof address === "object" && address ? ok(address.port) : fail(new Error("no port"))));
+      if (typeof address !== "object" || !address) throw new Error("no port");
+      return address.port;
     });
-  });
+  } finally {
+    await Promise.all(servers.map((server) => new Promise<void>((ok) => server.close(() => ok()))));
+  }
+}
+
+const LOW_PORT = 20000;
+
+/** The first port of the kernel's ephemeral range (Linux's default 32768), or 0 when unknown. */
+function ephemeralFloor(): number {
+  try {
+    return Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || 0;
+  } catch {
+    return 0;
+  }
 }
 
 export interface Suite {
@@ -79,9 +111,10 @@ async function spawnSuite(
   const bin = process.env.COGMESH_BIN ?? join(repoRoot, ".venv", "bin", "cogmesh");
   if (!existsSync(bin)) throw new Error(`${bin} not found: run \`make\` at the repository root (or set COGMESH_BIN)`);
   const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of SERVICES) env[`COGMESH_${name.toUpperCase()}_ADDR`] = `127.0.0.1:${await freePort()}`;
+  const ports = await freePorts(SERVICES.length + 1);
+  for (const [i, name] of SERVICES.entries()) env[`COGMESH_${name.toUpperCase()}_ADDR`] = `127.0.0.1:${ports[i]}`;
   // Two runtime workers, as `cogmesh up` runs by default; the second would otherwise take port + 10.
-  env.COGMESH_RUNTIME_ADDR += `,127.0.0.1:${await freePort()}`;
+  env.COGMESH_RUNTIME_ADDR += `,127.0.0.1:${ports[SERVICES.length]}`;
   delete env.COGMESH_DEV_MODE;
   env.COGMESH_API_KEYS_FILE = keysFile;
   env.COGMESH_HEARTBEAT_S = "1"; // so a test sees idle heartbeats quickly
