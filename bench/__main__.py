@@ -33,6 +33,7 @@ ALL = [
     "peer",
     "concurrency",
     "hotpath",
+    "hops",
     "journal",
     "capacity",
     "memory_pack",
@@ -51,6 +52,7 @@ QUICK = {
     "memory": ["--sizes", "1000", "--queries", "30"],
     "journal": ["--turns", "5", "--rounds", "1", "--concurrency", "1"],
     "capacity": ["--quick"],
+    "hops": ["--calls", "200", "--rounds", "1"],
     "memory_pack": ["--turns", "10", "--memories", "50"],
     "hotpath": [
         "--no-peer",
