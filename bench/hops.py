@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,21 +29,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from bench.harness import free_ports, median, percentile, table, write_data, write_result
+from bench.hotpath import cpu_seconds
+from services.kit.config import Settings
 
 WARMUP = 300
 PAIRS = [("bare", "bare"), ("bare", "kit"), ("kit", "bare"), ("kit", "kit")]
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def kit_settings() -> object:
-    from services.kit.config import Settings
-
-    return Settings()
 
 
 async def serve(kind: str, port: int) -> None:
@@ -55,9 +44,9 @@ async def serve(kind: str, port: int) -> None:
         from services.kit.server import ObservabilityInterceptor
         from services.kit.validation import ValidationInterceptor
 
-        settings = kit_settings()
+        settings = Settings()
         interceptors = [
-            ObservabilityInterceptor("bench", settings.metrics, settings.tracing),  # type: ignore[attr-defined]
+            ObservabilityInterceptor("bench", settings.metrics, settings.tracing),
             ErrorMappingInterceptor(),
             ValidationInterceptor(),
         ]
@@ -86,7 +75,7 @@ class Pairing:
 
         p50, base_p50 = median(self.latency_s) * 1e6, median(base.latency_s) * 1e6
         cpu = per_call_us(self.server_cpu_s + self.client_cpu_s)
-        base_cpu = base.server_cpu_s / base.calls * 1e6 + base.client_cpu_s / base.calls * 1e6
+        base_cpu = (base.server_cpu_s + base.client_cpu_s) / base.calls * 1e6
         return {
             "server": self.server,
             "client": self.client,
@@ -104,7 +93,7 @@ async def measure(pairing: Pairing, port: int, server_pid: int, calls: int) -> N
     if pairing.client == "kit":
         from services.kit.clients import open_channel
 
-        channel = open_channel(address, kit_settings())  # type: ignore[arg-type]
+        channel = open_channel(address, Settings())
     else:
         channel = grpc.aio.insecure_channel(address)
     stub = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
