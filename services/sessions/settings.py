@@ -32,6 +32,6 @@ class SessionsSettings(Settings):
     webhook_poll_s: float = Field(
         1.0,
         gt=0,
-        description="seconds between a sessions replica's checks of its clock against its next look for due "
-        "deliveries (no Redis call); also the retry after a failed look",
+        description="seconds before a sessions replica looks again for due webhook deliveries after a failed "
+        "look, or after another replica claimed a due delivery first",
     )

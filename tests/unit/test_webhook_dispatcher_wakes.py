@@ -3,6 +3,7 @@ dispatcher looks once; what its replica enqueues is sent with no look; a retry i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -46,5 +47,31 @@ async def test_an_enqueue_is_sent_and_its_retry_claimed_with_no_periodic_look() 
         await until(lambda: len(seen) == 2, "the attempt and its retry")
         # The first attempt came with no look; the retry with the one look its retry time called for.
         assert seen == [(1, 1), (2, 2)]
+    finally:
+        await dispatcher.close()
+
+
+async def test_an_idle_dispatcher_sleeps_until_its_next_look() -> None:
+    """Between looks nothing wakes it: no clock check per `poll_s` (each was a wakeup of an idle process)."""
+    reads = 0
+
+    def clock() -> float:
+        nonlocal reads
+        reads += 1
+        return time.time()
+
+    # A short poll_s, as a failed look's retry; the next look is an hour away.
+    policy = Policy(allow_private=True, poll_s=0.01, idle_s=HOUR_S)
+    dispatcher = Dispatcher(
+        MemoryWebhookStore(), MemorySessionStore(), Sealer.from_file(None, ephemeral=True), policy, clock=clock
+    )
+    dispatcher.start()
+    try:
+        await until(lambda: dispatcher.looks == 1, "the look at start")
+        settled = reads
+        await asyncio.sleep(0.3)  # thirty poll_s: the old loop read its clock at each
+        assert reads - settled <= 1 and dispatcher.looks == 1
+        dispatcher.wake()  # a wake naming no queue still brings the next look to now
+        await until(lambda: dispatcher.looks == 2, "the look the wake asked for")
     finally:
         await dispatcher.close()

@@ -4,8 +4,8 @@ Runs in every sessions replica. A replica sends what it enqueued itself at once,
 look at the schedule. It looks at the schedule (a claim) when the earliest time it knows of
 comes: a retry or a deferred head of its own, the schedule's earliest entry as its last
 look saw it; and at least every `idle_s` (what another replica scheduled since, queues whose
-dispatcher died). Between looks it only compares its clock with that time, every `poll_s`:
-an idle replica costs the store a look per `idle_s`. An attempt is a POST with the JSON
+dispatcher died). Between looks it sleeps until that time, woken sooner when an earlier one
+is noted: an idle replica wakes, and costs the store a look, once per `idle_s`. An attempt is a POST with the JSON
 body, no redirects followed, to the address the SSRF check approved; a 2xx answer
 delivers it; anything else is retried after an exponential backoff with jitter until
 `retry_window_s` has passed since the delivery was made (or redelivered), then it is
@@ -53,7 +53,7 @@ class Policy:
     retry_first_s: float = 1.0
     retry_max_s: float = 3600.0
     retry_window_s: float = 86_400.0
-    poll_s: float = 1.0  # how often the loop compares its clock with its next look; a failed look's retry
+    poll_s: float = 1.0  # a failed look's retry, and the next look at a due queue another claimer raced for
     idle_s: float = IDLE_S
     concurrency: int = 64
 
@@ -156,10 +156,13 @@ class Dispatcher:
 
     async def _run(self) -> None:
         while True:
-            wait = min(self._policy.poll_s, self._next_look - self._clock())
+            # Asleep until the next look (a wall-clock time, so capped in case the clock jumps), woken by
+            # `_look_at` when something comes due sooner: an idle replica's process is not woken each second.
+            wait = min(self._policy.idle_s, self._next_look - self._clock())
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
             self._wake.clear()
             if self._clock() < self._next_look:
                 continue
