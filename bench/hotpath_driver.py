@@ -278,6 +278,7 @@ async def measure(system: Any, command: dict[str, Any], prepared: list[Any], lin
         "timings": [[t.first_event, t.first_token, t.full, t.events] for t in timings],
         "errors": dict(errors),
         "samples": samples,
+        "taken_over": taken,
     }
 
 
