@@ -230,8 +230,9 @@ def configure_logging(service: str, settings: Settings, stream: TextIO | None = 
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)
-    # HTTP client libraries log URLs, and at debug level headers: only with log_sensitive.
-    for name in ("httpx", "httpcore", "openai", "anthropic", "google_genai", "urllib3"):
+    # HTTP client libraries log URLs (a line per request at INFO), and at debug level headers: only with
+    # log_sensitive. httpx2 and httpcore2 are the forks the openai and anthropic SDKs ship with.
+    for name in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "anthropic", "google_genai", "urllib3"):
         logging.getLogger(name).setLevel(level if settings.log_sensitive else max(level, logging.WARNING))
     logging.getLogger("grpc").setLevel(max(level, logging.INFO))  # its debug lines are per-loop noise
     structlog.contextvars.bind_contextvars(service=service)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
+from services.kit.config import Settings
+from services.kit.logging import configure_logging
 from services.lib.llm import (
     ChatMessage,
     ChatModel,
@@ -280,3 +285,32 @@ async def test_openai_conversation_reaches_the_wire_without_the_sdks_param_walk(
     assert walked and walked[-1]["messages"] == [] and not isinstance(walked[-1].get("tools"), list)
     body = fake.model_requests[-1].json()
     assert len(body["messages"]) == len(CONVERSATION) and body["tools"][0]["function"]["name"] == "calculator"
+
+
+@pytest.fixture
+def log_buffer() -> Iterator[io.StringIO]:
+    """Logging configured as a service configures it, into a buffer; restored afterwards."""
+    structlog_config, root = structlog.get_config(), logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in logging.root.manager.loggerDict}
+    buffer = io.StringIO()
+    yield buffer
+    structlog.configure(**structlog_config)
+    root.handlers, root.level = root_handlers, root_level
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.parametrize("log_sensitive", [False, True])
+async def test_the_sdks_http_clients_log_request_urls_only_when_sensitive_logs_are_on(
+    kind: str, fake: FakeProvider, tmp_path: Path, log_buffer: io.StringIO, log_sensitive: bool
+) -> None:
+    """The openai and anthropic SDKs' HTTP client (httpx2, not httpx) logs every request's URL at INFO: a line
+    per model call, and a URL may carry a key, so it is written only with log_sensitive (Google's logs none)."""
+    configure_logging("test", Settings(log_sensitive=log_sensitive), stream=log_buffer)
+    fake.then(Reply(text=["hi"]))
+    model, registry = adapter(kind, fake, tmp_path)
+    await collect(model)
+    await registry.close()
+    logged = [line for line in log_buffer.getvalue().splitlines() if fake.url.split("//")[1] in line]
+    assert bool(logged) == (log_sensitive and kind != "google"), logged
