@@ -5,10 +5,10 @@ look at the schedule. It looks at the schedule (a claim) when the earliest time 
 comes: a retry or a deferred head of its own, the schedule's earliest entry as its last
 look saw it; and at least every `idle_s` (what another replica scheduled since, queues whose
 dispatcher died). Between looks it sleeps until that time, woken sooner when an earlier one
-is noted: an idle replica wakes, and costs the store a look, once per `idle_s`. An attempt is a POST with the JSON
-body, no redirects followed, to the address the SSRF check approved; a 2xx answer
-delivers it; anything else is retried after an exponential backoff with jitter until
-`retry_window_s` has passed since the delivery was made (or redelivered), then it is
+is noted: an idle replica wakes, and costs the store a look, once per `idle_s`. An attempt
+is a POST with the JSON body, no redirects followed, to the address the SSRF check approved;
+a 2xx answer delivers it; anything else is retried after an exponential backoff with jitter
+until `retry_window_s` has passed since the delivery was made (or redelivered), then it is
 dead. A target the SSRF rule refuses (its DNS changed since) is dead at once.
 """
 
