@@ -133,10 +133,10 @@ def expired_event(turn_id: str) -> events_pb2.RuntimeEvent:
     return error_event(turn_id, events_pb2.ERROR_KIND_DEADLINE_EXCEEDED, "the turn ran past its deadline", True)
 
 
-# Events the loop follows at once with its step's durable record (a tool's result, then the TOOL step):
-# the writer is not woken in between, so one append carries both (one append and one round trip fewer
-# per tool call; the record waited for the event's own append before).
-RECORDED_NEXT = frozenset({"tool_call_finished"})
+# Events the loop follows at once with its step's durable record (a call's announcement, then the DECIDE
+# step; a tool's result, then the TOOL step): the writer is not woken in between, so one append carries
+# both (per tool call two appends and two round trips fewer; each record waited for its event's append).
+RECORDED_NEXT = frozenset({"tool_call_started", "tool_call_finished"})
 # A model streaming faster than the loop turns (its chunks already buffered) lets the loop turn at least this
 # often: the turn's own appends and their replies need it (seen holding a first token 6 ms).
 YIELD_S = 0.001
@@ -731,7 +731,7 @@ class TurnRunner:
                 # The writer sends it now, not once the model stream pauses. A model streaming faster than the
                 # loop turns (its chunks already buffered) would otherwise hold back the turn's appends and their
                 # replies, which need the loop too: it turns while something waits to go at once, and every
-                # YIELD_S. A tool's result is left for its record, which follows it at once (RECORDED_NEXT).
+                # YIELD_S. A call's announcement and a tool's result are left for their step's record (RECORDED_NEXT).
                 out.emit(event)
                 if kind not in RECORDED_NEXT and (out.urgent or loop.time() - turned > YIELD_S):
                     await asyncio.sleep(0)

@@ -14,8 +14,9 @@ watchers as fast as ever, and each second of a long stream costs a few appends, 
 A step is recorded before the next one starts. When a side effect follows (a tool
 call, an approved call, a subagent's step) `record` returns only once the entry is
 stored; otherwise it returns at once and the entry goes with the next append (an
-event's, or the window's end), in order, since redoing a model step after a crash
-needs nothing it would have saved.
+event's, a stored record's or the turn's end), in order, never alone: redoing a model
+step after a crash needs nothing it would have saved, so it is not worth an append
+while the next model call has yet to answer.
 
 Each append carries an id of its own, so one resent after its reply was lost is not
 stored twice. A sessions service that is away is waited for up to `outage_s`; after
@@ -194,8 +195,8 @@ class TurnLog:
         # Its step ended after the events queued so far: those that follow belong to the next steps.
         self._entries.append(journal_kinds.entry(kind, payload, position=len(self._events)))
         self._queued += 1
-        self._wake.set()
         if kind in DURABLE or self.handing_over:
+            self._wake.set()
             self._urgent.set()
             await self._until(self._queued)
         if self.handing_over:

@@ -1,9 +1,11 @@
-"""What a tool call writes to the session's log: its result and its step's record in one append.
+"""What a tool call writes to the session's log: two appends, each an event with its step's record.
 
-The TOOL step's record is durable before the loop goes on (a takeover must find the result, not run the
-tool again). Sent apart, the result's event went in an append of its own and the record waited for it:
-two appends and two round trips per tool call. Every append the runtime sends is captured here, whichever
-transport carries it (its append stream, or unary AppendEvents).
+The DECIDE step's record is durable before the call runs and the TOOL step's before the loop goes on
+(a takeover must find the decision and the result, not run the tool again). Sent apart, the call's
+announcement and its result each went in an append of their own and each record waited for it: four
+appends and four round trips per tool call. A record with no side effect after it (START, MODEL, STEP)
+never goes alone. Every append the runtime sends is captured here, whichever transport carries it (its
+append stream, or unary AppendEvents).
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ def kinds_of(request: sessions_pb2.AppendEventsRequest) -> tuple[list[str], list
     return [e.WhichOneof("payload") or "" for e in request.events], [journal_kinds.kind_of(e) for e in request.entries]
 
 
-async def test_a_tool_calls_result_and_its_steps_record_go_in_one_append(tmp_path: Path) -> None:
-    async with agents_suite(tmp_path) as env:
+async def calculator_turn(tmp_path: Path) -> list[tuple[list[str], list[int]]]:
+    """The kinds of events and entries of each append of one calculator turn, in order.
+
+    The model takes a while per chunk, as a real one does: each append is answered before the next is due.
+    """
+    async with agents_suite(tmp_path, local_delay_ms=20) as env:
         runtime = env.suite.servers["runtime"].app.mounts[0].servicer
         sent: list[sessions_pb2.AppendEventsRequest] = []
         targets = [runtime.runner.clients.sessions, getattr(runtime.runner, "appends", None)]
@@ -42,10 +48,23 @@ async def test_a_tool_calls_result_and_its_steps_record_go_in_one_append(tmp_pat
         session_id = await new_session(env.gateway)
         events = await stream(env.gateway.SendMessage(message(session_id, "What is 17 * 23?")))
         assert events[-1].final.text == "17 * 23 = 391."
+    return [kinds_of(r) for r in sent]
 
-    appends = [kinds_of(r) for r in sent]
+
+async def test_a_tool_calls_result_and_its_steps_record_go_in_one_append(tmp_path: Path) -> None:
+    appends = await calculator_turn(tmp_path)
     with_result = [a for a in appends if "tool_call_finished" in a[0]]
     with_record = [a for a in appends if journal_kinds.TOOL in a[1]]
     assert len(with_result) == 1 and with_record == with_result, appends
     events_of_it, records = with_result[0]
     assert events_of_it[-1] == "tool_call_finished" and records[-1] == journal_kinds.TOOL, "the record after it"
+
+
+async def test_a_tool_calls_announcement_and_the_decision_go_in_one_append(tmp_path: Path) -> None:
+    appends = await calculator_turn(tmp_path)
+    with_call = [a for a in appends if "tool_call_started" in a[0]]
+    with_decision = [a for a in appends if journal_kinds.DECIDE in a[1]]
+    assert len(with_call) == 1 and with_decision == with_call, appends
+    events_of_it, records = with_call[0]
+    assert events_of_it[-1] == "tool_call_started" and records[-1] == journal_kinds.DECIDE, "the record after it"
+    assert all(events for events, _ in appends), f"a record went in an append of its own: {appends}"

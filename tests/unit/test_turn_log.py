@@ -357,15 +357,35 @@ async def test_a_step_without_side_effects_returns_at_once_and_goes_with_the_nex
 ) -> None:
     log = make_log()
     sessions.gate.clear()  # nothing can be stored
+    log.emit(status("step"))
+    await sessions.until(lambda: len(sessions.calls) == 1)  # the event's append went out, and hangs
     recorded = asyncio.create_task(log.record(kind, state(1, ["q"], [])))
-    await sessions.until(lambda: len(sessions.calls) == 1)  # its append went out, and hangs
     await idle()
     assert recorded.done(), f"{kind!r} waited for its entry to be stored"
     log.emit(status("next step"))
     recording = asyncio.create_task(log.record(K.TOOL, state(1, ["q", "r"], ["r"])))
     sessions.gate.set()
     await asyncio.wait_for(recording, 10)
+    assert [texts(r) for r in sessions.stored] == [["step"], ["next step"]]
     assert kinds(sessions.stored) == [K.kind_name(kind), "tool"], "in the order recorded"
+    assert [len(r.entries) for r in sessions.stored] == [0, 2], "the record went with the next append"
+
+
+@pytest.mark.parametrize("kind", RECORDED_NOT_DURABLE, ids=K.kind_name)
+async def test_a_step_without_side_effects_is_never_an_append_of_its_own(
+    sessions: FakeSessions, make_log: MakeLog, loop_clock: LoopClock, kind: K.Kind
+) -> None:
+    """Say a model that takes seconds to answer: its step's record waits for the first delta, not the window."""
+    log = make_log(flush_s=0.05, flush_max_s=0.4)
+    log.emit(status("thinking"))
+    await sessions.until_stored(1)
+    await log.record(kind, state(1, ["q"], []))
+    loop_clock.advance(3600.0)  # every window is long over
+    await idle()
+    assert len(sessions.calls) == 1, "the record went alone"
+    log.emit(delta("Hi"))
+    await sessions.until_stored(2)
+    assert (texts(sessions.stored[1]), kinds(sessions.stored)) == (["Hi"], [K.kind_name(kind)])
 
 
 async def test_states_are_stored_as_deltas_of_the_growing_lists(sessions: FakeSessions, make_log: MakeLog) -> None:
@@ -572,6 +592,7 @@ async def test_a_failure_behind_a_record_that_did_not_wait_reaches_the_next_one(
     log = make_log(on_lost=lost.append)
     sessions.fail_next = [grpc.StatusCode.FAILED_PRECONDITION]
     await log.record(K.MODEL, state(1, ["q"], []))  # returns before its append is refused
+    log.emit(status("next step"))  # the append that takes it
     await sessions.until(lambda: len(sessions.calls) == 1)
     await idle()
     assert len(lost) == 1
