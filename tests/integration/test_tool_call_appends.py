@@ -51,20 +51,18 @@ async def calculator_turn(tmp_path: Path) -> list[tuple[list[str], list[int]]]:
     return [kinds_of(r) for r in sent]
 
 
-async def test_a_tool_calls_result_and_its_steps_record_go_in_one_append(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("event", "record"),
+    [("tool_call_started", journal_kinds.DECIDE), ("tool_call_finished", journal_kinds.TOOL)],
+    ids=["announcement and decision", "result and its record"],
+)
+async def test_a_tool_calls_event_and_its_steps_record_go_in_one_append(
+    tmp_path: Path, event: str, record: int
+) -> None:
     appends = await calculator_turn(tmp_path)
-    with_result = [a for a in appends if "tool_call_finished" in a[0]]
-    with_record = [a for a in appends if journal_kinds.TOOL in a[1]]
-    assert len(with_result) == 1 and with_record == with_result, appends
-    events_of_it, records = with_result[0]
-    assert events_of_it[-1] == "tool_call_finished" and records[-1] == journal_kinds.TOOL, "the record after it"
-
-
-async def test_a_tool_calls_announcement_and_the_decision_go_in_one_append(tmp_path: Path) -> None:
-    appends = await calculator_turn(tmp_path)
-    with_call = [a for a in appends if "tool_call_started" in a[0]]
-    with_decision = [a for a in appends if journal_kinds.DECIDE in a[1]]
-    assert len(with_call) == 1 and with_decision == with_call, appends
-    events_of_it, records = with_call[0]
-    assert events_of_it[-1] == "tool_call_started" and records[-1] == journal_kinds.DECIDE, "the record after it"
+    with_event = [a for a in appends if event in a[0]]
+    with_record = [a for a in appends if record in a[1]]
+    assert len(with_event) == 1 and with_record == with_event, appends
+    events_of_it, records = with_event[0]
+    assert events_of_it[-1] == event and records[-1] == record, "the record after it"
     assert all(events for events, _ in appends), f"a record went in an append of its own: {appends}"
