@@ -21,9 +21,8 @@ from google.protobuf import struct_pb2
 
 from cogmesh.gateway.v1 import agents_pb2, agents_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 from gateway.web.forward_agents import AGENT_SERVICE_PATH
-from tests.e2e.test_cogmesh_up import BIN, ROOT, SERVICES, Up
+from tests.e2e.test_cogmesh_up import BIN, ROOT, Up, suite_addresses
 from tests.e2e.test_web_console import missing_prerequisite
-from tests.support.ports import free_ports
 
 DRIVER = ROOT / "tests" / "browser" / "agents.mjs"
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -32,8 +31,8 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Up, str]]:
     """The suite in dev mode (every caller may write agents), and the base URL of its browser edge."""
-    addresses = {n: f"127.0.0.1:{p}" for n, p in zip(SERVICES, free_ports(len(SERVICES)), strict=True)}
-    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    addresses, variables, _ = suite_addresses()  # the runtime's second worker gets a port of its own
+    env = dict(os.environ) | variables
     env.pop("COGMESH_API_KEYS_FILE", None)
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(

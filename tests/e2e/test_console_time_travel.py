@@ -19,9 +19,8 @@ import pytest
 
 from cogmesh.common.v1 import turns_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.e2e.test_cogmesh_up import BIN, ROOT, SERVICES, Up
+from tests.e2e.test_cogmesh_up import BIN, ROOT, Up, suite_addresses
 from tests.e2e.test_web_console import missing_prerequisite
-from tests.support.ports import free_ports
 
 DRIVER = ROOT / "tests" / "browser" / "time_travel.mjs"
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -30,8 +29,8 @@ QUESTIONS = ["What is 2 + 2?", "What is 3 * 3?", "What is 10 - 4?"]
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    addresses = {n: f"127.0.0.1:{p}" for n, p in zip(SERVICES, free_ports(len(SERVICES)), strict=True)}
-    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    addresses, variables, _ = suite_addresses()  # the runtime's second worker gets a port of its own
+    env = dict(os.environ) | variables
     env.pop("COGMESH_API_KEYS_FILE", None)  # dev mode: the console needs no key
     log_dir = tmp_path_factory.mktemp("logs")
     process = subprocess.Popen(

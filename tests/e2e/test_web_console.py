@@ -19,7 +19,7 @@ import pytest
 
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.e2e.test_cogmesh_up import BIN, ROOT, SERVICES, Up, free_ports
+from tests.e2e.test_cogmesh_up import BIN, ROOT, Up, suite_addresses
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 DRIVER = ROOT / "tests" / "browser" / "console.mjs"
@@ -50,8 +50,8 @@ def missing_prerequisite() -> str | None:
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    addresses = {n: f"127.0.0.1:{p}" for n, p in zip(SERVICES, free_ports(len(SERVICES)), strict=True)}
-    env = dict(os.environ) | {f"COGMESH_{n.upper()}_ADDR": a for n, a in addresses.items()}
+    addresses, variables, _ = suite_addresses()  # the runtime's second worker gets a port of its own
+    env = dict(os.environ) | variables
     # A slow model: plain messages get 200 tokens 40 ms apart (8 s at least), so a reload after the
     # 10th token lands mid-turn however loaded the machine is (the delays only stretch).
     env |= {"COGMESH_LOCAL_DELAY_MS": "40", "COGMESH_LOCAL_REPLY_TOKENS": "200"}
