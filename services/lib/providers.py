@@ -31,6 +31,7 @@ from services.kit import yaml_config
 from services.kit.yaml_config import ConfigError, ConfigProblem
 
 ProviderKind = Literal["openai", "anthropic", "google"]
+HttpClientKind = Literal["aiohttp", "httpx"]
 
 
 class ProviderConfigError(ConfigError):
@@ -49,6 +50,10 @@ class ProviderConfig(BaseModel):
     api_key_required: bool = True
     timeout_s: float = Field(120.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
+    # The HTTP stack under the openai and anthropic SDKs (google-genai picks its own). The SDKs' aiohttp
+    # transport costs 40-50% less CPU than their default httpx one per streamed reply (bench/results/
+    # hotpath.notes.md); "httpx" keeps the SDK's own.
+    http_client: HttpClientKind = "aiohttp"
 
     def api_key(self) -> SecretStr | None:
         """The key from the secret file, else the first set environment variable."""

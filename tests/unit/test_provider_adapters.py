@@ -6,9 +6,11 @@ import asyncio
 import io
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import structlog
@@ -50,9 +52,29 @@ FAKES: dict[str, type[FakeProvider]] = {"openai": FakeOpenAI, "anthropic": FakeA
 MODEL_IDS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-20250514", "google": "gemini-2.5-pro"}
 
 
-@pytest.fixture(params=["openai", "anthropic", "google"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+# Each SDK over each HTTP stack the runtime can give it (ProviderConfig.http_client); google-genai picks its own.
+PROVIDERS = [
+    ("openai", "aiohttp"),
+    ("openai", "httpx"),
+    ("anthropic", "aiohttp"),
+    ("anthropic", "httpx"),
+    ("google", ""),
+]
+
+
+@pytest.fixture(params=PROVIDERS, ids=["-".join(filter(None, p)) for p in PROVIDERS])
+def provider(request: pytest.FixtureRequest) -> tuple[str, str]:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def kind(provider: tuple[str, str]) -> str:
+    return provider[0]
+
+
+@pytest.fixture
+def http_client(provider: tuple[str, str]) -> str:
+    return provider[1] or "aiohttp"
 
 
 @pytest.fixture
@@ -61,11 +83,13 @@ async def fake(kind: str) -> AsyncIterator[FakeProvider]:
         yield server
 
 
-def adapter(kind: str, fake: FakeProvider, tmp_path: Path, **options: Any) -> tuple[ChatModel, ProviderRegistry]:
+def adapter(
+    kind: str, fake: FakeProvider, tmp_path: Path, http_client: str = "aiohttp", **options: Any
+) -> tuple[ChatModel, ProviderRegistry]:
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
     base = fake.url + ("/v1" if kind == "openai" else "")
-    config = ProviderConfig(kind=kind, base_url=base, api_key_file=key_file)  # type: ignore[arg-type]
+    config = ProviderConfig(kind=kind, base_url=base, api_key_file=key_file, http_client=http_client)  # type: ignore[arg-type]
     registry = ProviderRegistry({kind: config})
     return registry.model(kind, MODEL_IDS[kind], **options), registry
 
@@ -77,7 +101,9 @@ async def collect(model: ChatModel, messages: list[ChatMessage] = CONVERSATION) 
     return await asyncio.wait_for(run(), 10)
 
 
-async def test_streams_text_tool_calls_from_fragments_and_usage(kind: str, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_streams_text_tool_calls_from_fragments_and_usage(
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
+) -> None:
     fake.then(
         Reply(
             text=["Let me ", "compute."],
@@ -85,7 +111,7 @@ async def test_streams_text_tool_calls_from_fragments_and_usage(kind: str, fake:
             usage=(120, 30),
         )
     )
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     chunks = await collect(model)
     await registry.close()
 
@@ -102,9 +128,9 @@ async def test_streams_text_tool_calls_from_fragments_and_usage(kind: str, fake:
 
 
 async def test_model_calls_one_after_another_share_one_connection(
-    kind: str, fake: FakeProvider, tmp_path: Path
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
 ) -> None:
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     for _ in range(5):
         assert [c.text for c in await collect(model) if isinstance(c, TextDelta)] == ["ok"]
     await registry.close()
@@ -113,9 +139,9 @@ async def test_model_calls_one_after_another_share_one_connection(
 
 
 async def test_sends_the_conversation_tools_and_key_in_the_provider_format(
-    kind: str, fake: FakeProvider, tmp_path: Path
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
 ) -> None:
-    model, registry = adapter(kind, fake, tmp_path, temperature=0.5, max_tokens=64)
+    model, registry = adapter(kind, fake, tmp_path, http_client, temperature=0.5, max_tokens=64)
     await collect(model)
     await registry.close()
     request = fake.model_requests[-1]
@@ -160,9 +186,11 @@ async def test_sends_the_conversation_tools_and_key_in_the_provider_format(
         assert body["generationConfig"]["maxOutputTokens"] == 64
 
 
-async def test_rate_limit_is_classified_with_retry_after(kind: str, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_rate_limit_is_classified_with_retry_after(
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
+) -> None:
     fake.then(Fail(429, "slow down", headers={"retry-after": "7"}))
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     with pytest.raises(ModelError) as caught:
         await collect(model)
     await registry.close()
@@ -172,10 +200,10 @@ async def test_rate_limit_is_classified_with_retry_after(kind: str, fake: FakePr
 
 @pytest.mark.parametrize("status", [500, 503])
 async def test_server_errors_are_retryable_provider_errors(
-    kind: str, fake: FakeProvider, tmp_path: Path, status: int
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path, status: int
 ) -> None:
     fake.then(Fail(status, "upstream exploded"))
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     with pytest.raises(ModelError) as caught:
         await collect(model)
     await registry.close()
@@ -183,9 +211,11 @@ async def test_server_errors_are_retryable_provider_errors(
     assert str(status) in str(caught.value) and "upstream exploded" in str(caught.value)
 
 
-async def test_bad_key_and_context_length_are_not_retryable(kind: str, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_bad_key_and_context_length_are_not_retryable(
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
+) -> None:
     fake.then(Fail(401, "invalid api key"), Fail(400, "prompt is too long: 300000 tokens > 200000 maximum"))
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     with pytest.raises(ModelError) as auth:
         await collect(model)
     with pytest.raises(ModelError) as too_long:
@@ -196,9 +226,11 @@ async def test_bad_key_and_context_length_are_not_retryable(kind: str, fake: Fak
     assert KEY not in str(auth.value)
 
 
-async def test_malformed_chunk_is_a_provider_error(kind: str, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_malformed_chunk_is_a_provider_error(
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
+) -> None:
     fake.then(Reply(text=["a", "b", "c"], malformed_at=2))
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     with pytest.raises(ModelError) as caught:
         await collect(model)
     await registry.close()
@@ -206,9 +238,79 @@ async def test_malformed_chunk_is_a_provider_error(kind: str, fake: FakeProvider
     assert "malformed" in str(caught.value)
 
 
-async def test_stream_cut_midway_is_a_retryable_provider_error(kind: str, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_a_provider_nobody_listens_at_is_a_retryable_connection_failure(kind: str, http_client: str) -> None:
+    """Not a timeout: openai's aiohttp transport reports a refused connection as httpx2's ConnectTimeout."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    base = f"http://127.0.0.1:{port}" + ("/v1" if kind == "openai" else "")
+    config = ProviderConfig(kind=kind, base_url=base, api_key_required=False, http_client=http_client)  # type: ignore[arg-type]
+    registry = ProviderRegistry({kind: config})
+    with pytest.raises(ModelError) as caught:
+        await collect(registry.model(kind, MODEL_IDS[kind]))
+    await registry.close()
+    assert (caught.value.kind, caught.value.retryable) == ("provider_error", True)
+    assert str(caught.value).startswith(f"connection to {kind} failed: "), caught.value
+
+
+class ForwardProxy:
+    """A plain HTTP forward proxy (absolute-form requests, no CONNECT) that notes each request it carries."""
+
+    def __init__(self) -> None:
+        self.carried: list[str] = []
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> ForwardProxy:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        line, rest = head.split(b"\r\n", 1)
+        method, target, version = line.split(b" ")
+        self.carried.append(f"{method.decode()} {target.decode()}")
+        url = urlsplit(target.decode())
+        upstream_reader, upstream_writer = await asyncio.open_connection(url.hostname, url.port)
+        upstream_writer.write(b" ".join((method, url.path.encode(), version)) + b"\r\n" + rest)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer), return_exceptions=True)
+
+
+@pytest.mark.parametrize("provider", [p for p in PROVIDERS if p[0] != "google"], indirect=True)
+async def test_a_proxy_named_in_the_environment_carries_the_call(
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both HTTP stacks honour HTTP_PROXY, as the SDKs' default does (a provider behind a corporate proxy)."""
+    fake.then(Reply(text=["via the proxy"]))
+    async with ForwardProxy() as proxy:
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        model, registry = adapter(kind, fake, tmp_path, http_client)
+        chunks = await collect(model)
+        await registry.close()
+    assert [c.text for c in chunks if isinstance(c, TextDelta)] == ["via the proxy"]
+    assert len(fake.model_requests) == 1
+    assert proxy.carried == [f"POST {fake.url}{fake.model_requests[0].path}"]
+
+
+async def test_stream_cut_midway_is_a_retryable_provider_error(
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
+) -> None:
     fake.then(Reply(text=["one ", "two ", "three"], cut_after=2))
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     seen: list[ModelChunk] = []
     with pytest.raises(ModelError) as caught:
         async for chunk in model.stream(CONVERSATION, [CALC]):
@@ -218,10 +320,12 @@ async def test_stream_cut_midway_is_a_retryable_provider_error(kind: str, fake: 
     assert "connection" in str(caught.value)
 
 
-async def test_cancelling_the_consumer_aborts_the_http_request(kind: str, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_cancelling_the_consumer_aborts_the_http_request(
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path
+) -> None:
     """What CancelTurn does: the task reading the stream is cancelled mid-read; the connection must close."""
     fake.then(Reply(text=[f"w{i} " for i in range(200)], delay_s=0.02))
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     first = asyncio.Event()
 
     async def consume() -> None:
@@ -303,13 +407,13 @@ def log_buffer() -> Iterator[io.StringIO]:
 
 @pytest.mark.parametrize("log_sensitive", [False, True])
 async def test_the_sdks_http_clients_log_request_urls_only_when_sensitive_logs_are_on(
-    kind: str, fake: FakeProvider, tmp_path: Path, log_buffer: io.StringIO, log_sensitive: bool
+    kind: str, http_client: str, fake: FakeProvider, tmp_path: Path, log_buffer: io.StringIO, log_sensitive: bool
 ) -> None:
     """The openai and anthropic SDKs' HTTP client (httpx2, not httpx) logs every request's URL at INFO: a line
     per model call, and a URL may carry a key, so it is written only with log_sensitive (Google's logs none)."""
     configure_logging("test", Settings(log_sensitive=log_sensitive), stream=log_buffer)
     fake.then(Reply(text=["hi"]))
-    model, registry = adapter(kind, fake, tmp_path)
+    model, registry = adapter(kind, fake, tmp_path, http_client)
     await collect(model)
     await registry.close()
     logged = [line for line in log_buffer.getvalue().splitlines() if fake.url.split("//")[1] in line]

@@ -57,6 +57,7 @@ def test_file_overrides_builtin_fields_and_adds_providers(tmp_path: Path) -> Non
     assert providers["openai"].api_key_env == ["OPENAI_API_KEY"]  # kept from the built-in entry
     assert providers["mylab"].kind == "anthropic"
     assert providers["mylab"].api_key_file == tmp_path / "keys" / "mylab"
+    assert (providers["openai"].http_client, providers["mylab"].http_client) == ("aiohttp", "aiohttp")
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,7 @@ def test_file_overrides_builtin_fields_and_adds_providers(tmp_path: Path) -> Non
         ("providers:\n  x:\n    kind: cohere\n", "providers.x.kind"),
         ("providers:\n  openai:\n    timeout_s: -1\n", "providers.openai.timeout_s"),
         ("providers:\n  openai:\n    api_key: sk-inline\n", "providers.openai.api_key"),
+        ("providers:\n  openai:\n    http_client: requests\n", "providers.openai.http_client"),
         ("provider: {}\n", "provider"),
         ("providers: [\n", "providers.yaml:2: YAML syntax error"),
     ],

@@ -93,6 +93,9 @@ def classify(provider: str, exc: BaseException) -> ModelError:
         # An error event inside a 200 stream (Anthropic "overloaded_error") has no HTTP error status.
         return from_status(provider, status if status >= 400 else 0, message, headers, error_type)
     name = type(exc).__name__
+    refused = _aiohttp_connection_failure(exc)
+    if refused is not None:
+        return ModelError(f"connection to {provider} failed: {refused}", kind="provider_error", retryable=True)
     if isinstance(exc, httpx2.TimeoutException | TimeoutError) or name in ("APITimeoutError",):
         return ModelError(f"{provider} did not answer in time", kind="timeout", retryable=True)
     cause = exc.__cause__ or exc.__context__
@@ -110,6 +113,20 @@ def classify(provider: str, exc: BaseException) -> ModelError:
             f"{provider} sent a stream chunk nested too deep to parse", kind="provider_error", retryable=True
         )
     return ModelError(f"{provider} call failed: {name}: {_one_line(exc)}", kind="provider_error", retryable=False)
+
+
+def _aiohttp_connection_failure(exc: BaseException) -> BaseException | None:
+    """The aiohttp connection error (not a timeout) behind `exc`, if any.
+
+    openai's aiohttp transport maps every aiohttp ClientConnectionError, a refused connection included, to
+    httpx2's ConnectTimeout, which the SDK raises as APITimeoutError: the cause says what happened."""
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 8:
+        if isinstance(cause, _AIOHTTP_TRANSPORT) and not isinstance(cause, TimeoutError):
+            return cause
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return None
 
 
 def _error_body(exc: BaseException) -> tuple[str, str]:

@@ -67,9 +67,15 @@ class ProviderRegistry:
         timeout = httpx2.Timeout(config.timeout_s, connect=config.connect_timeout_s)
         client: Any
         if config.kind == "openai":
-            client = openai.AsyncOpenAI(api_key=secret, base_url=config.base_url, max_retries=0, timeout=timeout)
+            http = openai.DefaultAioHttpClient(timeout=timeout) if config.http_client == "aiohttp" else None
+            client = openai.AsyncOpenAI(
+                api_key=secret, base_url=config.base_url, max_retries=0, timeout=timeout, http_client=http
+            )
         elif config.kind == "anthropic":
-            client = anthropic.AsyncAnthropic(api_key=secret, base_url=config.base_url, max_retries=0, timeout=timeout)
+            http = anthropic.DefaultAioHttpClient(timeout=timeout) if config.http_client == "aiohttp" else None
+            client = anthropic.AsyncAnthropic(
+                api_key=secret, base_url=config.base_url, max_retries=0, timeout=timeout, http_client=http
+            )
         else:
             options = genai_types.HttpOptions(
                 base_url=config.base_url,
