@@ -85,7 +85,14 @@ CAUSES: list[tuple[str, tuple[str, ...]]] = [
     ("Python garbage collector", ("gc_collect_main", "gc_collect_with_callback")),
     ("protobuf encode/decode", ("google/protobuf", "upb", "_message.", "PyUpb", "/protobuf/")),
     ("gRPC (per call and per message)", ("grpc/", "cygrpc", "grpc_", "grpc::", "libgrpc", "_cython/")),
-    ("openai SDK, pydantic, httpx", ("openai/", "pydantic", "httpx", "httpcore", "h11/", "anyio/", "jiter")),
+    (
+        "model SDKs and their HTTP client",
+        (
+            *("openai/", "anthropic/", "pydantic", "jiter"),
+            *("httpx", "httpcore", "h11/", "anyio/", "sniffio/"),
+            *("aiohttp/", "multidict/", "yarl/", "propcache/"),
+        ),
+    ),
     ("logs, metrics, tracing", ("structlog/", "opentelemetry/", "prometheus_client/", "logging/")),
     ("redis-py", ("redis/", "hiredis")),
     ("json (stdlib)", ("json/", "_json.c")),
