@@ -9,7 +9,7 @@ names where it was stuck, so the cause can be found.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 
 from services.kit.logging import log
 
@@ -39,6 +39,17 @@ async def wait(tasks: Iterable[asyncio.Task[object]], what: str, timeout_s: floa
             task=task.get_name(),
             at=where(task),
         )
+
+
+async def first_of(*waits: Awaitable[object]) -> None:
+    """Return when the first of `waits` is done; the others are cancelled (all of them if this is)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def where(task: asyncio.Task[object]) -> str:

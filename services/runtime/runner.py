@@ -867,6 +867,7 @@ class TurnRunner:
         """Take over turns whose runtime stopped (their lease lapsed while they were open)."""
         ttl = int(self.settings.turn_lease_ttl_s)
         wait = self.settings.takeover_poll_s
+        none_open = False
         while True:
             # Jitter, so replicas started together do not all look at the same moment.
             await asyncio.sleep(wait * (0.75 + random.random() / 2))
@@ -876,16 +877,21 @@ class TurnRunner:
             if not claims:  # too busy to take on more: the turns wait for a replica that keeps time
                 wait = self.settings.takeover_poll_s
                 continue
+            # Nothing was open and nothing runs here: sessions may hold the answer until a turn opens.
+            hold = self.settings.takeover_idle_wait_s if none_open and not self._running else 0
             try:
                 reply = await self.sessions.ClaimOrphanedTurns(
-                    sessions_pb2.ClaimOrphanedTurnsRequest(holder=self.address, max_turns=claims, ttl_seconds=ttl),
-                    timeout=self.settings.call_timeout_s,
+                    sessions_pb2.ClaimOrphanedTurnsRequest(
+                        holder=self.address, max_turns=claims, ttl_seconds=ttl, wait_seconds=hold
+                    ),
+                    timeout=self.settings.call_timeout_s + hold,
                 )
             except DependencyError as exc:
                 if exc.status_code != grpc.StatusCode.UNAVAILABLE:
                     log.warning("could not look for turns to take over", code=exc.status_code.name)
-                wait = self.takeover_poll_after(wait, False)
+                wait, none_open = self.takeover_poll_after(wait, False), False
                 continue
+            none_open = reply.none_open
             wait = self.takeover_poll_after(wait, bool(reply.turns), reply.none_open)
             # At once, not one after another: each asks its last runtime first, which must answer before
             # that runtime stops waiting for the answer.

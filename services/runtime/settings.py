@@ -35,6 +35,15 @@ class RuntimeSettings(Settings):
         gt=0,
         description="seconds between a runtime replica's looks for turns to take over (their runtime stopped)",
     )
+    takeover_idle_wait_s: int = Field(
+        30,
+        ge=0,
+        le=300,
+        description="when the last look found no turn open anywhere, the next look waits up to this long at sessions "
+        "for one to open (memory stores: one sessions process sees every turn open), so an idle replica looks when "
+        "there is work, not on a clock; 0: never wait. Keep it below what a proxy between runtime and sessions "
+        "allows a quiet call",
+    )
     max_takeovers: int = Field(
         3,
         ge=0,

@@ -1260,6 +1260,12 @@ class RedisSessionStore:
             await self._call(asyncio.gather(*reschedules))
         return claimed
 
+    def turns_opened(self) -> int | None:
+        return None  # a turn opens through any replica: nothing here to wait on
+
+    async def until_turn_opens(self, opened: int, timeout_s: float) -> None:
+        return None
+
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:
         reply = await self._run("INTERRUPT_TURN", tenant_id, session_id, turn_id, by)
         return self._lease(reply) if len(reply) > 1 else None

@@ -37,6 +37,7 @@ from services.kit.errors import (
     Violations,
 )
 from services.kit.protos import APPROVAL_DECISIONS, MAX_ID, dict_to_struct, now, struct_to_dict
+from services.kit.tasks import first_of
 from services.kit.validation import check as check_rules
 from services.lib import answers, journal_kinds, lease_holders
 from services.lib import session_search as search
@@ -1224,6 +1225,7 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
         # Set when the replica drains: the long-lived streams answer what they took and end
         # UNAVAILABLE, so their callers reopen them on another replica instead of holding the stop.
         self.draining = asyncio.Event()
+        self.held_looks = 0  # ClaimOrphanedTurns calls waiting for a turn to open
 
     async def drain(self) -> None:
         self.draining.set()
@@ -1325,7 +1327,17 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
         return await self._answer("RenewTurnLeases", request, context)
 
     async def ClaimOrphanedTurns(self, request: sessions_pb2.ClaimOrphanedTurnsRequest, context: Any) -> Message:
-        return await self._answer("ClaimOrphanedTurns", request, context)
+        opened = self.store.turns_opened()  # before the look: a turn opening during it ends the wait
+        reply = await self._answer("ClaimOrphanedTurns", request, context)
+        assert isinstance(reply, sessions_pb2.ClaimOrphanedTurnsResponse)
+        if reply.none_open and request.wait_seconds > 0 and opened is not None and not self.draining.is_set():
+            # Nothing open: the answer is the same later, so it waits for work (or the drain) to give it.
+            self.held_looks += 1
+            try:
+                await first_of(self.store.until_turn_opens(opened, request.wait_seconds), self.draining.wait())
+            finally:
+                self.held_looks -= 1
+        return reply
 
     async def InterruptTurn(self, request: sessions_pb2.InterruptTurnRequest, context: Any) -> Message:
         return await self._answer("InterruptTurn", request, context)

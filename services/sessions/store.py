@@ -221,6 +221,15 @@ class SessionStore(Protocol):
         """Turns whose lease expired while they were open, each now held by `holder` under a new token."""
         ...
 
+    def turns_opened(self) -> int | None:
+        """How many turns have opened here so far, for `until_turn_opens`; None when a turn can open unseen by
+        this process (a store that replicas share), so there is nothing to wait on."""
+        ...
+
+    async def until_turn_opens(self, opened: int, timeout_s: float) -> None:
+        """Return once more than `opened` turns have opened, or after `timeout_s`."""
+        ...
+
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None: ...
 
     # time travel (services/sessions/history.py composes these)
@@ -309,6 +318,8 @@ class MemorySessionStore:
         self._retention, self._max_lag, self._fanout_rate = event_retention, subscriber_max_lag, fanout_messages_per_s
         self._max_batch = max_batch
         self._open: set[str] = set()  # sessions whose lease belongs to an open turn
+        self._turns_opened = 0
+        self._turn_opened = asyncio.Event()  # set and replaced each time a turn opens
         self._entries: dict[str, _Entry] = {}
         self._by_key: dict[tuple[object, ...], str] = {}
         # (tenant, scope key, value) -> its sessions, oldest first (as _entries): what a scope filter reads.
@@ -797,6 +808,9 @@ class MemorySessionStore:
     def _opened(self, entry: _Entry, lease: _Lease) -> None:
         lease.open = True
         self._open.add(entry.record.session_id)
+        self._turns_opened += 1
+        self._turn_opened.set()
+        self._turn_opened = asyncio.Event()
 
     def _log_events(self, entry: _Entry, new: NewEvents) -> int:
         """Stamp and log the events, record the journal entries where their steps ended; returns the last seq."""
@@ -972,6 +986,14 @@ class MemorySessionStore:
             )
         claimed.none_open = not self._open
         return claimed
+
+    def turns_opened(self) -> int | None:
+        return self._turns_opened
+
+    async def until_turn_opens(self, opened: int, timeout_s: float) -> None:
+        if self._turns_opened == opened:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._turn_opened.wait(), timeout_s)
 
     async def interrupt_turn(self, tenant_id: str, session_id: str, turn_id: str, by: str) -> LeaseInfo | None:
         entry = self._entry(tenant_id, session_id)

@@ -29,6 +29,7 @@ from services.sessions.settings import SessionsSettings
 from tests.integration.conftest import DOMAIN, status_details
 from tests.support.redis_server import RedisServer
 from tests.support.redis_topologies import REDIS_TOPOLOGIES, redis_for
+from tests.support.waiting import until
 
 TENANT, OTHER = "acme", "globex"
 TIMEOUT_S = 10.0
@@ -376,6 +377,50 @@ async def test_a_look_for_orphans_says_none_is_open_only_when_none_is(stub: Any)
     await acquire(stub, sid, "t1", events=[accepted], entries=[opened])  # opens the turn, as the gateway does
     busy = await stub.ClaimOrphanedTurns(look, timeout=TIMEOUT_S)
     assert list(busy.turns) == [] and not busy.none_open, "a live open turn: not due, but open"
+
+
+async def test_an_idle_look_for_orphans_is_answered_when_a_turn_opens() -> None:
+    """wait_seconds: with nothing open, one sessions process (memory stores) holds the look until a turn
+    opens, so an idle runtime asks again when there is work, not on a clock. The answer is the one it would
+    have given at once: none open, so none can come due within a lease TTL."""
+    server = await start(sessions_main.build, SessionsSettings(), "127.0.0.1:0")
+    servicer = server.app.mounts[0].servicer
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = sessions_pb2_grpc.SessionsServiceStub(channel)
+        look = S.ClaimOrphanedTurnsRequest(holder="10.0.0.9:50052", max_turns=4, ttl_seconds=6, wait_seconds=300)
+        try:
+            held = asyncio.ensure_future(stub.ClaimOrphanedTurns(look, timeout=600))
+            await until(lambda: servicer.held_looks == 1)
+            sid = (await create(stub)).session.session_id
+            assert not held.done(), "a session made is not a turn opened"
+            accepted = events_pb2.RuntimeEvent(status=events_pb2.StatusUpdate(state=events_pb2.TURN_STATE_QUEUED))
+            opened = S.JournalEntry(kind="request", state=b"hello", position=1)
+            token = (await acquire(stub, sid, "t1", events=[accepted], entries=[opened])).lease_token
+            answer = await asyncio.wait_for(held, TIMEOUT_S)
+            assert list(answer.turns) == [] and answer.none_open and servicer.held_looks == 0
+            # A turn is open now: the next look is answered at once, whatever it would wait.
+            busy = await stub.ClaimOrphanedTurns(look, timeout=TIMEOUT_S)
+            assert list(busy.turns) == [] and not busy.none_open
+            # The turn let go: nothing open again. The drain answers a held look, so the stop need not wait.
+            await stub.ReleaseTurnLease(S.ReleaseTurnLeaseRequest(tenant_id=TENANT, session_id=sid, lease_token=token))
+            quiet = asyncio.ensure_future(stub.ClaimOrphanedTurns(look, timeout=600))
+            await until(lambda: servicer.held_looks == 1)
+            await servicer.drain()
+            assert (await asyncio.wait_for(quiet, TIMEOUT_S)).none_open
+        finally:
+            await server.stop(0)
+
+
+@pytest.mark.parametrize("topology", REDIS_TOPOLOGIES)
+async def test_a_look_on_a_shared_store_is_answered_at_once(request: pytest.FixtureRequest, topology: str) -> None:
+    """A store replicas share (Redis) cannot see a turn open through another replica: it never holds a look
+    (a held one would outlive this call's deadline)."""
+    with redis_for(request, topology) as redis:
+        settings = SessionsSettings(redis_url=redis.url, redis_key_prefix=redis.prefix)
+        async with sessions_service(settings) as stub:
+            look = S.ClaimOrphanedTurnsRequest(holder="10.0.0.9:50052", max_turns=4, ttl_seconds=6, wait_seconds=300)
+            idle = await stub.ClaimOrphanedTurns(look, timeout=TIMEOUT_S)
+            assert list(idle.turns) == [] and idle.none_open
 
 
 # --------------------------------------------------------------------------- bad input

@@ -355,6 +355,32 @@ async def test_a_look_that_found_no_open_turn_waits_a_whole_lease_ttl() -> None:
     assert slow.takeover_poll_after(10.0, found=False, none_open=True) == 10.0, "never more often than configured"
 
 
+class NoneOpen(FakeSessions):
+    """Sessions with no turn open anywhere: it answers at once and records what each look asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks: list[tuple[int, float | None]] = []
+
+    async def ClaimOrphanedTurns(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        self.looks.append((request.wait_seconds, timeout))
+        await self._notify()
+        return sessions_pb2.ClaimOrphanedTurnsResponse(none_open=True)
+
+
+async def test_after_a_look_that_found_no_open_turn_the_next_waits_at_sessions_for_one() -> None:
+    """An idle replica's next look asks sessions to hold its answer until a turn opens (takeover_idle_wait_s),
+    with a deadline that long past the usual one: it looks when there is work, not on a clock."""
+    sessions = NoneOpen()
+    replica = runner(sessions, takeover_poll_s=0.01, turn_lease_ttl_s=2, turn_lease_renew_s=1, call_timeout_s=5)
+    replica.serving("10.0.0.7:50052")
+    try:
+        await sessions.until(lambda: len(sessions.looks) >= 2)
+    finally:
+        await replica.close()
+    assert sessions.looks[:2] == [(0, 5.0), (30, 35.0)], "the first look knows nothing yet: it waits for no turn"
+
+
 async def test_a_copy_another_replica_wrote_after_is_stale_and_not_adopted_by_its_own_claim() -> None:
     """Issue 32 item 6, seen at 1,000 turns at once: replica A ran a turn, its lease lapsed, B took the turn
     over and streamed part of the answer, then B's lease lapsed and A claimed it. A still held its own copy

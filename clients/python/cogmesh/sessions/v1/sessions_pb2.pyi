@@ -879,14 +879,16 @@ class RenewTurnLeasesResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[RenewedTurnLease, _Mapping]]] = ...) -> None: ...
 
 class ClaimOrphanedTurnsRequest(_message.Message):
-    __slots__ = ("holder", "max_turns", "ttl_seconds")
+    __slots__ = ("holder", "max_turns", "ttl_seconds", "wait_seconds")
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     holder: str
     max_turns: int
     ttl_seconds: int
-    def __init__(self, holder: _Optional[str] = ..., max_turns: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+    wait_seconds: int
+    def __init__(self, holder: _Optional[str] = ..., max_turns: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., wait_seconds: _Optional[int] = ...) -> None: ...
 
 class ClaimedTurn(_message.Message):
     __slots__ = ("tenant_id", "session_id", "turn_id", "lease_token", "takeovers", "last_seq", "previous_holder", "interrupt_requested_by", "resume")
