@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from cogmesh.models.v1 import models_pb2, models_pb2_grpc
 from services.kit.clients import Clients
+from services.kit.filewatch import FolderWatch
 from services.kit.logging import log
 from services.kit.redis_pool import pooled_client
 from services.kit.server import App, mount, run
@@ -49,13 +50,17 @@ async def build(settings: ModelsSettings, clients: Clients) -> App:
     servicer = ModelsServicer(registry, strict=settings.models_strict, agents=agents)
     await servicer.publisher.refresh()
 
+    # The catalogue (file stamp, store version) and the agents folder (its files' stamps) are looked
+    # at when their folders change (or on a clock where the platform does not say), pushed on change.
+    catalogue = registry.path
+    files = [catalogue] if settings.models_store_file is None else [catalogue, settings.models_store_file]
+    watch = FolderWatch.of_files(files, trees=[agents.directory], poll_s=settings.models_refresh_s or 1.0)
+
     async def publish() -> None:
-        # The catalogue (file stamp, store version) and the agents folder (its files' stamps) are
-        # looked at on this clock and pushed to watchers on change.
         while True:
-            await asyncio.sleep(settings.models_refresh_s)
+            await watch.wait()
             try:
-                await servicer.publisher.refresh(look_at_agents=True)
+                await servicer.publisher.refresh(look_at_files=True)
             except Exception as exc:  # noqa: BLE001 - one bad refresh must not end the publishing for good
                 log.error("publishing the model catalogue failed; watchers keep the last version", error=repr(exc))
 
@@ -77,6 +82,7 @@ async def build(settings: ModelsSettings, clients: Clients) -> App:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        watch.close()
 
     on_close.insert(0, stop_publishing)
     return App("models", [mount(servicer, models_pb2, models_pb2_grpc, "ModelsService")], on_close)

@@ -1,7 +1,8 @@
 """The live model catalogue: the catalogue file, hot-reloaded, plus models added at run time.
 
 ``ModelRegistry.catalog()`` is what every request resolves against. It checks,
-at most every ``refresh_s`` seconds:
+at most every ``refresh_s`` seconds, and whenever the models service's publish
+loop is woken by a change in the file's folder (services/kit/filewatch.py):
 
 * the catalogue file's (mtime, size): when it changed, the file is loaded
   again; a file that no longer loads is logged and the last good catalogue
@@ -291,8 +292,9 @@ class ModelRegistry:
         """Read the store's models (startup)."""
         await self._refresh(force=True)
 
-    async def catalog(self) -> ModelCatalog:
-        if self._clock() - self._checked_at >= self._refresh_s:
+    async def catalog(self, look: bool = False) -> ModelCatalog:
+        """The catalogue, its file looked at if `look` or if `refresh_s` passed since the last look."""
+        if look or self._clock() - self._checked_at >= self._refresh_s:
             await self._refresh()
         return self._catalog
 

@@ -29,7 +29,7 @@ class CatalogPublisher:
     """Publishes the catalogue and the agents to watchers whenever either changes.
 
     The catalogue changes on a reload of its file, AddModel and RemoveModel; the agents
-    when `refresh(look_at_agents=True)` finds the folder changed (the publish loop's clock).
+    when `refresh(look_at_files=True)` finds the folder changed (the publish loop, woken by a change).
     """
 
     def __init__(self, registry: ModelRegistry, strict: bool, agents: ReloadingAgentRegistry | None = None) -> None:
@@ -37,10 +37,10 @@ class CatalogPublisher:
         self.feed: SnapshotFeed[models_pb2.WatchCatalogResponse] = SnapshotFeed()
         self._published: tuple[ModelCatalog, int] | None = None  # the catalogue and the agents' reload count
 
-    async def refresh(self, look_at_agents: bool = False) -> None:
-        if look_at_agents and self.agents is not None:
+    async def refresh(self, look_at_files: bool = False) -> None:
+        if look_at_files and self.agents is not None:
             self.agents.reload_now()
-        catalog = await self.registry.catalog()
+        catalog = await self.registry.catalog(look=look_at_files)
         held = self._published
         if held is not None and held[0] is catalog and held[1] == self._agents_reloads():
             return

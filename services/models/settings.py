@@ -21,5 +21,8 @@ class ModelsSettings(Settings):
     )
     models_strict: bool = Field(False, description="unknown model names are NOT_FOUND instead of the default model")
     models_refresh_s: float = Field(
-        1.0, ge=0, description="seconds between checks of the catalogue file and store for changes; 0: every call"
+        1.0,
+        ge=0,
+        description="seconds between checks of the catalogue file and store for changes (the agents folder's too, "
+        "where the platform does not tell of changes: inotify); 0: every call",
     )

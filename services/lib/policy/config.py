@@ -14,7 +14,6 @@ stays in force.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib
 import re
@@ -37,6 +36,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from services.kit import yaml_config
+from services.kit.filewatch import FolderWatch
 from services.kit.logging import log
 from services.kit.yaml_config import ConfigProblem
 from services.lib.policy.budget import DEFAULT_MAX_MCP_CALLS, DEFAULT_MAX_TOOL_CALLS
@@ -642,29 +642,37 @@ class ConfigStore:
         return "reloaded"
 
     async def watch(self, interval_s: float) -> None:
-        """Check the files every interval_s until cancelled; log what each change did."""
-        while True:
-            await asyncio.sleep(interval_s)
-            outcome = self.reload_if_changed()
-            if outcome == "reloaded":
-                log.info(
-                    "policy configuration reloaded",
-                    version=self.current.version,
-                    digest=self.current.digest,
-                    directory=str(self.directory),
+        """Check the files when their folder changes (every interval_s where the platform does not tell of
+        changes) until cancelled; log what each change did."""
+        folder = FolderWatch.of_files([self.directory / name for name in FILES], poll_s=interval_s)
+        try:
+            while True:
+                await folder.wait()
+                await self._reload_and_tell()
+        finally:
+            folder.close()
+
+    async def _reload_and_tell(self) -> None:
+        outcome = self.reload_if_changed()
+        if outcome == "reloaded":
+            log.info(
+                "policy configuration reloaded",
+                version=self.current.version,
+                digest=self.current.digest,
+                directory=str(self.directory),
+            )
+            for listener in self.listeners:
+                try:
+                    await listener(self.current)
+                except Exception as exc:  # noqa: BLE001 - a listener's bug must not stop the reloads
+                    log.error("policy configuration listener failed", error=repr(exc))
+        elif outcome == "rejected":
+            for error in self.errors:
+                log.error(
+                    "policy configuration rejected; the last good one stays in force",
+                    file=error.file,
+                    line=error.line,
+                    field=error.field,
+                    problem=error.message,
+                    version_in_force=self.current.version,
                 )
-                for listener in self.listeners:
-                    try:
-                        await listener(self.current)
-                    except Exception as exc:  # noqa: BLE001 - a listener's bug must not stop the reloads
-                        log.error("policy configuration listener failed", error=repr(exc))
-            elif outcome == "rejected":
-                for error in self.errors:
-                    log.error(
-                        "policy configuration rejected; the last good one stays in force",
-                        file=error.file,
-                        line=error.line,
-                        field=error.field,
-                        problem=error.message,
-                        version_in_force=self.current.version,
-                    )
