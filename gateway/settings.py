@@ -45,9 +45,9 @@ class GatewaySettings(Settings):
     scheduler_tick_s: float = Field(
         1.0,
         gt=0,
-        description="seconds between a gateway scheduler's checks of its clock against its next look at the store "
-        "(no store call); it looks when a schedule fires or a run's lease lapses, and at least every "
-        "min(lease, grace / 2)",
+        description="seconds a gateway scheduler waits to look at the store again after a look that could not "
+        "finish (the store away, more runs due than a batch); otherwise it looks when a schedule fires or a run's "
+        "lease lapses, and at least every max(tick, min(lease, grace / 2))",
     )
     scheduler_lease_s: float = Field(
         30.0, gt=0, description="seconds a gateway holds a schedule run unrenewed before another replica takes it over"

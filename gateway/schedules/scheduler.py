@@ -3,8 +3,8 @@
 It looks at the store when the earliest time it knows of comes: a schedule's next fire time
 or a run's lease expiry, as its last look read them (the lowest of each index), or one it
 created or resumed itself; and at least every `look_s` (what another replica wrote since).
-Between looks it only compares its clock with that time, every `scheduler_tick_s`: an idle
-suite costs the store a look per `look_s`, not per tick. A look asks for the schedules whose
+Between looks it sleeps until that time: an idle gateway wakes once a `look_s`, and a wall
+clock stepped meanwhile is read again at the next look. A look asks for the schedules whose
 next fire time has come and, for each, writes the schedule with its next fire time moved past
 now, under the version it read, adding the tick's run (id: the tick's milliseconds) in the
 same write. Of the replicas that saw the tick due, the one whose write lands holds the run;
@@ -141,9 +141,13 @@ class Scheduler:
             self._next_look = fire_ms / 1000
             self._wake.set()
 
+    def clock_moved(self) -> None:
+        """Compare the clock with the next look now, not when the sleep for it ends (a test's clock jumped)."""
+        self._wake.set()
+
     async def _run(self) -> None:
         while True:
-            wait = min(self.tick_s, self._next_look - self.clock())
+            wait = min(self.look_s, self._next_look - self.clock())
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)

@@ -51,11 +51,33 @@ TENANT = "default"
 
 
 class FakeClock:
+    """The schedulers' clock: each sleeps until its next look by the event loop's time, so a jump of this
+    one wakes them (`clock_moved`), as the next bounded look would for a stepped wall clock."""
+
     def __init__(self, now: float) -> None:
-        self.now = now
+        self._now = now
+        self.schedulers: list[Scheduler] = []
 
     def __call__(self) -> float:
-        return self.now
+        return self._now
+
+    @property
+    def now(self) -> float:
+        return self._now
+
+    @now.setter
+    def now(self, now: float) -> None:
+        self._now = now
+        self.nudge()
+
+    def drive(self, scheduler: Scheduler) -> None:
+        scheduler.clock = self
+        self.schedulers.append(scheduler)
+        scheduler.clock_moved()
+
+    def nudge(self) -> None:
+        for scheduler in self.schedulers:
+            scheduler.clock_moved()
 
 
 def scheduler_of(server: RunningServer) -> Scheduler:
@@ -97,7 +119,12 @@ class Replicas:
         """Wait until every gateway's scheduler has looked n more times."""
         schedulers = [scheduler_of(g) for g in self.gateways]
         targets = [s.ticks + n for s in schedulers]
-        await until(lambda: all(s.ticks >= t for s, t in zip(schedulers, targets, strict=True)))
+
+        def passed() -> bool:
+            self.clock.nudge()  # a pass each time: idle, a scheduler sleeps until its next look
+            return all(s.ticks >= t for s, t in zip(schedulers, targets, strict=True))
+
+        await until(passed)
 
     async def stop_gateways(self) -> None:
         for server in self.gateways:
@@ -105,10 +132,10 @@ class Replicas:
 
     async def restart_gateways(self) -> None:
         """Both gateways as restarted processes: new schedulers on the same ports, on the fake clock."""
-        scheduler_of(await self.suite.restart("gateway")).clock = self.clock
+        self.clock.drive(scheduler_of(await self.suite.restart("gateway")))
         assert self.suite.settings is not None
         self.extra = await start(gateway_main.build, self.suite.settings, self.extra.address)
-        scheduler_of(self.extra).clock = self.clock
+        self.clock.drive(scheduler_of(self.extra))
 
 
 async def until(condition: Callable[[], Any], timeout_s: float = TIMEOUT_S) -> None:
@@ -138,10 +165,10 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[Replicas]:
         )
     clock = FakeClock(T0)
     suite = await start_suite(settings, runtimes=2)
-    scheduler_of(suite.servers["gateway"]).clock = clock
+    clock.drive(scheduler_of(suite.servers["gateway"]))
     assert suite.settings is not None
     extra = await start(gateway_main.build, suite.settings, "127.0.0.1:0")
-    scheduler_of(extra).clock = clock
+    clock.drive(scheduler_of(extra))
     made = Replicas(suite, extra, clock, [])
     try:
         yield made
