@@ -40,6 +40,7 @@ ALL = [
     "large_payloads",
     "session_scopes",
     "edges",
+    "idle",
 ]
 # Runs with a command of their own (`python -m bench.soak`, `bench.schedules`: minutes of wall clock;
 # `bench.webhooks`, `bench.session_search`: tens of thousands of sessions): collected, never run by default.
