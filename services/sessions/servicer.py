@@ -1329,8 +1329,8 @@ class SessionsServicer(sessions_pb2_grpc.SessionsServiceServicer):
     async def ClaimOrphanedTurns(self, request: sessions_pb2.ClaimOrphanedTurnsRequest, context: Any) -> Message:
         opened = self.store.turns_opened()  # before the look: a turn opening during it ends the wait
         reply = await self._answer("ClaimOrphanedTurns", request, context)
-        assert isinstance(reply, sessions_pb2.ClaimOrphanedTurnsResponse)
-        if reply.none_open and request.wait_seconds > 0 and opened is not None and not self.draining.is_set():
+        none_open = isinstance(reply, sessions_pb2.ClaimOrphanedTurnsResponse) and reply.none_open
+        if none_open and request.wait_seconds > 0 and opened is not None and not self.draining.is_set():
             # Nothing open: the answer is the same later, so it waits for work (or the drain) to give it.
             self.held_looks += 1
             try:
