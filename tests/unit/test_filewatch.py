@@ -78,7 +78,7 @@ async def test_a_configmaps_symlink_swap_wakes_its_watch(tmp_path: Path) -> None
 async def test_a_tree_is_watched_in_its_folders_made_later_too(tmp_path: Path) -> None:
     agents = tmp_path / "agents"
     agents.mkdir()
-    watch = FolderWatch([], trees=[agents], poll_s=NEVER, recheck_s=NEVER)
+    watch = FolderWatch({}, trees=[agents], poll_s=NEVER, recheck_s=NEVER)
     try:
         await woken(watch, lambda: (agents / "support").mkdir())
         await woken(watch, lambda: (agents / "support" / "prompt.md").write_text("be brief\n"))
@@ -105,9 +105,27 @@ async def test_no_change_no_wake(tmp_path: Path) -> None:
         watch.close()
 
 
+async def test_other_files_written_beside_it_do_not_wake_it(tmp_path: Path) -> None:
+    """A catalogue in a busy folder (a home, /etc) is looked at for its own name, not for every write there."""
+    file = tmp_path / "models.yaml"
+    file.write_text("a: 1\n")
+    watch = FolderWatch.of_files([file], poll_s=NEVER, recheck_s=NEVER)
+    try:
+        await watch.wait()  # starts inotify
+        waiting = asyncio.ensure_future(watch.wait())
+        (tmp_path / "app.log").write_text("a line\n")
+        (tmp_path / "notes").mkdir()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(waiting), 0.3)
+        file.write_text("a: 2\n")
+        await asyncio.wait_for(waiting, TOLD_S)
+    finally:
+        watch.close()
+
+
 async def test_a_folder_it_cannot_watch_is_looked_at_on_the_clock_and_says_why(tmp_path: Path) -> None:
     missing = tmp_path / "not-yet"
-    watch = FolderWatch([missing], poll_s=0.01, recheck_s=NEVER)
+    watch = FolderWatch({missing: None}, poll_s=0.01, recheck_s=NEVER)
     try:
         await asyncio.wait_for(watch.wait(), TOLD_S)  # the clock's look, not a change
         assert not watch.notified and str(missing) in watch.why_polling
