@@ -142,7 +142,7 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "# The suite idle: CPU, wakeups and Redis commands a second",
         "",
         f"`python -m bench.idle`: the suite as processes (2 runtime workers), {args.turns} turns, then "
-        f"{args.settle:g} s of rest, then {args.seconds:g} s measured; {len(rounds)} round(s). CPU from each "
+        f"{args.settle:g} s of rest, then {args.seconds:g} s measured; {args.rounds} round(s). CPU from each "
         "thread's schedstat; `loop` is each process's event-loop thread (the suite's own code), `other` its "
         "grpc threads (and Redis's). Ratios only within a run: on a VM a wakeup is charged more than its work.",
         "",
