@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +38,7 @@ from bench.harness import (
     write_data,
     write_result,
 )
-from bench.sessions import private_redis
+from bench.sessions import redis_for
 from cogmesh.common.v1 import events_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.suite.supervisor import Supervisor
@@ -177,15 +176,6 @@ async def run_level(
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return level
-
-
-@contextlib.contextmanager
-def redis_for(mode: str) -> Iterator[str | None]:
-    if mode == "redis":
-        with private_redis() as url:
-            yield url
-    else:
-        yield None
 
 
 async def run_mode(mode: str, levels: list[int], warmup: int, settle_s: float) -> list[Level]:

@@ -35,7 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ import redis
 from bench.harness import RESULTS, median, percentile, read_data, suite, table, write_data, write_result
 from bench.model_server import Script
 from bench.peer.server import VENV, ensure_venv, peer_env
-from bench.sessions import private_redis
+from bench.sessions import redis_for
 from services.lib.agents import DEFAULT_AGENTS_DIR
 from services.suite.supervisor import Supervisor
 
@@ -320,15 +320,6 @@ def write_agent(directory: Path, server_url: str) -> tuple[Path, Path]:
     providers = directory / "providers.yaml"
     providers.write_text(f"providers:\n  openai: {{base_url: '{server_url}/v1', api_key_required: false}}\n")
     return agents, providers
-
-
-@contextlib.contextmanager
-def redis_for(mode: str) -> Iterator[str | None]:
-    if mode == "redis":
-        with private_redis() as url:
-            yield url
-    else:
-        yield None
 
 
 def redis_pid(url: str) -> int:

@@ -71,10 +71,10 @@ from bench.hotpath import (
     load_average,
     measure,
     model_server,
-    redis_for,
     service_pids,
     write_agent,
 )
+from bench.sessions import redis_for
 from services.suite.supervisor import ORDER
 
 PROFILES = LOGS / "profile"

@@ -22,7 +22,7 @@ import contextlib
 import json
 import os
 import statistics
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import grpc
 from bench.capacity import RedisNodes, redis_delta, redis_snapshot
 from bench.harness import RESULTS, suite, table
 from bench.hotpath import redis_pid
-from bench.sessions import private_redis
+from bench.sessions import redis_for
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.kit.addresses import channel_target
 
@@ -76,15 +76,6 @@ def delta(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict
             row[f"{kind(thread)}_wakeups"] += (switches - was[1]) / seconds
         rows[process] = row
     return rows
-
-
-@contextlib.contextmanager
-def redis_for(stores: str) -> Iterator[str | None]:
-    if stores == "redis":
-        with private_redis() as url:
-            yield url
-    else:
-        yield None
 
 
 @contextlib.asynccontextmanager

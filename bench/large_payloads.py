@@ -37,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ import grpc
 from bench import model_server
 from bench.harness import suite, table, write_data, write_result
 from bench.hotpath import by_service, load_average, redis_pid, service_pids, stop_process
-from bench.sessions import private_redis
+from bench.sessions import redis_for
 from cogmesh.common.v1 import messages_pb2
 from cogmesh.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cogmesh.tools.v1 import tools_pb2, tools_pb2_grpc
@@ -213,15 +213,6 @@ async def one_turn(stub: Any, kind: str, size: int, pids: dict[str, int]) -> Tur
     return Turn(seconds, peaks)
 
 
-@contextlib.contextmanager
-def store_url(store: str) -> Iterator[str | None]:
-    if store == "redis":
-        with private_redis() as url:
-            yield url
-    else:
-        yield None
-
-
 def configuration(work: Path, ports: dict[str, int]) -> dict[str, object]:
     agents = work / "agents"
     if not agents.exists():
@@ -242,7 +233,7 @@ def configuration(work: Path, ports: dict[str, int]) -> dict[str, object]:
 async def measure(store: str, kind: str, size: int, turns: int, work: Path, ports: dict[str, int]) -> dict[str, Any]:
     """A fresh suite: warm-up, the small turns, then the large ones."""
     small = SMALL_RESULT if kind == "tool" else len(DELTA)
-    with store_url(store) as url:
+    with redis_for(store) as url:
         overrides = configuration(work, ports) | ({"redis_url": url} if url else {})
         async with suite(READY_TIMEOUT_S, **overrides) as (settings, supervisor):
             pids = service_pids(supervisor) | ({"redis": redis_pid(url)} if url else {})

@@ -99,6 +99,16 @@ async def load(op: Callable[[int], Awaitable[object]], workers: int, seconds: fl
 
 
 @contextlib.contextmanager
+def redis_for(stores: str) -> Iterator[str | None]:
+    """A private redis-server's URL for `stores` "redis"; None for in-memory stores."""
+    if stores == "redis":
+        with private_redis() as url:
+            yield url
+    else:
+        yield None
+
+
+@contextlib.contextmanager
 def private_redis() -> Iterator[str]:
     """A redis-server of our own, so the benchmark neither disturbs nor is disturbed by others' data."""
     (port,) = free_ports(1)

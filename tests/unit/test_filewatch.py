@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -31,29 +31,31 @@ async def woken(watch: FolderWatch, change: Callable[[], object]) -> None:
     await asyncio.wait_for(waiting, TOLD_S)
 
 
-async def test_a_file_written_in_place_wakes_its_watch(tmp_path: Path) -> None:
+@pytest.fixture
+async def watched(tmp_path: Path) -> AsyncIterator[tuple[Path, FolderWatch]]:
+    """A catalogue file in a folder of its own, and a watch over it."""
     file = tmp_path / "models.yaml"
     file.write_text("a: 1\n")
     watch = FolderWatch.of_files([file], poll_s=NEVER, recheck_s=NEVER)
     try:
-        await woken(watch, lambda: file.write_text("a: 2\n"))
+        yield file, watch
     finally:
         watch.close()
 
 
-async def test_an_editors_write_and_rename_wakes_its_watch(tmp_path: Path) -> None:
-    file = tmp_path / "policy.yaml"
-    file.write_text("a: 1\n")
-    watch = FolderWatch.of_files([file], poll_s=NEVER, recheck_s=NEVER)
-    try:
+async def test_a_file_written_in_place_wakes_its_watch(watched: tuple[Path, FolderWatch]) -> None:
+    file, watch = watched
+    await woken(watch, lambda: file.write_text("a: 2\n"))
 
-        def save() -> None:
-            (tmp_path / ".policy.yaml.swp").write_text("a: 2\n")
-            os.replace(tmp_path / ".policy.yaml.swp", file)
 
-        await woken(watch, save)
-    finally:
-        watch.close()
+async def test_an_editors_write_and_rename_wakes_its_watch(watched: tuple[Path, FolderWatch]) -> None:
+    file, watch = watched
+
+    def save() -> None:
+        (file.parent / ".models.yaml.swp").write_text("a: 2\n")
+        os.replace(file.parent / ".models.yaml.swp", file)
+
+    await woken(watch, save)
 
 
 async def test_a_configmaps_symlink_swap_wakes_its_watch(tmp_path: Path) -> None:
@@ -87,40 +89,25 @@ async def test_a_tree_is_watched_in_its_folders_made_later_too(tmp_path: Path) -
         watch.close()
 
 
-async def test_no_change_no_wake(tmp_path: Path) -> None:
-    file = tmp_path / "models.yaml"
-    file.write_text("a: 1\n")
-    watch = FolderWatch.of_files([file], poll_s=NEVER, recheck_s=NEVER)
-    try:
-        await watch.wait()  # starts inotify
-        waiting = asyncio.ensure_future(watch.wait())
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(waiting), 0.3)
-        assert watch.notified
-        file.read_text()  # reading is no change
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(waiting), 0.3)
-        waiting.cancel()
-    finally:
-        watch.close()
-
-
-async def test_other_files_written_beside_it_do_not_wake_it(tmp_path: Path) -> None:
+async def test_it_wakes_for_its_files_not_for_reads_or_other_files_beside_them(
+    watched: tuple[Path, FolderWatch],
+) -> None:
     """A catalogue in a busy folder (a home, /etc) is looked at for its own name, not for every write there."""
-    file = tmp_path / "models.yaml"
-    file.write_text("a: 1\n")
-    watch = FolderWatch.of_files([file], poll_s=NEVER, recheck_s=NEVER)
-    try:
-        await watch.wait()  # starts inotify
-        waiting = asyncio.ensure_future(watch.wait())
-        (tmp_path / "app.log").write_text("a line\n")
-        (tmp_path / "notes").mkdir()
+    file, watch = watched
+    await watch.wait()  # starts inotify
+    waiting = asyncio.ensure_future(watch.wait())
+    for nothing_to_it in (
+        lambda: None,
+        file.read_text,
+        lambda: (file.parent / "app.log").write_text("a line\n"),
+        lambda: (file.parent / "notes").mkdir(),
+    ):
+        nothing_to_it()
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(asyncio.shield(waiting), 0.3)
-        file.write_text("a: 2\n")
-        await asyncio.wait_for(waiting, TOLD_S)
-    finally:
-        watch.close()
+    assert watch.notified
+    file.write_text("a: 2\n")
+    await asyncio.wait_for(waiting, TOLD_S)
 
 
 async def test_a_folder_it_cannot_watch_is_looked_at_on_the_clock_and_says_why(tmp_path: Path) -> None:
