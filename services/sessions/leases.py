@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 
-from services.sessions.model import Acquired, LeaseGrant, LeaseHeld, NewEvents, SessionError, Strategy
+from services.sessions.model import Acquired, LeaseGrant, LeaseHeld, NewEvents, Queued, SessionError, Strategy
 from services.sessions.store import SessionStore
 
 POLL_S = 0.25
@@ -36,11 +36,14 @@ async def acquire(
     deadline = started + max_wait_s
     interrupted = ""
     queued = False
+    attempt: asyncio.Future[Acquired | Queued] | None = None
     try:
         while True:
-            result = await store.try_acquire(
-                tenant_id, session_id, turn_id, ttl_s, strategy, opening, resume, rehydrate
+            # Its own task: a caller cancelled meanwhile still knows when (and how) this try landed.
+            attempt = asyncio.ensure_future(
+                store.try_acquire(tenant_id, session_id, turn_id, ttl_s, strategy, opening, resume, rehydrate)
             )
+            result = await asyncio.shield(attempt)
             if isinstance(result, Acquired):
                 waited = time.monotonic() - started if queued else 0.0
                 return LeaseGrant(
@@ -67,6 +70,11 @@ async def acquire(
             until_expiry = expiry - now + 0.005 if expiry > now else POLL_S
             await store.wait_for_change(session_id, max(0.001, min(remaining, POLL_S, until_expiry)))
     except BaseException:
+        if attempt is not None and not attempt.done():
+            # A try still on its way could queue the turn again after the place is given up (on Redis its
+            # batch may reach the store after the leave's): let it land first.
+            with contextlib.suppress(Exception):
+                queued = not isinstance(await asyncio.shield(attempt), Acquired) or queued
         if queued:
             # Give the place up even when cancelled (the caller went away); the store being
             # down is harmless here since an abandoned place expires on its own.
