@@ -773,6 +773,12 @@ CASES: list[Any] = [
         lambda r: [lease.held for lease in r.leases] == [False],
     ),
     bad("sessions", "ClaimOrphanedTurns", S.ClaimOrphanedTurnsRequest(max_turns=-1), "holder", "max_turns"),
+    bad(
+        "sessions",
+        "ClaimOrphanedTurns",
+        S.ClaimOrphanedTurnsRequest(holder="10.0.0.9:50052", wait_seconds=301),
+        "wait_seconds",
+    ),
     bad("sessions", "InterruptTurn", S.InterruptTurnRequest(), "tenant_id", "session_id"),
     missing(
         "sessions",
